@@ -1,0 +1,183 @@
+# Norm family: layer_norm over the last D elements of each row.
+#
+# Forward: one row at a time (it stays in L1/L2), mean and variance accumulated in
+# double over the row, then one fused normalise+affine pass.  Saves mean and rstd.
+# Backward: per row dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w;
+# d_weight / d_bias are summed over fixed row chunks (independent of the thread count)
+# in double, then the chunk partials are added in order: deterministic, no atomics.
+cimport cython
+cimport numpy as cnp
+from cython.parallel cimport prange
+from libc.math cimport sqrt
+from libc.stdlib cimport malloc, free
+from libc.string cimport memset
+
+from fnn_blas cimport real
+
+import numpy as np
+
+cnp.import_array()
+
+include "fnn_runtime.pxi"
+
+OPS = ("layer_norm", "layer_norm_backward")
+
+
+cdef inline void _ln_row(const real* x, real* y, const real* w, const real* b, Py_ssize_t D,
+                         double eps, real* mean_out, real* rstd_out) noexcept nogil:
+    cdef Py_ssize_t j
+    cdef double s = 0.0, ss = 0.0, d, m, rs
+    cdef real mf, rf
+    for j in range(D):
+        s += x[j]
+    m = s / D
+    for j in range(D):
+        d = x[j] - m
+        ss += d * d
+    rs = 1.0 / sqrt(ss / D + eps)
+    mf = <real>m
+    rf = <real>rs
+    if w != NULL and b != NULL:
+        for j in range(D):
+            y[j] = (x[j] - mf) * rf * w[j] + b[j]
+    elif w != NULL:
+        for j in range(D):
+            y[j] = (x[j] - mf) * rf * w[j]
+    else:
+        for j in range(D):
+            y[j] = (x[j] - mf) * rf
+    mean_out[0] = mf
+    rstd_out[0] = rf
+
+
+cdef void _ln_fwd(const real* x, real* y, const real* w, const real* b, Py_ssize_t rows,
+                  Py_ssize_t D, double eps, real* mean, real* rstd) noexcept nogil:
+    cdef Py_ssize_t r
+    cdef int nt = _threads_for(rows * D, 1 << 14)
+    if nt == 1:
+        for r in range(rows):
+            _ln_row(x + r * D, y + r * D, w, b, D, eps, mean + r, rstd + r)
+    else:
+        for r in prange(rows, nogil=True, schedule="static", num_threads=nt):
+            _ln_row(x + r * D, y + r * D, w, b, D, eps, mean + r, rstd + r)
+
+
+cdef inline void * _ptr(object a):
+    return NULL if a is None else cnp.PyArray_DATA(<cnp.ndarray>a)
+
+
+def layer_norm(cnp.ndarray x, object weight, object bias, Py_ssize_t D, double eps):
+    """layer_norm(x, weight, bias, D, eps) -> (y, saved).
+
+    IN  x C-contiguous, normalised over its last D elements (x.size % D == 0);
+        weight, bias: C-contiguous arrays of D elements (same dtype) or None."""
+    cdef Py_ssize_t rows = x.size // D if D else 0
+    cdef cnp.ndarray y = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(x), cnp.PyArray_DIMS(x),
+                                           cnp.PyArray_TYPE(x), 0)
+    cdef cnp.npy_intp nr = rows
+    cdef cnp.ndarray mean = cnp.PyArray_EMPTY(1, &nr, cnp.PyArray_TYPE(x), 0)
+    cdef cnp.ndarray rstd = cnp.PyArray_EMPTY(1, &nr, cnp.PyArray_TYPE(x), 0)
+    cdef void* pw = _ptr(weight)
+    cdef void* pb = _ptr(bias)
+    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
+        with nogil:
+            _ln_fwd[float](<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(y),
+                           <const float*>pw, <const float*>pb, rows, D, eps,
+                           <float*>cnp.PyArray_DATA(mean), <float*>cnp.PyArray_DATA(rstd))
+    else:
+        with nogil:
+            _ln_fwd[double](<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(y),
+                            <const double*>pw, <const double*>pb, rows, D, eps,
+                            <double*>cnp.PyArray_DATA(mean), <double*>cnp.PyArray_DATA(rstd))
+    return y, (x, weight, bias is not None, mean, rstd, D)
+
+
+cdef void _ln_bwd(const real* dy, const real* x, const real* w, const real* mean,
+                  const real* rstd, Py_ssize_t rows, Py_ssize_t D, real* dx,
+                  real* dw, real* db) noexcept nogil:
+    cdef Py_ssize_t CH = 64
+    cdef Py_ssize_t nch = (rows + CH - 1) // CH
+    cdef Py_ssize_t c, r, j, r0, r1
+    cdef int nt = _threads_for(rows * D, 1 << 14)
+    cdef bint want_params = dw != NULL
+    cdef double* part = NULL
+    cdef double *pw
+    cdef double *pb
+    cdef double sg, sgx, xh, g, rs, m
+    if want_params and nch > 0:
+        part = <double*>malloc(2 * nch * D * sizeof(double))
+        memset(part, 0, 2 * nch * D * sizeof(double))
+    for c in prange(nch, nogil=True, schedule="static", num_threads=nt):
+        r0 = c * CH
+        r1 = r0 + CH
+        if r1 > rows:
+            r1 = rows
+        pw = part + 2 * c * D if want_params else NULL
+        pb = pw + D if want_params else NULL
+        for r in range(r0, r1):
+            m = mean[r]
+            rs = rstd[r]
+            sg = 0.0
+            sgx = 0.0
+            for j in range(D):
+                xh = (x[r * D + j] - m) * rs
+                g = dy[r * D + j] * (w[j] if w != NULL else 1.0)
+                sg = sg + g
+                sgx = sgx + g * xh
+                if want_params:
+                    pw[j] += dy[r * D + j] * xh
+                    pb[j] += dy[r * D + j]
+            sg = sg / D
+            sgx = sgx / D
+            for j in range(D):
+                xh = (x[r * D + j] - m) * rs
+                g = dy[r * D + j] * (w[j] if w != NULL else 1.0)
+                dx[r * D + j] = <real>(rs * (g - sg - xh * sgx))
+    if want_params:
+        for c in range(1, nch):
+            for j in range(D):
+                part[j] += part[2 * c * D + j]
+                part[D + j] += part[2 * c * D + D + j]
+        for j in range(D):
+            dw[j] = <real>part[j] if nch > 0 else 0
+            if db != NULL:
+                db[j] = <real>part[D + j] if nch > 0 else 0
+        free(part)
+
+
+def layer_norm_backward(cnp.ndarray dy, tuple saved):
+    """layer_norm_backward(dy, saved) -> (d_input, d_weight or None, d_bias or None)."""
+    cdef cnp.ndarray x = saved[0]
+    weight = saved[1]
+    cdef bint has_bias = saved[2]
+    cdef cnp.ndarray mean = saved[3], rstd = saved[4]
+    cdef Py_ssize_t D = saved[5]
+    cdef Py_ssize_t rows = x.size // D if D else 0
+    cdef cnp.ndarray dx = np.empty_like(x)
+    cdef cnp.ndarray dw = None, db = None
+    cdef void* pw = _ptr(weight)
+    if weight is not None:
+        dw = np.empty_like(weight)
+        if has_bias:
+            db = np.empty_like(weight)
+    elif has_bias:
+        # bias without weight: d_bias still needs the column sums; use the dw path
+        dw = np.empty(D, dtype=x.dtype)
+        db = np.empty(D, dtype=x.dtype)
+    cdef void* pdw = _ptr(dw)
+    cdef void* pdb = _ptr(db)
+    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
+        with nogil:
+            _ln_bwd[float](<const float*>cnp.PyArray_DATA(dy), <const float*>cnp.PyArray_DATA(x),
+                           <const float*>pw, <const float*>cnp.PyArray_DATA(mean),
+                           <const float*>cnp.PyArray_DATA(rstd), rows, D,
+                           <float*>cnp.PyArray_DATA(dx), <float*>pdw, <float*>pdb)
+    else:
+        with nogil:
+            _ln_bwd[double](<const double*>cnp.PyArray_DATA(dy), <const double*>cnp.PyArray_DATA(x),
+                            <const double*>pw, <const double*>cnp.PyArray_DATA(mean),
+                            <const double*>cnp.PyArray_DATA(rstd), rows, D,
+                            <double*>cnp.PyArray_DATA(dx), <double*>pdw, <double*>pdb)
+    if weight is None:
+        dw = None
+    return dx, dw, db

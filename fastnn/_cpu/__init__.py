@@ -1,0 +1,1 @@
+"""Compiled kernels (built from csrc/): one subpackage per instruction-set variant."""

@@ -1,0 +1,1 @@
+"""cuda kernels, one module per op family (each lists its kernels in OPS)."""

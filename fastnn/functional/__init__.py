@@ -1,0 +1,9 @@
+"""fastnn.functional (import as F): stateless ops shaped like torch.nn.functional.
+
+``F.op(...)`` is inference; ``F.op_fwd(...) -> (out, ctx)`` and ``F.op_bwd(ctx, d_out)``
+are the differentiable pair the modules (and tests) use.
+"""
+from .activation import *  # noqa: F401,F403
+from .dense import *  # noqa: F401,F403
+from .norm import *  # noqa: F401,F403
+from .softmax import *  # noqa: F401,F403

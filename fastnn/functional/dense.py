@@ -1,0 +1,46 @@
+"""Dense family: linear."""
+from .._backend import dispatch
+from .._validate import float_array, same_dtype
+from ._core import grad_in, make_ctx
+
+__all__ = ["linear", "linear_fwd", "linear_bwd"]
+
+
+def _check(x, weight, bias):
+    x = float_array(x, "input")
+    weight = float_array(weight, "weight")
+    if weight.ndim != 2:
+        raise ValueError(f"weight must be 2-D (out_features, in_features), got shape {tuple(weight.shape)}")
+    if x.ndim < 1:
+        raise ValueError("input must have at least one dimension (..., in_features), got a 0-d array")
+    if tuple(x.shape)[-1] != weight.shape[1]:
+        raise ValueError(f"input's last dimension must equal in_features = weight.shape[1] = "
+                         f"{weight.shape[1]}; got input of shape {tuple(x.shape)} and weight of "
+                         f"shape {tuple(weight.shape)}")
+    same_dtype(x, weight, "weight")
+    if bias is not None:
+        bias = float_array(bias, "bias")
+        if tuple(bias.shape) != (weight.shape[0],):
+            raise ValueError(f"bias must have shape (out_features,) = ({weight.shape[0]},), "
+                             f"got {tuple(bias.shape)}")
+        same_dtype(x, bias, "bias")
+    return x, weight, bias
+
+
+def linear_fwd(x, weight, bias=None):
+    """y = x @ weight.T + bias, for x of any rank (..., in_features) -> (y, ctx)."""
+    x, weight, bias = _check(x, weight, bias)
+    be = dispatch(x, weight, bias)
+    y, saved = be.linear(x, weight, bias)
+    return y, make_ctx(be, saved, y)
+
+
+def linear_bwd(ctx, dy):
+    """-> (d_input, d_weight, d_bias or None)."""
+    be, saved, dy = grad_in(ctx, dy)
+    return be.linear_backward(dy, saved)
+
+
+def linear(x, weight, bias=None):
+    """y = x @ weight.T + bias.  weight (out_features, in_features), bias (out_features,)."""
+    return linear_fwd(x, weight, bias)[0]

@@ -1,0 +1,71 @@
+"""Norm family: layer_norm."""
+import numbers
+
+from .._backend import dispatch
+from .._validate import float_array, positive_float, same_dtype
+from ._core import grad_in, make_ctx
+
+__all__ = ["layer_norm", "layer_norm_fwd", "layer_norm_bwd", "normalized_shape_tuple"]
+
+
+def normalized_shape_tuple(normalized_shape, name="normalized_shape"):
+    if isinstance(normalized_shape, numbers.Integral) and not isinstance(normalized_shape, bool):
+        ns = (int(normalized_shape),)
+    else:
+        try:
+            ns = tuple(normalized_shape)
+        except TypeError:
+            raise TypeError(f"{name} must be an int or a sequence of ints, "
+                            f"got {type(normalized_shape).__name__}") from None
+        for d in ns:
+            if isinstance(d, bool) or not isinstance(d, numbers.Integral):
+                raise TypeError(f"{name} must contain ints, got {normalized_shape!r}")
+        ns = tuple(int(d) for d in ns)
+    if len(ns) == 0:
+        raise ValueError(f"{name} must name at least one dimension, got ()")
+    if any(d < 0 for d in ns):
+        raise ValueError(f"{name} must be non-negative, got {ns}")
+    return ns
+
+
+def _check(x, ns, weight, bias, eps):
+    x = float_array(x, "input")
+    ns = normalized_shape_tuple(ns)
+    k = len(ns)
+    if x.ndim < k or tuple(x.shape)[x.ndim - k:] != ns:
+        raise ValueError(f"input of shape {tuple(x.shape)} does not end in normalized_shape {ns}")
+    for a, name in ((weight, "weight"), (bias, "bias")):
+        if a is not None:
+            if tuple(a.shape) != ns:
+                raise ValueError(f"{name} must have shape normalized_shape = {ns}, got {tuple(a.shape)}")
+    if weight is not None:
+        weight = float_array(weight, "weight")
+        same_dtype(x, weight, "weight")
+    if bias is not None:
+        bias = float_array(bias, "bias")
+        same_dtype(x, bias, "bias")
+    if eps.__class__ is not float or not eps > 0:
+        eps = positive_float(eps, "eps")
+    D = 1
+    for d in ns:
+        D *= d
+    return x, weight, bias, D, eps
+
+
+def layer_norm_fwd(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """Layer normalisation over the trailing ``normalized_shape`` dims -> (y, ctx)."""
+    x, weight, bias, D, eps = _check(x, normalized_shape, weight, bias, eps)
+    be = dispatch(x, weight, bias)
+    y, saved = be.layer_norm(x, weight, bias, D, eps)
+    return y, make_ctx(be, saved, y)
+
+
+def layer_norm_bwd(ctx, dy):
+    """-> (d_input, d_weight or None, d_bias or None)."""
+    be, saved, dy = grad_in(ctx, dy)
+    return be.layer_norm_backward(dy, saved)
+
+
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """y = (x - mean) / sqrt(var + eps) * weight + bias over the trailing dims (biased var)."""
+    return layer_norm_fwd(x, normalized_shape, weight, bias, eps)[0]

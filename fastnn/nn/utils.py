@@ -1,0 +1,1 @@
+"""fastnn.nn.utils: gradient clipping and parameter helpers."""

@@ -1,0 +1,23 @@
+"""Dense family, reference: y = x W^T + b."""
+import numpy as np
+
+from ._util import cast, f64
+
+OPS = ("linear", "linear_backward")
+
+
+def linear(x, weight, bias):
+    y = f64(x) @ f64(weight).T
+    if bias is not None:
+        y = y + f64(bias)
+    return cast(y, x), (x, weight, bias is not None)
+
+
+def linear_backward(dy, saved):
+    x, weight, has_bias = saved
+    g = f64(dy).reshape(-1, weight.shape[0])
+    x2 = f64(x).reshape(-1, weight.shape[1])
+    dx = (g @ f64(weight)).reshape(x.shape)
+    dw = g.T @ x2
+    db = g.sum(axis=0) if has_bias else None
+    return cast(dx, x), cast(dw, x), cast(db, x)

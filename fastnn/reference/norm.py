@@ -1,0 +1,37 @@
+"""Norm family, reference: layer_norm over the last D elements."""
+import numpy as np
+
+from ._util import cast, f64
+
+OPS = ("layer_norm", "layer_norm_backward")
+
+
+def layer_norm(x, weight, bias, D, eps):
+    x2 = f64(x).reshape(-1, D)
+    mean = x2.mean(axis=1, keepdims=True)
+    var = ((x2 - mean) ** 2).mean(axis=1, keepdims=True)
+    rstd = 1.0 / np.sqrt(var + eps)
+    xhat = (x2 - mean) * rstd
+    y = xhat
+    if weight is not None:
+        y = y * f64(weight).reshape(-1)
+    if bias is not None:
+        y = y + f64(bias).reshape(-1)
+    return cast(y.reshape(x.shape), x), (x, weight, bias is not None, mean[:, 0], rstd[:, 0], D)
+
+
+def layer_norm_backward(dy, saved):
+    x, weight, has_bias, mean, rstd, D = saved
+    x2 = f64(x).reshape(-1, D)
+    g0 = f64(dy).reshape(-1, D)
+    xhat = (x2 - mean[:, None]) * rstd[:, None]
+    g = g0 * f64(weight).reshape(-1) if weight is not None else g0
+    dx = rstd[:, None] * (g - g.mean(axis=1, keepdims=True)
+                          - xhat * (g * xhat).mean(axis=1, keepdims=True))
+    dw = (g0 * xhat).sum(axis=0) if weight is not None else None
+    db = g0.sum(axis=0) if has_bias else None
+    if weight is not None:
+        dw = cast(dw.reshape(weight.shape), x)
+    if db is not None:
+        db = cast(db.reshape(weight.shape if weight is not None else (D,)), x)
+    return cast(dx.reshape(x.shape), x), dw, db
