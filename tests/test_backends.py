@@ -12,6 +12,7 @@ from fastnn._backend import backend
 # fallbacks exactly (so it shrinks as kernels land, and nothing slips in unnoticed);
 # issue "GPU path" is done when it is empty.
 CUDA_PENDING = {
+    "dropout", "dropout_backward",
     "gelu", "gelu_backward", "layer_norm", "layer_norm_backward", "linear", "linear_backward",
     "log_softmax", "log_softmax_backward", "softmax", "softmax_backward",
 }

@@ -2,6 +2,7 @@
 from . import init  # noqa: F401
 from .activation import *  # noqa: F401,F403
 from .dense import *  # noqa: F401,F403
+from .dropout import *  # noqa: F401,F403
 from .module import *  # noqa: F401,F403
 from .norm import *  # noqa: F401,F403
 from . import utils  # noqa: F401,E402
