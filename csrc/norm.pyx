@@ -8,7 +8,6 @@
 cimport cython
 cimport numpy as cnp
 from cython.parallel cimport prange
-from libc.math cimport sqrt
 from libc.stdlib cimport malloc, free
 from libc.string cimport memset
 
@@ -23,31 +22,31 @@ include "fnn_runtime.pxi"
 OPS = ("layer_norm", "layer_norm_backward")
 
 
+cdef extern from "fnn_norm.h" nogil:
+    void fnn_ln_fwd_row_f(const float* x, float* y, const float* w, const float* b, Py_ssize_t D,
+                          double eps, float* mean_out, float* rstd_out)
+    void fnn_ln_fwd_row_d(const double* x, double* y, const double* w, const double* b,
+                          Py_ssize_t D, double eps, double* mean_out, double* rstd_out)
+    void fnn_ln_bwd_row_f(const float* dy, const float* x, const float* w, float mean, float rstd,
+                          Py_ssize_t D, float* dx, double* pw, double* pb)
+    void fnn_ln_bwd_row_d(const double* dy, const double* x, const double* w, double mean,
+                          double rstd, Py_ssize_t D, double* dx, double* pw, double* pb)
+
+
 cdef inline void _ln_row(const real* x, real* y, const real* w, const real* b, Py_ssize_t D,
                          double eps, real* mean_out, real* rstd_out) noexcept nogil:
-    cdef Py_ssize_t j
-    cdef double s = 0.0, ss = 0.0, d, m, rs
-    cdef real mf, rf
-    for j in range(D):
-        s += x[j]
-    m = s / D
-    for j in range(D):
-        d = x[j] - m
-        ss += d * d
-    rs = 1.0 / sqrt(ss / D + eps)
-    mf = <real>m
-    rf = <real>rs
-    if w != NULL and b != NULL:
-        for j in range(D):
-            y[j] = (x[j] - mf) * rf * w[j] + b[j]
-    elif w != NULL:
-        for j in range(D):
-            y[j] = (x[j] - mf) * rf * w[j]
+    if real is float:
+        fnn_ln_fwd_row_f(x, y, w, b, D, eps, mean_out, rstd_out)
     else:
-        for j in range(D):
-            y[j] = (x[j] - mf) * rf
-    mean_out[0] = mf
-    rstd_out[0] = rf
+        fnn_ln_fwd_row_d(x, y, w, b, D, eps, mean_out, rstd_out)
+
+
+cdef inline void _ln_bwd_row(const real* dy, const real* x, const real* w, real mean, real rstd,
+                             Py_ssize_t D, real* dx, double* pw, double* pb) noexcept nogil:
+    if real is float:
+        fnn_ln_bwd_row_f(dy, x, w, mean, rstd, D, dx, pw, pb)
+    else:
+        fnn_ln_bwd_row_d(dy, x, w, mean, rstd, D, dx, pw, pb)
 
 
 cdef void _ln_fwd(const real* x, real* y, const real* w, const real* b, Py_ssize_t rows,
@@ -103,7 +102,6 @@ cdef void _ln_bwd(const real* dy, const real* x, const real* w, const real* mean
     cdef double* part = NULL
     cdef double *pw
     cdef double *pb
-    cdef double sg, sgx, xh, g, rs, m
     if want_params and nch > 0:
         part = <double*>malloc(2 * nch * D * sizeof(double))
         memset(part, 0, 2 * nch * D * sizeof(double))
@@ -115,24 +113,7 @@ cdef void _ln_bwd(const real* dy, const real* x, const real* w, const real* mean
         pw = part + 2 * c * D if want_params else NULL
         pb = pw + D if want_params else NULL
         for r in range(r0, r1):
-            m = mean[r]
-            rs = rstd[r]
-            sg = 0.0
-            sgx = 0.0
-            for j in range(D):
-                xh = (x[r * D + j] - m) * rs
-                g = dy[r * D + j] * (w[j] if w != NULL else 1.0)
-                sg = sg + g
-                sgx = sgx + g * xh
-                if want_params:
-                    pw[j] += dy[r * D + j] * xh
-                    pb[j] += dy[r * D + j]
-            sg = sg / D
-            sgx = sgx / D
-            for j in range(D):
-                xh = (x[r * D + j] - m) * rs
-                g = dy[r * D + j] * (w[j] if w != NULL else 1.0)
-                dx[r * D + j] = <real>(rs * (g - sg - xh * sgx))
+            _ln_bwd_row(dy + r * D, x + r * D, w, mean[r], rstd[r], D, dx + r * D, pw, pb)
     if want_params:
         for c in range(1, nch):
             for j in range(D):

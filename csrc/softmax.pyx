@@ -34,27 +34,19 @@ cdef inline real _exp(real x) noexcept nogil:
         return exp(x)
 
 
+cdef extern from "fnn_softmax.h" nogil:
+    void fnn_softmax_row_f(const float* x, float* y, Py_ssize_t n, int logsm)
+    void fnn_softmax_row_d(const double* x, double* y, Py_ssize_t n, int logsm)
+    void fnn_softmax_bwd_row_f(const float* dy, const float* y, float* dx, Py_ssize_t n, int logsm)
+    void fnn_softmax_bwd_row_d(const double* dy, const double* y, double* dx, Py_ssize_t n,
+                               int logsm)
+
+
 cdef inline void _row_fwd(const real* x, real* y, Py_ssize_t n, bint logsm) noexcept nogil:
-    cdef Py_ssize_t j
-    cdef real m = -INFINITY
-    cdef double s = 0.0
-    cdef real inv, lse
-    for j in range(n):
-        if x[j] > m or x[j] != x[j]:
-            m = x[j]
-    if logsm:
-        for j in range(n):
-            s += _exp(x[j] - m)
-        lse = <real>(m + log(s))
-        for j in range(n):
-            y[j] = x[j] - lse
+    if real is float:
+        fnn_softmax_row_f(x, y, n, logsm)
     else:
-        for j in range(n):
-            y[j] = _exp(x[j] - m)
-            s += y[j]
-        inv = <real>(1.0 / s)
-        for j in range(n):
-            y[j] = y[j] * inv
+        fnn_softmax_row_d(x, y, n, logsm)
 
 
 cdef inline void _block_fwd(const real* x, real* y, Py_ssize_t n, Py_ssize_t inner,
@@ -121,21 +113,10 @@ cdef void _fwd(const real* x, real* y, Py_ssize_t outer, Py_ssize_t n, Py_ssize_
 
 cdef inline void _row_bwd(const real* dy, const real* y, real* dx, Py_ssize_t n,
                           bint logsm) noexcept nogil:
-    cdef Py_ssize_t j
-    cdef double s = 0.0
-    cdef real sf
-    if logsm:
-        for j in range(n):
-            s += dy[j]
-        sf = <real>s
-        for j in range(n):
-            dx[j] = dy[j] - _exp(y[j]) * sf
+    if real is float:
+        fnn_softmax_bwd_row_f(dy, y, dx, n, logsm)
     else:
-        for j in range(n):
-            s += dy[j] * y[j]
-        sf = <real>s
-        for j in range(n):
-            dx[j] = y[j] * (dy[j] - sf)
+        fnn_softmax_bwd_row_d(dy, y, dx, n, logsm)
 
 
 cdef inline void _block_bwd(const real* dy, const real* y, real* dx, Py_ssize_t n,

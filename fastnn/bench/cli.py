@@ -1,0 +1,165 @@
+"""The ``fastnn bench`` runner: discovers every family's cases, times them, prints a table.
+
+Speed is reported as ratios within one run (the machine's own copy bandwidth and sgemm
+rate are measured in the same run), because shared machines are noisy.
+"""
+import argparse
+import importlib
+import json
+import os
+import pkgutil
+import platform
+import sys
+import time
+
+import numpy as np
+
+from .core import copy_bandwidth, sgemm_rate, time_fn, torch_or_none
+
+_NOT_FAMILIES = {"core", "cli"}
+
+
+def families():
+    import fastnn.bench as pkg
+    return sorted(m.name for m in pkgutil.iter_modules(pkg.__path__)
+                  if not m.name.startswith("_") and m.name not in _NOT_FAMILIES)
+
+
+def collect(only=None):
+    out = []
+    for fam in families():
+        mod = importlib.import_module(f"fastnn.bench.{fam}")
+        for c in mod.cases():
+            if only and c.family not in only and fam not in only:
+                continue
+            out.append(c)
+    return out
+
+
+def _fmt_rate(case, t, bw, gf):
+    if t is None:
+        return ""
+    if case.flops:
+        r = case.flops / t / 1e9
+        return f"{r:7.1f} GFLOP/s ({100 * r / gf:3.0f}% sgemm)"
+    if case.bytes:
+        r = case.bytes / t / 1e9
+        return f"{r:7.1f} GB/s ({100 * r / bw:3.0f}% copy)"
+    return ""
+
+
+def run(only=None, threads=None, json_path=None, plot_path=None, quick=False, out=sys.stdout):
+    import fastnn
+    n = threads or fastnn.get_num_threads()
+    fastnn.set_num_threads(n)
+    torch = torch_or_none()
+    if torch is not None:
+        torch.set_num_threads(n)
+    cases = collect(only)
+    if not cases:
+        raise SystemExit(f"no benchmark cases for {only}; families: {', '.join(families())}")
+    print(f"fastnn {fastnn.__version__} bench: {len(cases)} cases, {n} threads, cpu variant "
+          f"{sorted(set(fastnn._backend.backend('cpu').variant.values()))}, torch "
+          f"{torch.__version__ if torch else 'not installed'}", file=out)
+    print("measuring the machine's ceilings ...", file=sys.stderr, flush=True)
+    bw = copy_bandwidth()
+    gf = sgemm_rate()
+    print(f"ceilings: copy bandwidth {bw:.1f} GB/s (read+write), sgemm {gf:.1f} GFLOP/s", file=out)
+    rows = []
+    header = (f"{'family':<10} {'op':<34} {'shape':<26} {'fastnn ms':>10} {'ref ms':>9} "
+              f"{'vs ref':>7} {'torch ms':>9} {'vs torch':>8}  achieved")
+    print(header, file=out)
+    print("-" * len(header), file=out)
+    t_start = time.perf_counter()
+    for i, c in enumerate(cases):
+        print(f"[{i + 1}/{len(cases)}] {c.family} {c.op} {c.shape} ...", file=sys.stderr, flush=True)
+        fns = c.make()
+        mt = c.min_time * (0.4 if quick else 1.0)
+        t_fast = time_fn(fns["fastnn"], mt, c.max_reps)
+        t_ref = None
+        if fns.get("reference") is not None:
+            t_ref = time_fn(fns["reference"], min_time=0.0, max_reps=3 if not quick else 1)
+        t_torch = None
+        if fns.get("torch") is not None:
+            t_torch = time_fn(fns["torch"], mt, c.max_reps)
+        del fns
+        row = dict(family=c.family, op=c.op, shape=c.shape, fastnn_ms=t_fast * 1e3,
+                   reference_ms=None if t_ref is None else t_ref * 1e3,
+                   torch_ms=None if t_torch is None else t_torch * 1e3,
+                   speedup_vs_reference=None if t_ref is None else t_ref / t_fast,
+                   time_ratio_vs_torch=None if t_torch is None else t_fast / t_torch,
+                   gbps=None if not c.bytes else c.bytes / t_fast / 1e9,
+                   gflops=None if not c.flops else c.flops / t_fast / 1e9)
+        rows.append(row)
+        ref_s = f"{row['reference_ms']:9.2f}" if t_ref else f"{'-':>9}"
+        sp_s = f"{row['speedup_vs_reference']:6.1f}x" if t_ref else f"{'-':>7}"
+        to_s = f"{row['torch_ms']:9.3f}" if t_torch else f"{'-':>9}"
+        tr_s = f"{row['time_ratio_vs_torch']:7.2f}x" if t_torch else f"{'-':>8}"
+        print(f"{c.family:<10} {c.op:<34} {c.shape:<26} {row['fastnn_ms']:10.3f} {ref_s} {sp_s} "
+              f"{to_s} {tr_s}  {_fmt_rate(c, t_fast, bw, gf)}", file=out, flush=True)
+    print(f"('vs ref' = reference time / fastnn time; 'vs torch' = fastnn time / torch time, "
+          f"<= 1.00x means fastnn is at least as fast)  [{time.perf_counter() - t_start:.0f} s]",
+          file=out)
+    result = dict(version=fastnn.__version__, threads=n, machine=platform.machine(),
+                  processor=_cpu_name(), nproc=os.cpu_count(), copy_gbps=bw, sgemm_gflops=gf,
+                  torch=None if torch is None else torch.__version__,
+                  date=time.strftime("%Y-%m-%d"), rows=rows)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(result, f, indent=1)
+        print(f"wrote {json_path}", file=out)
+    if plot_path:
+        plot(result, plot_path)
+        print(f"wrote {plot_path}", file=out)
+    return result
+
+
+def _cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def plot(result, path):
+    """A bar chart of speedups (log scale): vs the reference and vs torch."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SystemExit("--plot needs matplotlib: pip install 'fastnn[bench]'") from None
+    rows = result["rows"]
+    labels = [f"{r['family']}: {r['op']} {r['shape']}" for r in rows]
+    y = np.arange(len(rows))
+    fig, ax = plt.subplots(figsize=(11, 0.38 * len(rows) + 1.5))
+    ref = [r["speedup_vs_reference"] or 0 for r in rows]
+    tor = [1.0 / r["time_ratio_vs_torch"] if r["time_ratio_vs_torch"] else 0 for r in rows]
+    ax.barh(y - 0.2, ref, 0.4, label="speedup vs NumPy reference")
+    ax.barh(y + 0.2, tor, 0.4, label="speedup vs PyTorch CPU")
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_yticks(y)
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("speedup (x, log scale; > 1 = fastnn faster)")
+    ax.set_title(f"fastnn {result['version']} on {result['processor']} ({result['threads']} threads)")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def add_parser(sub):
+    p = sub.add_parser("bench", help="time fastnn's kernels vs the NumPy reference and PyTorch")
+    p.add_argument("--only", action="append", metavar="FAMILY",
+                   help="only this family (repeatable); families: " + ", ".join(families()))
+    p.add_argument("--threads", type=int, default=None, help="threads (default: all CPUs)")
+    p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    p.add_argument("--plot", metavar="FILE.png", help="also draw a bar chart (needs matplotlib)")
+    p.add_argument("--quick", action="store_true", help="fewer repetitions")
+    p.set_defaults(func=lambda a: run(a.only, a.threads, a.json, a.plot, a.quick))
+    return p

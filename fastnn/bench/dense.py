@@ -1,0 +1,44 @@
+"""Dense family benchmarks: linear forward + backward (GEMM-bound)."""
+import numpy as np
+
+from .core import BenchCase, torch_or_none
+
+
+def _linear(rows, n_in, n_out):
+    def make():
+        import fastnn.functional as F
+        from fastnn._backend import backend
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((rows, n_in)).astype(np.float32)
+        w = (rng.standard_normal((n_out, n_in)) * 0.02).astype(np.float32)
+        b = np.zeros(n_out, np.float32)
+        dy = rng.standard_normal((rows, n_out)).astype(np.float32)
+        ref = backend("reference")
+
+        def fast():
+            y, ctx = F.linear_fwd(x, w, b)
+            return F.linear_bwd(ctx, dy)
+
+        def reference():
+            y, s = ref.linear(x, w, b)
+            return ref.linear_backward(dy, s)
+
+        fns = {"fastnn": fast, "reference": reference, "torch": None}
+        torch = torch_or_none()
+        if torch is not None:
+            tx = torch.tensor(x, requires_grad=True)
+            tl = torch.nn.Linear(n_in, n_out)
+            tdy = torch.tensor(dy)
+
+            def t():
+                tx.grad = None
+                tl.zero_grad(set_to_none=True)
+                tl(tx).backward(tdy)
+            fns["torch"] = t
+        return fns
+    return BenchCase("dense", "linear fwd+bwd", f"{rows}x{n_in}->{n_out}", make,
+                     flops=3 * 2.0 * rows * n_in * n_out)
+
+
+def cases():
+    return [_linear(4096, 768, 3072)]
