@@ -11,10 +11,10 @@ from fastnn._backend import backend
 # Ops the cuda backend does not implement yet.  This list must equal the cuda backend's
 # fallbacks exactly (so it shrinks as kernels land, and nothing slips in unnoticed);
 # issue "GPU path" is done when it is empty.
-CUDA_PENDING = {
-    "dropout", "dropout_backward",
-    "gelu", "gelu_backward", "layer_norm", "layer_norm_backward", "linear", "linear_backward",
-    "log_softmax", "log_softmax_backward", "softmax", "softmax_backward",
+CUDA_PENDING = set() | {
+    "adam_step", "adamw_step", "sgd_step",
+    "avg_pool2d", "avg_pool2d_backward", "batch_norm", "batch_norm_backward", "conv2d",
+    "conv2d_backward", "max_pool2d", "max_pool2d_backward",
 }
 
 

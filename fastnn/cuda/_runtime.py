@@ -1,20 +1,41 @@
-"""The one module that imports numba: device arrays, conversions, backend assembly."""
+"""The one module that imports numba: device arrays, conversions, backend assembly.
+
+Everything else in fastnn.cuda takes ``cuda`` (and the numba scalar types) from here,
+so the import of numba happens in exactly one place and only when the cuda backend is
+first used.
+"""
 import numpy as np
+import numba
 from numba import cuda  # noqa: F401  (the single numba import of fastnn)
 
 from .._backend import Backend, collect_ops
 
+#: True under numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1 before numba's import).
+SIM = bool(numba.config.ENABLE_CUDASIM)
+
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+
 
 def is_simulator():
-    from numba.cuda import simulator_enabled  # type: ignore[attr-defined]
-    return bool(simulator_enabled)
+    return SIM
+
+
+def numba_type(dtype):
+    """The numba scalar type of a NumPy dtype (for cuda.shared/local.array)."""
+    return numba.from_dtype(np.dtype(dtype))
+
+
+def is_device_array(a):
+    return type(a) is not np.ndarray and (hasattr(a, "copy_to_host")
+                                          or hasattr(a, "__cuda_array_interface__"))
 
 
 def as_device(a):
     """A numba device array viewing ``a`` (anything with __cuda_array_interface__), no copy."""
     if hasattr(a, "copy_to_host"):   # numba device array (or the simulator's)
         return a
-    if cuda.is_cuda_array(a):
+    if hasattr(a, "__cuda_array_interface__"):
         return cuda.as_cuda_array(a)
     raise TypeError(f"expected a device array, got {type(a).__name__}")
 
@@ -22,7 +43,7 @@ def as_device(a):
 def to_device(a):
     if type(a) is np.ndarray:
         return cuda.to_device(np.ascontiguousarray(a))
-    if hasattr(a, "__cuda_array_interface__") or hasattr(a, "copy_to_host"):
+    if is_device_array(a):
         return as_device(a)
     return cuda.to_device(np.ascontiguousarray(np.asarray(a)))
 
@@ -34,13 +55,13 @@ def to_numpy(a):
 
 
 def accumulate(dst, src):
-    from . import kernels_common
-    kernels_common.accumulate(as_device(dst), as_device(src))
+    from . import _kit
+    _kit.accumulate(as_device(dst), _kit.dev(src))
 
 
 def make_backend():
-    from .._backend import backend
     import fastnn.cuda.ops as pkg
+    from .._backend import backend
     ref = backend("reference")
     ops = collect_ops(pkg)
     fallbacks = sorted(set(ref.ops) - set(ops))

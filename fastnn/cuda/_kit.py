@@ -1,0 +1,409 @@
+"""Kernel toolkit of the cuda backend: launch geometry, block reductions, device arrays.
+
+Design notes
+- Launch geometry is one set of constants.  Under numba's CUDA simulator every CUDA
+  thread is a Python thread and blocks run one after another, so there blocks are one
+  warp wide and grids are capped at two blocks; kernels use grid-stride loops, so the
+  same code is correct for any grid.  On a GPU: 256-thread blocks.
+- Block reductions (``block_sum``, ``block_max``) are THE place where warp shuffles
+  live.  The simulator has no shuffles: there the same device functions go through
+  shared memory (thread 0 reduces the block's values in order).  Callers pass a shared
+  buffer of ``SBUF`` elements and call them from every thread of the block
+  (uniform control flow; the functions synchronise the block).
+- Kernels are built per dtype by factories (``functools.lru_cache`` on the dtype) that
+  close over typed constants (``T(0.5)`` with ``T = np.float32``): a bare float literal
+  would silently promote float32 arithmetic to float64.  Index math is integer-only and
+  never mixed into float expressions.
+- Parameter-gradient reductions (``colsum``) sum fixed chunks of rows into a partial
+  buffer and reduce the partials in order: deterministic, no atomics.
+"""
+import functools
+
+import numpy as np
+
+from ._runtime import SIM, as_device, cuda, numba_type
+
+if SIM:
+    THREADS = 32         # elementwise block size
+    ROW_THREADS = 32     # threads per row in row-wise (block per row) kernels
+    MAX_BLOCKS = 2       # grid cap: grid-stride loops do the rest
+    TILE = 4             # GEMM tile edge
+    CHUNK = 4            # rows per partial sum in column reductions
+else:
+    THREADS = 256
+    ROW_THREADS = 256
+    MAX_BLOCKS = 1 << 16
+    TILE = 16
+    CHUNK = 128
+SBUF = ROW_THREADS + 1   # shared scratch of the block reductions (one slot per thread + 1)
+
+F32 = np.dtype(np.float32)
+F64 = np.dtype(np.float64)
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+def blocks_for(n, threads=THREADS):
+    """Blocks for ``n`` grid-stride work items (at least 1)."""
+    return max(1, min(cdiv(n, threads), MAX_BLOCKS))
+
+
+def row_blocks(rows):
+    """Blocks for a block-per-row kernel over ``rows`` rows (grid-stride over rows)."""
+    return max(1, min(rows, MAX_BLOCKS if SIM else (1 << 20)))
+
+
+def per_dtype(factory):
+    """Cache a kernel factory ``factory(dtype)`` per NumPy dtype."""
+    cached = functools.lru_cache(maxsize=None)(factory)
+
+    @functools.wraps(factory)
+    def get(dtype):
+        return cached(np.dtype(dtype))
+    get.cache = cached
+    return get
+
+
+# ------------------------------------------------------------------ block reductions
+if SIM:
+    @cuda.jit(device=True)
+    def block_sum(v, sbuf):
+        """Sum of ``v`` over the block (every thread gets it).  Simulator: shared memory."""
+        t = cuda.threadIdx.x
+        sbuf[t] = v
+        cuda.syncthreads()
+        if t == 0:
+            s = sbuf[0]
+            for i in range(1, cuda.blockDim.x):
+                s += sbuf[i]
+            sbuf[SBUF - 1] = s
+        cuda.syncthreads()
+        r = sbuf[SBUF - 1]
+        cuda.syncthreads()
+        return r
+
+    @cuda.jit(device=True)
+    def block_max(v, sbuf):
+        t = cuda.threadIdx.x
+        sbuf[t] = v
+        cuda.syncthreads()
+        if t == 0:
+            s = sbuf[0]
+            for i in range(1, cuda.blockDim.x):
+                if sbuf[i] > s:
+                    s = sbuf[i]
+            sbuf[SBUF - 1] = s
+        cuda.syncthreads()
+        r = sbuf[SBUF - 1]
+        cuda.syncthreads()
+        return r
+else:  # pragma: no cover - needs a GPU
+    @cuda.jit(device=True, inline=True)
+    def _warp_sum(v):
+        v += cuda.shfl_down_sync(0xFFFFFFFF, v, 16)
+        v += cuda.shfl_down_sync(0xFFFFFFFF, v, 8)
+        v += cuda.shfl_down_sync(0xFFFFFFFF, v, 4)
+        v += cuda.shfl_down_sync(0xFFFFFFFF, v, 2)
+        v += cuda.shfl_down_sync(0xFFFFFFFF, v, 1)
+        return v
+
+    @cuda.jit(device=True, inline=True)
+    def _warp_max(v):
+        v = max(v, cuda.shfl_down_sync(0xFFFFFFFF, v, 16))
+        v = max(v, cuda.shfl_down_sync(0xFFFFFFFF, v, 8))
+        v = max(v, cuda.shfl_down_sync(0xFFFFFFFF, v, 4))
+        v = max(v, cuda.shfl_down_sync(0xFFFFFFFF, v, 2))
+        v = max(v, cuda.shfl_down_sync(0xFFFFFFFF, v, 1))
+        return v
+
+    @cuda.jit(device=True)
+    def block_sum(v, sbuf):
+        """Sum of ``v`` over the block (every thread gets it): warp shuffles, then the
+        per-warp sums in order by thread 0."""
+        t = cuda.threadIdx.x
+        v = _warp_sum(v)
+        if (t & 31) == 0:
+            sbuf[t >> 5] = v
+        cuda.syncthreads()
+        if t == 0:
+            s = sbuf[0]
+            for i in range(1, (cuda.blockDim.x + 31) >> 5):
+                s += sbuf[i]
+            sbuf[SBUF - 1] = s
+        cuda.syncthreads()
+        r = sbuf[SBUF - 1]
+        cuda.syncthreads()
+        return r
+
+    @cuda.jit(device=True)
+    def block_max(v, sbuf):
+        t = cuda.threadIdx.x
+        v = _warp_max(v)
+        if (t & 31) == 0:
+            sbuf[t >> 5] = v
+        cuda.syncthreads()
+        if t == 0:
+            s = sbuf[0]
+            for i in range(1, (cuda.blockDim.x + 31) >> 5):
+                s = max(s, sbuf[i])
+            sbuf[SBUF - 1] = s
+        cuda.syncthreads()
+        r = sbuf[SBUF - 1]
+        cuda.syncthreads()
+        return r
+
+
+# ------------------------------------------------------------------ device arrays
+def dtype_of(a):
+    return np.dtype(a.dtype)
+
+
+def shape_of(a):
+    return tuple(a.shape)
+
+
+def empty(shape, dtype):
+    return cuda.device_array(tuple(int(s) for s in shape), dtype=np.dtype(dtype))
+
+
+def empty_like(a):
+    return empty(shape_of(a), dtype_of(a))
+
+
+def numel(shape):
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
+def flat(a):
+    """1-D view of a C-contiguous device array."""
+    return a.reshape(numel(shape_of(a)))
+
+
+def reshape(a, shape):
+    shape = tuple(int(s) for s in shape)
+    return a if shape_of(a) == shape else a.reshape(shape)
+
+
+def dev(a):
+    """``a`` as a C-contiguous numba device array: NumPy arrays are copied to the device
+    once; device arrays (numba, CuPy, torch via __cuda_array_interface__) are viewed, and
+    copied on the device only when they are not C-contiguous."""
+    if a is None:
+        return None
+    if type(a) is np.ndarray:
+        return cuda.to_device(np.ascontiguousarray(a))
+    d = as_device(a)
+    if not d.is_c_contiguous():
+        d = contiguous(d)
+    return d
+
+
+@cuda.jit
+def _fill(x, v, n):
+    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        x[i] = v
+
+
+@cuda.jit
+def _add_into(dst, src, n):
+    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        dst[i] += src[i]
+
+
+@cuda.jit
+def _copy1(src, dst, n):
+    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        dst[i] = src[i]
+
+
+@cuda.jit
+def _copy2(src, dst, n):
+    d1 = src.shape[1]
+    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        dst[i] = src[i // d1, i % d1]
+
+
+@cuda.jit
+def _copy3(src, dst, n):
+    d1 = src.shape[1]
+    d2 = src.shape[2]
+    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        r = i // d2
+        dst[i] = src[r // d1, r % d1, i % d2]
+
+
+@cuda.jit
+def _copy4(src, dst, n):
+    d1 = src.shape[1]
+    d2 = src.shape[2]
+    d3 = src.shape[3]
+    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        r = i // d3
+        r2 = r // d2
+        dst[i] = src[r2 // d1, r2 % d1, r % d2, i % d3]
+
+
+_COPY = {1: _copy1, 2: _copy2, 3: _copy3, 4: _copy4}
+
+
+def contiguous(a):
+    """A C-contiguous device copy of a strided device array (up to 4-D)."""
+    shape = shape_of(a)
+    n = numel(shape)
+    out = empty(shape, dtype_of(a))
+    if n == 0:
+        return out
+    k = _COPY.get(len(shape))
+    if k is None:
+        raise ValueError(f"non-contiguous device arrays of {len(shape)} dimensions are not "
+                         f"supported; make the array contiguous first")
+    k[blocks_for(n), THREADS](a, flat(out), n)
+    return out
+
+
+def device_pointer(a):
+    """Start address of a device array's data (the simulator: the host buffer's)."""
+    ai = getattr(a, "__cuda_array_interface__", None)
+    if ai is not None:
+        return ai["data"][0]
+    return a._ary.__array_interface__["data"][0]   # simulator's FakeCUDAArray
+
+
+def same_memory(a, b):
+    return device_pointer(a) == device_pointer(b)
+
+
+def fill(a, value):
+    n = numel(shape_of(a))
+    if n:
+        _fill[blocks_for(n), THREADS](flat(a), dtype_of(a).type(value), n)
+    return a
+
+
+def zeros(shape, dtype):
+    return fill(empty(shape, dtype), 0)
+
+
+def accumulate(dst, src):
+    """dst += src (same shape and dtype; both C-contiguous device arrays)."""
+    if shape_of(dst) != shape_of(src):
+        raise ValueError(f"accumulate: shapes differ: {shape_of(dst)} vs {shape_of(src)}")
+    if dtype_of(dst) != dtype_of(src):
+        raise TypeError(f"accumulate: dtypes differ: {dtype_of(dst)} vs {dtype_of(src)}")
+    n = numel(shape_of(dst))
+    if n:
+        _add_into[blocks_for(n), THREADS](flat(dst), flat(src), n)
+
+
+def copy(a):
+    out = empty_like(a)
+    n = numel(shape_of(a))
+    if n:
+        _copy1[blocks_for(n), THREADS](flat(a), flat(out), n)
+    return out
+
+
+# ------------------------------------------------------------------ column sums
+@cuda.jit
+def _colsum_partial(x, part, R, C, chunk):
+    # block row y = one chunk of rows; columns grid-stride along x (coalesced)
+    ch = cuda.blockIdx.y
+    r0 = ch * chunk
+    r1 = min(r0 + chunk, R)
+    for c in range(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, C,
+                   cuda.gridDim.x * cuda.blockDim.x):
+        s = x[r0, c]
+        for r in range(r0 + 1, r1):
+            s += x[r, c]
+        part[ch, c] = s
+
+
+@cuda.jit
+def _reduce_partials(part, out, K, C):
+    for c in range(cuda.grid(1), C, cuda.gridsize(1)):
+        s = part[0, c]
+        for k in range(1, K):
+            s += part[k, c]
+        out[c] = s
+
+
+def chunking(rows):
+    """(rows per chunk, number of chunks) for a partial-sum pass over ``rows`` rows."""
+    chunk = max(CHUNK, cdiv(rows, 65535))   # the chunk count is a grid y dimension
+    return chunk, max(1, cdiv(rows, chunk))
+
+
+def reduce_partials(part, out):
+    """out[c] = sum_k part[k, c], in order of k."""
+    K, C = shape_of(part)
+    if C:
+        _reduce_partials[blocks_for(C), THREADS](part, out, K, C)
+    return out
+
+
+def colsum(x2):
+    """Column sums of a 2-D device array, deterministic (fixed row chunks, ordered)."""
+    R, C = shape_of(x2)
+    dt = dtype_of(x2)
+    out = empty((C,), dt)
+    if C == 0:
+        return out
+    if R == 0:
+        return fill(out, 0)
+    chunk, K = chunking(R)
+    part = empty((K, C), dt)
+    _colsum_partial[(blocks_for(C), K), THREADS](x2, part, R, C, chunk)
+    return reduce_partials(part, out)
+
+
+def shared_type(dtype):
+    return numba_type(dtype)
+
+
+# ------------------------------------------------------------------ Philox4x32-10
+# The same generator and layout as fastnn/_random.py and csrc/fnn_philox.h: key = seed
+# halves, counter = (block lo, block hi, offset lo, offset hi), block = i // 4, lane =
+# i % 4.  All arithmetic is on uint64 holding 32-bit values with uint64 constants (numba
+# types uint64 mixed with int64 as float64, so no plain int literal may enter).
+_U64 = np.uint64
+_M32 = _U64(0xFFFFFFFF)
+_S32 = _U64(32)
+_PM0 = _U64(0xD2511F53)
+_PM1 = _U64(0xCD9E8D57)
+_PW0 = _U64(0x9E3779B9)
+_PW1 = _U64(0xBB67AE85)
+U8 = _U64(8)
+
+
+@cuda.jit(device=True)
+def philox4x32(block, off_lo, off_hi, k0, k1):
+    """Four uint32 outputs (as uint64) of Philox4x32-10 for counter block ``block``."""
+    c0 = block & _M32
+    c1 = block >> _S32
+    c2 = off_lo
+    c3 = off_hi
+    for _ in range(10):
+        p0 = _PM0 * c0
+        p1 = _PM1 * c2
+        n0 = (p1 >> _S32) ^ c1 ^ k0
+        n2 = (p0 >> _S32) ^ c3 ^ k1
+        c1 = p1 & _M32
+        c3 = p0 & _M32
+        c0 = n0
+        c2 = n2
+        k0 = (k0 + _PW0) & _M32
+        k1 = (k1 + _PW1) & _M32
+    return c0, c1, c2, c3
+
+
+def philox_args(seed, offset):
+    """(off_lo, off_hi, k0, k1) kernel arguments of a call (seed, offset), as uint64."""
+    seed = int(seed) & 0xFFFFFFFFFFFFFFFF
+    offset = int(offset) & 0xFFFFFFFFFFFFFFFF
+    return (_U64(offset & 0xFFFFFFFF), _U64(offset >> 32),
+            _U64(seed & 0xFFFFFFFF), _U64(seed >> 32))

@@ -1,0 +1,156 @@
+"""Norm family on the GPU: layer_norm over the last D elements.
+
+Forward: one block per row.  Each thread runs Welford over its strided elements, and the
+block combines the per-thread (count, mean, M2) exactly with Chan's formula using two
+block sums (sum of count*mean -> mean; sum of M2 + count*(mean_t - mean)^2 -> variance),
+so no catastrophic cancellation at any row length.  mean and rstd are saved.
+Backward: one block per row for dx (two block sums: mean(g), mean(g*xhat));
+dweight/dbias are column sums over rows computed in fixed row chunks and reduced in
+order (deterministic, no atomics).
+"""
+import math
+
+from .. import _kit
+from .._kit import SBUF, ROW_THREADS, THREADS, block_sum, cuda
+
+OPS = ("layer_norm", "layer_norm_backward")
+
+
+@_kit.per_dtype
+def _kernels(dt):
+    NT = _kit.shared_type(dt)
+    T = dt.type
+    zero = T(0)
+    one = T(1)
+
+    @cuda.jit
+    def fwd(x, w, b, y, mean, rstd, R, D, eps, has_w, has_b):
+        sbuf = cuda.shared.array(SBUF, NT)
+        t = cuda.threadIdx.x
+        B = cuda.blockDim.x
+        for r in range(cuda.blockIdx.x, R, cuda.gridDim.x):
+            cnt = 0
+            mu = zero
+            m2 = zero
+            for j in range(t, D, B):
+                cnt += 1
+                v = x[r, j]
+                d = v - mu
+                mu += d / T(cnt)
+                m2 += d * (v - mu)
+            fc = T(cnt)
+            mean_r = block_sum(fc * mu, sbuf) / T(D)
+            dm = mu - mean_r
+            var = block_sum(m2 + fc * dm * dm, sbuf) / T(D)
+            rs = one / math.sqrt(var + eps)
+            if t == 0:
+                mean[r] = mean_r
+                rstd[r] = rs
+            for j in range(t, D, B):
+                v = (x[r, j] - mean_r) * rs
+                if has_w:
+                    v = v * w[j]
+                if has_b:
+                    v = v + b[j]
+                y[r, j] = v
+
+    @cuda.jit
+    def bwd(dy, x, w, mean, rstd, dx, R, D, has_w):
+        sbuf = cuda.shared.array(SBUF, NT)
+        t = cuda.threadIdx.x
+        B = cuda.blockDim.x
+        for r in range(cuda.blockIdx.x, R, cuda.gridDim.x):
+            mu = mean[r]
+            rs = rstd[r]
+            s1 = zero
+            s2 = zero
+            for j in range(t, D, B):
+                g = dy[r, j]
+                if has_w:
+                    g = g * w[j]
+                s1 += g
+                s2 += g * ((x[r, j] - mu) * rs)
+            s1 = block_sum(s1, sbuf) / T(D)
+            s2 = block_sum(s2, sbuf) / T(D)
+            for j in range(t, D, B):
+                g = dy[r, j]
+                if has_w:
+                    g = g * w[j]
+                dx[r, j] = rs * (g - s1 - (x[r, j] - mu) * rs * s2)
+
+    @cuda.jit
+    def param_partial(dy, x, mean, rstd, pw, pb, R, D, chunk):
+        ch = cuda.blockIdx.y
+        r0 = ch * chunk
+        r1 = min(r0 + chunk, R)
+        for c in range(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, D,
+                       cuda.gridDim.x * cuda.blockDim.x):
+            sw = zero
+            sb = zero
+            for r in range(r0, r1):
+                g = dy[r, c]
+                sw += g * ((x[r, c] - mean[r]) * rstd[r])
+                sb += g
+            pw[ch, c] = sw
+            pb[ch, c] = sb
+
+    return fwd, bwd, param_partial
+
+
+def layer_norm(x, weight, bias, D, eps):
+    x, weight, bias = _kit.dev(x), _kit.dev(weight), _kit.dev(bias)
+    dt = _kit.dtype_of(x)
+    shape = _kit.shape_of(x)
+    n = _kit.numel(shape)
+    R = n // D if D else 0
+    y = _kit.empty(shape, dt)
+    mean = _kit.empty((R,), dt)
+    rstd = _kit.empty((R,), dt)
+    if n:
+        fwd, _, _ = _kernels(dt)
+        dummy = _kit.empty((1,), dt)
+        fwd[_kit.row_blocks(R), ROW_THREADS](
+            _kit.reshape(x, (R, D)), dummy if weight is None else _kit.flat(weight),
+            dummy if bias is None else _kit.flat(bias), _kit.reshape(y, (R, D)), mean, rstd,
+            R, D, dt.type(eps), weight is not None, bias is not None)
+    return y, (x, weight, bias is not None, mean, rstd, D)
+
+
+def layer_norm_backward(dy, saved):
+    x, weight, has_bias, mean, rstd, D = saved
+    dt = _kit.dtype_of(x)
+    shape = _kit.shape_of(x)
+    n = _kit.numel(shape)
+    R = n // D if D else 0
+    dy = _kit.dev(dy)
+    dx = _kit.empty(shape, dt)
+    need_params = weight is not None or has_bias
+    dw = db = None
+    if need_params:
+        dw = _kit.empty((D,), dt)
+        db = _kit.empty((D,), dt)
+    if n:
+        _, bwd, param_partial = _kernels(dt)
+        dy2 = _kit.reshape(dy, (R, D))
+        x2 = _kit.reshape(x, (R, D))
+        bwd[_kit.row_blocks(R), ROW_THREADS](
+            dy2, x2, _kit.empty((1,), dt) if weight is None else _kit.flat(weight), mean, rstd,
+            _kit.reshape(dx, (R, D)), R, D, weight is not None)
+        if need_params:
+            chunk, K = _kit.chunking(R)
+            pw = _kit.empty((K, D), dt)
+            pb = _kit.empty((K, D), dt)
+            param_partial[(_kit.blocks_for(D), K), THREADS](dy2, x2, mean, rstd, pw, pb, R, D,
+                                                            chunk)
+            _kit.reduce_partials(pw, dw)
+            _kit.reduce_partials(pb, db)
+    elif need_params:
+        _kit.fill(dw, 0)
+        _kit.fill(db, 0)
+    if weight is not None:
+        dw = _kit.reshape(dw, _kit.shape_of(weight))
+        db = _kit.reshape(db, _kit.shape_of(weight)) if has_bias else None
+    else:
+        dw = None
+        db = db if has_bias else None
+    return dx, dw, db
