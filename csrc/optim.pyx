@@ -1,0 +1,215 @@
+# Optim family: one fused, in-place pass per parameter update (SGD, Adam, AdamW).
+#
+# torch's single-tensor optimizers run 5-7 elementwise passes over memory per step
+# (lerp, mul, addcmul, sqrt, div, add, addcdiv); an optimizer step is memory bound, so
+# this does the whole update in ONE pass: each element of param, grad and the state is
+# read once and written once.  The arithmetic follows torch's formulas in torch's order
+# and in the parameter's precision (float32 math for float32, as torch does), so results
+# match torch.optim to rounding.  Elementwise, so the result never depends on the thread
+# count; threads split the array into contiguous static chunks.
+#
+# Kernels update param and the state arrays IN PLACE and return None (see
+# fastnn/reference/optim.py for the contract; the Python optimizers validate).
+cimport cython
+cimport numpy as cnp
+from cython.parallel cimport prange
+from libc.math cimport sqrt, sqrtf
+
+from fnn_blas cimport real
+
+import numpy as np
+
+cnp.import_array()
+
+include "fnn_runtime.pxi"
+
+OPS = ("sgd_step", "adam_step", "adamw_step")
+
+# elements per chunk: a thread gets >= 32k elements (~1 MB of traffic) before waking more
+cdef enum:
+    GRAIN = 32768
+
+
+cdef inline real _sqrt(real x) noexcept nogil:
+    if real is float:
+        return sqrtf(x)
+    else:
+        return sqrt(x)
+
+
+cdef inline void * _data(object a):
+    return NULL if a is None else cnp.PyArray_DATA(<cnp.ndarray>a)
+
+
+# ---------------------------------------------------------------------------- SGD
+cdef void _sgd_chunk(real* p, const real* g, real* buf, Py_ssize_t n, real lr, real momentum,
+                     real one_minus_damp, real wd, bint nesterov, real sign,
+                     bint first) noexcept nogil:
+    cdef Py_ssize_t i
+    cdef real d, b
+    if buf == NULL:
+        if wd != 0:
+            for i in range(n):
+                d = sign * g[i] + wd * p[i]
+                p[i] = p[i] - lr * d
+        else:
+            for i in range(n):
+                p[i] = p[i] - lr * (sign * g[i])
+        return
+    for i in range(n):
+        d = sign * g[i]
+        if wd != 0:
+            d = d + wd * p[i]
+        if first:
+            b = d
+        else:
+            b = buf[i] * momentum + one_minus_damp * d
+        buf[i] = b
+        if nesterov:
+            d = d + momentum * b
+        else:
+            d = b
+        p[i] = p[i] - lr * d
+
+
+cdef void _sgd(real* p, const real* g, real* buf, Py_ssize_t n, real lr, real momentum,
+               real one_minus_damp, real wd, bint nesterov, real sign, bint first) noexcept nogil:
+    cdef int nt = _threads_for(n, GRAIN)
+    cdef Py_ssize_t nch, c, s, e
+    if nt == 1:
+        _sgd_chunk(p, g, buf, n, lr, momentum, one_minus_damp, wd, nesterov, sign, first)
+        return
+    nch = (n + GRAIN - 1) // GRAIN
+    for c in prange(nch, nogil=True, schedule="static", num_threads=nt):
+        s = c * GRAIN
+        e = s + GRAIN
+        if e > n:
+            e = n
+        _sgd_chunk(p + s, g + s, buf + s if buf != NULL else NULL, e - s, lr, momentum,
+                   one_minus_damp, wd, nesterov, sign, first)
+
+
+def sgd_step(cnp.ndarray param, cnp.ndarray grad, object momentum_buffer, double lr,
+             double momentum, double dampening, double weight_decay, bint nesterov,
+             bint maximize, bint first):
+    """sgd_step(param, grad, momentum_buffer, lr, momentum, dampening, weight_decay,
+    nesterov, maximize, first) -> None.  Updates param (and momentum_buffer) in place.
+
+    IN grad; IN/OUT param, momentum_buffer (None when momentum == 0): C-contiguous, one dtype."""
+    cdef Py_ssize_t n = param.size
+    cdef void* pb = _data(momentum_buffer) if momentum != 0 else NULL
+    cdef double sign = -1.0 if maximize else 1.0
+    if param.dtype == np.float32:
+        with nogil:
+            _sgd[float](<float*>cnp.PyArray_DATA(param), <const float*>cnp.PyArray_DATA(grad),
+                        <float*>pb, n, <float>lr, <float>momentum, <float>(1 - dampening),
+                        <float>weight_decay, nesterov, <float>sign, first)
+    else:
+        with nogil:
+            _sgd[double](<double*>cnp.PyArray_DATA(param), <const double*>cnp.PyArray_DATA(grad),
+                         <double*>pb, n, lr, momentum, 1 - dampening, weight_decay, nesterov,
+                         sign, first)
+
+
+# ---------------------------------------------------------------------------- Adam(W)
+cdef void _adam_chunk(real* p, const real* g, real* m, real* v, real* vmax, Py_ssize_t n,
+                      real decay, real l2, real w1, bint lerp_low, real beta2, real omb2,
+                      real neg_step_size, real bc2_sqrt, real eps, real sign) noexcept nogil:
+    """One pass: decay, moments, (amsgrad max), update.  torch's formulas, torch's order:
+    lerp(m, g, w1) is m + w1 (g - m) for w1 < 0.5 else g - (g - m)(1 - w1)."""
+    cdef Py_ssize_t i
+    cdef real gi, pi, mi, vi, denom
+    cdef real omw1 = 1 - w1
+    for i in range(n):
+        gi = sign * g[i]
+        pi = p[i]
+        if l2 != 0:
+            gi = gi + l2 * pi
+        if decay != 1:
+            pi = pi * decay
+        if lerp_low:
+            mi = m[i] + w1 * (gi - m[i])
+        else:
+            mi = gi - (gi - m[i]) * omw1
+        vi = v[i] * beta2
+        vi = vi + omb2 * gi * gi
+        m[i] = mi
+        v[i] = vi
+        if vmax != NULL:
+            if vmax[i] > vi:
+                vi = vmax[i]
+            vmax[i] = vi
+        denom = _sqrt(vi) / bc2_sqrt + eps
+        p[i] = pi + neg_step_size * mi / denom
+
+
+cdef void _adam(real* p, const real* g, real* m, real* v, real* vmax, Py_ssize_t n,
+                real decay, real l2, real w1, bint lerp_low, real beta2, real omb2,
+                real neg_step_size, real bc2_sqrt, real eps, real sign) noexcept nogil:
+    cdef int nt = _threads_for(n, GRAIN)
+    cdef Py_ssize_t nch, c, s, e
+    if nt == 1:
+        _adam_chunk(p, g, m, v, vmax, n, decay, l2, w1, lerp_low, beta2, omb2, neg_step_size,
+                    bc2_sqrt, eps, sign)
+        return
+    nch = (n + GRAIN - 1) // GRAIN
+    for c in prange(nch, nogil=True, schedule="static", num_threads=nt):
+        s = c * GRAIN
+        e = s + GRAIN
+        if e > n:
+            e = n
+        _adam_chunk(p + s, g + s, m + s, v + s, vmax + s if vmax != NULL else NULL, e - s,
+                    decay, l2, w1, lerp_low, beta2, omb2, neg_step_size, bc2_sqrt, eps, sign)
+
+
+cdef _adam_any(cnp.ndarray param, cnp.ndarray grad, cnp.ndarray exp_avg, cnp.ndarray exp_avg_sq,
+               object max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
+               double weight_decay, double step, bint maximize, bint decoupled):
+    cdef Py_ssize_t n = param.size
+    cdef void* pvmax = _data(max_exp_avg_sq)
+    # scalars exactly as torch forms them (Python floats, i.e. double)
+    cdef double decay = 1.0, l2 = 0.0
+    if weight_decay != 0:
+        if decoupled:
+            decay = 1 - lr * weight_decay
+        else:
+            l2 = weight_decay
+    cdef double w1 = 1 - beta1
+    cdef bint lerp_low = abs(w1) < 0.5
+    cdef double bias_correction1 = 1 - beta1 ** step
+    cdef double bc2_sqrt = (1 - beta2 ** step) ** 0.5
+    cdef double step_size = lr / bias_correction1
+    cdef double sign = -1.0 if maximize else 1.0
+    if param.dtype == np.float32:
+        with nogil:
+            _adam[float](<float*>cnp.PyArray_DATA(param), <const float*>cnp.PyArray_DATA(grad),
+                         <float*>cnp.PyArray_DATA(exp_avg), <float*>cnp.PyArray_DATA(exp_avg_sq),
+                         <float*>pvmax, n, <float>decay, <float>l2, <float>w1, lerp_low,
+                         <float>beta2, <float>(1 - beta2), <float>(-step_size), <float>bc2_sqrt,
+                         <float>eps, <float>sign)
+    else:
+        with nogil:
+            _adam[double](<double*>cnp.PyArray_DATA(param), <const double*>cnp.PyArray_DATA(grad),
+                          <double*>cnp.PyArray_DATA(exp_avg), <double*>cnp.PyArray_DATA(exp_avg_sq),
+                          <double*>pvmax, n, decay, l2, w1, lerp_low, beta2, 1 - beta2,
+                          -step_size, bc2_sqrt, eps, sign)
+
+
+def adam_step(cnp.ndarray param, cnp.ndarray grad, cnp.ndarray exp_avg, cnp.ndarray exp_avg_sq,
+              object max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
+              double weight_decay, double step, bint maximize):
+    """adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
+    weight_decay, step, maximize) -> None.  torch.optim.Adam (L2 penalty in the gradient);
+    ``step`` counts this update (1 first).  IN/OUT param, exp_avg, exp_avg_sq,
+    max_exp_avg_sq (None unless amsgrad); IN grad.  C-contiguous, one dtype."""
+    _adam_any(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
+              weight_decay, step, maximize, False)
+
+
+def adamw_step(cnp.ndarray param, cnp.ndarray grad, cnp.ndarray exp_avg, cnp.ndarray exp_avg_sq,
+               object max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
+               double weight_decay, double step, bint maximize):
+    """adamw_step(...same as adam_step...) -> None.  torch.optim.AdamW: decoupled decay,
+    param *= 1 - lr * weight_decay before the Adam update."""
+    _adam_any(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
+              weight_decay, step, maximize, True)

@@ -1,0 +1,79 @@
+"""Optim family, reference: in-place parameter updates (the oracle of csrc/optim.pyx).
+
+Unlike the other families these kernels do not return ``(out, saved)``: an optimizer
+step is an in-place update.  Each op takes the parameter, its gradient and its state
+arrays (all C-contiguous, one dtype), updates ``param`` and the state IN PLACE and
+returns None.  ``grad`` is read only.  The formulas are torch.optim's single-tensor
+ones, in the same order; the reference computes in float64 and stores back in the
+parameter's dtype.
+
+    sgd_step(param, grad, momentum_buffer, lr, momentum, dampening, weight_decay,
+             nesterov, maximize, first)
+        momentum_buffer is None when momentum == 0; ``first`` (the buffer's first use)
+        sets it to the gradient, as torch clones it.
+    adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
+              weight_decay, step, maximize)
+        L2 penalty added to the gradient (torch.optim.Adam); ``step`` is the step count
+        after this update (1 on the first call); max_exp_avg_sq is None unless amsgrad.
+    adamw_step(...same arguments...)
+        decoupled decay: param *= 1 - lr * weight_decay first (torch.optim.AdamW).
+"""
+import numpy as np
+
+OPS = ("sgd_step", "adam_step", "adamw_step")
+
+
+def sgd_step(param, grad, momentum_buffer, lr, momentum, dampening, weight_decay,
+             nesterov, maximize, first):
+    p = param.astype(np.float64)
+    g = grad.astype(np.float64)
+    if maximize:
+        g = -g
+    if weight_decay != 0:
+        g = g + weight_decay * p
+    if momentum != 0:
+        if first:
+            buf = g.copy()
+        else:
+            buf = momentum_buffer.astype(np.float64) * momentum + (1 - dampening) * g
+        momentum_buffer[...] = buf
+        g = g + momentum * buf if nesterov else buf
+    param[...] = p - lr * g
+
+
+def _adam(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
+          weight_decay, step, maximize, decoupled):
+    p = param.astype(np.float64)
+    g = grad.astype(np.float64)
+    if maximize:
+        g = -g
+    if weight_decay != 0:
+        if decoupled:
+            p = p * (1 - lr * weight_decay)
+        else:
+            g = g + weight_decay * p
+    m = exp_avg.astype(np.float64)
+    m = m + (1 - beta1) * (g - m)
+    v = exp_avg_sq.astype(np.float64) * beta2 + (1 - beta2) * g * g
+    exp_avg[...] = m
+    exp_avg_sq[...] = v
+    if max_exp_avg_sq is not None:
+        v = np.maximum(max_exp_avg_sq.astype(np.float64), v)
+        max_exp_avg_sq[...] = v
+    bias_correction1 = 1 - beta1 ** step
+    bias_correction2_sqrt = (1 - beta2 ** step) ** 0.5
+    step_size = lr / bias_correction1
+    denom = np.sqrt(v) / bias_correction2_sqrt + eps
+    param[...] = p - step_size * m / denom
+
+
+def adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
+              weight_decay, step, maximize):
+    _adam(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
+          weight_decay, step, maximize, False)
+
+
+def adamw_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
+               weight_decay, step, maximize):
+    _adam(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
+          weight_decay, step, maximize, True)

@@ -1,0 +1,384 @@
+"""fastnn.optim: the fused kernels vs their reference twins, the optimizers vs torch.optim
+over several steps, state dicts, schedules, bad input."""
+import math
+
+import numpy as np
+import pytest
+
+import fastnn
+from fastnn import optim
+from fastnn._backend import backend
+from fastnn.nn import Parameter
+from fastnn.optim import lr_scheduler
+
+SHAPES = [(7, 5), (300,), (3, 2, 4), (0, 3), (70000,)]   # 70000: the threaded path
+
+
+def _params(dtype, seed=0, shapes=SHAPES):
+    rng = np.random.default_rng(seed)
+    return [Parameter(rng.standard_normal(s).astype(dtype)) for s in shapes]
+
+
+def _grads(params, step, seed=1):
+    rng = np.random.default_rng(seed * 1000 + step)
+    return [rng.standard_normal(tuple(p.shape)).astype(np.asarray(p.data).dtype
+                                                       if hasattr(p, "data") else None)
+            for p in params]
+
+
+CONFIGS = [
+    ("SGD", dict(lr=0.1)),
+    ("SGD", dict(lr=0.05, weight_decay=0.1)),
+    ("SGD", dict(lr=0.05, momentum=0.9)),
+    ("SGD", dict(lr=0.05, momentum=0.9, dampening=0.3, weight_decay=0.01)),
+    ("SGD", dict(lr=0.05, momentum=0.8, nesterov=True, weight_decay=0.02)),
+    ("SGD", dict(lr=0.05, momentum=0.8, maximize=True)),
+    ("Adam", dict()),
+    ("Adam", dict(lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)),
+    ("Adam", dict(lr=0.01, amsgrad=True, maximize=True)),
+    ("Adam", dict(lr=0.01, betas=(0.3, 0.9))),   # lerp weight >= 0.5: torch's other branch
+    ("AdamW", dict()),
+    ("AdamW", dict(lr=0.02, betas=(0.9, 0.95), weight_decay=0.1)),
+    ("AdamW", dict(lr=0.02, weight_decay=0.0, amsgrad=True)),
+]
+
+
+def _cfg_id(c):
+    return c[0] + "-" + ",".join(f"{k}={v}" for k, v in c[1].items())
+
+
+def _run_fastnn(name, kw, dtype, steps=6, be="cpu"):
+    params = _params(dtype)
+    opt = getattr(optim, name)(params, **kw)
+    with fastnn.use_backend(be):
+        for t in range(steps):
+            for p, g in zip(params, _grads(params, t)):
+                p.grad = g
+            opt.step()
+    return params, opt
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=_cfg_id)
+def test_matches_torch_over_steps(cfg, dtype):
+    torch = pytest.importorskip("torch")
+    name, kw = cfg
+    tparams = [torch.tensor(p.data, requires_grad=True) for p in _params(dtype)]
+    topt = getattr(torch.optim, name)(tparams, **kw)
+    for t in range(6):
+        for tp, g in zip(tparams, _grads(_params(dtype), t)):
+            tp.grad = torch.tensor(g)
+        topt.step()
+    tol = dict(rtol=2e-5, atol=2e-6) if dtype == np.float32 else dict(rtol=1e-11, atol=1e-12)
+    for be in ("cpu", "reference"):
+        params, opt = _run_fastnn(name, kw, dtype, be=be)
+        for i, (p, tp) in enumerate(zip(params, tparams)):
+            assert p.data.dtype == np.dtype(dtype)
+            np.testing.assert_allclose(p.data, tp.detach().numpy(), err_msg=f"param {i} on {be}", **tol)
+            tstate = topt.state[tp]
+            for k, v in opt.state[p].items():
+                if k == "step":
+                    assert v == float(tstate["step"])
+                else:
+                    np.testing.assert_allclose(v, tstate[k].numpy(), err_msg=f"{k} of {i} on {be}", **tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("op", ["sgd_step", "adam_step", "adamw_step"])
+def test_kernel_matches_reference(op, dtype):
+    """The compiled kernel against its reference twin, every option, in place, None returned."""
+    rng = np.random.default_rng(3)
+    n = 100003
+    cpu, ref = backend("cpu"), backend("reference")
+    tol = dict(rtol=3e-6, atol=1e-6) if dtype == np.float32 else dict(rtol=1e-13, atol=1e-14)
+    if op == "sgd_step":
+        variants = [(m, d, wd, nes, mx, first) for m, d, wd, nes, mx, first in
+                    [(0, 0, 0, False, False, False), (0, 0, 0.1, False, True, False),
+                     (0.9, 0, 0, False, False, True), (0.9, 0.2, 0.01, False, False, False),
+                     (0.9, 0, 0.01, True, True, False)]]
+    else:
+        variants = [(ams, mx, wd, b1, step) for ams, mx, wd, b1, step in
+                    [(False, False, 0.0, 0.9, 1), (True, False, 0.05, 0.9, 7),
+                     (False, True, 0.01, 0.2, 3)]]
+    for v in variants:
+        base = [rng.standard_normal(n).astype(dtype) for _ in range(4)]
+        base[3] = np.abs(base[3])
+        results = []
+        for be in (cpu, ref):
+            p, g, m, s = (a.copy() for a in base)
+            vmax = np.abs(rng.standard_normal(n)).astype(dtype) if op != "sgd_step" and v[0] else None
+            if op == "sgd_step":
+                mom, damp, wd, nes, mx, first = v
+                out = be.sgd_step(p, g, m if mom else None, 0.05, mom, damp, wd, nes, mx, first)
+                results.append((p, m))
+            else:
+                ams, mx, wd, b1, step = v
+                rng2 = np.random.default_rng(5)
+                vmax = np.abs(rng2.standard_normal(n)).astype(dtype) if ams else None
+                out = getattr(be, op)(p, g, m, s, vmax, 1e-2, b1, 0.999, 1e-8, wd, step, mx)
+                results.append((p, m, s) + ((vmax,) if ams else ()))
+            assert out is None
+            np.testing.assert_array_equal(g, base[1])   # grad is read only
+        for a, b in zip(*results):
+            np.testing.assert_allclose(a, b, err_msg=f"{op} {v}", **tol)
+        if op == "sgd_step" and v[0] == 0:
+            pass
+
+
+def test_results_do_not_depend_on_threads():
+    old = fastnn.get_num_threads()
+    try:
+        outs = []
+        for nt in (1, 2, 3):
+            fastnn.set_num_threads(nt)
+            params, _ = _run_fastnn("AdamW", dict(lr=0.01), np.float32, steps=3)
+            outs.append([p.data.copy() for p in params])
+        for o in outs[1:]:
+            for a, b in zip(o, outs[0]):
+                np.testing.assert_array_equal(a, b)
+    finally:
+        fastnn.set_num_threads(old)
+
+
+def test_params_without_grad_are_skipped():
+    params = _params(np.float32, shapes=[(3,), (4,)])
+    before = params[1].data.copy()
+    params[0].grad = np.ones(3, np.float32)
+    opt = optim.Adam(params, lr=0.1)
+    opt.step()
+    np.testing.assert_array_equal(params[1].data, before)
+    assert params[1] not in opt.state or not opt.state[params[1]]
+    params[1].grad = np.ones(4, np.float32)
+    params[1].requires_grad = False
+    opt.step()
+    np.testing.assert_array_equal(params[1].data, before)
+    assert opt.state[params[0]]["step"] == 2.0
+
+
+def test_zero_grad():
+    p = _params(np.float32, shapes=[(3,)])[0]
+    p.grad = np.ones(3, np.float32)
+    opt = optim.SGD([p], lr=0.1)
+    opt.zero_grad(set_to_none=False)
+    np.testing.assert_array_equal(p.grad, 0)
+    opt.zero_grad()
+    assert p.grad is None
+
+
+def test_noncontiguous_param_and_grad():
+    """A parameter loaded as a transposed view is given its own C-contiguous array."""
+    base = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
+    p = Parameter(base)
+    p.data = base.T   # F-ordered view, as load_state_dict of a transposed array could leave
+    g = np.ones((12, 4), np.float32)[::2]   # strided grad
+    p.grad = g
+    optim.SGD([p], lr=0.5).step()
+    np.testing.assert_allclose(p.data, base.T - 0.5)
+    np.testing.assert_array_equal(base, np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32))
+
+
+def test_param_groups_like_torch():
+    torch = pytest.importorskip("torch")
+    a, b = _params(np.float64, shapes=[(5,), (6,)])
+    opt = optim.SGD([{"params": [a]}, {"params": [b], "lr": 0.5, "momentum": 0.9}], lr=0.1)
+    ta, tb = (torch.tensor(p.data, requires_grad=True) for p in (a, b))
+    topt = torch.optim.SGD([{"params": [ta]}, {"params": [tb], "lr": 0.5, "momentum": 0.9}], lr=0.1)
+    for t in range(3):
+        for p, tp, g in zip((a, b), (ta, tb), _grads([a, b], t)):
+            p.grad, tp.grad = g, torch.tensor(g)
+        opt.step()
+        topt.step()
+    np.testing.assert_allclose(a.data, ta.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(b.data, tb.detach().numpy(), rtol=1e-12)
+    assert opt.param_groups[0]["momentum"] == 0 and opt.param_groups[1]["lr"] == 0.5
+    c = Parameter(np.zeros(2))
+    opt.add_param_group({"params": c, "lr": 1.0})
+    assert len(opt.param_groups) == 3
+    with pytest.raises(ValueError, match="more than one parameter group"):
+        opt.add_param_group({"params": [a]})
+
+
+def test_state_dict_roundtrip_continues_identically():
+    params, opt = _run_fastnn("AdamW", dict(lr=0.01, amsgrad=True), np.float32, steps=3)
+    sd = opt.state_dict()
+    assert sorted(sd["state"]) == [0, 1, 2, 3, 4]
+    assert sd["param_groups"][0]["params"] == [0, 1, 2, 3, 4]
+    assert sd["state"][0]["step"] == 3.0
+    saved_params = [p.data.copy() for p in params]
+    # continue the original
+    for p, g in zip(params, _grads(params, 10)):
+        p.grad = g
+    opt.step()
+    # a fresh optimizer loaded from the state dict does the same step
+    params2 = [Parameter(d) for d in saved_params]
+    opt2 = optim.AdamW(params2, lr=0.5)
+    opt2.load_state_dict(sd)
+    assert opt2.param_groups[0]["lr"] == 0.01
+    for p, g in zip(params2, _grads(params2, 10)):
+        p.grad = g
+    opt2.step()
+    for p, q in zip(params, params2):
+        np.testing.assert_array_equal(p.data, q.data)
+
+
+def test_load_state_dict_errors_leave_optimizer_unchanged():
+    params, opt = _run_fastnn("Adam", dict(lr=0.01), np.float32, steps=1)
+    sd = opt.state_dict()
+    other = optim.Adam(_params(np.float32, shapes=[(7, 5)]), lr=0.3)
+    with pytest.raises(ValueError, match="doesn't match the size"):
+        other.load_state_dict(sd)
+    assert other.param_groups[0]["lr"] == 0.3 and not other.state
+    bad = opt.state_dict()
+    bad["state"][0]["exp_avg"] = np.zeros((2, 2), np.float32)
+    with pytest.raises(ValueError, match="shape"):
+        opt.load_state_dict(bad)
+    np.testing.assert_array_equal(opt.state[params[0]]["exp_avg"], sd["state"][0]["exp_avg"])
+    with pytest.raises(ValueError):
+        opt.load_state_dict({"state": {}})
+    two = optim.Adam([{"params": params[:1]}, {"params": params[1:]}])
+    with pytest.raises(ValueError, match="parameter groups"):
+        two.load_state_dict(sd)
+
+
+def test_dtype_change_recasts_state():
+    params, opt = _run_fastnn("AdamW", dict(lr=0.01), np.float32, steps=2)
+    for p in params:
+        p.data = p.data.astype(np.float64)
+        p.grad = np.ones(p.shape)
+    opt.step()
+    assert all(opt.state[p]["exp_avg"].dtype == np.float64 for p in params)
+
+
+def test_bad_input():
+    p = _params(np.float32, shapes=[(3,)])
+    with pytest.raises(ValueError, match="learning rate"):
+        optim.SGD(p, lr=-0.1)
+    with pytest.raises(ValueError, match="learning rate"):
+        optim.Adam(p, lr=-1e-3)
+    with pytest.raises(ValueError, match="beta parameter at index 0"):
+        optim.Adam(p, betas=(1.0, 0.999))
+    with pytest.raises(ValueError, match="beta parameter at index 1"):
+        optim.AdamW(p, betas=(0.9, -0.1))
+    with pytest.raises(ValueError, match="betas"):
+        optim.AdamW(p, betas=0.9)
+    with pytest.raises(ValueError, match="epsilon"):
+        optim.Adam(p, eps=-1e-8)
+    with pytest.raises(ValueError, match="weight_decay"):
+        optim.AdamW(p, weight_decay=-0.1)
+    with pytest.raises(ValueError, match="momentum"):
+        optim.SGD(p, lr=0.1, momentum=-0.5)
+    with pytest.raises(ValueError, match="Nesterov"):
+        optim.SGD(p, lr=0.1, nesterov=True)
+    with pytest.raises(ValueError, match="Nesterov"):
+        optim.SGD(p, lr=0.1, momentum=0.9, dampening=0.1, nesterov=True)
+    with pytest.raises(ValueError, match="empty parameter list"):
+        optim.SGD([], lr=0.1)
+    with pytest.raises(TypeError, match="Parameter"):
+        optim.SGD([np.zeros(3)], lr=0.1)
+    with pytest.raises(TypeError, match="single Parameter"):
+        optim.SGD(p[0], lr=0.1)
+    with pytest.raises(TypeError):
+        optim.SGD(p, lr="0.1")
+    opt = optim.SGD(p, lr=0.1)
+    p[0].grad = np.ones(4, np.float32)
+    with pytest.raises(ValueError, match="grad of shape"):
+        opt.step()
+    p[0].grad = np.ones(3, np.float64)
+    with pytest.raises(TypeError, match="dtype"):
+        opt.step()
+    opt.param_groups[0]["lr"] = -1.0
+    p[0].grad = np.ones(3, np.float32)
+    with pytest.raises(ValueError, match="learning rate"):
+        opt.step()
+
+
+def test_closure_returns_loss():
+    p = _params(np.float64, shapes=[(2,)])[0]
+    opt = optim.SGD([p], lr=0.1)
+
+    def closure():
+        p.grad = 2 * p.data
+        return float(np.sum(p.data ** 2))
+
+    before = float(np.sum(p.data ** 2))
+    assert opt.step(closure) == before
+    assert float(np.sum(p.data ** 2)) < before
+
+
+# ------------------------------------------------------------------ schedules
+def _sched_pair(torch, make, make_t, steps=25):
+    p = Parameter(np.zeros(2))
+    opt = optim.SGD([p, ], lr=0.5)
+    opt.add_param_group({"params": [Parameter(np.zeros(1))], "lr": 0.2})
+    tp = [torch.zeros(2, requires_grad=True), torch.zeros(1, requires_grad=True)]
+    topt = torch.optim.SGD([{"params": [tp[0]]}, {"params": [tp[1]], "lr": 0.2}], lr=0.5)
+    s, ts = make(opt), make_t(topt)
+    ours, theirs = [s.get_last_lr()], [ts.get_last_lr()]
+    for _ in range(steps):
+        opt.step()
+        topt.step()
+        s.step()
+        ts.step()
+        ours.append(s.get_last_lr())
+        theirs.append(ts.get_last_lr())
+        assert [g["lr"] for g in opt.param_groups] == ours[-1]
+    return np.array(ours), np.array(theirs), s, opt
+
+
+def test_step_lr_matches_torch():
+    torch = pytest.importorskip("torch")
+    a, b, _, _ = _sched_pair(torch, lambda o: lr_scheduler.StepLR(o, 4, gamma=0.5),
+                             lambda o: torch.optim.lr_scheduler.StepLR(o, 4, gamma=0.5))
+    np.testing.assert_array_equal(a, b)
+
+
+def test_cosine_annealing_matches_torch():
+    torch = pytest.importorskip("torch")
+    a, b, s, _ = _sched_pair(torch, lambda o: lr_scheduler.CosineAnnealingLR(o, 10, eta_min=0.01),
+                             lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, 10, eta_min=0.01))
+    np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)   # 25 steps: past T_max and back
+    s.step(5)   # closed form
+    assert math.isclose(s.get_last_lr()[0], 0.01 + 0.49 * (1 + math.cos(math.pi / 2)) / 2)
+
+
+def test_lambda_and_warmup_cosine():
+    torch = pytest.importorskip("torch")
+    f = lambda e: 0.9 ** e  # noqa: E731
+    a, b, _, _ = _sched_pair(torch, lambda o: lr_scheduler.LambdaLR(o, f),
+                             lambda o: torch.optim.lr_scheduler.LambdaLR(o, f))
+    np.testing.assert_allclose(a, b, rtol=1e-15)
+    p = Parameter(np.zeros(1))
+    opt = optim.AdamW([p], lr=1.0)
+    s = lr_scheduler.get_cosine_schedule_with_warmup(opt, 4, 20)
+    lrs = [s.get_last_lr()[0]]
+    for _ in range(22):
+        opt.step()
+        s.step()
+        lrs.append(s.get_last_lr()[0])
+    np.testing.assert_allclose(lrs[:5], [0, 0.25, 0.5, 0.75, 1.0])
+    assert all(x >= y for x, y in zip(lrs[4:21], lrs[5:21]))
+    assert lrs[12] == pytest.approx(0.5) and lrs[20] == pytest.approx(0.0) and lrs[22] == 0.0
+
+
+def test_scheduler_state_dict_and_errors():
+    p = Parameter(np.zeros(1))
+    opt = optim.SGD([p], lr=1.0)
+    s = lr_scheduler.StepLR(opt, 2)
+    for _ in range(5):
+        s.step()
+    sd = s.state_dict()
+    assert "optimizer" not in sd and sd["last_epoch"] == 5
+    opt2 = optim.SGD([Parameter(np.zeros(1))], lr=1.0)
+    s2 = lr_scheduler.StepLR(opt2, 2)
+    s2.load_state_dict(sd)
+    s.step()
+    s2.step()
+    assert s2.last_epoch == 6
+    with pytest.raises(TypeError):
+        lr_scheduler.StepLR(object(), 2)
+    with pytest.raises(ValueError):
+        lr_scheduler.StepLR(opt, 0)
+    with pytest.raises(ValueError):
+        lr_scheduler.CosineAnnealingLR(opt, 0)
+    with pytest.raises(KeyError, match="initial_lr"):
+        lr_scheduler.StepLR(optim.SGD([Parameter(np.zeros(1))], lr=1.0), 2, last_epoch=3)
