@@ -12,7 +12,6 @@ from fastnn._backend import backend
 # fallbacks exactly (so it shrinks as kernels land, and nothing slips in unnoticed);
 # issue "GPU path" is done when it is empty.
 CUDA_PENDING = set() | {
-    "adam_step", "adamw_step", "sgd_step",
     "avg_pool2d", "avg_pool2d_backward", "batch_norm", "batch_norm_backward", "conv2d",
     "conv2d_backward", "max_pool2d", "max_pool2d_backward",
 }
