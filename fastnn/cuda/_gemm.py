@@ -8,7 +8,7 @@ thread per output element, TILE x TILE tiles of op(A) and op(B) staged in shared
 memory; accumulation in the input dtype (as cuBLAS does).
 """
 from . import _kit
-from ._kit import TILE, cdiv, cuda, dtype_of, shape_of
+from ._kit import kernel, TILE, cdiv, cuda, dtype_of, shape_of
 from ._runtime import SIM
 
 __all__ = ["gemm", "backend_name"]
@@ -41,7 +41,7 @@ def _kernels(dt):
     NT = _kit.shared_type(dt)
     zero = T(0)
 
-    @cuda.jit
+    @kernel
     def gemm_tiled(A, B, C, bias, M, N, K, ta, tb, has_bias):
         sa = cuda.shared.array((TILE, TILE), NT)
         sb = cuda.shared.array((TILE, TILE), NT)
@@ -76,7 +76,7 @@ def _kernels(dt):
                 acc += bias[col]
             C[row, col] = acc
 
-    @cuda.jit
+    @kernel
     def add_bias(C, bias, n, N):
         for i in range(cuda.grid(1), n, cuda.gridsize(1)):
             C[i] += bias[i % N]

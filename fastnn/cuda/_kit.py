@@ -55,14 +55,58 @@ def row_blocks(rows):
     return max(1, min(rows, MAX_BLOCKS if SIM else (1 << 20)))
 
 
+# ------------------------------------------------------------------ kernel registry
+KERNELS = set()     # names of every kernel built so far ("family.kernel[dtype]")
+LAUNCHED = set()    # names of the kernels launched at least once (tests check coverage)
+FACTORIES = []      # every per-dtype kernel factory (tests build them all)
+_building = [None]  # the dtype a factory is building kernels for
+
+
+class _Kernel:
+    """A cuda.jit kernel that records its launches (``kernel[grid, block](*args)``)."""
+
+    __slots__ = ("jitted", "name")
+
+    def __init__(self, fn):
+        self.jitted = cuda.jit(fn)
+        mod = fn.__module__.rsplit(".", 1)[-1]
+        tag = f"[{_building[0]}]" if _building[0] is not None else ""
+        self.name = f"{mod}.{fn.__name__}{tag}"
+        KERNELS.add(self.name)
+
+    def __getitem__(self, config):
+        launcher = self.jitted[config]
+        name = self.name
+
+        def launch(*args):
+            LAUNCHED.add(name)
+            return launcher(*args)
+        return launch
+
+
+def kernel(fn):
+    """Decorator: a launch-recording ``cuda.jit`` kernel."""
+    return _Kernel(fn)
+
+
 def per_dtype(factory):
-    """Cache a kernel factory ``factory(dtype)`` per NumPy dtype."""
-    cached = functools.lru_cache(maxsize=None)(factory)
+    """Cache a kernel factory ``factory(dtype)`` per NumPy dtype; the kernels it builds
+    are registered under their dtype."""
+    cache = {}
 
     @functools.wraps(factory)
     def get(dtype):
-        return cached(np.dtype(dtype))
-    get.cache = cached
+        dt = np.dtype(dtype)
+        k = cache.get(dt)
+        if k is None:
+            prev = _building[0]
+            _building[0] = dt
+            try:
+                k = cache[dt] = factory(dt)
+            finally:
+                _building[0] = prev
+        return k
+    FACTORIES.append(get)
     return get
 
 
@@ -203,32 +247,32 @@ def dev(a):
     return d
 
 
-@cuda.jit
+@kernel
 def _fill(x, v, n):
     for i in range(cuda.grid(1), n, cuda.gridsize(1)):
         x[i] = v
 
 
-@cuda.jit
+@kernel
 def _add_into(dst, src, n):
     for i in range(cuda.grid(1), n, cuda.gridsize(1)):
         dst[i] += src[i]
 
 
-@cuda.jit
+@kernel
 def _copy1(src, dst, n):
     for i in range(cuda.grid(1), n, cuda.gridsize(1)):
         dst[i] = src[i]
 
 
-@cuda.jit
+@kernel
 def _copy2(src, dst, n):
     d1 = src.shape[1]
     for i in range(cuda.grid(1), n, cuda.gridsize(1)):
         dst[i] = src[i // d1, i % d1]
 
 
-@cuda.jit
+@kernel
 def _copy3(src, dst, n):
     d1 = src.shape[1]
     d2 = src.shape[2]
@@ -237,7 +281,7 @@ def _copy3(src, dst, n):
         dst[i] = src[r // d1, r % d1, i % d2]
 
 
-@cuda.jit
+@kernel
 def _copy4(src, dst, n):
     d1 = src.shape[1]
     d2 = src.shape[2]
@@ -309,7 +353,7 @@ def copy(a):
 
 
 # ------------------------------------------------------------------ column sums
-@cuda.jit
+@kernel
 def _colsum_partial(x, part, R, C, chunk):
     # block row y = one chunk of rows; columns grid-stride along x (coalesced)
     ch = cuda.blockIdx.y
@@ -323,7 +367,7 @@ def _colsum_partial(x, part, R, C, chunk):
         part[ch, c] = s
 
 
-@cuda.jit
+@kernel
 def _reduce_partials(part, out, K, C):
     for c in range(cuda.grid(1), C, cuda.gridsize(1)):
         s = part[0, c]

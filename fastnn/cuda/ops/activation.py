@@ -6,7 +6,7 @@ exp on float32 arguments lower to erff / tanhf / expf).
 import math
 
 from .. import _kit
-from .._kit import THREADS, cuda
+from .._kit import kernel, THREADS, cuda
 
 OPS = ("gelu", "gelu_backward")
 
@@ -22,7 +22,7 @@ def _gelu_kernels(dt):
     inv_sqrt2 = T(1 / math.sqrt(2.0))
     inv_sqrt_2pi = T(1 / math.sqrt(2 * math.pi))
 
-    @cuda.jit
+    @kernel
     def fwd(x, y, n, approx):
         for i in range(cuda.grid(1), n, cuda.gridsize(1)):
             v = x[i]
@@ -31,7 +31,7 @@ def _gelu_kernels(dt):
             else:
                 y[i] = half * v * (one + math.erf(v * inv_sqrt2))
 
-    @cuda.jit
+    @kernel
     def bwd(dy, x, dx, n, approx):
         for i in range(cuda.grid(1), n, cuda.gridsize(1)):
             v = x[i]

@@ -11,7 +11,7 @@ order (deterministic, no atomics).
 import math
 
 from .. import _kit
-from .._kit import SBUF, ROW_THREADS, THREADS, block_sum, cuda
+from .._kit import kernel, SBUF, ROW_THREADS, THREADS, block_sum, cuda
 
 OPS = ("layer_norm", "layer_norm_backward")
 
@@ -23,7 +23,7 @@ def _kernels(dt):
     zero = T(0)
     one = T(1)
 
-    @cuda.jit
+    @kernel
     def fwd(x, w, b, y, mean, rstd, R, D, eps, has_w, has_b):
         sbuf = cuda.shared.array(SBUF, NT)
         t = cuda.threadIdx.x
@@ -54,7 +54,7 @@ def _kernels(dt):
                     v = v + b[j]
                 y[r, j] = v
 
-    @cuda.jit
+    @kernel
     def bwd(dy, x, w, mean, rstd, dx, R, D, has_w):
         sbuf = cuda.shared.array(SBUF, NT)
         t = cuda.threadIdx.x
@@ -78,7 +78,7 @@ def _kernels(dt):
                     g = g * w[j]
                 dx[r, j] = rs * (g - s1 - (x[r, j] - mu) * rs * s2)
 
-    @cuda.jit
+    @kernel
     def param_partial(dy, x, mean, rstd, pw, pb, R, D, chunk):
         ch = cuda.blockIdx.y
         r0 = ch * chunk

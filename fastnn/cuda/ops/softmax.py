@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from .. import _kit
-from .._kit import SBUF, ROW_THREADS, THREADS, block_max, block_sum, cuda
+from .._kit import kernel, SBUF, ROW_THREADS, THREADS, block_max, block_sum, cuda
 
 OPS = ("softmax", "softmax_backward", "log_softmax", "log_softmax_backward")
 
@@ -26,7 +26,7 @@ def _kernels(dt):
     zero = T(0)
     ninf = T(-np.inf)
 
-    @cuda.jit
+    @kernel
     def fwd_rows(x, y, R, n, logsm):
         sbuf = cuda.shared.array(SBUF, NT)
         t = cuda.threadIdx.x
@@ -48,7 +48,7 @@ def _kernels(dt):
                 for j in range(t, n, B):
                     y[r, j] = math.exp(x[r, j] - m) / s
 
-    @cuda.jit
+    @kernel
     def fwd_cols(x, y, outer, n, inner, logsm):
         for p in range(cuda.grid(1), outer * inner, cuda.gridsize(1)):
             o = p // inner
@@ -67,7 +67,7 @@ def _kernels(dt):
                 for j in range(n):
                     y[o, j, i] = math.exp(x[o, j, i] - m) / s
 
-    @cuda.jit
+    @kernel
     def bwd_rows(dy, y, dx, R, n, logsm):
         sbuf = cuda.shared.array(SBUF, NT)
         t = cuda.threadIdx.x
@@ -86,7 +86,7 @@ def _kernels(dt):
                 else:
                     dx[r, j] = y[r, j] * (dy[r, j] - s)
 
-    @cuda.jit
+    @kernel
     def bwd_cols(dy, y, dx, outer, n, inner, logsm):
         for p in range(cuda.grid(1), outer * inner, cuda.gridsize(1)):
             o = p // inner

@@ -1,0 +1,149 @@
+"""Optim family on the GPU: fused in-place SGD / Adam / AdamW updates.
+
+One elementwise kernel per step and parameter updates the parameter and its state in
+place (torch.optim's single-tensor formulas, in the same order).  Hyperparameters and
+the bias corrections are computed on the host in float64 and passed as scalars of the
+parameter's dtype, so float32 parameters are updated in float32 arithmetic.
+"""
+import math
+
+import numpy as np
+
+from .. import _kit
+from .._runtime import as_device
+from .._kit import THREADS, kernel, cuda
+
+OPS = ("sgd_step", "adam_step", "adamw_step")
+
+
+@_kit.per_dtype
+def _kernels(dt):
+    one = dt.type(1)
+
+    @kernel
+    def sgd(p, g, buf, n, lr, momentum, damp_c, wd, has_wd, nesterov, maximize, first, has_mom):
+        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+            d = g[i]
+            if maximize:
+                d = -d
+            if has_wd:
+                d = d + wd * p[i]
+            if has_mom:
+                if first:
+                    b = d
+                else:
+                    b = buf[i] * momentum + damp_c * d
+                buf[i] = b
+                if nesterov:
+                    d = d + momentum * b
+                else:
+                    d = b
+            p[i] = p[i] - lr * d
+
+    @kernel
+    def adam(p, g, m, v, vmax, n, b1c, lerp_low, b2, b2c, eps, wd, has_wd, step_size, bc2_sqrt,
+             decay, maximize, decoupled, amsgrad):
+        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+            d = g[i]
+            if maximize:
+                d = -d
+            w = p[i]
+            if has_wd:
+                if decoupled:
+                    w = w * decay
+                else:
+                    d = d + wd * w
+            mi = m[i]
+            if lerp_low:   # torch's lerp: two forms, switched at weight 0.5
+                mi = mi + b1c * (d - mi)
+            else:
+                mi = d - (d - mi) * (one - b1c)
+            vi = v[i] * b2 + b2c * d * d
+            m[i] = mi
+            v[i] = vi
+            if amsgrad:
+                vi = max(vmax[i], vi)
+                vmax[i] = vi
+            p[i] = w - step_size * mi / (math.sqrt(vi) / bc2_sqrt + eps)
+
+    return sgd, adam
+
+
+def _inplace(a, name, host):
+    """A device array to update in place.  A NumPy array (the cuda backend chosen for host
+    arrays) is copied to the device and remembered in ``host`` for the copy back."""
+    if a is None:
+        return None
+    if type(a) is np.ndarray:
+        d = _kit.dev(a)
+        host.append((d, a))
+        return d
+    d = as_device(a)
+    if not d.is_c_contiguous():
+        raise ValueError(f"{name} must be a C-contiguous device array to be updated in place, "
+                         f"got strides {tuple(d.strides)} for shape {tuple(d.shape)}")
+    return d
+
+
+def _copy_back(host):
+    for d, a in host:
+        d.copy_to_host(a)
+
+
+def _cfg(n):
+    return _kit.blocks_for(n), THREADS
+
+
+def sgd_step(param, grad, momentum_buffer, lr, momentum, dampening, weight_decay,
+             nesterov, maximize, first):
+    host = []
+    p = _inplace(param, "param", host)
+    buf = _inplace(momentum_buffer, "momentum_buffer", host)
+    g = _kit.dev(grad)
+    dt = _kit.dtype_of(p)
+    n = _kit.numel(_kit.shape_of(p))
+    if n == 0:
+        return None
+    T = dt.type
+    sgd, _ = _kernels(dt)
+    sgd[_cfg(n)](_kit.flat(p), _kit.flat(g), _kit.flat(p if buf is None else buf), n, T(lr),
+                 T(momentum), T(1 - dampening), T(weight_decay), weight_decay != 0, bool(nesterov), bool(maximize),
+                 bool(first), buf is not None)
+    _copy_back(host)
+    return None
+
+
+def _adam(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
+          weight_decay, step, maximize, decoupled):
+    host = []
+    p = _inplace(param, "param", host)
+    m = _inplace(exp_avg, "exp_avg", host)
+    v = _inplace(exp_avg_sq, "exp_avg_sq", host)
+    vmax = _inplace(max_exp_avg_sq, "max_exp_avg_sq", host)
+    g = _kit.dev(grad)
+    dt = _kit.dtype_of(p)
+    n = _kit.numel(_kit.shape_of(p))
+    if n == 0:
+        return None
+    T = dt.type
+    bias_correction1 = 1 - beta1 ** step
+    bc2_sqrt = math.sqrt(1 - beta2 ** step)
+    _, adam = _kernels(dt)
+    adam[_cfg(n)](_kit.flat(p), _kit.flat(g), _kit.flat(m), _kit.flat(v),
+                  _kit.flat(v if vmax is None else vmax), n, T(1 - beta1), abs(1 - beta1) < 0.5, T(beta2), T(1 - beta2),
+                  T(eps), T(weight_decay), weight_decay != 0, T(lr / bias_correction1), T(bc2_sqrt),
+                  T(1 - lr * weight_decay), bool(maximize), bool(decoupled), vmax is not None)
+    _copy_back(host)
+    return None
+
+
+def adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
+              weight_decay, step, maximize):
+    _adam(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
+          weight_decay, step, maximize, False)
+
+
+def adamw_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
+               weight_decay, step, maximize):
+    _adam(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
+          weight_decay, step, maximize, True)
