@@ -1,10 +1,10 @@
 /* Row reductions for the hot loops: sums, dot products, maxima over contiguous data.
  *
  * A single accumulator makes a serial chain the compiler may not reorder (no
- * -ffast-math), so each reduction keeps 8 independent lanes -- the compiler turns
- * them into vector registers -- and adds the lanes in a fixed tree at the end.  The
- * order depends only on n, so results are identical at any thread count.  float
- * input accumulates in double lanes. */
+ * -ffast-math), so each reduction keeps many independent lanes -- the compiler turns
+ * them into several vector registers, hiding the add latency -- and folds the lanes in
+ * a fixed tree at the end.  The order depends only on n, so results are identical at
+ * any thread count. */
 #ifndef FNN_REDUCE_H
 #define FNN_REDUCE_H
 #include <stddef.h>
@@ -12,53 +12,81 @@
 #define FNN_LANES 8
 #define FNN_TREE(a) ((((a)[0] + (a)[1]) + ((a)[2] + (a)[3])) + (((a)[4] + (a)[5]) + ((a)[6] + (a)[7])))
 
+/* float: 32 float lanes (4 vector accumulators hide the add latency) over blocks of
+   FNN_BLOCK elements, each block's lanes folded into a double total -- float speed,
+   double accuracy (a lane never holds more than FNN_BLOCK/32 terms).
+   double: 16 double lanes. */
+#define FNN_BLOCK 512
+#define FNN_FOLD32(a) (((((double)(a)[0] + (a)[1]) + ((double)(a)[2] + (a)[3])) + (((double)(a)[4] + (a)[5]) + ((double)(a)[6] + (a)[7]))) \
+    + ((((double)(a)[8] + (a)[9]) + ((double)(a)[10] + (a)[11])) + (((double)(a)[12] + (a)[13]) + ((double)(a)[14] + (a)[15])))) \
+    + (((((double)(a)[16] + (a)[17]) + ((double)(a)[18] + (a)[19])) + (((double)(a)[20] + (a)[21]) + ((double)(a)[22] + (a)[23]))) \
+    + ((((double)(a)[24] + (a)[25]) + ((double)(a)[26] + (a)[27])) + (((double)(a)[28] + (a)[29]) + ((double)(a)[30] + (a)[31]))))
+
+/* EXPR(i) is the term for element i; the block/lane structure is shared by all float sums */
+#define FNN_FLOAT_SUM(n, EXPR, total)                                                     \
+    do {                                                                                 \
+        ptrdiff_t _b0;                                                                   \
+        total = 0.0;                                                                     \
+        for (_b0 = 0; _b0 < (n); _b0 += FNN_BLOCK) {                                     \
+            ptrdiff_t _b1 = _b0 + FNN_BLOCK < (n) ? _b0 + FNN_BLOCK : (n);                \
+            float _a[32] = {0};                                                          \
+            ptrdiff_t _j = _b0;                                                          \
+            for (; _j + 32 <= _b1; _j += 32)                                             \
+                for (int _k = 0; _k < 32; ++_k) { ptrdiff_t i = _j + _k; _a[_k] += (EXPR); } \
+            for (; _j < _b1; ++_j) { ptrdiff_t i = _j; _a[_j & 31] += (EXPR); }           \
+            total += FNN_FOLD32(_a);                                                     \
+        }                                                                                \
+    } while (0)
+
+#define FNN_DOUBLE_SUM(n, EXPR, total)                                                    \
+    do {                                                                                 \
+        double _a[16] = {0};                                                             \
+        ptrdiff_t _j = 0;                                                                \
+        for (; _j + 16 <= (n); _j += 16)                                                 \
+            for (int _k = 0; _k < 16; ++_k) { ptrdiff_t i = _j + _k; _a[_k] += (EXPR); } \
+        for (; _j < (n); ++_j) { ptrdiff_t i = _j; _a[_j & 15] += (EXPR); }               \
+        total = FNN_TREE(_a) + FNN_TREE(_a + 8);                                         \
+    } while (0)
+
+static inline double fnn_sum_f(const float* x, ptrdiff_t n) {
+    double t; FNN_FLOAT_SUM(n, x[i], t); return t;
+}
+static inline double fnn_sumsq_dev_f(const float* x, ptrdiff_t n, double c) {
+    /* the deviations are formed in float: x and c = mean are within the row's range */
+    float cf = (float)c; double t; FNN_FLOAT_SUM(n, (x[i] - cf) * (x[i] - cf), t); return t;
+}
+static inline double fnn_dot_f(const float* x, const float* y, ptrdiff_t n) {
+    double t; FNN_FLOAT_SUM(n, x[i] * y[i], t); return t;
+}
+static inline double fnn_sum_d(const double* x, ptrdiff_t n) {
+    double t; FNN_DOUBLE_SUM(n, x[i], t); return t;
+}
+static inline double fnn_sumsq_dev_d(const double* x, ptrdiff_t n, double c) {
+    double t; FNN_DOUBLE_SUM(n, (x[i] - c) * (x[i] - c), t); return t;
+}
+static inline double fnn_dot_d(const double* x, const double* y, ptrdiff_t n) {
+    double t; FNN_DOUBLE_SUM(n, x[i] * y[i], t); return t;
+}
+
+/* max over 32 lanes; a NaN sticks in its lane (v > m is false for it, v != v true),
+   so the result is NaN if any element is NaN; -inf for n == 0 */
 #define FNN_DEFINE_REDUCE(T, SFX)                                                        \
-static inline double fnn_sum_##SFX(const T* x, ptrdiff_t n) {                           \
-    double a[FNN_LANES] = {0, 0, 0, 0, 0, 0, 0, 0};                                      \
-    ptrdiff_t j = 0;                                                                     \
-    for (; j + FNN_LANES <= n; j += FNN_LANES)                                           \
-        for (int k = 0; k < FNN_LANES; ++k) a[k] += (double)x[j + k];                    \
-    for (; j < n; ++j) a[j & 7] += (double)x[j];                               \
-    return FNN_TREE(a);                                                                  \
-}                                                                                        \
-/* sum of (x - c)^2 */                                                                   \
-static inline double fnn_sumsq_dev_##SFX(const T* x, ptrdiff_t n, double c) {           \
-    double a[FNN_LANES] = {0, 0, 0, 0, 0, 0, 0, 0};                                      \
-    ptrdiff_t j = 0;                                                                     \
-    for (; j + FNN_LANES <= n; j += FNN_LANES)                                           \
-        for (int k = 0; k < FNN_LANES; ++k) { double d = (double)x[j + k] - c; a[k] += d * d; } \
-    for (; j < n; ++j) { double d = (double)x[j] - c; a[j & 7] += d * d; }   \
-    return FNN_TREE(a);                                                                  \
-}                                                                                        \
-static inline double fnn_dot_##SFX(const T* x, const T* y, ptrdiff_t n) {               \
-    double a[FNN_LANES] = {0, 0, 0, 0, 0, 0, 0, 0};                                      \
-    ptrdiff_t j = 0;                                                                     \
-    for (; j + FNN_LANES <= n; j += FNN_LANES)                                           \
-        for (int k = 0; k < FNN_LANES; ++k) a[k] += (double)x[j + k] * (double)y[j + k]; \
-    for (; j < n; ++j) a[j & 7] += (double)x[j] * (double)y[j];               \
-    return FNN_TREE(a);                                                                  \
-}                                                                                        \
-/* max, NaN if any element is NaN; -inf for n == 0 */                                    \
 static inline T fnn_max_##SFX(const T* x, ptrdiff_t n) {                                \
-    T m[FNN_LANES];                                                                      \
-    int nan[FNN_LANES] = {0, 0, 0, 0, 0, 0, 0, 0};                                       \
-    for (int k = 0; k < FNN_LANES; ++k) m[k] = -(T)INFINITY;                            \
+    T m[32];                                                                             \
+    for (int k = 0; k < 32; ++k) m[k] = -(T)INFINITY;                                   \
     ptrdiff_t j = 0;                                                                     \
-    for (; j + FNN_LANES <= n; j += FNN_LANES)                                           \
-        for (int k = 0; k < FNN_LANES; ++k) {                                            \
+    for (; j + 32 <= n; j += 32)                                                         \
+        for (int k = 0; k < 32; ++k) {                                                   \
             T v = x[j + k];                                                              \
-            m[k] = v > m[k] ? v : m[k];                                                  \
-            nan[k] |= (v != v);                                                          \
+            m[k] = (v > m[k] || v != v) ? v : m[k];                                      \
         }                                                                                \
     for (; j < n; ++j) {                                                                 \
         T v = x[j];                                                                      \
-        m[j & 7] = v > m[j & 7] ? v : m[j & 7];                                          \
-        nan[j & 7] |= (v != v);                                                          \
+        m[j & 31] = (v > m[j & 31] || v != v) ? v : m[j & 31];                           \
     }                                                                                    \
     T r = m[0];                                                                          \
-    int any = nan[0];                                                                    \
-    for (int k = 1; k < FNN_LANES; ++k) { r = m[k] > r ? m[k] : r; any |= nan[k]; }      \
-    return any ? (T)NAN : r;                                                             \
+    for (int k = 1; k < 32; ++k) r = (m[k] > r || m[k] != m[k]) ? m[k] : r;              \
+    return r;                                                                            \
 }
 
 #include <math.h>

@@ -70,25 +70,27 @@ def layer_norm(cnp.ndarray x, object weight, object bias, Py_ssize_t D, double e
 
     IN  x C-contiguous, normalised over its last D elements (x.size % D == 0);
         weight, bias: C-contiguous arrays of D elements (same dtype) or None."""
-    cdef Py_ssize_t rows = x.size // D if D else 0
+    cdef Py_ssize_t rows = cnp.PyArray_SIZE(x) // D if D else 0
     cdef cnp.ndarray y = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(x), cnp.PyArray_DIMS(x),
                                            cnp.PyArray_TYPE(x), 0)
-    cdef cnp.npy_intp nr = rows
-    cdef cnp.ndarray mean = cnp.PyArray_EMPTY(1, &nr, cnp.PyArray_TYPE(x), 0)
-    cdef cnp.ndarray rstd = cnp.PyArray_EMPTY(1, &nr, cnp.PyArray_TYPE(x), 0)
+    # mean and rstd share one allocation: stats[0] = mean, stats[1] = rstd
+    cdef cnp.npy_intp sdims[2]
+    sdims[0] = 2
+    sdims[1] = rows
+    cdef cnp.ndarray stats = cnp.PyArray_EMPTY(2, sdims, cnp.PyArray_TYPE(x), 0)
     cdef void* pw = _ptr(weight)
     cdef void* pb = _ptr(bias)
     if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
         with nogil:
             _ln_fwd[float](<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(y),
                            <const float*>pw, <const float*>pb, rows, D, eps,
-                           <float*>cnp.PyArray_DATA(mean), <float*>cnp.PyArray_DATA(rstd))
+                           <float*>cnp.PyArray_DATA(stats), <float*>cnp.PyArray_DATA(stats) + rows)
     else:
         with nogil:
             _ln_fwd[double](<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(y),
                             <const double*>pw, <const double*>pb, rows, D, eps,
-                            <double*>cnp.PyArray_DATA(mean), <double*>cnp.PyArray_DATA(rstd))
-    return y, (x, weight, bias is not None, mean, rstd, D)
+                            <double*>cnp.PyArray_DATA(stats), <double*>cnp.PyArray_DATA(stats) + rows)
+    return y, (x, weight, bias is not None, stats, D)
 
 
 cdef void _ln_bwd(const real* dy, const real* x, const real* w, const real* mean,
@@ -131,8 +133,8 @@ def layer_norm_backward(cnp.ndarray dy, tuple saved):
     cdef cnp.ndarray x = saved[0]
     weight = saved[1]
     cdef bint has_bias = saved[2]
-    cdef cnp.ndarray mean = saved[3], rstd = saved[4]
-    cdef Py_ssize_t D = saved[5]
+    cdef cnp.ndarray stats = saved[3]
+    cdef Py_ssize_t D = saved[4]
     cdef Py_ssize_t rows = x.size // D if D else 0
     cdef cnp.ndarray dx = np.empty_like(x)
     cdef cnp.ndarray dw = None, db = None
@@ -150,14 +152,14 @@ def layer_norm_backward(cnp.ndarray dy, tuple saved):
     if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
         with nogil:
             _ln_bwd[float](<const float*>cnp.PyArray_DATA(dy), <const float*>cnp.PyArray_DATA(x),
-                           <const float*>pw, <const float*>cnp.PyArray_DATA(mean),
-                           <const float*>cnp.PyArray_DATA(rstd), rows, D,
+                           <const float*>pw, <const float*>cnp.PyArray_DATA(stats),
+                           <const float*>cnp.PyArray_DATA(stats) + rows, rows, D,
                            <float*>cnp.PyArray_DATA(dx), <float*>pdw, <float*>pdb)
     else:
         with nogil:
             _ln_bwd[double](<const double*>cnp.PyArray_DATA(dy), <const double*>cnp.PyArray_DATA(x),
-                            <const double*>pw, <const double*>cnp.PyArray_DATA(mean),
-                            <const double*>cnp.PyArray_DATA(rstd), rows, D,
+                            <const double*>pw, <const double*>cnp.PyArray_DATA(stats),
+                            <const double*>cnp.PyArray_DATA(stats) + rows, rows, D,
                             <double*>cnp.PyArray_DATA(dx), <double*>pdw, <double*>pdb)
     if weight is None:
         dw = None

@@ -62,6 +62,7 @@ class _State(threading.local):
 
 _backends = {}
 _default_name = [None]
+_default_be = [None]
 _state = _State()
 _lock = threading.RLock()
 
@@ -114,7 +115,17 @@ def _default():
                           "reference backend (pip install . builds them)", RuntimeWarning)
             name = "reference"
         _default_name[0] = name
-    return backend(_default_name[0])
+    be = _default_be[0]
+    if be is None or be.name != _default_name[0]:
+        be = _default_be[0] = backend(_default_name[0])
+    return be
+
+
+def host_backend():
+    """The backend in force if it takes NumPy arrays (reference or cpu), else None.
+    The shells' fast path: no per-array dispatch."""
+    be = _state.backend or _default_be[0] or _default()
+    return None if be.name == "cuda" else be
 
 
 def current():
@@ -143,6 +154,7 @@ def set_backend(name):
     """Select the backend for this process (every thread without a ``use_backend`` block)."""
     be = _resolve(name)
     _default_name[0] = be.name
+    _default_be[0] = be
     _state.backend = None
 
 

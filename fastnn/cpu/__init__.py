@@ -59,6 +59,16 @@ def compiled_modules():
     return _modules
 
 
+def shell_module():
+    """The compiled fast-check helpers (fastnn._cpu.<variant>._shell), best variant."""
+    for variant in cpu_variants():
+        try:
+            return importlib.import_module(f"fastnn._cpu.{variant}._shell")
+        except ImportError:
+            continue
+    raise ImportError("fastnn's compiled helpers are not built")
+
+
 def make_backend():
     from .._backend import backend
     ref = backend("reference")

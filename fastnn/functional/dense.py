@@ -1,6 +1,6 @@
 """Dense family: linear."""
-from .._backend import dispatch
-from .._validate import float_array, same_dtype
+from .._backend import dispatch, host_backend
+from .._validate import float_array, host_floats, same_dtype
 from ._core import grad_in, make_ctx
 
 __all__ = ["linear", "linear_fwd", "linear_bwd"]
@@ -43,4 +43,11 @@ def linear_bwd(ctx, dy):
 
 def linear(x, weight, bias=None):
     """y = x @ weight.T + bias.  weight (out_features, in_features), bias (out_features,)."""
+    if host_floats(x, weight, bias):
+        ws = weight.shape
+        if (len(ws) == 2 and x.ndim and x.shape[-1] == ws[1]
+                and (bias is None or bias.shape == (ws[0],))):
+            be = host_backend()
+            if be is not None:
+                return be.linear(x, weight, bias)[0]
     return linear_fwd(x, weight, bias)[0]
