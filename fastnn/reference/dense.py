@@ -15,8 +15,9 @@ def linear(x, weight, bias):
 
 def linear_backward(dy, saved):
     x, weight, has_bias = saved
-    g = f64(dy).reshape(-1, weight.shape[0])
-    x2 = f64(x).reshape(-1, weight.shape[1])
+    rows = int(np.prod(x.shape[:-1], dtype=np.int64))  # not -1: zero-size dims are allowed
+    g = f64(dy).reshape(rows, weight.shape[0])
+    x2 = f64(x).reshape(rows, weight.shape[1])
     dx = (g @ f64(weight)).reshape(x.shape)
     dw = g.T @ x2
     db = g.sum(axis=0) if has_bias else None

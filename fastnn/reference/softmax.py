@@ -8,7 +8,7 @@ OPS = ("softmax", "softmax_backward", "log_softmax", "log_softmax_backward")
 
 def softmax(x, dim):
     z = f64(x)
-    m = np.max(z, axis=dim, keepdims=True)
+    m = np.max(z, axis=dim, keepdims=True, initial=-np.inf)  # initial: empty dims
     with np.errstate(invalid="ignore"):
         e = np.exp(z - m)
         y = e / e.sum(axis=dim, keepdims=True)
@@ -24,7 +24,7 @@ def softmax_backward(dy, saved):
 
 def log_softmax(x, dim):
     z = f64(x)
-    m = np.max(z, axis=dim, keepdims=True)
+    m = np.max(z, axis=dim, keepdims=True, initial=-np.inf)  # initial: empty dims
     with np.errstate(invalid="ignore", divide="ignore"):
         lse = m + np.log(np.exp(z - m).sum(axis=dim, keepdims=True))
     y = cast(z - lse, x)
