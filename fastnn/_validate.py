@@ -48,9 +48,9 @@ def float_array(x, name):
         if dt is not F32 and dt is not F64:
             return _float_slow(x, name)
         if not (x.flags.c_contiguous and x.flags.aligned):
-            x = np.ascontiguousarray(x)
-            if not x.flags.aligned:  # pragma: no cover - ascontiguousarray realigns
-                x = x.copy()
+            # a copy is C-contiguous and aligned; np.ascontiguousarray would keep an
+            # unaligned C-contiguous array as it is and turn a 0-d one into shape (1,)
+            x = np.array(x, order="C")
         return x
     if is_device(x):
         dt = np.dtype(x.dtype)
@@ -65,7 +65,7 @@ def float_array(x, name):
 def _float_slow(x, name):
     dt = x.dtype
     if dt.kind == "f" and dt.itemsize in (4, 8):  # non-native byte order
-        return np.ascontiguousarray(x, dtype=dt.newbyteorder("="))
+        return np.array(x, dtype=dt.newbyteorder("="), order="C")
     raise TypeError(f"{name} must be a float32 or float64 array, got dtype {dt}")
 
 
