@@ -31,13 +31,22 @@ cdef void _fill_bias(real* y, const real* b, Py_ssize_t rows, Py_ssize_t n, int 
             memcpy(&y[r * n], b, n * sizeof(real))
 
 
+cdef inline Py_ssize_t _rows(cnp.ndarray x):
+    """Product of the leading dims (not x.size // in_features: in_features may be 0)."""
+    cdef Py_ssize_t rows = 1
+    cdef int k
+    for k in range(x.ndim - 1):
+        rows *= x.shape[k]
+    return rows
+
+
 def linear(cnp.ndarray x, cnp.ndarray weight, object bias):
     """linear(x, weight, bias) -> (y, saved).
 
     IN  x (..., in) C-contiguous; weight (out, in) C-contiguous, same dtype;
         bias (out,) or None.   OUT y (..., out)."""
     cdef Py_ssize_t n_in = weight.shape[1], n_out = weight.shape[0]
-    cdef Py_ssize_t rows = x.size // n_in if n_in else 0
+    cdef Py_ssize_t rows = _rows(x)
     shape = (<object>x).shape[:-1] + (n_out,)
     cdef cnp.ndarray y = np.empty(shape, dtype=x.dtype)
     cdef cnp.ndarray b
@@ -96,7 +105,7 @@ def linear_backward(cnp.ndarray dy, tuple saved):
     cdef cnp.ndarray x = saved[0], w = saved[1]
     cdef bint has_bias = saved[2]
     cdef Py_ssize_t n_in = w.shape[1], n_out = w.shape[0]
-    cdef Py_ssize_t rows = x.size // n_in if n_in else 0
+    cdef Py_ssize_t rows = _rows(x)
     cdef cnp.ndarray dx = np.empty_like(x)
     cdef cnp.ndarray dw = np.empty_like(w)
     cdef cnp.ndarray db = np.empty(n_out, dtype=x.dtype) if has_bias else None
