@@ -25,7 +25,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-__all__ = ["save", "load", "MAX_HEADER_BYTES"]
+__all__ = ["save", "load", "load_metadata", "MAX_HEADER_BYTES"]
 
 # the safetensors reference implementation's limit: a larger header is a corrupt file
 MAX_HEADER_BYTES = 100 * 1000 * 1000
@@ -186,35 +186,25 @@ def _read_npz(path):
     return out
 
 
+def load_metadata(path):
+    """The ``__metadata__`` (str -> str) of a .safetensors file ({} when it has none)."""
+    path = os.fspath(path)
+    size = os.path.getsize(path)
+    header, _ = _read_header(path, size)
+    return dict(header.get("__metadata__") or {})
+
+
 def _bad(path, why):
     return ValueError(f"fastnn.load: {path!r} is not a valid safetensors file: {why}")
 
 
 def _read_safetensors(path, size):
-    if size < 8:
-        raise _bad(path, f"truncated: {size} bytes, but the file must start with an 8-byte "
-                         f"header length")
+    header, n = _read_header(path, size)
     with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        if n > MAX_HEADER_BYTES:
-            raise _bad(path, f"header length {n} exceeds the {MAX_HEADER_BYTES}-byte limit "
-                             f"(corrupt file or not safetensors)")
-        if 8 + n > size:
-            raise _bad(path, f"truncated: the header says {n} bytes but the file has only "
-                             f"{size - 8} after the length")
-        raw = f.read(n)
-        try:
-            header = json.loads(raw.decode("utf-8"), object_pairs_hook=OrderedDict)
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise _bad(path, f"the header is not valid UTF-8 JSON ({e})") from None
-        if not isinstance(header, dict):
-            raise _bad(path, "the header is not a JSON object")
         data_len = size - 8 - n
         entries = []
         for name, info in header.items():
             if name == "__metadata__":
-                if not isinstance(info, dict) or not all(isinstance(v, str) for v in info.values()):
-                    raise _bad(path, "__metadata__ must map strings to strings")
                 continue
             entries.append((name,) + _check_entry(path, name, info, data_len))
         # the data regions must not overlap and must fill the data section exactly
@@ -242,6 +232,33 @@ def _read_safetensors(path, size):
                 a = a.astype(dt.newbyteorder("="))
             out[name] = a
     return out
+
+
+def _read_header(path, size):
+    """(header dict, header length) of a safetensors file, validated as JSON."""
+    if size < 8:
+        raise _bad(path, f"truncated: {size} bytes, but the file must start with an 8-byte "
+                         f"header length")
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        if n > MAX_HEADER_BYTES:
+            raise _bad(path, f"header length {n} exceeds the {MAX_HEADER_BYTES}-byte limit "
+                             f"(corrupt file or not safetensors)")
+        if 8 + n > size:
+            raise _bad(path, f"truncated: the header says {n} bytes but the file has only "
+                             f"{size - 8} after the length")
+        raw = f.read(n)
+        try:
+            header = json.loads(raw.decode("utf-8"), object_pairs_hook=OrderedDict)
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise _bad(path, f"the header is not valid UTF-8 JSON ({e})") from None
+        if not isinstance(header, dict):
+            raise _bad(path, "the header is not a JSON object")
+        meta = header.get("__metadata__")
+        if meta is not None and (not isinstance(meta, dict)
+                                 or not all(isinstance(v, str) for v in meta.values())):
+            raise _bad(path, "__metadata__ must map strings to strings")
+    return header, n
 
 
 def _check_entry(path, name, info, data_len):

@@ -71,6 +71,8 @@ def test_safetensors_interop_with_the_package(tmp_path):
     from safetensors import safe_open
     with safe_open(str(ours), framework="np") as f:
         assert f.metadata() == {"format": "np", "step": "3"}
+    from fastnn.io import load_metadata
+    assert load_metadata(ours) == {"format": "np", "step": "3"}
     other = tmp_path / "theirs.safetensors"
     st.save_file(sd, str(other), metadata={"a": "b"})
     back = fastnn.load(other)

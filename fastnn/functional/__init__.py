@@ -4,7 +4,10 @@
 are the differentiable pair the modules (and tests) use.
 """
 from .activation import *  # noqa: F401,F403
+from .batchnorm import *  # noqa: F401,F403
+from .conv import *  # noqa: F401,F403
 from .dense import *  # noqa: F401,F403
 from .dropout import *  # noqa: F401,F403
 from .norm import *  # noqa: F401,F403
+from .pool import *  # noqa: F401,F403
 from .softmax import *  # noqa: F401,F403

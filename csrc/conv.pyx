@@ -1,0 +1,496 @@
+# Conv family: conv2d (NCHW cross-correlation; stride, asymmetric zero padding,
+# dilation, groups) forward and backward.
+#
+# Three kernels:
+#   * general: im2col + BLAS GEMM per image and group, y_n[g] = W_g @ col_g with
+#     col (C/G*kH*kW, OH*OW); backward d_col = W_g^T @ dy_n[g] scattered back by col2im,
+#     d_W += dy_n[g] @ col_g^T.
+#   * 1x1, stride 1, no padding: the input plane *is* the column matrix -- plain GEMMs.
+#   * depthwise (one input channel per output channel, groups == C): direct loops per
+#     plane; the taps that fall inside the input are found once per row, so the inner
+#     loop is a branch-free axpy over the output row (vectorised for stride 1).
+# Threads: with several images and threads, the images (backward: fixed chunks of
+# images) are spread over OpenMP threads and every GEMM runs single-threaded (the shell
+# limits BLAS to one thread around those calls); otherwise images run in order and each
+# GEMM may use BLAS's threads.  Either way every image runs the same GEMM calls, and the
+# per-chunk d_weight partials are added in chunk order, so results do not depend on the
+# thread count.  Parameter-gradient sums of the depthwise kernel and d_bias are kept per
+# (image, channel) in double and added in image order.
+cimport cython
+cimport numpy as cnp
+from cython.parallel cimport prange, parallel
+from libc.stdlib cimport malloc, free
+from libc.string cimport memcpy, memset
+
+from fnn_blas cimport gemm, real
+
+import numpy as np
+
+cnp.import_array()
+
+include "fnn_runtime.pxi"
+
+cdef extern from "fnn_conv.h" nogil:
+    double fnn_cv_sum_f(const float* x, Py_ssize_t n)
+    double fnn_cv_sum_d(const double* x, Py_ssize_t n)
+    double fnn_cv_dot_f(const float* x, const float* y, Py_ssize_t n, Py_ssize_t sy)
+    double fnn_cv_dot_d(const double* x, const double* y, Py_ssize_t n, Py_ssize_t sy)
+
+OPS = ("conv2d", "conv2d_backward")
+
+
+cdef struct Geo:
+    Py_ssize_t N, C, H, W, O, Cg, kh, kw, OH, OW, sh, sw, pt, pl, dh, dw, G
+
+
+cdef inline double _sum(const real* x, Py_ssize_t n) noexcept nogil:
+    if real is float:
+        return fnn_cv_sum_f(x, n)
+    else:
+        return fnn_cv_sum_d(x, n)
+
+
+cdef inline double _dot(const real* x, const real* y, Py_ssize_t n, Py_ssize_t sy) noexcept nogil:
+    if real is float:
+        return fnn_cv_dot_f(x, y, n, sy)
+    else:
+        return fnn_cv_dot_d(x, y, n, sy)
+
+
+cdef inline void _ow_range(Py_ssize_t off, Py_ssize_t sw, Py_ssize_t W, Py_ssize_t OW,
+                           Py_ssize_t* o0, Py_ssize_t* o1) noexcept nogil:
+    """Outputs ow in [o0, o1) read input column ow*sw + off inside [0, W)."""
+    cdef Py_ssize_t a = 0, b
+    if off < 0:
+        a = (-off + sw - 1) // sw
+    if W - 1 - off < 0:
+        b = 0
+    else:
+        b = (W - 1 - off) // sw + 1
+    if b > OW:
+        b = OW
+    if a > b:
+        a = b
+    o0[0] = a
+    o1[0] = b
+
+
+# ---------------------------------------------------------------- im2col / col2im
+cdef void _im2col(const real* x, real* col, Geo* g) noexcept nogil:
+    """col[(c, i, j), (oh, ow)] = xpad[c, oh*sh + i*dh, ow*sw + j*dw] for one image."""
+    cdef Py_ssize_t c, i, j, oh, ow, ih, off, o0, o1
+    cdef Py_ssize_t OW = g.OW, OH = g.OH, sw = g.sw, H = g.H, W = g.W
+    cdef real* d
+    cdef const real* src
+    for c in range(g.C):
+        for i in range(g.kh):
+            for j in range(g.kw):
+                off = j * g.dw - g.pl
+                _ow_range(off, sw, W, OW, &o0, &o1)
+                d = col + ((c * g.kh + i) * g.kw + j) * OH * OW
+                for oh in range(OH):
+                    ih = oh * g.sh - g.pt + i * g.dh
+                    if ih < 0 or ih >= H or o0 >= o1:
+                        memset(d, 0, OW * sizeof(real))
+                    else:
+                        src = x + (c * H + ih) * W + off
+                        for ow in range(o0):
+                            d[ow] = 0
+                        if sw == 1:
+                            memcpy(d + o0, src + o0, (o1 - o0) * sizeof(real))
+                        else:
+                            for ow in range(o0, o1):
+                                d[ow] = src[ow * sw]
+                        for ow in range(o1, OW):
+                            d[ow] = 0
+                    d += OW
+
+
+cdef void _col2im(const real* col, real* dx, Geo* g) noexcept nogil:
+    """dx (one image, zeroed by the caller) += the columns scattered back to the input."""
+    cdef Py_ssize_t c, i, j, oh, ow, ih, off, o0, o1
+    cdef Py_ssize_t OW = g.OW, OH = g.OH, sw = g.sw, H = g.H, W = g.W
+    cdef const real* d
+    cdef real* dst
+    for c in range(g.C):
+        for i in range(g.kh):
+            for j in range(g.kw):
+                off = j * g.dw - g.pl
+                _ow_range(off, sw, W, OW, &o0, &o1)
+                d = col + ((c * g.kh + i) * g.kw + j) * OH * OW
+                for oh in range(OH):
+                    ih = oh * g.sh - g.pt + i * g.dh
+                    if ih >= 0 and ih < H:
+                        dst = dx + (c * H + ih) * W + off
+                        if sw == 1:
+                            for ow in range(o0, o1):
+                                dst[ow] += d[ow]
+                        else:
+                            for ow in range(o0, o1):
+                                dst[ow * sw] += d[ow]
+                    d += OW
+
+
+# ---------------------------------------------------------------- GEMM paths
+cdef inline bint _is_1x1(Geo* g) noexcept nogil:
+    return (g.kh == 1 and g.kw == 1 and g.sh == 1 and g.sw == 1 and g.pt == 0 and g.pl == 0
+            and g.OH == g.H and g.OW == g.W)
+
+
+cdef void _fwd_image(const real* x, const real* w, const real* b, real* y, real* col,
+                     Geo* g) noexcept nogil:
+    """One image: y (O, OH*OW) = W_g @ col_g (+ bias) for every group."""
+    cdef Py_ssize_t P = g.OH * g.OW, Og = g.O // g.G, Kg = g.Cg * g.kh * g.kw, gi, o, k
+    cdef const real* B
+    cdef real beta = 0
+    if _is_1x1(g):
+        B = x
+    else:
+        _im2col(x, col, g)
+        B = col
+    if b != NULL:
+        for o in range(g.O):
+            for k in range(P):
+                y[o * P + k] = b[o]
+        beta = 1
+    for gi in range(g.G):
+        gemm(False, False, <int>Og, <int>P, <int>Kg, <real>1, w + gi * Og * Kg, <int>Kg,
+             B + gi * Kg * P, <int>P, beta, y + gi * Og * P, <int>P)
+
+
+cdef void _fwd_gemm(const real* x, const real* w, const real* b, real* y, Geo* g,
+                    int nt) noexcept nogil:
+    cdef Py_ssize_t n, csize = g.C * g.kh * g.kw * g.OH * g.OW
+    cdef Py_ssize_t xs = g.C * g.H * g.W, ys = g.O * g.OH * g.OW
+    cdef real* col = NULL
+    if nt > 1:
+        with parallel(num_threads=nt):
+            col = <real*>malloc(csize * sizeof(real) + 64)
+            for n in prange(g.N, schedule="static"):
+                _fwd_image(x + n * xs, w, b, y + n * ys, col, g)
+            free(col)
+    else:
+        col = <real*>malloc(csize * sizeof(real) + 64)
+        for n in range(g.N):
+            _fwd_image(x + n * xs, w, b, y + n * ys, col, g)
+        free(col)
+
+
+cdef void _bwd_chunk(const real* x, const real* w, const real* gy, real* dx, real* dw_part,
+                     Py_ssize_t n0, Py_ssize_t n1, real* col, Geo* g) noexcept nogil:
+    """Images [n0, n1): dx for each, and their d_weight summed into dw_part."""
+    cdef Py_ssize_t P = g.OH * g.OW, Og = g.O // g.G, Kg = g.Cg * g.kh * g.kw, gi, n
+    cdef Py_ssize_t xs = g.C * g.H * g.W, ys = g.O * P
+    cdef bint one = _is_1x1(g)
+    cdef const real* B
+    cdef const real* dyn
+    cdef real beta
+    for n in range(n0, n1):
+        dyn = gy + n * ys
+        if one:
+            B = x + n * xs
+        else:
+            _im2col(x + n * xs, col, g)
+            B = col
+        beta = 0 if n == n0 else 1
+        for gi in range(g.G):
+            gemm(False, True, <int>Og, <int>Kg, <int>P, <real>1, dyn + gi * Og * P, <int>P,
+                 B + gi * Kg * P, <int>P, beta, dw_part + gi * Og * Kg, <int>Kg)
+        if one:
+            for gi in range(g.G):
+                gemm(True, False, <int>Kg, <int>P, <int>Og, <real>1, w + gi * Og * Kg, <int>Kg,
+                     dyn + gi * Og * P, <int>P, <real>0, dx + n * xs + gi * Kg * P, <int>P)
+        else:
+            for gi in range(g.G):
+                gemm(True, False, <int>Kg, <int>P, <int>Og, <real>1, w + gi * Og * Kg, <int>Kg,
+                     dyn + gi * Og * P, <int>P, <real>0, col + gi * Kg * P, <int>P)
+            memset(dx + n * xs, 0, xs * sizeof(real))
+            _col2im(col, dx + n * xs, g)
+
+
+cdef void _bwd_gemm(const real* x, const real* w, const real* gy, real* dx, real* dw_part,
+                    Py_ssize_t nch, Py_ssize_t per, Geo* g, int nt) noexcept nogil:
+    cdef Py_ssize_t ch, n0, n1, csize = g.C * g.kh * g.kw * g.OH * g.OW
+    cdef Py_ssize_t wsz = g.O * g.Cg * g.kh * g.kw
+    cdef real* col = NULL
+    if nt > 1:
+        with parallel(num_threads=nt):
+            col = <real*>malloc(csize * sizeof(real) + 64)
+            for ch in prange(nch, schedule="static"):
+                n0 = ch * per
+                n1 = n0 + per
+                if n1 > g.N:
+                    n1 = g.N
+                _bwd_chunk(x, w, gy, dx, dw_part + ch * wsz, n0, n1, col, g)
+            free(col)
+    else:
+        col = <real*>malloc(csize * sizeof(real) + 64)
+        for ch in range(nch):
+            n0 = ch * per
+            n1 = n0 + per
+            if n1 > g.N:
+                n1 = g.N
+            _bwd_chunk(x, w, gy, dx, dw_part + ch * wsz, n0, n1, col, g)
+        free(col)
+
+
+# ---------------------------------------------------------------- depthwise
+cdef void _dw_fwd_plane(const real* x, const real* w, real bias, real* y, Geo* g) noexcept nogil:
+    """One output plane from one input plane (x, y point at the planes; w at kh*kw taps)."""
+    cdef Py_ssize_t oh, ow, i, j, ih, off, o0, o1, OW = g.OW, sw = g.sw
+    cdef real wv
+    cdef real* yr
+    cdef const real* src
+    for oh in range(g.OH):
+        yr = y + oh * OW
+        for ow in range(OW):
+            yr[ow] = bias
+        for i in range(g.kh):
+            ih = oh * g.sh - g.pt + i * g.dh
+            if ih < 0 or ih >= g.H:
+                continue
+            for j in range(g.kw):
+                off = j * g.dw - g.pl
+                _ow_range(off, sw, g.W, OW, &o0, &o1)
+                wv = w[i * g.kw + j]
+                src = x + ih * g.W + off
+                if sw == 1:
+                    for ow in range(o0, o1):
+                        yr[ow] += wv * src[ow]
+                else:
+                    for ow in range(o0, o1):
+                        yr[ow] += wv * src[ow * sw]
+
+
+cdef void _dw_fwd(const real* x, const real* w, const real* b, real* y, Geo* g, int nt) noexcept nogil:
+    cdef Py_ssize_t u, n, o, mult = g.O // g.C, K = g.kh * g.kw
+    cdef Py_ssize_t xs = g.H * g.W, ys = g.OH * g.OW
+    for u in prange(g.N * g.O, nogil=True, schedule="static", num_threads=nt):
+        n = u // g.O
+        o = u % g.O
+        _dw_fwd_plane(x + (n * g.C + o // mult) * xs, w + o * K, b[o] if b != NULL else 0,
+                      y + u * ys, g)
+
+
+cdef void _dw_bwd_plane(const real* x, const real* w, const real* gy, real* dx,
+                        double* dwp, Geo* g) noexcept nogil:
+    """One (output plane -> input plane) pair: dx += W^T gy, dwp[tap] += <gy, x tap>."""
+    cdef Py_ssize_t oh, ow, i, j, ih, off, o0, o1, OW = g.OW, sw = g.sw
+    cdef real wv
+    cdef const real* gr
+    cdef real* dr
+    cdef const real* xr
+    for oh in range(g.OH):
+        gr = gy + oh * OW
+        for i in range(g.kh):
+            ih = oh * g.sh - g.pt + i * g.dh
+            if ih < 0 or ih >= g.H:
+                continue
+            for j in range(g.kw):
+                off = j * g.dw - g.pl
+                _ow_range(off, sw, g.W, OW, &o0, &o1)
+                if o0 >= o1:
+                    continue
+                wv = w[i * g.kw + j]
+                dr = dx + ih * g.W + off
+                xr = x + ih * g.W + off
+                if sw == 1:
+                    for ow in range(o0, o1):
+                        dr[ow] += wv * gr[ow]
+                else:
+                    for ow in range(o0, o1):
+                        dr[ow * sw] += wv * gr[ow]
+                dwp[i * g.kw + j] += _dot(gr + o0, xr + o0 * sw, o1 - o0, sw)
+
+
+cdef void _dw_bwd(const real* x, const real* w, const real* gy, real* dx, double* dwp,
+                  double* dbp, Geo* g, int nt) noexcept nogil:
+    """dwp: (N, O, kh*kw) partials, dbp: (N, O) partials or NULL."""
+    cdef Py_ssize_t u, n, c, m, o, mult = g.O // g.C, K = g.kh * g.kw
+    cdef Py_ssize_t xs = g.H * g.W, ys = g.OH * g.OW
+    for u in prange(g.N * g.C, nogil=True, schedule="static", num_threads=nt):
+        n = u // g.C
+        c = u % g.C
+        memset(dx + u * xs, 0, xs * sizeof(real))
+        for m in range(mult):
+            o = c * mult + m
+            _dw_bwd_plane(x + u * xs, w + o * K, gy + (n * g.O + o) * ys, dx + u * xs,
+                          dwp + (n * g.O + o) * K, g)
+            if dbp != NULL:
+                dbp[n * g.O + o] = _sum(gy + (n * g.O + o) * ys, ys)
+
+
+cdef void _bias_part(const real* gy, double* dbp, Py_ssize_t units, Py_ssize_t ys, int nt) noexcept nogil:
+    cdef Py_ssize_t u
+    for u in prange(units, nogil=True, schedule="static", num_threads=nt):
+        dbp[u] = _sum(gy + u * ys, ys)
+
+
+# ---------------------------------------------------------------- Python entry points
+cdef Geo _geo(cnp.ndarray x, cnp.ndarray w, tuple stride, tuple padding, tuple dilation,
+              Py_ssize_t groups):
+    cdef Geo g
+    g.N = x.shape[0]; g.C = x.shape[1]; g.H = x.shape[2]; g.W = x.shape[3]
+    g.O = w.shape[0]; g.Cg = w.shape[1]; g.kh = w.shape[2]; g.kw = w.shape[3]
+    g.sh = stride[0]; g.sw = stride[1]
+    g.pt = padding[0]; g.pl = padding[2]
+    g.dh = dilation[0]; g.dw = dilation[1]
+    g.G = groups
+    g.OH = (g.H + padding[0] + padding[1] - g.dh * (g.kh - 1) - 1) // g.sh + 1
+    g.OW = (g.W + padding[2] + padding[3] - g.dw * (g.kw - 1) - 1) // g.sw + 1
+    return g
+
+
+cdef inline bint _depthwise(Geo* g) noexcept nogil:
+    return g.Cg == 1 and g.G == g.C
+
+
+cdef inline void* _ptr(object a):
+    return NULL if a is None else cnp.PyArray_DATA(<cnp.ndarray>a)
+
+
+def _blas_single():
+    from fastnn._threads import single_threaded_blas
+    return single_threaded_blas()
+
+
+def conv2d(cnp.ndarray x, cnp.ndarray weight, object bias, tuple stride, tuple padding,
+           tuple dilation, Py_ssize_t groups):
+    """conv2d(x, weight, bias, (sH, sW), (top, bottom, left, right), (dH, dW), groups)
+    -> (y, saved).  x (N, C, H, W), weight (O, C/groups, kH, kW), bias (O,) or None;
+    all C-contiguous, one dtype."""
+    cdef Geo g = _geo(x, weight, stride, padding, dilation, groups)
+    cdef cnp.ndarray y = np.empty((g.N, g.O, g.OH, g.OW), dtype=x.dtype)
+    cdef void* pb = _ptr(bias)
+    cdef Py_ssize_t flops = g.N * g.O * g.OH * g.OW * g.Cg * g.kh * g.kw
+    cdef int nt
+    cdef bint f32 = x.dtype == np.float32
+    if g.N * g.O * g.OH * g.OW == 0:
+        y[...] = 0
+    elif _depthwise(&g):
+        nt = _threads_for(flops, 1 << 16)
+        with nogil:
+            if f32:
+                _dw_fwd[float](<const float*>cnp.PyArray_DATA(x), <const float*>cnp.PyArray_DATA(weight),
+                               <const float*>pb, <float*>cnp.PyArray_DATA(y), &g, nt)
+            else:
+                _dw_fwd[double](<const double*>cnp.PyArray_DATA(x), <const double*>cnp.PyArray_DATA(weight),
+                                <const double*>pb, <double*>cnp.PyArray_DATA(y), &g, nt)
+    else:
+        nt = _threads_for(flops, 1 << 18)
+        if nt > g.N:
+            nt = <int>g.N
+        if nt > 1:
+            with _blas_single():
+                _conv_fwd_call(x, weight, pb, y, &g, nt, f32)
+        else:
+            _conv_fwd_call(x, weight, pb, y, &g, nt, f32)
+    return y, (x, weight, bias is not None, stride, padding, dilation, groups)
+
+
+cdef _conv_fwd_call(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, Geo* g, int nt,
+                    bint f32):
+    with nogil:
+        if f32:
+            _fwd_gemm[float](<const float*>cnp.PyArray_DATA(x), <const float*>cnp.PyArray_DATA(weight),
+                             <const float*>pb, <float*>cnp.PyArray_DATA(y), g, nt)
+        else:
+            _fwd_gemm[double](<const double*>cnp.PyArray_DATA(x), <const double*>cnp.PyArray_DATA(weight),
+                              <const double*>pb, <double*>cnp.PyArray_DATA(y), g, nt)
+
+
+cdef Py_ssize_t _chunks(Geo* g):
+    """Fixed image chunks for the d_weight partials: a function of the shapes only
+    (never of the thread count), at most 8, and at most ~64 MiB of partials."""
+    cdef Py_ssize_t wsz = g.O * g.Cg * g.kh * g.kw * 8
+    cdef Py_ssize_t nch = g.N if g.N < 8 else 8
+    cdef Py_ssize_t cap = (64 << 20) // (wsz if wsz > 0 else 1)
+    if nch > cap:
+        nch = cap
+    return nch if nch > 0 else 1
+
+
+def conv2d_backward(cnp.ndarray dy, tuple saved):
+    """-> (d_input, d_weight, d_bias or None).  dy (N, O, OH, OW) C-contiguous."""
+    cdef cnp.ndarray x = saved[0], weight = saved[1]
+    cdef bint has_bias = saved[2]
+    stride, padding, dilation = saved[3], saved[4], saved[5]
+    cdef Py_ssize_t groups = saved[6]
+    cdef Geo g = _geo(x, weight, stride, padding, dilation, groups)
+    cdef cnp.ndarray dx = np.empty_like(x)
+    cdef cnp.ndarray dw
+    cdef cnp.ndarray db = None
+    cdef cnp.ndarray dbp = None
+    cdef cnp.ndarray part
+    cdef Py_ssize_t ys = g.OH * g.OW, K = g.kh * g.kw, nch, per
+    cdef Py_ssize_t flops = g.N * g.O * g.OH * g.OW * g.Cg * g.kh * g.kw
+    cdef int nt
+    cdef bint f32 = x.dtype == np.float32
+    cdef double* pdb = NULL
+    if has_bias:
+        dbp = np.zeros((g.N, g.O), dtype=np.float64)
+        pdb = <double*>cnp.PyArray_DATA(dbp)
+    if flops == 0:
+        dx[...] = 0
+        dw = np.zeros_like(weight)
+    elif _depthwise(&g):
+        nt = _threads_for(flops, 1 << 16)
+        part = np.zeros((g.N, g.O, K), dtype=np.float64)
+        with nogil:
+            if f32:
+                _dw_bwd[float](<const float*>cnp.PyArray_DATA(x), <const float*>cnp.PyArray_DATA(weight),
+                               <const float*>cnp.PyArray_DATA(dy), <float*>cnp.PyArray_DATA(dx),
+                               <double*>cnp.PyArray_DATA(part), pdb, &g, nt)
+            else:
+                _dw_bwd[double](<const double*>cnp.PyArray_DATA(x), <const double*>cnp.PyArray_DATA(weight),
+                                <const double*>cnp.PyArray_DATA(dy), <double*>cnp.PyArray_DATA(dx),
+                                <double*>cnp.PyArray_DATA(part), pdb, &g, nt)
+        dw = _sum_parts(part).reshape((<object>weight).shape).astype(x.dtype)
+        pdb = NULL   # already filled
+    else:
+        nch = _chunks(&g)
+        per = (g.N + nch - 1) // nch
+        nch = (g.N + per - 1) // per
+        part = np.empty((nch,) + (<object>weight).shape, dtype=x.dtype)
+        nt = _threads_for(flops, 1 << 18)
+        if nt > nch:
+            nt = <int>nch
+        if nt > 1:
+            with _blas_single():
+                _conv_bwd_call(x, weight, dy, dx, part, nch, per, &g, nt, f32)
+        else:
+            _conv_bwd_call(x, weight, dy, dx, part, nch, per, &g, nt, f32)
+        dw = part[0] if nch == 1 else _sum_parts(part).astype(x.dtype)
+    if has_bias:
+        if pdb != NULL:
+            nt = _threads_for(g.N * g.O * ys, 1 << 15)
+            with nogil:
+                if f32:
+                    _bias_part[float](<const float*>cnp.PyArray_DATA(dy), pdb, g.N * g.O, ys, nt)
+                else:
+                    _bias_part[double](<const double*>cnp.PyArray_DATA(dy), pdb, g.N * g.O, ys, nt)
+        db = _sum_parts(dbp).astype(x.dtype)
+    return dx, dw, db
+
+
+cdef _conv_bwd_call(cnp.ndarray x, cnp.ndarray weight, cnp.ndarray dy, cnp.ndarray dx,
+                    cnp.ndarray part, Py_ssize_t nch, Py_ssize_t per, Geo* g, int nt, bint f32):
+    with nogil:
+        if f32:
+            _bwd_gemm[float](<const float*>cnp.PyArray_DATA(x), <const float*>cnp.PyArray_DATA(weight),
+                             <const float*>cnp.PyArray_DATA(dy), <float*>cnp.PyArray_DATA(dx),
+                             <float*>cnp.PyArray_DATA(part), nch, per, g, nt)
+        else:
+            _bwd_gemm[double](<const double*>cnp.PyArray_DATA(x), <const double*>cnp.PyArray_DATA(weight),
+                              <const double*>cnp.PyArray_DATA(dy), <double*>cnp.PyArray_DATA(dx),
+                              <double*>cnp.PyArray_DATA(part), nch, per, g, nt)
+
+
+cdef cnp.ndarray _sum_parts(cnp.ndarray part):
+    """Sum over axis 0 in double, in index order (np.add.reduce on axis 0 adds rows in
+    order, elementwise, so it is deterministic)."""
+    cdef cnp.ndarray acc = np.array(part[0], dtype=np.float64)
+    cdef Py_ssize_t i
+    for i in range(1, part.shape[0]):
+        acc += part[i]
+    return acc

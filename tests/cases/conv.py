@@ -1,0 +1,71 @@
+import numpy as np
+
+import fastnn.functional as F
+from harness import OpCase
+
+
+def _conv(xs, ws, bias=True, stride=1, padding=0, dilation=1, groups=1):
+    def make(rng, dt):
+        x = rng.standard_normal(xs).astype(dt)
+        w = (rng.standard_normal(ws) * 0.5).astype(dt)
+        b = rng.standard_normal(ws[0]).astype(dt) if bias else None
+        return (x, w, b, stride, padding, dilation, groups), {}
+    return make
+
+
+def _torch_conv(torch, x, w, b, stride, padding, dilation, groups):
+    return torch.nn.functional.conv2d(x, w, b, stride, padding, dilation, groups)
+
+
+def _case(name, *a, **k):
+    return OpCase(name, F.conv2d_fwd, F.conv2d_bwd, _conv(*a, **k), (0, 1, 2), _torch_conv)
+
+
+CASES = [
+    _case("conv2d_3x3_pad1", (2, 3, 5, 6), (4, 3, 3, 3), padding=1),
+    _case("conv2d_stride_pad_pair", (1, 2, 7, 6), (3, 2, 3, 2), False, stride=(2, 1), padding=(1, 0)),
+    _case("conv2d_dilation", (2, 2, 7, 7), (2, 2, 3, 3), dilation=2, padding=2),
+    _case("conv2d_dilation_stride", (1, 2, 9, 8), (3, 2, 2, 3), stride=(2, 3), dilation=(3, 2),
+          padding=(1, 2)),
+    _case("conv2d_groups", (1, 4, 5, 5), (6, 2, 3, 3), groups=2, padding=1),
+    _case("conv2d_depthwise", (2, 3, 6, 6), (3, 1, 3, 3), groups=3, padding=1),
+    _case("conv2d_depthwise_mult_stride", (1, 2, 5, 6), (4, 1, 3, 2), groups=2, stride=2, padding=1),
+    _case("conv2d_depthwise_dilation_nobias", (2, 2, 6, 5), (2, 1, 2, 2), False, groups=2,
+          dilation=2, padding=(2, 1)),
+    _case("conv2d_1x1", (2, 4, 3, 3), (5, 4, 1, 1)),
+    _case("conv2d_1x1_stride2", (1, 3, 5, 5), (2, 3, 1, 1), stride=2),
+    _case("conv2d_1x1_groups", (1, 4, 2, 3), (6, 2, 1, 1), groups=2),
+    _case("conv2d_same_even", (1, 2, 5, 6), (3, 2, 4, 2), padding="same", dilation=(1, 2)),
+    _case("conv2d_valid", (1, 2, 4, 5), (2, 2, 3, 3), padding="valid"),
+    _case("conv2d_big_padding", (1, 1, 2, 3), (2, 1, 2, 2), padding=3),
+]
+
+
+def _x(shape):
+    def make(rng, dt):
+        return (rng.standard_normal(shape).astype(dt),)
+    return make
+
+
+def _build(ctor):
+    def build(dt):
+        return ctor().to(np.dtype(dt))
+    return build
+
+
+from fastnn import nn  # noqa: E402
+from harness import ModuleCase  # noqa: E402
+
+# cpu only until the cuda backend has these kernels (see CUDA_PENDING)
+MODULE_CASES = [
+    ModuleCase("Conv2d_module", _build(lambda: nn.Conv2d(3, 4, 3, stride=2, padding=1)),
+               _x((2, 3, 5, 6)), backends=("cpu",)),
+    ModuleCase("DepthwiseSeparableConv2d_module",
+               _build(lambda: nn.DepthwiseSeparableConv2d(3, 5, 3, padding="same")), _x((2, 3, 4, 5)),
+               backends=("cpu",)),
+    ModuleCase("conv_pool_bn_stack",
+               _build(lambda: nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.BatchNorm2d(4),
+                                            nn.MaxPool2d(2), nn.Conv2d(4, 3, 1, bias=False),
+                                            nn.AvgPool2d(2))),
+               _x((2, 2, 4, 4)), backends=("cpu",)),
+]

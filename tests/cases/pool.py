@@ -1,0 +1,47 @@
+import numpy as np
+
+import fastnn.functional as F
+from harness import OpCase
+
+
+def _x(shape, *rest):
+    def make(rng, dt):
+        # a permutation keeps every value distinct (no ties: central differences stay valid)
+        x = (rng.permutation(int(np.prod(shape))).reshape(shape) * 0.1 - 3).astype(dt)
+        return (x,) + rest, {}
+    return make
+
+
+def _torch_max(torch, x, k, s, p, d, ceil):
+    return torch.nn.functional.max_pool2d(x, k, s, p, d, ceil)
+
+
+def _torch_avg(torch, x, k, s, p, ceil, cip, div):
+    return torch.nn.functional.avg_pool2d(x, k, s, p, ceil, cip, div)
+
+
+def _max(name, shape, k, s=None, p=0, d=1, ceil=False):
+    return OpCase(name, F.max_pool2d_fwd, F.max_pool2d_bwd, _x(shape, k, s, p, d, ceil), (0,),
+                  _torch_max)
+
+
+def _avg(name, shape, k, s=None, p=0, ceil=False, cip=True, div=None):
+    return OpCase(name, F.avg_pool2d_fwd, F.avg_pool2d_bwd, _x(shape, k, s, p, ceil, cip, div), (0,),
+                  _torch_avg)
+
+
+CASES = [
+    _max("max_pool2d_2x2", (2, 3, 6, 6), 2),
+    _max("max_pool2d_3x3_s2_p1", (1, 2, 7, 5), 3, 2, 1),
+    _max("max_pool2d_overlap", (1, 2, 6, 6), 3, 1, 1),
+    _max("max_pool2d_dilation_ceil", (1, 2, 8, 7), (3, 2), 2, 1, (2, 1), True),
+    _max("max_pool2d_ceil_last_window", (1, 1, 6, 6), 3, 2, 1, 1, True),
+    _max("max_pool2d_rect", (2, 1, 5, 7), (2, 3), (1, 2), (1, 0)),
+    _avg("avg_pool2d_2x2", (2, 3, 6, 6), 2),
+    _avg("avg_pool2d_3x3_s2_p1", (1, 2, 7, 5), 3, 2, 1),
+    _avg("avg_pool2d_exclude_pad", (1, 2, 7, 5), 3, 2, 1, False, False),
+    _avg("avg_pool2d_ceil", (1, 2, 8, 7), 3, 2, 1, True),
+    _avg("avg_pool2d_ceil_exclude", (1, 2, 8, 7), (3, 2), 2, 1, True, False),
+    _avg("avg_pool2d_divisor", (1, 2, 6, 7), (2, 3), (2, 2), (1, 1), False, True, 5),
+    _avg("avg_pool2d_overlap", (1, 2, 5, 6), 3, 1, 1),
+]
