@@ -7,9 +7,10 @@ OPS = ("layer_norm", "layer_norm_backward")
 
 
 def layer_norm(x, weight, bias, D, eps):
-    x2 = f64(x).reshape(-1, D)
-    mean = x2.mean(axis=1, keepdims=True)
-    var = ((x2 - mean) ** 2).mean(axis=1, keepdims=True)
+    rows = x.size // D if D else 0  # not -1: D (and so x.size) may be 0
+    x2 = f64(x).reshape(rows, D)
+    mean = x2.sum(axis=1, keepdims=True) / max(D, 1)  # sum / D: no warning at D = 0
+    var = ((x2 - mean) ** 2).sum(axis=1, keepdims=True) / max(D, 1)
     rstd = 1.0 / np.sqrt(var + eps)
     xhat = (x2 - mean) * rstd
     y = xhat
@@ -22,12 +23,13 @@ def layer_norm(x, weight, bias, D, eps):
 
 def layer_norm_backward(dy, saved):
     x, weight, has_bias, mean, rstd, D = saved
-    x2 = f64(x).reshape(-1, D)
-    g0 = f64(dy).reshape(-1, D)
+    rows = x.size // D if D else 0
+    x2 = f64(x).reshape(rows, D)
+    g0 = f64(dy).reshape(rows, D)
     xhat = (x2 - mean[:, None]) * rstd[:, None]
     g = g0 * f64(weight).reshape(-1) if weight is not None else g0
-    dx = rstd[:, None] * (g - g.mean(axis=1, keepdims=True)
-                          - xhat * (g * xhat).mean(axis=1, keepdims=True))
+    dx = rstd[:, None] * (g - g.sum(axis=1, keepdims=True) / max(D, 1)
+                          - xhat * (g * xhat).sum(axis=1, keepdims=True) / max(D, 1))
     dw = (g0 * xhat).sum(axis=0) if weight is not None else None
     db = g0.sum(axis=0) if has_bias else None
     if weight is not None:
