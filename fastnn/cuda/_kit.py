@@ -18,6 +18,7 @@ Design notes
   buffer and reduce the partials in order: deterministic, no atomics.
 """
 import functools
+import sys
 
 import numpy as np
 
@@ -35,6 +36,7 @@ else:
     MAX_BLOCKS = 1 << 16
     TILE = 16
     CHUNK = 128
+_SIM_SWITCH = 5e-5       # GIL switch interval while a simulated kernel runs
 SBUF = ROW_THREADS + 1   # shared scratch of the block reductions (one slot per thread + 1)
 
 F32 = np.dtype(np.float32)
@@ -78,9 +80,21 @@ class _Kernel:
         launcher = self.jitted[config]
         name = self.name
 
-        def launch(*args):
-            LAUNCHED.add(name)
-            return launcher(*args)
+        if SIM:
+            def launch(*args):
+                LAUNCHED.add(name)
+                # The simulator's scheduler busy-polls its block threads; with the default
+                # 5 ms GIL switch interval every __syncthreads costs milliseconds.
+                old = sys.getswitchinterval()
+                sys.setswitchinterval(_SIM_SWITCH)
+                try:
+                    return launcher(*args)
+                finally:
+                    sys.setswitchinterval(old)
+        else:
+            def launch(*args):
+                LAUNCHED.add(name)
+                return launcher(*args)
         return launch
 
 

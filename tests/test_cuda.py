@@ -1,0 +1,414 @@
+"""The cuda backend's own tests: toolkit pieces, every kernel launched, device-array
+handling, bad input, whole models on the device.  They run under numba's CUDA simulator
+(tests/conftest.py sets NUMBA_ENABLE_CUDASIM=1) or on a real GPU (FASTNN_REAL_GPU=1);
+shapes stay tiny because the simulator runs every CUDA thread as a Python thread.
+The per-op comparisons with the reference are in the shared harness (tests/test_ops.py)."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import fastnn
+import fastnn.functional as F
+from fastnn import nn
+from fastnn._backend import backend
+
+if "cuda" not in fastnn.available_backends():  # pragma: no cover - numba-cuda not installed
+    pytest.skip("the cuda backend (numba-cuda or its simulator) is not available here",
+                allow_module_level=True)
+
+from fastnn.cuda import _gemm, _kit  # noqa: E402
+from fastnn.cuda._runtime import cuda  # noqa: E402
+
+DT = [np.float32, np.float64]
+DT_IDS = ["f32", "f64"]
+
+
+def _tol(dt):
+    return dict(rtol=2e-4, atol=2e-5) if np.dtype(dt) == np.float32 else dict(rtol=1e-10, atol=1e-12)
+
+
+def _on_device(a):
+    return type(a) is not np.ndarray and hasattr(a, "copy_to_host")
+
+
+# ------------------------------------------------------------------ toolkit
+@pytest.mark.parametrize("dt", DT, ids=DT_IDS)
+@pytest.mark.parametrize("shapes", [((5, 7), (7, 3)), ((1, 1), (1, 1)), ((9, 0), (0, 4)),
+                                    ((2 * _kit.TILE + 1, 3), (3, _kit.TILE + 2))])
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+def test_gemm_matches_numpy(shapes, ta, tb, dt):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(shapes[0]).astype(dt)
+    b = rng.standard_normal(shapes[1]).astype(dt)
+    a_in = np.ascontiguousarray(a.T) if ta else a
+    b_in = np.ascontiguousarray(b.T) if tb else b
+    bias = rng.standard_normal(shapes[1][1]).astype(dt)
+    c = _gemm.gemm(_kit.dev(a_in), _kit.dev(b_in), ta, tb, bias=_kit.dev(bias))
+    assert _on_device(c)
+    np.testing.assert_allclose(c.copy_to_host(), a.astype(np.float64) @ b + bias, **_tol(dt))
+
+
+@pytest.mark.parametrize("dt", DT, ids=DT_IDS)
+def test_gemm_bias_epilogue_kernel(dt):
+    """The separate bias kernel of the cuBLAS path (launched here also without CuPy)."""
+    c = _kit.dev(np.arange(12, dtype=dt).reshape(3, 4))
+    bias = np.array([1, 2, 3, 4], dt)
+    _, add_bias = _gemm._kernels(dt)
+    add_bias[1, _kit.THREADS](_kit.flat(c), _kit.dev(bias), 12, 4)
+    np.testing.assert_array_equal(c.copy_to_host(), np.arange(12, dtype=dt).reshape(3, 4) + bias)
+
+
+def test_gemm_rejects_mismatched_inner_dims():
+    with pytest.raises(ValueError, match="inner dimensions"):
+        _gemm.gemm(_kit.dev(np.zeros((2, 3))), _kit.dev(np.zeros((4, 2))))
+
+
+@pytest.mark.parametrize("dt", DT, ids=DT_IDS)
+def test_colsum_over_many_chunks(dt):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((3 * _kit.CHUNK + 1, 5)).astype(dt)
+    np.testing.assert_allclose(_kit.colsum(_kit.dev(x)).copy_to_host(), x.sum(0, dtype=np.float64),
+                               **_tol(dt))
+    np.testing.assert_array_equal(_kit.colsum(_kit.dev(np.zeros((0, 3), dt))).copy_to_host(), 0)
+
+
+@pytest.mark.parametrize("ndim", [1, 2, 3, 4])
+def test_noncontiguous_device_inputs_are_copied(ndim):
+    rng = np.random.default_rng(2)
+    shape = (2, 3, 2, 5)[4 - ndim:]
+    host = rng.standard_normal(shape[:-1] + (2 * shape[-1],))
+    view = _kit.dev(host)[(slice(None),) * (ndim - 1) + (slice(None, None, 2),)]
+    assert not view.is_c_contiguous()
+    c = _kit.dev(view)
+    assert c.is_c_contiguous()
+    np.testing.assert_array_equal(c.copy_to_host(), host[..., ::2])
+    # an op on the strided device view gives the same as on the host copy
+    y = F.gelu(view)
+    np.testing.assert_allclose(fastnn.to_numpy(y), F.gelu(np.ascontiguousarray(host[..., ::2])),
+                               rtol=1e-12)
+
+
+def test_noncontiguous_5d_is_a_clear_error():
+    view = _kit.dev(np.zeros((1, 1, 1, 2, 4)))[..., ::2]
+    with pytest.raises(ValueError, match="non-contiguous device arrays of 5 dimensions"):
+        _kit.dev(view)
+
+
+@pytest.mark.parametrize("dt", DT, ids=DT_IDS)
+def test_block_reductions_longer_rows_than_threads_and_more_rows_than_blocks(dt):
+    """Rows longer than a block and more rows than the grid: the grid-stride paths."""
+    rng = np.random.default_rng(3)
+    R, D = 2 * 2 + 1, 2 * _kit.ROW_THREADS + 3
+    x = rng.standard_normal((R, D)).astype(dt) * 3 + 1
+    w = rng.standard_normal(D).astype(dt)
+    b = rng.standard_normal(D).astype(dt)
+    dy = rng.standard_normal((R, D)).astype(dt)
+    with fastnn.use_backend("cuda"):
+        y, ctx = F.layer_norm_fwd(_kit.dev(x), D, _kit.dev(w), _kit.dev(b))
+        g = F.layer_norm_bwd(ctx, _kit.dev(dy))
+        s, sctx = F.log_softmax_fwd(_kit.dev(x), -1)
+        ds = F.log_softmax_bwd(sctx, _kit.dev(dy))
+    with fastnn.use_backend("reference"):
+        ry, rctx = F.layer_norm_fwd(x, D, w, b)
+        rg = F.layer_norm_bwd(rctx, dy)
+        rs, rsctx = F.log_softmax_fwd(x, -1)
+        rds = F.log_softmax_bwd(rsctx, dy)
+    for a, e in zip((y, s, ds) + tuple(g), (ry, rs, rds) + tuple(rg)):
+        np.testing.assert_allclose(fastnn.to_numpy(a), e, **_tol(dt))
+
+
+def test_layer_norm_welford_is_stable_with_a_large_offset():
+    """Mean 1e4, spread 1: a naive E[x^2] - E[x]^2 in float32 loses every digit."""
+    rng = np.random.default_rng(4)
+    x = (1e4 + rng.standard_normal((3, 40))).astype(np.float32)
+    y = fastnn.to_numpy(F.layer_norm(_kit.dev(x), 40))
+    with fastnn.use_backend("reference"):
+        ref = F.layer_norm(x, 40)
+    np.testing.assert_allclose(y, ref, rtol=2e-2, atol=2e-3)
+
+
+@pytest.mark.parametrize("dt", DT, ids=DT_IDS)
+def test_accumulate_on_device(dt):
+    a = _kit.dev(np.ones((2, 3), dt))
+    fastnn.cuda.accumulate(a, _kit.dev(np.full((2, 3), 2, dt)))
+    np.testing.assert_array_equal(a.copy_to_host(), 3)
+    param = nn.Parameter(np.zeros(4, dt))
+    param.data = _kit.dev(param.data)
+    param.accumulate_grad(_kit.dev(np.ones(4, dt)))
+    param.accumulate_grad(_kit.dev(np.full(4, 0.5, dt)))
+    assert _on_device(param.grad)
+    np.testing.assert_array_equal(fastnn.to_numpy(param.grad), 1.5)
+    with pytest.raises(ValueError, match="shapes differ"):
+        fastnn.cuda.accumulate(a, _kit.dev(np.ones(3, dt)))
+    with pytest.raises(TypeError, match="dtypes differ"):
+        fastnn.cuda.accumulate(a, _kit.dev(np.ones((2, 3), np.float32 if dt == np.float64 else np.float64)))
+
+
+@_kit.kernel
+def philox_kat(o):
+    if cuda.grid(1) == 0:
+        z = np.uint64(0)
+        a0, a1, a2, a3 = _kit.philox4x32(z, z, z, z, z)
+        m = np.uint64(0xFFFFFFFF)
+        b0, b1, b2, b3 = _kit.philox4x32((m << np.uint64(32)) | m, m, m, m, m)
+        o[0] = a0
+        o[1] = a1
+        o[2] = a2
+        o[3] = a3
+        o[4] = b0
+        o[5] = b1
+        o[6] = b2
+        o[7] = b3
+
+
+def test_philox_known_answer_on_device():
+    """Random123's kat_vectors through the device function."""
+    out = _kit.dev(np.zeros(8, np.uint64))
+    philox_kat[1, 1](out)
+    assert [int(v) for v in out.copy_to_host()] == [
+        0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8,
+        0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD]
+
+
+@pytest.mark.parametrize("dt", DT, ids=DT_IDS)
+def test_dropout_mask_is_bit_identical_to_cpu_and_reference(dt):
+    x = np.ones((3, 37), dt)
+    masks = {}
+    for be in ("reference", "cpu", "cuda"):
+        fastnn.manual_seed(123)
+        with fastnn.use_backend(be):
+            y, ctx = F.dropout_fwd(x if be != "cuda" else _kit.dev(x), 0.3)
+            dx = F.dropout_bwd(ctx, np.ones_like(x) if be != "cuda" else _kit.dev(np.ones_like(x)))
+        masks[be] = (fastnn.to_numpy(y), fastnn.to_numpy(dx))
+    for be in ("cpu", "cuda"):
+        np.testing.assert_array_equal(masks[be][0], masks["reference"][0])
+        np.testing.assert_array_equal(masks[be][1], masks["reference"][1])
+    assert 0 < (masks["cuda"][0] == 0).sum() < x.size
+
+
+# ------------------------------------------------------------------ optimizer kernels
+@pytest.mark.parametrize("dt", DT, ids=DT_IDS)
+@pytest.mark.parametrize("op", ["sgd_step", "adam_step", "adamw_step"])
+def test_optimizer_kernels_match_reference(op, dt):
+    rng = np.random.default_rng(5)
+    cu, ref = backend("cuda"), backend("reference")
+    tol = dict(rtol=3e-6, atol=1e-6) if dt == np.float32 else dict(rtol=1e-13, atol=1e-14)
+    if op == "sgd_step":
+        variants = [(0, 0, 0, False, False, False), (0, 0, 0.1, False, True, False),
+                    (0.9, 0, 0, False, False, True), (0.9, 0.2, 0.01, False, False, False),
+                    (0.9, 0, 0.01, True, True, False)]
+    else:
+        variants = [(False, False, 0.0, 0.9, 1), (True, False, 0.05, 0.9, 7),
+                    (False, True, 0.01, 0.2, 3)]
+    for v in variants:
+        base = [rng.standard_normal(37).astype(dt) for _ in range(5)]
+        base[3], base[4] = np.abs(base[3]), np.abs(base[4])
+        res = []
+        for be in (cu, ref):
+            arrs = [a.copy() for a in base]
+            if be is cu:
+                arrs = [_kit.dev(a) for a in arrs]
+            p, g, m, s, vmax = arrs
+            if op == "sgd_step":
+                mom, damp, wd, nes, mx, first = v
+                out = be.sgd_step(p, g, m if mom else None, 0.05, mom, damp, wd, nes, mx, first)
+                res.append((p, m))
+            else:
+                ams, mx, wd, b1, step = v
+                out = getattr(be, op)(p, g, m, s, vmax if ams else None, 1e-2, b1, 0.999, 1e-8, wd,
+                                      step, mx)
+                res.append((p, m, s, vmax))
+            assert out is None
+        for a, b in zip(*res):
+            np.testing.assert_allclose(fastnn.to_numpy(a), b, err_msg=f"{op} {v}", **tol)
+
+
+def test_optimizer_kernel_updates_host_arrays_on_the_cuda_backend():
+    p = np.ones(5, np.float32)
+    with fastnn.use_backend("cuda"):
+        backend("cuda").sgd_step(p, np.ones(5, np.float32), None, 0.5, 0, 0, 0, False, False, False)
+    np.testing.assert_array_equal(p, 0.5)
+
+
+def test_optimizer_kernel_rejects_a_strided_device_parameter():
+    p = _kit.dev(np.ones(10, np.float32))[::2]
+    with pytest.raises(ValueError, match="C-contiguous device array"):
+        backend("cuda").sgd_step(p, _kit.dev(np.ones(5, np.float32)), None, 0.5, 0, 0, 0,
+                                 False, False, False)
+
+
+# ------------------------------------------------------------------ device arrays in and out
+def test_numpy_inputs_on_the_cuda_backend_give_device_outputs():
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    w = rng.standard_normal((2, 4)).astype(np.float32)
+    with fastnn.use_backend("cuda"):
+        y, ctx = F.linear_fwd(x, w)
+        dx, dw, db = F.linear_bwd(ctx, np.ones((3, 2), np.float32))
+    assert _on_device(y) and _on_device(dx) and _on_device(dw) and db is None
+    np.testing.assert_allclose(fastnn.to_numpy(y), x @ w.T, rtol=1e-5)
+    np.testing.assert_allclose(fastnn.to_numpy(dw), np.ones((2, 3)) @ x, rtol=1e-5)
+
+
+def test_device_inputs_run_on_cuda_whatever_backend_is_in_force():
+    x = _kit.dev(np.linspace(-2, 2, 12).reshape(3, 4))
+    with fastnn.use_backend("cpu"):
+        y = F.softmax(x, dim=0)
+    assert _on_device(y)
+    ref = np.exp(np.linspace(-2, 2, 12).reshape(3, 4))
+    np.testing.assert_allclose(fastnn.to_numpy(y), ref / ref.sum(0), rtol=1e-12)
+
+
+# ------------------------------------------------------------------ bad input
+def test_device_array_of_wrong_dtype_is_a_type_error():
+    with pytest.raises(TypeError, match="input must be float32 or float64.*int64"):
+        F.gelu(_kit.dev(np.arange(4)))
+    with pytest.raises(TypeError, match="weight has dtype float64 but input has dtype float32"):
+        F.linear(_kit.dev(np.ones((2, 3), np.float32)), _kit.dev(np.ones((4, 3))))
+
+
+def test_device_array_of_wrong_shape_is_a_value_error():
+    with pytest.raises(ValueError, match="in_features"):
+        F.linear(_kit.dev(np.ones((2, 3))), _kit.dev(np.ones((4, 5))))
+    with pytest.raises(ValueError, match="normalized_shape"):
+        F.layer_norm(_kit.dev(np.ones((2, 3))), 4)
+    y, ctx = F.gelu_fwd(_kit.dev(np.ones((2, 3))))
+    with pytest.raises(ValueError, match=r"grad_output must have the forward output's shape \(2, 3\)"):
+        F.gelu_bwd(ctx, _kit.dev(np.ones((3, 2))))
+
+
+def test_mixing_host_and_device_arrays_is_an_error():
+    with pytest.raises(ValueError, match="mixing host"):
+        F.linear(_kit.dev(np.ones((2, 3))), np.ones((4, 3)))
+
+
+def test_cuda_without_gpu_or_simulator_is_a_clear_error():
+    """A fresh interpreter without the simulator on this (GPU-less) machine; on a machine
+    with a GPU the backend is simply available and the test checks nothing else."""
+    code = ("import fastnn, fastnn.cuda\n"
+            "if fastnn.cuda.is_available():\n"
+            "    print('GPU'); raise SystemExit(0)\n"
+            "assert 'cuda' not in fastnn.available_backends()\n"
+            "for f in (lambda: fastnn.set_backend('cuda'), lambda: fastnn.to_device([1.0])):\n"
+            "    try:\n"
+            "        f()\n"
+            "    except RuntimeError as e:\n"
+            "        assert 'CUDA GPU' in str(e) and 'NUMBA_ENABLE_CUDASIM' in str(e), e\n"
+            "    else:\n"
+            "        raise AssertionError('no error')\n"
+            "print('OK')\n")
+    env = dict(os.environ)
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    env["NUMBA_ENABLE_CUDASIM"] = "0"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip().splitlines()[-1] in ("OK", "GPU")
+
+
+# ------------------------------------------------------------------ whole models on the device
+def _mlp(dt):
+    fastnn.manual_seed(0)
+    m = nn.Sequential(nn.Linear(6, 8), nn.LayerNorm(8), nn.GELU(approximate="tanh"),
+                      nn.Dropout(0.25), nn.Linear(8, 5), nn.LogSoftmax(dim=-1))
+    return m.to(np.dtype(dt))
+
+
+@pytest.mark.parametrize("opt_name", ["SGD", "AdamW"])
+@pytest.mark.parametrize("dt", DT, ids=DT_IDS)
+def test_sequential_training_steps_on_device_match_reference(dt, opt_name):
+    from fastnn import optim
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((4, 6)).astype(dt)
+    dy = rng.standard_normal((4, 5)).astype(dt)
+    results = {}
+    for be in ("reference", "cuda"):
+        m = _mlp(dt)
+        kw = dict(lr=0.1, momentum=0.9) if opt_name == "SGD" else dict(lr=0.01)
+        opt = getattr(optim, opt_name)(m.parameters(), **kw)
+        with fastnn.use_backend(be):
+            if be == "cuda":
+                m.to("cuda")
+            xin = _kit.dev(x) if be == "cuda" else x
+            fastnn.manual_seed(1)
+            for _ in range(2):
+                opt.zero_grad()
+                y = m(xin)
+                dx = m.backward(_kit.dev(dy) if be == "cuda" else dy)
+                opt.step()
+            if be == "cuda":
+                assert _on_device(y) and _on_device(dx)
+                assert all(_on_device(p.data) and _on_device(p.grad) for p in m.parameters())
+            results[be] = (fastnn.to_numpy(y), fastnn.to_numpy(dx),
+                           {n: fastnn.to_numpy(p.data) for n, p in m.named_parameters()})
+            m.to("cpu")
+            assert all(type(p.data) is np.ndarray for p in m.parameters())
+    tol = dict(rtol=1e-3, atol=1e-4) if dt == np.float32 else dict(rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(results["cuda"][0], results["reference"][0], **tol)
+    np.testing.assert_allclose(results["cuda"][1], results["reference"][1], **tol)
+    for n, v in results["reference"][2].items():
+        np.testing.assert_allclose(results["cuda"][2][n], v, err_msg=n, **tol)
+
+
+# ------------------------------------------------------------------ every kernel runs
+def test_every_kernel_is_compiled_and_launched():
+    """Build every kernel for float32 and float64 and run op cases on the cuda backend
+    until each has been launched (kernels launched by earlier tests count too)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from cases import all_cases, all_module_cases
+    from harness import random_like, run_case
+    from test_ops import _run_module
+    be = backend("cuda")
+    for f in _kit.FACTORIES:
+        for dt in DT:
+            f(dt)
+    # pieces that only specific inputs reach
+    for dt in DT:
+        test_gemm_bias_epilogue_kernel(dt)
+        test_colsum_over_many_chunks(dt)
+        test_optimizer_kernels_match_reference("sgd_step", dt)
+        test_optimizer_kernels_match_reference("adam_step", dt)
+        test_accumulate_on_device(dt)
+    for nd in (1, 2, 3, 4):
+        test_noncontiguous_device_inputs_are_copied(nd)
+    test_philox_known_answer_on_device()
+
+    def missing():
+        return sorted(_kit.KERNELS - _kit.LAUNCHED)
+
+    def run(fn):
+        try:
+            fn()
+        except BaseException as e:   # cases of ops without a kernel skip; the rest must pass
+            if type(e).__name__ != "Skipped":
+                raise
+
+    for case in all_cases():
+        if not missing():
+            break
+        if "cuda" not in case.backends:
+            continue
+        for dt in DT:
+            def one(case=case, dt=dt):
+                args, kwargs = case.make(np.random.default_rng(0), dt)
+                out, _ = run_case(case, "cuda", list(args), dict(kwargs), None)
+                d = random_like(np.random.default_rng(1), out) if case.bwd is not None else None
+                run_case(case, "cuda", list(args), dict(kwargs), d)
+            run(one)
+    for case in all_module_cases():
+        if not missing():
+            break
+        if "cuda" not in case.backends:
+            continue
+        for dt in DT:
+            def one(case=case, dt=dt):
+                inputs = list(case.make(np.random.default_rng(0), dt))
+                out, _, _ = _run_module(case, "cuda", dt, inputs, None)
+                d = case.d_out(np.random.default_rng(9), out) if case.d_out else \
+                    random_like(np.random.default_rng(9), out)
+                _run_module(case, "cuda", dt, inputs, d)
+            run(one)
+    assert not missing(), f"kernels never launched: {missing()}"
