@@ -48,7 +48,8 @@ def _fmt_rate(case, t, bw, gf):
     return ""
 
 
-def run(only=None, threads=None, json_path=None, plot_path=None, quick=False, out=sys.stdout):
+def run(only=None, threads=None, json_path=None, plot_path=None, quick=False, out=sys.stdout,
+        markdown_path=None):
     import fastnn
     n = threads or fastnn.get_num_threads()
     fastnn.set_num_threads(n)
@@ -108,10 +109,36 @@ def run(only=None, threads=None, json_path=None, plot_path=None, quick=False, ou
         with open(json_path, "w") as f:
             json.dump(result, f, indent=1)
         print(f"wrote {json_path}", file=out)
+    if markdown_path:
+        with open(markdown_path, "w") as f:
+            f.write(markdown(result))
+        print(f"wrote {markdown_path}", file=out)
     if plot_path:
         plot(result, plot_path)
         print(f"wrote {plot_path}", file=out)
     return result
+
+
+def markdown(result):
+    """The results as a Markdown section (for BENCHMARKS.md)."""
+    lines = [f"Machine: {result['processor']}, {result['nproc']} CPUs, {result['threads']} threads; "
+             f"torch {result['torch']}; date {result['date']}.",
+             f"Ceilings measured in the same run: copy bandwidth {result['copy_gbps']:.1f} GB/s "
+             f"(read+write), sgemm {result['sgemm_gflops']:.1f} GFLOP/s.", "",
+             "| family | op | shape | fastnn ms | reference ms | speedup vs ref | torch ms "
+             "| fastnn/torch time | achieved |",
+             "|---|---|---|---:|---:|---:|---:|---:|---|"]
+    for r in result["rows"]:
+        ach = ""
+        if r["gflops"]:
+            ach = f"{r['gflops']:.1f} GFLOP/s ({100 * r['gflops'] / result['sgemm_gflops']:.0f}% sgemm)"
+        elif r["gbps"]:
+            ach = f"{r['gbps']:.1f} GB/s ({100 * r['gbps'] / result['copy_gbps']:.0f}% copy)"
+        f = lambda v, fmt: "-" if v is None else format(v, fmt)  # noqa: E731
+        lines.append(f"| {r['family']} | {r['op']} | {r['shape']} | {r['fastnn_ms']:.3f} | "
+                     f"{f(r['reference_ms'], '.2f')} | {f(r['speedup_vs_reference'], '.1f')}x | "
+                     f"{f(r['torch_ms'], '.3f')} | {f(r['time_ratio_vs_torch'], '.2f')}x | {ach} |")
+    return "\n".join(lines) + "\n"
 
 
 def _cpu_name():
@@ -160,6 +187,8 @@ def add_parser(sub):
     p.add_argument("--threads", type=int, default=None, help="threads (default: all CPUs)")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="also draw a bar chart (needs matplotlib)")
+    p.add_argument("--markdown", metavar="FILE.md", help="also write the table as Markdown")
     p.add_argument("--quick", action="store_true", help="fewer repetitions")
-    p.set_defaults(func=lambda a: run(a.only, a.threads, a.json, a.plot, a.quick))
+    p.set_defaults(func=lambda a: run(a.only, a.threads, a.json, a.plot, a.quick,
+                                      markdown_path=a.markdown))
     return p
