@@ -1,13 +1,18 @@
 # Activation family: elementwise forward and backward, one pass over memory each.
 #
-# Work is split into contiguous chunks, one per thread (static schedule), and the
-# inner loops are plain elementwise code the compiler vectorises.
-cimport cython
+# The loops live in fnn_activation.h (one `omp simd` loop per op, float through the
+# vectorisable fnn_math.h functions, double through libm).  Here each call splits the
+# array into one contiguous chunk per thread (static schedule, chunk starts on 64-byte
+# boundaries) and hands each chunk to the loop.  Backward starts from the output where
+# that is cheaper (relu, leaky_relu with slope >= 0, elu/selu/celu, sigmoid, tanh: no
+# transcendental in the backward), from the input otherwise.  Every forward takes
+# ``out`` (None, or a C-contiguous array to write to, possibly the input itself: ops
+# whose backward needs the input then save a copy of it first).  PReLU's weight
+# gradient is reduced over fixed blocks (partial sums in double, summed in block order),
+# so it does not depend on the thread count.
 cimport numpy as cnp
 from cython.parallel cimport prange
-from libc.math cimport erf, erff, tanh, tanhf, exp, expf, sqrt
-
-from fnn_blas cimport real
+from libc.stdint cimport uint64_t
 
 import numpy as np
 
@@ -15,108 +20,349 @@ cnp.import_array()
 
 include "fnn_runtime.pxi"
 
-OPS = ("gelu", "gelu_backward")
+cdef extern from "fnn_activation.h" nogil:
+    enum:
+        FNN_RELU_FWD
+        FNN_RELU_BWD
+        FNN_LEAKY_FWD
+        FNN_LEAKY_BWD
+        FNN_ELU_FWD
+        FNN_ELU_BWD_OUT
+        FNN_ELU_BWD_IN
+        FNN_GELU_FWD
+        FNN_GELU_BWD
+        FNN_GELUT_FWD
+        FNN_GELUT_BWD
+        FNN_SILU_FWD
+        FNN_SILU_BWD
+        FNN_SOFTPLUS_FWD
+        FNN_SOFTPLUS_BWD
+        FNN_SIGMOID_FWD
+        FNN_SIGMOID_BWD
+        FNN_TANH_FWD
+        FNN_TANH_BWD
+        FNN_NEG
+        FNN_MUL
+    void fnn_act_f(int op, const float* a, const float* b, float* o, Py_ssize_t n,
+                   const double* p)
+    void fnn_act_d(int op, const double* a, const double* b, double* o, Py_ssize_t n,
+                   const double* p)
+    void fnn_rrelu_f(const float* x, float* y, float* noise, Py_ssize_t i0, Py_ssize_t i1,
+                     double lower, double upper, uint64_t seed, uint64_t offset)
+    void fnn_rrelu_d(const double* x, double* y, double* noise, Py_ssize_t i0, Py_ssize_t i1,
+                     double lower, double upper, uint64_t seed, uint64_t offset)
+    void fnn_prelu_fwd_f(const float* x, const float* w, float* y, Py_ssize_t e0, Py_ssize_t e1,
+                         Py_ssize_t C, Py_ssize_t inner)
+    void fnn_prelu_fwd_d(const double* x, const double* w, double* y, Py_ssize_t e0,
+                         Py_ssize_t e1, Py_ssize_t C, Py_ssize_t inner)
+    void fnn_prelu_bwd_f(const float* dy, const float* x, const float* w, float* dx,
+                         double* part, Py_ssize_t e0, Py_ssize_t e1, Py_ssize_t C,
+                         Py_ssize_t inner)
+    void fnn_prelu_bwd_d(const double* dy, const double* x, const double* w, double* dx,
+                         double* part, Py_ssize_t e0, Py_ssize_t e1, Py_ssize_t C,
+                         Py_ssize_t inner)
+    void fnn_math_apply(int which, const float* x, float* y, Py_ssize_t n)
 
-cdef double SQRT_2_OVER_PI = 0.7978845608028654
-cdef double INV_SQRT2 = 0.7071067811865476
-cdef double INV_SQRT_2PI = 0.3989422804014327
-cdef double GELU_C = 0.044715
+OPS = ("relu", "relu_backward",
+       "leaky_relu", "leaky_relu_backward",
+       "prelu", "prelu_backward",
+       "rrelu", "rrelu_backward",
+       "elu", "elu_backward",
+       "gelu", "gelu_backward",
+       "silu", "silu_backward",
+       "softplus", "softplus_backward",
+       "sigmoid", "sigmoid_backward",
+       "tanh", "tanh_backward",
+       "neg")
 
-
-cdef inline real _erf(real x) noexcept nogil:
-    if real is float:
-        return erff(x)
-    else:
-        return erf(x)
-
-
-cdef inline real _tanh(real x) noexcept nogil:
-    if real is float:
-        return tanhf(x)
-    else:
-        return tanh(x)
-
-
-cdef inline real _exp(real x) noexcept nogil:
-    if real is float:
-        return expf(x)
-    else:
-        return exp(x)
-
-
-cdef void _gelu_fwd(const real* x, real* y, Py_ssize_t n, bint approx_tanh,
-                    Py_ssize_t i0, Py_ssize_t i1) noexcept nogil:
-    cdef Py_ssize_t i
-    cdef real v
-    cdef real k0 = <real>SQRT_2_OVER_PI, k1 = <real>GELU_C, r2 = <real>INV_SQRT2
-    if approx_tanh:
-        for i in range(i0, i1):
-            v = x[i]
-            y[i] = <real>0.5 * v * (1 + _tanh(k0 * (v + k1 * v * v * v)))
-    else:
-        for i in range(i0, i1):
-            v = x[i]
-            y[i] = <real>0.5 * v * (1 + _erf(v * r2))
-
-
-cdef void _gelu_bwd(const real* dy, const real* x, real* dx, bint approx_tanh,
-                    Py_ssize_t i0, Py_ssize_t i1) noexcept nogil:
-    cdef Py_ssize_t i
-    cdef real v, t, u
-    cdef real k0 = <real>SQRT_2_OVER_PI, k1 = <real>GELU_C, r2 = <real>INV_SQRT2
-    cdef real c = <real>INV_SQRT_2PI
-    if approx_tanh:
-        for i in range(i0, i1):
-            v = x[i]
-            t = _tanh(k0 * (v + k1 * v * v * v))
-            dx[i] = dy[i] * (<real>0.5 * (1 + t)
-                             + <real>0.5 * v * (1 - t * t) * k0 * (1 + 3 * k1 * v * v))
-    else:
-        for i in range(i0, i1):
-            v = x[i]
-            dx[i] = dy[i] * (<real>0.5 * (1 + _erf(v * r2)) + v * c * _exp(<real>-0.5 * v * v))
+# elements per thread before another thread is worth waking: memory-bound ops need
+# more work per thread than ones with a transcendental per element
+cdef enum:
+    GRAIN_MEM = 1 << 15
+    GRAIN_MATH = 1 << 13
+    PRELU_BLOCK = 1 << 14
 
 
 cdef inline Py_ssize_t _chunk(Py_ssize_t n, int nt, int t) noexcept nogil:
-    return (n * t) // nt
+    """Start of thread t's chunk: multiples of 16 elements (64-byte boundaries)."""
+    if t >= nt:
+        return n
+    return ((n * t) // nt) & ~(<Py_ssize_t>15)
 
 
-def gelu(cnp.ndarray x, str approximate):
-    """gelu(x, approximate) -> (y, saved).  x C-contiguous; approximate 'none' or 'tanh'."""
-    cdef Py_ssize_t n = x.size
-    cdef bint ta = approximate == "tanh"
-    cdef cnp.ndarray y = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(x), cnp.PyArray_DIMS(x),
-                                           cnp.PyArray_TYPE(x), 0)
-    cdef int nt = _threads_for(n, 1 << 14), t
+cdef inline cnp.ndarray _empty_like(cnp.ndarray x):
+    return cnp.PyArray_EMPTY(cnp.PyArray_NDIM(x), cnp.PyArray_DIMS(x), cnp.PyArray_TYPE(x), 0)
+
+
+cdef cnp.ndarray _ew(int op, cnp.ndarray a, cnp.ndarray b, cnp.ndarray out, Py_ssize_t grain,
+                     double p0=0.0, double p1=0.0, double p2=0.0):
+    """out = kernel op over a (and b); a fresh array when out is None."""
+    cdef double p[3]
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(a), i0, i1
+    cdef int nt, t
+    cdef bint has_b = b is not None
+    cdef const float* af
+    cdef const float* bf = NULL
+    cdef float* of
+    cdef const double* ad
+    cdef const double* bd = NULL
+    cdef double* od
+    p[0] = p0
+    p[1] = p1
+    p[2] = p2
+    if out is None:
+        out = _empty_like(a)
+    if n == 0:
+        return out
+    nt = _threads_for(n, grain)
+    if cnp.PyArray_TYPE(a) == cnp.NPY_FLOAT:
+        af = <const float*>cnp.PyArray_DATA(a)
+        of = <float*>cnp.PyArray_DATA(out)
+        if has_b:
+            bf = <const float*>cnp.PyArray_DATA(b)
+        with nogil:
+            if nt == 1:
+                fnn_act_f(op, af, bf, of, n, p)
+            else:
+                for t in prange(nt, schedule="static", num_threads=nt):
+                    i0 = _chunk(n, nt, t)
+                    i1 = _chunk(n, nt, t + 1)
+                    fnn_act_f(op, af + i0, (bf + i0) if has_b else NULL, of + i0, i1 - i0, p)
+    else:
+        ad = <const double*>cnp.PyArray_DATA(a)
+        od = <double*>cnp.PyArray_DATA(out)
+        if has_b:
+            bd = <const double*>cnp.PyArray_DATA(b)
+        with nogil:
+            if nt == 1:
+                fnn_act_d(op, ad, bd, od, n, p)
+            else:
+                for t in prange(nt, schedule="static", num_threads=nt):
+                    i0 = _chunk(n, nt, t)
+                    i1 = _chunk(n, nt, t + 1)
+                    fnn_act_d(op, ad + i0, (bd + i0) if has_b else NULL, od + i0, i1 - i0, p)
+    return out
+
+
+cdef inline object _keep_input(cnp.ndarray x, object out):
+    """The input as backward needs it: a copy when ``out`` is about to overwrite it."""
+    return x.copy() if out is x else x
+
+
+# ---------------------------------------------------------------- relu
+def relu(cnp.ndarray x, out):
+    """relu(x, out) -> (y, saved): max(x, 0); backward from y."""
+    y = _ew(FNN_RELU_FWD, x, None, out, GRAIN_MEM)
+    return y, y
+
+
+def relu_backward(cnp.ndarray dy, saved):
+    return _ew(FNN_RELU_BWD, dy, saved, None, GRAIN_MEM)
+
+
+# ---------------------------------------------------------------- leaky_relu
+def leaky_relu(cnp.ndarray x, double negative_slope, out):
+    """leaky_relu(x, negative_slope, out) -> (y, saved); backward from y when slope >= 0."""
+    src = None if negative_slope >= 0 else _keep_input(x, out)
+    y = _ew(FNN_LEAKY_FWD, x, None, out, GRAIN_MEM, negative_slope)
+    return y, (y if src is None else src, negative_slope)
+
+
+def leaky_relu_backward(cnp.ndarray dy, tuple saved):
+    return _ew(FNN_LEAKY_BWD, dy, saved[0], None, GRAIN_MEM, saved[1])
+
+
+# ---------------------------------------------------------------- prelu
+cdef tuple _prelu_view(cnp.ndarray x, cnp.ndarray weight):
+    """(C, inner) of x seen as (outer, C, inner) for weight broadcast on dim 1."""
+    cdef Py_ssize_t c = cnp.PyArray_SIZE(weight), inner = 1, k
+    if c == 1:
+        return 1, max(cnp.PyArray_SIZE(x), 1)
+    for k in range(2, cnp.PyArray_NDIM(x)):
+        inner *= cnp.PyArray_DIMS(x)[k]
+    return c, max(inner, 1)
+
+
+def prelu(cnp.ndarray x, cnp.ndarray weight):
+    """prelu(x, weight) -> (y, saved); weight (1 or C,) broadcast on dim 1."""
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(x), C, inner, e0, e1
+    cdef int nt = _threads_for(n, GRAIN_MEM), t
+    C, inner = _prelu_view(x, weight)
+    cdef cnp.ndarray y = _empty_like(x)
+    if n == 0:
+        return y, (x, weight)
     if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
         with nogil:
             for t in prange(nt, schedule="static", num_threads=nt):
-                _gelu_fwd[float](<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(y),
-                                 n, ta, _chunk(n, nt, t), _chunk(n, nt, t + 1))
+                e0 = _chunk(n, nt, t)
+                e1 = _chunk(n, nt, t + 1)
+                fnn_prelu_fwd_f(<const float*>cnp.PyArray_DATA(x),
+                                <const float*>cnp.PyArray_DATA(weight),
+                                <float*>cnp.PyArray_DATA(y), e0, e1, C, inner)
     else:
         with nogil:
             for t in prange(nt, schedule="static", num_threads=nt):
-                _gelu_fwd[double](<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(y),
-                                  n, ta, _chunk(n, nt, t), _chunk(n, nt, t + 1))
-    return y, (x, ta)
+                e0 = _chunk(n, nt, t)
+                e1 = _chunk(n, nt, t + 1)
+                fnn_prelu_fwd_d(<const double*>cnp.PyArray_DATA(x),
+                                <const double*>cnp.PyArray_DATA(weight),
+                                <double*>cnp.PyArray_DATA(y), e0, e1, C, inner)
+    return y, (x, weight)
+
+
+def prelu_backward(cnp.ndarray dy, tuple saved):
+    """-> (d_input, d_weight).  d_weight: per-block partial sums in double (blocks of a
+    size fixed by the shape), summed in block order: the same bits for any thread count."""
+    cdef cnp.ndarray x = saved[0], weight = saved[1]
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(x), C, inner, blk, nb, b, e0, e1
+    C, inner = _prelu_view(x, weight)
+    blk = max(<Py_ssize_t>PRELU_BLOCK, C)
+    nb = (n + blk - 1) // blk
+    cdef cnp.ndarray dx = _empty_like(x)
+    cdef cnp.ndarray part = np.empty(nb * C, dtype=np.float64)
+    cdef double* pp = <double*>cnp.PyArray_DATA(part)
+    cdef int nt = _threads_for(nb, 1)
+    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
+        with nogil:
+            for b in prange(nb, schedule="static", num_threads=nt):
+                e0 = b * blk
+                e1 = min(n, e0 + blk)
+                fnn_prelu_bwd_f(<const float*>cnp.PyArray_DATA(dy), <const float*>cnp.PyArray_DATA(x),
+                                <const float*>cnp.PyArray_DATA(weight), <float*>cnp.PyArray_DATA(dx),
+                                pp + b * C, e0, e1, C, inner)
+    else:
+        with nogil:
+            for b in prange(nb, schedule="static", num_threads=nt):
+                e0 = b * blk
+                e1 = min(n, e0 + blk)
+                fnn_prelu_bwd_d(<const double*>cnp.PyArray_DATA(dy), <const double*>cnp.PyArray_DATA(x),
+                                <const double*>cnp.PyArray_DATA(weight), <double*>cnp.PyArray_DATA(dx),
+                                pp + b * C, e0, e1, C, inner)
+    dw = part.reshape(nb, C).sum(axis=0).astype(weight.dtype).reshape(np.shape(weight))
+    return dx, dw
+
+
+# ---------------------------------------------------------------- rrelu
+def rrelu(cnp.ndarray x, double lower, double upper, bint training, seed, offset, out):
+    """rrelu(x, lower, upper, training, seed, offset, out) -> (y, saved).  Training: the
+    slope of element i is lower + (upper - lower) u_i (Philox, (seed, offset, i)) where
+    x <= 0, and the per-element factors are saved; eval: leaky_relu((lower + upper) / 2)."""
+    if not training:
+        return leaky_relu(x, (lower + upper) / 2.0, out)
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(x), i0, i1
+    cdef uint64_t s = <uint64_t>seed, off = <uint64_t>offset
+    cdef int nt = _threads_for(n, GRAIN_MATH), t
+    cdef cnp.ndarray noise = _empty_like(x)
+    cdef cnp.ndarray y = _empty_like(x) if out is None else out
+    if n == 0:
+        return y, noise
+    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
+        with nogil:
+            for t in prange(nt, schedule="static", num_threads=nt):
+                i0 = _chunk(n, nt, t)
+                i1 = _chunk(n, nt, t + 1)
+                fnn_rrelu_f(<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(y),
+                            <float*>cnp.PyArray_DATA(noise), i0, i1, lower, upper, s, off)
+    else:
+        with nogil:
+            for t in prange(nt, schedule="static", num_threads=nt):
+                i0 = _chunk(n, nt, t)
+                i1 = _chunk(n, nt, t + 1)
+                fnn_rrelu_d(<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(y),
+                            <double*>cnp.PyArray_DATA(noise), i0, i1, lower, upper, s, off)
+    return y, noise
+
+
+def rrelu_backward(cnp.ndarray dy, saved):
+    if isinstance(saved, tuple):          # eval mode: leaky_relu's saved state
+        return leaky_relu_backward(dy, saved)
+    return _ew(FNN_MUL, dy, saved, None, GRAIN_MEM)
+
+
+# ---------------------------------------------------------------- elu / selu / celu
+def elu(cnp.ndarray x, double alpha, double scale, double input_scale, out):
+    """x > 0 ? scale x : scale alpha expm1(input_scale x) -> (y, saved).  Backward from y
+    where y <= 0 exactly when x <= 0 (alpha scale input_scale >= 0, scale > 0)."""
+    cdef bint from_out = alpha * scale * input_scale >= 0 and scale > 0
+    src = None if from_out else _keep_input(x, out)
+    y = _ew(FNN_ELU_FWD, x, None, out, GRAIN_MATH, alpha, scale, input_scale)
+    return y, (y if from_out else src, from_out, alpha, scale, input_scale)
+
+
+def elu_backward(cnp.ndarray dy, tuple saved):
+    src, from_out, alpha, scale, input_scale = saved
+    return _ew(FNN_ELU_BWD_OUT if from_out else FNN_ELU_BWD_IN, dy, src, None, GRAIN_MEM if from_out else GRAIN_MATH,
+               alpha, scale, input_scale)
+
+
+# ---------------------------------------------------------------- gelu
+def gelu(cnp.ndarray x, str approximate, out):
+    """gelu(x, approximate, out) -> (y, saved); approximate 'none' (erf) or 'tanh'."""
+    cdef bint ta = approximate == "tanh"
+    src = _keep_input(x, out)
+    y = _ew(FNN_GELUT_FWD if ta else FNN_GELU_FWD, x, None, out, GRAIN_MATH)
+    return y, (src, ta)
 
 
 def gelu_backward(cnp.ndarray dy, tuple saved):
-    """gelu_backward(dy, saved) -> d_input.  dy C-contiguous."""
-    cdef cnp.ndarray x = saved[0]
-    cdef bint ta = saved[1]
-    cdef Py_ssize_t n = x.size
-    cdef cnp.ndarray dx = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(x), cnp.PyArray_DIMS(x),
-                                            cnp.PyArray_TYPE(x), 0)
-    cdef int nt = _threads_for(n, 1 << 14), t
-    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
-        with nogil:
-            for t in prange(nt, schedule="static", num_threads=nt):
-                _gelu_bwd[float](<const float*>cnp.PyArray_DATA(dy), <const float*>cnp.PyArray_DATA(x),
-                                 <float*>cnp.PyArray_DATA(dx), ta, _chunk(n, nt, t), _chunk(n, nt, t + 1))
-    else:
-        with nogil:
-            for t in prange(nt, schedule="static", num_threads=nt):
-                _gelu_bwd[double](<const double*>cnp.PyArray_DATA(dy), <const double*>cnp.PyArray_DATA(x),
-                                  <double*>cnp.PyArray_DATA(dx), ta, _chunk(n, nt, t), _chunk(n, nt, t + 1))
-    return dx
+    return _ew(FNN_GELUT_BWD if saved[1] else FNN_GELU_BWD, dy, saved[0], None, GRAIN_MATH)
+
+
+# ---------------------------------------------------------------- silu
+def silu(cnp.ndarray x, out):
+    src = _keep_input(x, out)
+    return _ew(FNN_SILU_FWD, x, None, out, GRAIN_MATH), src
+
+
+def silu_backward(cnp.ndarray dy, saved):
+    return _ew(FNN_SILU_BWD, dy, saved, None, GRAIN_MATH)
+
+
+# ---------------------------------------------------------------- softplus
+def softplus(cnp.ndarray x, double beta, double threshold, out):
+    src = _keep_input(x, out)
+    return _ew(FNN_SOFTPLUS_FWD, x, None, out, GRAIN_MATH, beta, threshold), (src, beta, threshold)
+
+
+def softplus_backward(cnp.ndarray dy, tuple saved):
+    return _ew(FNN_SOFTPLUS_BWD, dy, saved[0], None, GRAIN_MATH, saved[1], saved[2])
+
+
+# ---------------------------------------------------------------- sigmoid / tanh
+def sigmoid(cnp.ndarray x, out):
+    y = _ew(FNN_SIGMOID_FWD, x, None, out, GRAIN_MATH)
+    return y, y
+
+
+def sigmoid_backward(cnp.ndarray dy, saved):
+    return _ew(FNN_SIGMOID_BWD, dy, saved, None, GRAIN_MEM)
+
+
+def tanh(cnp.ndarray x, out):
+    y = _ew(FNN_TANH_FWD, x, None, out, GRAIN_MATH)
+    return y, y
+
+
+def tanh_backward(cnp.ndarray dy, saved):
+    return _ew(FNN_TANH_BWD, dy, saved, None, GRAIN_MEM)
+
+
+# ---------------------------------------------------------------- neg
+def neg(cnp.ndarray x, out):
+    """-x (inference-only; softmin's helper)."""
+    return _ew(FNN_NEG, x, None, out, GRAIN_MEM)
+
+
+# ---------------------------------------------------------------- test hook
+_MATH = {"exp": 0, "expm1": 1, "tanh": 2, "erf": 3, "log1p": 4}
+
+
+def _math_hook(str name, cnp.ndarray x):
+    """fnn_math.h's float function ``name`` over a float32 array (tests/test_math.py)."""
+    if name not in _MATH:
+        raise ValueError(f"unknown function {name!r}; expected one of {sorted(_MATH)}")
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    cdef cnp.ndarray y = _empty_like(x)
+    fnn_math_apply(_MATH[name], <const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(y),
+                   cnp.PyArray_SIZE(x))
+    return y

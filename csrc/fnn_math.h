@@ -1,10 +1,12 @@
 /* Vectorisable transcendental functions for the hot loops.
  *
- * glibc's expf is a scalar call the compiler cannot vectorise (without -ffast-math,
- * which would break NaN/inf semantics); these are branch-free (selects only), so
- * loops calling them vectorise at the build's vector width.  Accuracy: fnn_expf is
- * within 2 ulp of expf over its whole range, with the same inf/0/NaN behaviour
- * (tests/test_math.py checks a dense grid against float64).
+ * glibc's expf/tanhf/erff/log1pf are scalar calls the compiler cannot vectorise
+ * (without -ffast-math, which would break NaN/inf semantics); these are branch-free
+ * (selects, clamps and bit manipulation only), so loops calling them vectorise at the
+ * build's vector width.  Each is within ~2 ulp of the correctly rounded float result
+ * over its whole range, with libm's behaviour at +-0, +-inf and NaN (tests/test_math.py
+ * checks dense grids and the extremes against float64 through activation._math_hook).
+ * Where the avx2 build contracts a*b+c into an FMA the results only get better.
  * Double precision calls libm: float64 is the accuracy path, not the speed path. */
 #ifndef FNN_MATH_H
 #define FNN_MATH_H
@@ -17,6 +19,24 @@ static inline float fnn_pow2i(int32_t k) {   /* 2^k for k in [-126, 127] */
     float f;
     memcpy(&f, &bits, sizeof f);
     return f;
+}
+
+/* 2^k for k in [-126, 127]; unsigned arithmetic, so an out-of-range k (NaN input
+   paths) gives a garbage float instead of undefined behaviour */
+static inline float fnn_pow2u(int32_t k) {
+    uint32_t bits = ((uint32_t)k + 127u) << 23;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static inline int32_t fnn_f2bits(float f) { int32_t i; memcpy(&i, &f, sizeof i); return i; }
+static inline float fnn_bits2f(int32_t i) { float f; memcpy(&f, &i, sizeof f); return f; }
+
+/* |x| and copysign by bit operations (no libm call, vectorises as and/or) */
+static inline float fnn_absf(float x) { return fnn_bits2f(fnn_f2bits(x) & 0x7fffffff); }
+static inline float fnn_copysignf(float mag, float sgn) {
+    return fnn_bits2f((fnn_f2bits(mag) & 0x7fffffff) | (fnn_f2bits(sgn) & (int32_t)0x80000000));
 }
 
 static inline float fnn_expf(float x) {
@@ -40,6 +60,101 @@ static inline float fnn_expf(float x) {
     int32_t n1 = ni / 2;
     int32_t n2 = ni - n1;
     return y * fnn_pow2i(n1) * fnn_pow2i(n2);
+}
+
+static inline float fnn_expm1f(float x) {
+    /* expm1(x) = 2^n (expm1(r) + 1) - 1 = 2 (t expm1(r) + (t - 1/2)),  t = 2^(n-1),
+       r = x - n ln2 in [-ln2/2, ln2/2].  t - 1/2 is exact for the n the clamps allow
+       (x in [-17.5, 89]: below, the float result is -1; above, +inf), so the only
+       roundings are those of expm1(r) (a degree-8 Taylor polynomial, relative error
+       < 1e-9 on that interval) and of the final fused step; n = 0 gives expm1(r)
+       itself, exact at +-0.  The final doubling overflows to inf exactly when
+       exp(x) does. */
+    float xc = x > 89.0f ? 89.0f : x;
+    xc = xc < -17.5f ? -17.5f : xc;
+    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 2.48015873e-5f;            /* 1/8! */
+    p = p * r + 1.98412698e-4f;          /* 1/7! */
+    p = p * r + 1.38888889e-3f;          /* 1/6! */
+    p = p * r + 8.33333333e-3f;          /* 1/5! */
+    p = p * r + 4.16666667e-2f;          /* 1/4! */
+    p = p * r + 1.66666667e-1f;          /* 1/3! */
+    p = p * r + 0.5f;
+    float em1 = (p * r) * r + r;         /* expm1(r) */
+    /* n - 1 taken in float: NaN converts to INT_MIN (no integer overflow) and the
+       garbage scale meets em1 = NaN, so NaN propagates */
+    float t = fnn_pow2u((int32_t)(n - 1.0f));
+    float y = 2.0f * (t * em1 + (t - 0.5f));
+    return x == 0.0f ? x : y;            /* expm1(-0) = -0 */
+}
+
+static inline float fnn_tanhf(float x) {
+    /* FreeBSD's split, on one expm1 evaluation: with a = |x|,
+         a <  0.55:  tanh a = -u / (u + 2),    u = expm1(-2a) in (-0.67, 0]
+         a >= 0.55:  tanh a = 1 - 2 / (U + 2), U = expm1(2a)
+       Neither side cancels (1 - q is exact for q in [1/2, 1]) and a large U (or inf)
+       saturates to 1; the sign comes back by copysign, so tanh(-0) = -0. */
+    float a = fnn_absf(x);
+    int small = a < 0.55f;
+    float u = fnn_expm1f(small ? -2.0f * a : 2.0f * a);
+    float q = (small ? -u : 2.0f) / (u + 2.0f);
+    return fnn_copysignf(small ? q : 1.0f - q, x);
+}
+
+static inline float fnn_erff(float x) {
+    /* Two minimax pieces on |x| (N. Juffa's erff, < 1 ulp with FMA): |x| <= 0.9277:
+       x + x P(x^2); above: 1 - exp(Q(|x|)), Q ~ -x^2 + ..., saturating to 1.  Both are
+       evaluated and one is selected, so the loop has no branch. */
+    float t = fnn_absf(x);
+    float s = x * x;
+    float r = -1.72853470e-5f * t + 3.83197126e-4f;
+    float u = -3.88396438e-3f * t + 2.42546219e-2f;
+    r = r * s + u;
+    r = r * t + -1.06777877e-1f;
+    r = r * t + -6.34846687e-1f;
+    r = r * t + -1.28717512e-1f;
+    r = r * t - t;
+    r = r < -104.0f ? -104.0f : r;        /* keeps inf * 0 out: exp saturates to 0 */
+    float big = fnn_copysignf(1.0f - fnn_expf(r), x);
+    float q = -5.96761703e-4f;
+    q = q * s + 4.99119423e-3f;
+    q = q * s + -2.67681349e-2f;
+    q = q * s + 1.12819925e-1f;
+    q = q * s + -3.76125336e-1f;
+    q = q * s + 1.28379166e-1f;
+    float small = q * x + x;
+    return t > 0.927734375f ? big : small;   /* NaN: the comparison is false -> small = NaN */
+}
+
+static inline float fnn_log1pf(float x) {
+    /* log1p(x) = log(u) + (x - (u - 1)) / u,  u = 1 + x rounded (the correction term
+       restores what the rounding of u lost; |x| < 2^-24 gives x exactly).  log(u) by
+       FreeBSD's logf reduction: u = 2^k m, m in [sqrt(2)/2, sqrt(2)), f = m - 1,
+       s = f / (2 + f), log(1 + f) = f - f^2/2 + s (f^2/2 + R(s^2)).
+       Special values by selects: x = +-0 -> x, x = -1 -> -inf, x < -1 or NaN -> NaN,
+       x = +inf -> +inf. */
+    float u = 1.0f + x;
+    float c = (x - (u - 1.0f)) / u;
+    uint32_t iu = (uint32_t)fnn_f2bits(u) + (0x3f800000u - 0x3f3504f3u);
+    int32_t k = (int32_t)(iu >> 23) - 0x7f;
+    float m = fnn_bits2f((int32_t)((iu & 0x007fffffu) + 0x3f3504f3u));
+    float f = m - 1.0f;
+    float s = f / (2.0f + f);
+    float z = s * s;
+    float w = z * z;
+    float t1 = w * (0.40000972152f + w * 0.24279078841f);
+    float t2 = z * (0.66666662693f + w * 0.28498786688f);
+    float R = t2 + t1;
+    float hfsq = 0.5f * f * f;
+    float dk = (float)k;
+    float lg = s * (hfsq + R) + (dk * 9.0580006145e-06f + c) - hfsq + f + dk * 6.9313812256e-01f;
+    lg = x == 0.0f ? x : lg;
+    lg = x == -1.0f ? -INFINITY : lg;
+    lg = x < -1.0f ? NAN : lg;
+    lg = x == INFINITY ? INFINITY : lg;
+    return x != x ? x : lg;
 }
 
 static inline double fnn_exp(double x) { return exp(x); }

@@ -1,8 +1,11 @@
-"""Activation modules."""
+"""Activation modules (torch.nn names, constructor arguments and defaults)."""
 from .. import functional as F
-from .module import Module
+from .._validate import int_arg
+from . import init
+from .module import Module, Parameter
 
-__all__ = ["GELU", "Softmax", "LogSoftmax"]
+__all__ = ["ReLU", "LeakyReLU", "PReLU", "RReLU", "ELU", "SELU", "CELU", "GELU", "SiLU",
+           "Softplus", "Sigmoid", "Tanh", "Softmax", "Softmin", "LogSoftmax"]
 
 
 class _Elementwise(Module):
@@ -23,6 +26,121 @@ class _Elementwise(Module):
         return type(self)._bwd(self._take(), dy)
 
 
+class _Inplace(_Elementwise):
+    def __init__(self, inplace=False):
+        super().__init__()
+        self.inplace = F.activation._bool(inplace, "inplace")
+
+    def _args(self):
+        return (self.inplace,)
+
+    def extra_repr(self):
+        return "inplace=True" if self.inplace else ""
+
+
+class ReLU(_Inplace):
+    _fwd = staticmethod(F.relu_fwd)
+    _bwd = staticmethod(F.relu_bwd)
+
+
+class LeakyReLU(_Inplace):
+    _fwd = staticmethod(F.leaky_relu_fwd)
+    _bwd = staticmethod(F.leaky_relu_bwd)
+
+    def __init__(self, negative_slope=0.01, inplace=False):
+        super().__init__(inplace)
+        self.negative_slope = F.activation._leaky_args(negative_slope, self.inplace)[0]
+
+    def _args(self):
+        return (self.negative_slope, self.inplace)
+
+    def extra_repr(self):
+        return f"negative_slope={self.negative_slope}" + (", inplace=True" if self.inplace else "")
+
+
+class PReLU(Module):
+    """x for x > 0, weight * x otherwise; ``weight`` (num_parameters,) is learnable and is
+    broadcast along dim 1 of the input (one value, or one per channel)."""
+
+    def __init__(self, num_parameters=1, init=0.25, dtype=None):
+        super().__init__()
+        self.num_parameters = int_arg(num_parameters, "num_parameters", minimum=1)
+        v = F.activation._real(init, "init")
+        self.weight = Parameter(_full((self.num_parameters,), v, dtype or "float32"))
+
+    def forward(self, x):
+        y, ctx = F.prelu_fwd(x, self.weight.data)
+        self._keep(ctx)
+        return y
+
+    def backward(self, dy):
+        dx, dw = F.prelu_bwd(self._take(), dy)
+        self.weight.accumulate_grad(dw)
+        return dx
+
+    def extra_repr(self):
+        return f"num_parameters={self.num_parameters}"
+
+
+def _full(shape, value, dtype):
+    a = init.ones(shape, dtype)
+    a *= value
+    return a
+
+
+class RReLU(_Inplace):
+    """Training: slopes ~ U(lower, upper) per element (fastnn.manual_seed); eval: the
+    fixed slope (lower + upper) / 2."""
+
+    _bwd = staticmethod(F.rrelu_bwd)
+
+    def __init__(self, lower=1.0 / 8, upper=1.0 / 3, inplace=False):
+        super().__init__(inplace)
+        self.lower = F.activation._real(lower, "lower")
+        self.upper = F.activation._real(upper, "upper")
+        if self.lower > self.upper:
+            raise ValueError(f"RReLU: lower ({self.lower}) must be <= upper ({self.upper})")
+
+    def forward(self, x):
+        y, ctx = F.rrelu_fwd(x, self.lower, self.upper, self.training, self.inplace)
+        self._keep(ctx)
+        return y
+
+    def extra_repr(self):
+        return f"lower={self.lower}, upper={self.upper}" + (", inplace=True" if self.inplace else "")
+
+
+class ELU(_Inplace):
+    _fwd = staticmethod(F.elu_fwd)
+    _bwd = staticmethod(F.elu_bwd)
+
+    def __init__(self, alpha=1.0, inplace=False):
+        super().__init__(inplace)
+        self.alpha = F.activation._real(alpha, "alpha")
+        F.activation._elu_check_inplace(self.alpha, 1.0, 1.0, self.inplace)
+
+    def _args(self):
+        return (self.alpha, self.inplace)
+
+    def extra_repr(self):
+        return f"alpha={self.alpha}" + (", inplace=True" if self.inplace else "")
+
+
+class SELU(_Inplace):
+    _fwd = staticmethod(F.selu_fwd)
+    _bwd = staticmethod(F.selu_bwd)
+
+
+class CELU(ELU):
+    _fwd = staticmethod(F.celu_fwd)
+    _bwd = staticmethod(F.celu_bwd)
+
+    def __init__(self, alpha=1.0, inplace=False):
+        super().__init__(alpha, inplace)
+        if self.alpha == 0:
+            raise ValueError("CELU: alpha must not be 0 (the formula divides by alpha)")
+
+
 class GELU(_Elementwise):
     _fwd = staticmethod(F.gelu_fwd)
     _bwd = staticmethod(F.gelu_bwd)
@@ -40,6 +158,41 @@ class GELU(_Elementwise):
         return f"approximate={self.approximate!r}"
 
 
+class SiLU(_Inplace):
+    _fwd = staticmethod(F.silu_fwd)
+    _bwd = staticmethod(F.silu_bwd)
+
+
+class Softplus(_Elementwise):
+    _fwd = staticmethod(F.softplus_fwd)
+    _bwd = staticmethod(F.softplus_bwd)
+
+    def __init__(self, beta=1.0, threshold=20.0):
+        super().__init__()
+        self.beta = F.activation._real(beta, "beta")
+        self.threshold = F.activation._real(threshold, "threshold")
+        if self.beta == 0:
+            raise ValueError("Softplus: beta must not be 0")
+        if self.threshold < 0:
+            raise ValueError(f"Softplus: threshold must be >= 0, got {self.threshold}")
+
+    def _args(self):
+        return (self.beta, self.threshold)
+
+    def extra_repr(self):
+        return f"beta={self.beta}, threshold={self.threshold}"
+
+
+class Sigmoid(_Elementwise):
+    _fwd = staticmethod(F.sigmoid_fwd)
+    _bwd = staticmethod(F.sigmoid_bwd)
+
+
+class Tanh(_Elementwise):
+    _fwd = staticmethod(F.tanh_fwd)
+    _bwd = staticmethod(F.tanh_bwd)
+
+
 class Softmax(_Elementwise):
     _fwd = staticmethod(F.softmax_fwd)
     _bwd = staticmethod(F.softmax_bwd)
@@ -53,6 +206,11 @@ class Softmax(_Elementwise):
 
     def extra_repr(self):
         return f"dim={self.dim}"
+
+
+class Softmin(Softmax):
+    _fwd = staticmethod(F.softmin_fwd)
+    _bwd = staticmethod(F.softmin_bwd)
 
 
 class LogSoftmax(Softmax):

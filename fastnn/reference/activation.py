@@ -1,14 +1,34 @@
-"""Activation family, reference."""
+"""Activation family, reference: elementwise activations, forward and backward.
+
+Every forward takes an ``out`` argument: None (a fresh result) or a C-contiguous array
+of the input's shape and dtype to write into, which may be the input itself (in-place).
+What a forward saves for its backward stays valid when ``out`` is the input: ops whose
+backward needs the input then keep a copy of it.  Formulas follow PyTorch's, including
+the derivative at the kinks (ReLU'(0) = 0) and how NaN / inf propagate; they are
+evaluated in float64 and the result cast to the input's dtype.
+"""
 import math
 
 import numpy as np
 
+from .._random import philox_uniform
 from ._util import cast, f64
 
-OPS = ("gelu", "gelu_backward")
+OPS = ("relu", "relu_backward",
+       "leaky_relu", "leaky_relu_backward",
+       "prelu", "prelu_backward",
+       "rrelu", "rrelu_backward",
+       "elu", "elu_backward",
+       "gelu", "gelu_backward",
+       "silu", "silu_backward",
+       "softplus", "softplus_backward",
+       "sigmoid", "sigmoid_backward",
+       "tanh", "tanh_backward",
+       "neg")
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_GELU_C = 0.044715
 
 
 def erf(z):
@@ -20,21 +40,227 @@ def erf(z):
     return sp_erf(z)
 
 
-def gelu(x, approximate):
+def _emit(y, x, out):
+    """The float64 result ``y`` in ``x``'s dtype, written into ``out`` when given."""
+    if out is None:
+        return cast(y, x)
+    out[...] = y
+    return out
+
+
+def _keep_input(x, out):
+    """The input as backward needs it: a copy when ``out`` is about to overwrite it."""
+    return x.copy() if out is x else x
+
+
+def _errstate():
+    return np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore")
+
+
+def _sigmoid(v):
+    """1 / (1 + exp(-v)), without overflow warnings (exp(+large) -> inf -> 0)."""
+    with _errstate():
+        return 1.0 / (1.0 + np.exp(-v))
+
+
+# ---------------------------------------------------------------- relu
+def relu(x, out):
     v = f64(x)
-    if approximate == "tanh":
-        y = 0.5 * v * (1.0 + np.tanh(_SQRT_2_OVER_PI * (v + 0.044715 * v ** 3)))
-    else:
-        y = 0.5 * v * (1.0 + erf(v / math.sqrt(2.0)))
-    return cast(y, x), (x, approximate == "tanh")
+    y = _emit(np.where(v < 0, 0.0, v), x, out)
+    return y, y
+
+
+def relu_backward(dy, saved):
+    y = saved                       # torch's threshold_backward on the result: y <= 0 -> 0
+    return cast(np.where(f64(y) <= 0, 0.0, f64(dy)), y)
+
+
+# ---------------------------------------------------------------- leaky_relu
+def leaky_relu(x, negative_slope, out):
+    v = f64(x)
+    # from the output when the slope keeps signs (slope >= 0): y > 0 exactly where x > 0
+    src = None if negative_slope >= 0 else _keep_input(x, out)
+    with _errstate():
+        y = _emit(np.where(v > 0, v, v * negative_slope), x, out)
+    return y, (y if src is None else src, negative_slope)
+
+
+def leaky_relu_backward(dy, saved):
+    src, slope = saved
+    g = f64(dy)
+    return cast(np.where(f64(src) > 0, g, g * slope), src)
+
+
+# ---------------------------------------------------------------- prelu
+def _prelu_view(x, weight):
+    """(outer, C, inner) view shape for weight broadcast on dim 1 (C = 1 for one weight)."""
+    c = weight.size
+    if c == 1:
+        return (1, 1, x.size)
+    return (x.shape[0], c, int(np.prod(x.shape[2:], dtype=np.int64)))
+
+
+def prelu(x, weight):
+    v = f64(x).reshape(_prelu_view(x, weight))
+    w = f64(weight).reshape(1, -1, 1)
+    with _errstate():
+        y = np.where(v > 0, v, w * v)
+    return cast(y.reshape(x.shape), x), (x, weight)
+
+
+def prelu_backward(dy, saved):
+    x, weight = saved
+    shp = _prelu_view(x, weight)
+    v = f64(x).reshape(shp)
+    g = f64(dy).reshape(shp)
+    w = f64(weight).reshape(1, -1, 1)
+    with _errstate():
+        dx = np.where(v > 0, g, w * g)
+        dw = np.where(v > 0, 0.0, v * g).sum(axis=(0, 2))
+    return cast(dx.reshape(x.shape), x), cast(dw.reshape(weight.shape), weight)
+
+
+# ---------------------------------------------------------------- rrelu
+def rrelu_slopes(n, lower, upper, seed, offset):
+    """Slope of element i (flat index) of a training call: lower + (upper - lower) * u_i,
+    u_i the Philox uniform of (seed, offset, i); the same numbers on every backend."""
+    return lower + (upper - lower) * philox_uniform(n, seed, offset)
+
+
+def rrelu(x, lower, upper, training, seed, offset, out):
+    """Training: x for x > 0, else slope_i * x with slope_i ~ U(lower, upper) (saved);
+    eval: leaky_relu with slope (lower + upper) / 2.  seed/offset unused in eval."""
+    if not training:
+        return leaky_relu(x, (lower + upper) / 2.0, out)
+    v = f64(x)
+    r = rrelu_slopes(x.size, lower, upper, seed, offset).reshape(x.shape)
+    noise = np.where(v <= 0, r, 1.0)           # torch: x <= 0 draws the slope
+    with _errstate():
+        y = _emit(v * noise, x, out)
+    return y, cast(noise, x)
+
+
+def rrelu_backward(dy, saved):
+    if isinstance(saved, tuple):               # eval mode: the leaky_relu saved state
+        return leaky_relu_backward(dy, saved)
+    noise = saved
+    with _errstate():
+        return cast(f64(dy) * f64(noise), noise)
+
+
+# ---------------------------------------------------------------- elu / selu / celu
+def _elu_from_output(alpha, scale, input_scale):
+    # y <= 0 exactly where x <= 0 when the negative branch keeps its sign
+    return alpha * scale * input_scale >= 0 and scale > 0
+
+
+def elu(x, alpha, scale, input_scale, out):
+    """torch's elu kernel: x > 0 ? scale * x : scale * alpha * expm1(x * input_scale).
+    SELU and CELU are this with their constants."""
+    v = f64(x)
+    from_out = _elu_from_output(alpha, scale, input_scale)
+    src = None if from_out else _keep_input(x, out)
+    with _errstate():
+        y = np.where(v > 0, scale * v, scale * alpha * np.expm1(v * input_scale))
+    y = _emit(y, x, out)
+    return y, (y if from_out else src, from_out, alpha, scale, input_scale)
+
+
+def elu_backward(dy, saved):
+    src, from_out, alpha, scale, input_scale = saved
+    g = f64(dy)
+    s = f64(src)
+    with _errstate():
+        if from_out:
+            neg = g * input_scale * (s + alpha * scale)
+        else:
+            neg = g * input_scale * alpha * scale * np.exp(s * input_scale)
+        return cast(np.where(s <= 0, neg, g * scale), src)
+
+
+# ---------------------------------------------------------------- gelu
+def gelu(x, approximate, out):
+    v = f64(x)
+    with _errstate():
+        if approximate == "tanh":
+            y = 0.5 * v * (1.0 + np.tanh(_SQRT_2_OVER_PI * (v + _GELU_C * v ** 3)))
+        else:
+            y = 0.5 * v * (1.0 + erf(v / math.sqrt(2.0)))
+    saved = (_keep_input(x, out), approximate == "tanh")
+    return _emit(y, x, out), saved
 
 
 def gelu_backward(dy, saved):
     x, approx_tanh = saved
     v, g = f64(x), f64(dy)
-    if approx_tanh:
-        t = np.tanh(_SQRT_2_OVER_PI * (v + 0.044715 * v ** 3))
-        d = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * v * v)
-    else:
-        d = 0.5 * (1.0 + erf(v / math.sqrt(2.0))) + v * np.exp(-0.5 * v * v) / math.sqrt(2 * math.pi)
-    return cast(g * d, x)
+    with _errstate():
+        if approx_tanh:
+            t = np.tanh(_SQRT_2_OVER_PI * (v + _GELU_C * v ** 3))
+            d = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * _SQRT_2_OVER_PI * (1 + 3 * _GELU_C * v * v)
+        else:
+            d = 0.5 * (1.0 + erf(v / math.sqrt(2.0))) + v * np.exp(-0.5 * v * v) / math.sqrt(2 * math.pi)
+        return cast(g * d, x)
+
+
+# ---------------------------------------------------------------- silu
+def silu(x, out):
+    v = f64(x)
+    with _errstate():
+        y = v / (1.0 + np.exp(-v))
+    saved = _keep_input(x, out)
+    return _emit(y, x, out), saved
+
+
+def silu_backward(dy, saved):
+    x = saved
+    v = f64(x)
+    s = _sigmoid(v)
+    with _errstate():
+        return cast(f64(dy) * s * (1.0 + v * (1.0 - s)), x)
+
+
+# ---------------------------------------------------------------- softplus
+def softplus(x, beta, threshold, out):
+    """x * beta > threshold ? x : log1p(exp(beta * x)) / beta (computed without overflow)."""
+    v = f64(x)
+    bx = v * beta
+    with _errstate():
+        sp = (np.maximum(bx, 0.0) + np.log1p(np.exp(-np.abs(bx)))) / beta
+        y = np.where(bx > threshold, v, sp)
+    saved = (_keep_input(x, out), beta, threshold)
+    return _emit(y, x, out), saved
+
+
+def softplus_backward(dy, saved):
+    x, beta, threshold = saved
+    v, g = f64(x), f64(dy)
+    bx = v * beta
+    with _errstate():
+        return cast(np.where(bx > threshold, g, g * _sigmoid(bx)), x)
+
+
+# ---------------------------------------------------------------- sigmoid / tanh
+def sigmoid(x, out):
+    y = _emit(_sigmoid(f64(x)), x, out)
+    return y, y
+
+
+def sigmoid_backward(dy, saved):
+    y = f64(saved)
+    return cast(f64(dy) * y * (1.0 - y), saved)
+
+
+def tanh(x, out):
+    y = _emit(np.tanh(f64(x)), x, out)
+    return y, y
+
+
+def tanh_backward(dy, saved):
+    y = f64(saved)
+    return cast(f64(dy) * (1.0 - y * y), saved)
+
+
+# ---------------------------------------------------------------- neg (softmin's helper)
+def neg(x, out):
+    """-x (inference-only: returns just the result).  Softmin is softmax(-x)."""
+    return _emit(-f64(x), x, out)
