@@ -11,3 +11,4 @@ from .dropout import *  # noqa: F401,F403
 from .norm import *  # noqa: F401,F403
 from .pool import *  # noqa: F401,F403
 from .softmax import *  # noqa: F401,F403
+from .stdnorm import *  # noqa: F401,F403

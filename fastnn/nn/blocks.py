@@ -1,0 +1,137 @@
+"""Transformer building blocks: GPT-2 Conv1D and FeedForward, Residual, StdLayerNorm.
+
+Conv1D is GPT-2's dense layer with the weight stored transposed, (nx, nf): y = x W + b.
+It runs on the linear kernels with W^T made contiguous (a copy of the weight per call,
+small next to the GEMM), so it is exactly as fast as Linear.
+"""
+import numpy as np
+
+from .. import functional as F
+from .._validate import int_arg, positive_float
+from . import init
+from .dropout import Dropout
+from .module import Module, Parameter
+
+__all__ = ["Conv1D", "FeedForward", "Residual", "StdLayerNorm"]
+
+
+def _transposed(a):
+    """a.T as a fresh C-contiguous array."""
+    if type(a) is not np.ndarray:
+        raise NotImplementedError("Conv1D on device arrays needs a device transpose "
+                                  "(not available yet); use Linear with the transposed weight")
+    return np.ascontiguousarray(a.T)
+
+
+class Conv1D(Module):
+    """GPT-2's Conv1D(nf, nx): y = x @ weight + bias, weight (nx, nf) ~ N(0, 0.02^2), bias 0."""
+
+    def __init__(self, nf, nx, dtype=None):
+        super().__init__()
+        self.nf = int_arg(nf, "nf", 0)
+        self.nx = int_arg(nx, "nx", 0)
+        dt = dtype or "float32"
+        self.weight = Parameter(init.normal((self.nx, self.nf), 0.02, 0.0, dt))
+        self.bias = Parameter(init.zeros((self.nf,), dt))
+
+    def forward(self, x):
+        y, ctx = F.linear_fwd(x, _transposed(self.weight.data), self.bias.data)
+        self._keep(ctx)
+        return y
+
+    def backward(self, dy):
+        dx, dwt, db = F.linear_bwd(self._take(), dy)
+        self.weight.accumulate_grad(_transposed(dwt))
+        self.bias.accumulate_grad(db)
+        return dx
+
+    def extra_repr(self):
+        return f"nf={self.nf}, nx={self.nx}"
+
+
+_ACTIVATIONS = {
+    "gelu_tanh": (lambda h: F.gelu_fwd(h, "tanh"), F.gelu_bwd),
+    "gelu": (lambda h: F.gelu_fwd(h, "none"), F.gelu_bwd),
+    "relu": (lambda h: F.relu_fwd(h), lambda ctx, d: F.relu_bwd(ctx, d)),
+}
+
+
+class FeedForward(Module):
+    """GPT-2's MLP: dropout(c_proj(act(c_fc(x)))), c_fc Conv1D(d_ff, d_model), c_proj
+    Conv1D(d_model, d_ff), d_ff = 4 * d_model by default.  activation: "gelu_tanh"
+    (GPT-2), "gelu" (erf) or "relu" (the ReLU "fully connected" block)."""
+
+    def __init__(self, d_model, d_ff=None, dropout=0.0, activation="gelu_tanh", dtype=None):
+        super().__init__()
+        self.d_model = int_arg(d_model, "d_model", 1)
+        self.d_ff = 4 * self.d_model if d_ff is None else int_arg(d_ff, "d_ff", 1)
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
+        self.activation = activation
+        self.c_fc = Conv1D(self.d_ff, self.d_model, dtype)
+        self.c_proj = Conv1D(self.d_model, self.d_ff, dtype)
+        self.dropout = Dropout(dropout)
+
+    def forward(self, x):
+        act_fwd, _ = _ACTIVATIONS[self.activation]
+        h, act_ctx = act_fwd(self.c_fc(x))
+        self._keep(act_ctx)
+        return self.dropout(self.c_proj(h))
+
+    def backward(self, dy):
+        _, act_bwd = _ACTIVATIONS[self.activation]
+        act_ctx = self._take()
+        dh = self.c_proj.backward(self.dropout.backward(dy))
+        return self.c_fc.backward(act_bwd(act_ctx, dh))
+
+    def extra_repr(self):
+        return f"d_model={self.d_model}, d_ff={self.d_ff}, activation={self.activation!r}"
+
+
+class Residual(Module):
+    """y = x + module(x); backward: dx = dy + module.backward(dy)."""
+
+    def __init__(self, module):
+        super().__init__()
+        if not isinstance(module, Module):
+            raise TypeError(f"Residual wraps a Module, got {type(module).__name__}")
+        self.module = module
+
+    def forward(self, x):
+        fx = self.module(x)
+        if tuple(np.shape(fx)) != tuple(np.shape(x)):
+            raise ValueError(f"Residual: the wrapped module must keep the input's shape "
+                             f"{tuple(np.shape(x))}, got {tuple(np.shape(fx))}")
+        self._keep(True)
+        return x + fx
+
+    def backward(self, dy):
+        self._take()
+        return dy + self.module.backward(dy)
+
+
+class StdLayerNorm(Module):
+    """The Annotated Transformer's LayerNorm: a * (x - mean) / (std + eps) + b over the last
+    dimension, unbiased std; parameters ``a`` (ones) and ``b`` (zeros)."""
+
+    def __init__(self, features, eps=1e-6, dtype=None):
+        super().__init__()
+        self.features = int_arg(features, "features", 1)
+        self.eps = positive_float(eps, "eps", allow_zero=True)
+        dt = dtype or "float32"
+        self.a = Parameter(init.ones((self.features,), dt))
+        self.b = Parameter(init.zeros((self.features,), dt))
+
+    def forward(self, x):
+        y, ctx = F.std_layer_norm_fwd(x, self.a.data, self.b.data, self.eps)
+        self._keep(ctx)
+        return y
+
+    def backward(self, dy):
+        dx, da, db = F.std_layer_norm_bwd(self._take(), dy)
+        self.a.accumulate_grad(da)
+        self.b.accumulate_grad(db)
+        return dx
+
+    def extra_repr(self):
+        return f"features={self.features}, eps={self.eps}"
