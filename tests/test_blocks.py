@@ -61,6 +61,7 @@ class _TorchMLP(torch.nn.Module):
 
 @pytest.mark.parametrize("activation,tact", [
     ("gelu_tanh", lambda h: torch.nn.functional.gelu(h, approximate="tanh")),
+    ("relu", torch.relu),
     ("gelu", torch.nn.functional.gelu),
 ])
 @pytest.mark.parametrize("backend", ["reference", "cpu"])
