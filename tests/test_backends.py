@@ -14,8 +14,6 @@ from fastnn._backend import backend
 CUDA_PENDING = set() | {
     "std_layer_norm", "std_layer_norm_backward",
     "relu", "relu_backward", "leaky_relu", "leaky_relu_backward", "prelu", "prelu_backward", "rrelu", "rrelu_backward", "elu", "elu_backward", "silu", "silu_backward", "softplus", "softplus_backward", "sigmoid", "sigmoid_backward", "tanh", "tanh_backward", "neg",
-    "avg_pool2d", "avg_pool2d_backward", "batch_norm", "batch_norm_backward", "conv2d",
-    "conv2d_backward", "max_pool2d", "max_pool2d_backward",
 }
 
 

@@ -11,7 +11,7 @@ from . import _kit
 from ._kit import kernel, TILE, cdiv, cuda, dtype_of, shape_of
 from ._runtime import SIM
 
-__all__ = ["gemm", "backend_name"]
+__all__ = ["gemm", "gemm_batched", "backend_name"]
 
 _cupy_state = []
 
@@ -42,39 +42,51 @@ def _kernels(dt):
     zero = T(0)
 
     @kernel
-    def gemm_tiled(A, B, C, bias, M, N, K, ta, tb, has_bias):
+    def gemm_tiled(A, B, C, bias, M, N, K, ta, tb, has_bias, a_batched, b_batched, Z):
+        # C[z] = op(A[z or 0]) @ op(B[z or 0]) (+ bias).  Blocks loop over the output tiles
+        # (z, tile row, tile col) grid-stride: one tile per block on a GPU, a few blocks
+        # doing all the tiles under the simulator.
         sa = cuda.shared.array((TILE, TILE), NT)
         sb = cuda.shared.array((TILE, TILE), NT)
         tx = cuda.threadIdx.x
         ty = cuda.threadIdx.y
-        row = cuda.blockIdx.y * TILE + ty
-        col = cuda.blockIdx.x * TILE + tx
-        acc = zero
-        for k0 in range(0, K, TILE):
-            ka = k0 + tx
-            if row < M and ka < K:
-                if ta:
-                    sa[ty, tx] = A[ka, row]
+        tiles_n = (N + TILE - 1) // TILE
+        tiles_m = (M + TILE - 1) // TILE
+        for tile in range(cuda.blockIdx.x, Z * tiles_m * tiles_n, cuda.gridDim.x):
+            tn = tile % tiles_n
+            r = tile // tiles_n
+            tm = r % tiles_m
+            z = r // tiles_m
+            za = z if a_batched else 0
+            zb = z if b_batched else 0
+            row = tm * TILE + ty
+            col = tn * TILE + tx
+            acc = zero
+            for k0 in range(0, K, TILE):
+                ka = k0 + tx
+                if row < M and ka < K:
+                    if ta:
+                        sa[ty, tx] = A[za, ka, row]
+                    else:
+                        sa[ty, tx] = A[za, row, ka]
                 else:
-                    sa[ty, tx] = A[row, ka]
-            else:
-                sa[ty, tx] = zero
-            kb = k0 + ty
-            if kb < K and col < N:
-                if tb:
-                    sb[ty, tx] = B[col, kb]
+                    sa[ty, tx] = zero
+                kb = k0 + ty
+                if kb < K and col < N:
+                    if tb:
+                        sb[ty, tx] = B[zb, col, kb]
+                    else:
+                        sb[ty, tx] = B[zb, kb, col]
                 else:
-                    sb[ty, tx] = B[kb, col]
-            else:
-                sb[ty, tx] = zero
-            cuda.syncthreads()
-            for kk in range(TILE):
-                acc += sa[ty, kk] * sb[kk, tx]
-            cuda.syncthreads()
-        if row < M and col < N:
-            if has_bias:
-                acc += bias[col]
-            C[row, col] = acc
+                    sb[ty, tx] = zero
+                cuda.syncthreads()
+                for kk in range(TILE):
+                    acc += sa[ty, kk] * sb[kk, tx]
+                cuda.syncthreads()
+            if row < M and col < N:
+                if has_bias:
+                    acc += bias[col]
+                C[z, row, col] = acc
 
     @kernel
     def add_bias(C, bias, n, N):
@@ -84,31 +96,54 @@ def _kernels(dt):
     return gemm_tiled, add_bias
 
 
-def gemm(a, b, ta=False, tb=False, bias=None):
-    """A fresh (M, N) device array op(a) @ op(b) (+ bias).  a, b: 2-D C-contiguous device
-    arrays of one dtype; op(x) = x.T when the flag is set; bias (N,) or None."""
+def _dims(shape, t):
+    return (shape[-1], shape[-2]) if t else (shape[-2], shape[-1])
+
+
+def gemm_batched(a, b, ta=False, tb=False, bias=None):
+    """A fresh (Z, M, N) device array with C[z] = op(a[z]) @ op(b[z]) (+ bias).  a (Za, ., .)
+    and b (Zb, ., .) are 3-D C-contiguous device arrays of one dtype; a batch of 1 is
+    broadcast; op(x) = x.T (of the last two axes) when the flag is set."""
     dt = dtype_of(a)
     sa, sb = shape_of(a), shape_of(b)
-    M, K = (sa[1], sa[0]) if ta else sa
-    K2, N = (sb[1], sb[0]) if tb else sb
+    za, zb = sa[0], sb[0]
+    Z = max(za, zb)
+    if za not in (1, Z) or zb not in (1, Z):
+        raise ValueError(f"gemm: batch sizes {za} and {zb} do not broadcast")
+    M, K = _dims(sa, ta)
+    K2, N = _dims(sb, tb)
     if K != K2:
         raise ValueError(f"gemm: inner dimensions differ ({K} vs {K2})")
-    out = _kit.empty((M, N), dt)
-    if M == 0 or N == 0:
+    out = _kit.empty((Z, M, N), dt)
+    if Z == 0 or M == 0 or N == 0:
         return out
     tiled, add_bias = _kernels(dt)
     cp = _cupy()
     if cp is not None and K > 0:  # pragma: no cover - needs CuPy and a GPU
         ca = cp.asarray(a)
         cb = cp.asarray(b)
-        cp.matmul(ca.T if ta else ca, cb.T if tb else cb, out=cp.asarray(out))
+        ca = ca.swapaxes(1, 2) if ta else ca
+        cb = cb.swapaxes(1, 2) if tb else cb
+        co = cp.asarray(out)
+        if Z == 1:
+            cp.matmul(ca[0], cb[0], out=co[0])
+        else:
+            cp.matmul(ca, cb, out=co)
         if bias is not None:
-            n = M * N
+            n = Z * M * N
             add_bias[_kit.blocks_for(n), _kit.THREADS](_kit.flat(out), bias, n, N)
         return out
     has_bias = bias is not None
-    grid = (cdiv(N, TILE), cdiv(M, TILE))
+    tiles = Z * cdiv(M, TILE) * cdiv(N, TILE)
+    grid = max(1, min(tiles, _kit.MAX_BLOCKS))
     tiled[grid, (TILE, TILE)](a, b, out, bias if has_bias else _kit.empty((1,), dt), M, N, K,
-                              int(ta), int(tb), has_bias)
+                              int(ta), int(tb), has_bias, za > 1, zb > 1, Z)
     return out
 
+
+def gemm(a, b, ta=False, tb=False, bias=None):
+    """A fresh (M, N) device array op(a) @ op(b) (+ bias).  a, b: 2-D C-contiguous device
+    arrays of one dtype; op(x) = x.T when the flag is set; bias (N,) or None."""
+    sa, sb = shape_of(a), shape_of(b)
+    out = gemm_batched(_kit.reshape(a, (1,) + sa), _kit.reshape(b, (1,) + sb), ta, tb, bias)
+    return _kit.reshape(out, shape_of(out)[1:])

@@ -336,6 +336,29 @@ def same_memory(a, b):
     return device_pointer(a) == device_pointer(b)
 
 
+def inplace_target(a, name, host):
+    """A device array an op updates in place (running statistics, optimizer state).  A
+    NumPy array (the cuda backend chosen for host arrays) is copied to the device and
+    remembered in ``host`` for ``copy_back``; a strided device array is an error."""
+    if a is None:
+        return None
+    if type(a) is np.ndarray:
+        d = dev(a)
+        host.append((d, a))
+        return d
+    d = as_device(a)
+    if not d.is_c_contiguous():
+        raise ValueError(f"{name} must be a C-contiguous device array to be updated in place, "
+                         f"got strides {tuple(d.strides)} for shape {tuple(d.shape)}")
+    return d
+
+
+def copy_back(host):
+    """Copy in-place results back into the host arrays ``inplace_target`` recorded."""
+    for d, a in host:
+        d.copy_to_host(a)
+
+
 def fill(a, value):
     n = numel(shape_of(a))
     if n:
@@ -417,6 +440,35 @@ def colsum(x2):
     part = empty((K, C), dt)
     _colsum_partial[(blocks_for(C), K), THREADS](x2, part, R, C, chunk)
     return reduce_partials(part, out)
+
+
+@per_dtype
+def _rowsum_kernel(dt):
+    NT = numba_type(dt)
+    zero = dt.type(0)
+
+    @kernel
+    def rowsum_k(x, out, R, C):
+        sbuf = cuda.shared.array(SBUF, NT)
+        t = cuda.threadIdx.x
+        for r in range(cuda.blockIdx.x, R, cuda.gridDim.x):
+            s = zero
+            for c in range(t, C, cuda.blockDim.x):
+                s += x[r, c]
+            s = block_sum(s, sbuf)
+            if t == 0:
+                out[r] = s
+    return rowsum_k
+
+
+def rowsum(x2):
+    """Row sums of a 2-D device array (one block per row, deterministic)."""
+    R, C = shape_of(x2)
+    dt = dtype_of(x2)
+    out = empty((R,), dt)
+    if R:
+        _rowsum_kernel(dt)[row_blocks(R), ROW_THREADS](x2, out, R, C)
+    return out
 
 
 def shared_type(dtype):

@@ -7,10 +7,7 @@ parameter's dtype, so float32 parameters are updated in float32 arithmetic.
 """
 import math
 
-import numpy as np
-
 from .. import _kit
-from .._runtime import as_device
 from .._kit import THREADS, kernel, cuda
 
 OPS = ("sgd_step", "adam_step", "adamw_step")
@@ -69,27 +66,6 @@ def _kernels(dt):
     return sgd, adam
 
 
-def _inplace(a, name, host):
-    """A device array to update in place.  A NumPy array (the cuda backend chosen for host
-    arrays) is copied to the device and remembered in ``host`` for the copy back."""
-    if a is None:
-        return None
-    if type(a) is np.ndarray:
-        d = _kit.dev(a)
-        host.append((d, a))
-        return d
-    d = as_device(a)
-    if not d.is_c_contiguous():
-        raise ValueError(f"{name} must be a C-contiguous device array to be updated in place, "
-                         f"got strides {tuple(d.strides)} for shape {tuple(d.shape)}")
-    return d
-
-
-def _copy_back(host):
-    for d, a in host:
-        d.copy_to_host(a)
-
-
 def _cfg(n):
     return _kit.blocks_for(n), THREADS
 
@@ -97,8 +73,8 @@ def _cfg(n):
 def sgd_step(param, grad, momentum_buffer, lr, momentum, dampening, weight_decay,
              nesterov, maximize, first):
     host = []
-    p = _inplace(param, "param", host)
-    buf = _inplace(momentum_buffer, "momentum_buffer", host)
+    p = _kit.inplace_target(param, "param", host)
+    buf = _kit.inplace_target(momentum_buffer, "momentum_buffer", host)
     g = _kit.dev(grad)
     dt = _kit.dtype_of(p)
     n = _kit.numel(_kit.shape_of(p))
@@ -109,17 +85,17 @@ def sgd_step(param, grad, momentum_buffer, lr, momentum, dampening, weight_decay
     sgd[_cfg(n)](_kit.flat(p), _kit.flat(g), _kit.flat(p if buf is None else buf), n, T(lr),
                  T(momentum), T(1 - dampening), T(weight_decay), weight_decay != 0, bool(nesterov), bool(maximize),
                  bool(first), buf is not None)
-    _copy_back(host)
+    _kit.copy_back(host)
     return None
 
 
 def _adam(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
           weight_decay, step, maximize, decoupled):
     host = []
-    p = _inplace(param, "param", host)
-    m = _inplace(exp_avg, "exp_avg", host)
-    v = _inplace(exp_avg_sq, "exp_avg_sq", host)
-    vmax = _inplace(max_exp_avg_sq, "max_exp_avg_sq", host)
+    p = _kit.inplace_target(param, "param", host)
+    m = _kit.inplace_target(exp_avg, "exp_avg", host)
+    v = _kit.inplace_target(exp_avg_sq, "exp_avg_sq", host)
+    vmax = _kit.inplace_target(max_exp_avg_sq, "max_exp_avg_sq", host)
     g = _kit.dev(grad)
     dt = _kit.dtype_of(p)
     n = _kit.numel(_kit.shape_of(p))
@@ -133,7 +109,7 @@ def _adam(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, ep
                   _kit.flat(v if vmax is None else vmax), n, T(1 - beta1), abs(1 - beta1) < 0.5, T(beta2), T(1 - beta2),
                   T(eps), T(weight_decay), weight_decay != 0, T(lr / bias_correction1), T(bc2_sqrt),
                   T(1 - lr * weight_decay), bool(maximize), bool(decoupled), vmax is not None)
-    _copy_back(host)
+    _kit.copy_back(host)
     return None
 
 

@@ -1,0 +1,152 @@
+"""Conv family on the GPU: conv2d as im2col + batched GEMM (cuBLAS through CuPy, or the
+tiled numba GEMM).
+
+Layout: the columns are (G, K, N*P) with K = Cg*kh*kw taps and P = OH*OW, so ONE batched
+GEMM over the G groups does the whole batch: y^T (G, Og, N*P) = W (G, Og, K) @ cols.
+The result is (O, N, P); one kernel swaps it to (N, O, P) and adds the bias.
+Backward: dy is swapped to (O, N, P) once; dW = dy^T cols^T and dcols = W^T dy^T are
+batched GEMMs; col2im gathers -- one thread per input element sums the taps that read
+it, in a fixed order (deterministic, no atomics); dbias is a row sum of dy^T.
+The columns are saved for the backward (the usual im2col trade of memory for time).
+"""
+from .. import _kit
+from .._gemm import gemm_batched
+from .._kit import THREADS, cuda, kernel
+
+OPS = ("conv2d", "conv2d_backward")
+
+
+@_kit.per_dtype
+def _kernels(dt):
+    zero = dt.type(0)
+
+    @kernel
+    def im2col(x, cols, total, N, Cg, H, W, OH, OW, kh, kw, sh, sw, pt, pl, dh, dw, K):
+        # cols[g, k, n*P + p]; x (N, C, H, W)
+        P = OH * OW
+        NP = N * P
+        for e in range(cuda.grid(1), total, cuda.gridsize(1)):
+            col = e % NP
+            gk = e // NP
+            k = gk % K
+            g = gk // K
+            n = col // P
+            p = col - n * P
+            oh = p // OW
+            ow = p - oh * OW
+            j = k % kw
+            r = k // kw
+            i = r % kh
+            c = r // kh
+            h = oh * sh - pt + i * dh
+            w = ow * sw - pl + j * dw
+            if h >= 0 and h < H and w >= 0 and w < W:
+                cols[g, k, col] = x[n, g * Cg + c, h, w]
+            else:
+                cols[g, k, col] = zero
+
+    @kernel
+    def col2im(dcols, dx, total, N, C, Cg, H, W, OH, OW, kh, kw, sh, sw, pt, pl, dh, dw):
+        P = OH * OW
+        for e in range(cuda.grid(1), total, cuda.gridsize(1)):
+            w = e % W
+            r = e // W
+            h = r % H
+            r = r // H
+            ch = r % C
+            n = r // C
+            g = ch // Cg
+            c = ch - g * Cg
+            s = zero
+            for i in range(kh):
+                th = h + pt - i * dh
+                if th < 0 or th % sh != 0:
+                    continue
+                oh = th // sh
+                if oh >= OH:
+                    continue
+                for j in range(kw):
+                    tw = w + pl - j * dw
+                    if tw < 0 or tw % sw != 0:
+                        continue
+                    ow = tw // sw
+                    if ow >= OW:
+                        continue
+                    s += dcols[g, (c * kh + i) * kw + j, n * P + oh * OW + ow]
+            dx[n, ch, h, w] = s
+
+    @kernel
+    def swap01(src, dst, total, A, B, P, bias, has_bias):
+        # dst[b, a, p] = src[a, b, p] (+ bias[a]); src (A, B, P), dst (B, A, P)
+        for e in range(cuda.grid(1), total, cuda.gridsize(1)):
+            p = e % P
+            r = e // P
+            a = r % A
+            b = r // A
+            v = src[a, b, p]
+            if has_bias:
+                v += bias[a]
+            dst[b, a, p] = v
+
+    return im2col, col2im, swap01
+
+
+def _swap01(src3, bias=None):
+    A, B, P = _kit.shape_of(src3)
+    dt = _kit.dtype_of(src3)
+    out = _kit.empty((B, A, P), dt)
+    total = A * B * P
+    if total:
+        swap01 = _kernels(dt)[2]
+        swap01[_kit.blocks_for(total), THREADS](src3, out, total, A, B, P,
+                                                _kit.empty((1,), dt) if bias is None else bias,
+                                                bias is not None)
+    return out
+
+
+def conv2d(x, weight, bias, stride, padding, dilation, groups):
+    x, weight, bias = _kit.dev(x), _kit.dev(weight), _kit.dev(bias)
+    dt = _kit.dtype_of(x)
+    N, C, H, W = _kit.shape_of(x)
+    O, Cg, kh, kw = _kit.shape_of(weight)
+    G = int(groups)
+    sh, sw = stride
+    pt, pb, pl, pr = padding
+    dh, dw = dilation
+    OH = (H + pt + pb - dh * (kh - 1) - 1) // sh + 1
+    OW = (W + pl + pr - dw * (kw - 1) - 1) // sw + 1
+    K = Cg * kh * kw
+    P = OH * OW
+    cols = _kit.empty((G, K, N * P), dt)
+    total = G * K * N * P
+    if total:
+        im2col = _kernels(dt)[0]
+        im2col[_kit.blocks_for(total), THREADS](x, cols, total, N, Cg, H, W, OH, OW, kh, kw,
+                                                sh, sw, pt, pl, dh, dw, K)
+    yt = gemm_batched(_kit.reshape(weight, (G, O // G, K)), cols)      # (G, Og, N*P)
+    y = _swap01(_kit.reshape(yt, (O, N, P)), bias)                      # (N, O, P)
+    saved = (x, weight, cols, bias is not None, (sh, sw), (pt, pb, pl, pr), (dh, dw), G)
+    return _kit.reshape(y, (N, O, OH, OW)), saved
+
+
+def conv2d_backward(dy, saved):
+    x, weight, cols, has_bias, (sh, sw), (pt, pb, pl, pr), (dh, dw), G = saved
+    dy = _kit.dev(dy)
+    dt = _kit.dtype_of(x)
+    N, C, H, W = _kit.shape_of(x)
+    O, Cg, kh, kw = _kit.shape_of(weight)
+    OH, OW = _kit.shape_of(dy)[2:]
+    P = OH * OW
+    K = Cg * kh * kw
+    dyt = _swap01(_kit.reshape(dy, (N, O, P)))                          # (O, N, P)
+    dyt3 = _kit.reshape(dyt, (G, O // G, N * P))
+    dw_ = gemm_batched(dyt3, cols, tb=True)                             # (G, Og, K)
+    dcols = gemm_batched(_kit.reshape(weight, (G, O // G, K)), dyt3, ta=True)   # (G, K, N*P)
+    dx = _kit.empty((N, C, H, W), dt)
+    total = N * C * H * W
+    if total:
+        col2im = _kernels(dt)[1]
+        col2im[_kit.blocks_for(total), THREADS](dcols, dx, total, N, C, Cg, H, W, OH, OW, kh, kw,
+                                                sh, sw, pt, pl, dh, dw)
+    db = _kit.rowsum(_kit.reshape(dyt, (O, N * P))) if has_bias else None
+    return dx, _kit.reshape(dw_, (O, Cg, kh, kw)), db

@@ -1,0 +1,212 @@
+"""Pool family on the GPU: max_pool2d and avg_pool2d over NCHW planes.
+
+Forward: one thread per output element scans its window (torch's rules: taps in
+row-major order, a tap replaces the running max when larger or NaN, padding never wins;
+the argmax is saved as the flat index h*W + w in the plane, -1 for an empty window).
+Backward gathers instead of scattering: one thread per INPUT element visits the outputs
+whose windows can contain it (at most kh*kw of them, found by division) and sums their
+gradients in a fixed order -- deterministic, no atomics.
+"""
+from .. import _kit
+from .._kit import THREADS, cuda, kernel
+
+import numpy as np
+
+OPS = ("max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward")
+
+
+@_kit.per_dtype
+def _kernels(dt):
+    T = dt.type
+    zero = T(0)
+
+    @kernel
+    def max_fwd(x, y, idx, total, H, W, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw):
+        for e in range(cuda.grid(1), total, cuda.gridsize(1)):
+            q = e % OW
+            r = e // OW
+            p = r % OH
+            nc = r // OH
+            best = zero
+            arg = -1
+            for i in range(kh):
+                h = p * sh - ph + i * dh
+                if h < 0 or h >= H:
+                    continue
+                for j in range(kw):
+                    w = q * sw - pw + j * dw
+                    if w < 0 or w >= W:
+                        continue
+                    v = x[nc, h, w]
+                    if arg < 0 or v > best or v != v:
+                        best = v
+                        arg = h * W + w
+            if arg < 0:
+                best = T(-np.inf)
+            y[nc, p, q] = best
+            idx[nc, p, q] = arg
+
+    @kernel
+    def max_bwd(dy, idx, dx, total, H, W, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw):
+        for e in range(cuda.grid(1), total, cuda.gridsize(1)):
+            w = e % W
+            r = e // W
+            h = r % H
+            nc = r // H
+            me = h * W + w
+            s = zero
+            for i in range(kh):
+                tp = h + ph - i * dh
+                if tp < 0 or tp % sh != 0:
+                    continue
+                p = tp // sh
+                if p >= OH:
+                    continue
+                for j in range(kw):
+                    tq = w + pw - j * dw
+                    if tq < 0 or tq % sw != 0:
+                        continue
+                    q = tq // sw
+                    if q < OW and idx[nc, p, q] == me:
+                        s += dy[nc, p, q]
+            dx[nc, h, w] = s
+
+    @cuda.jit(device=True)
+    def _divisor(p, s, pad, k, n_in):
+        start = p * s - pad
+        end = min(start + k, n_in + pad)
+        full = end - start
+        valid = min(end, n_in) - max(start, 0)
+        return full, valid
+
+    @kernel
+    def avg_fwd(x, y, total, H, W, OH, OW, kh, kw, sh, sw, ph, pw, include_pad, override):
+        for e in range(cuda.grid(1), total, cuda.gridsize(1)):
+            q = e % OW
+            r = e // OW
+            p = r % OH
+            nc = r // OH
+            s = zero
+            for i in range(kh):
+                h = p * sh - ph + i
+                if h < 0 or h >= H:
+                    continue
+                for j in range(kw):
+                    w = q * sw - pw + j
+                    if w >= 0 and w < W:
+                        s += x[nc, h, w]
+            fh, vh = _divisor(p, sh, ph, kh, H)
+            fw, vw = _divisor(q, sw, pw, kw, W)
+            if vh <= 0 or vw <= 0:
+                y[nc, p, q] = zero
+            elif override > 0:
+                y[nc, p, q] = s / T(override)
+            elif include_pad:
+                y[nc, p, q] = s / T(fh * fw)
+            else:
+                y[nc, p, q] = s / T(vh * vw)
+
+    @kernel
+    def avg_bwd(dy, dx, total, H, W, OH, OW, kh, kw, sh, sw, ph, pw, include_pad, override):
+        for e in range(cuda.grid(1), total, cuda.gridsize(1)):
+            w = e % W
+            r = e // W
+            h = r % H
+            nc = r // H
+            s = zero
+            for i in range(kh):
+                tp = h + ph - i
+                if tp < 0 or tp % sh != 0:
+                    continue
+                p = tp // sh
+                if p >= OH:
+                    continue
+                for j in range(kw):
+                    tq = w + pw - j
+                    if tq < 0 or tq % sw != 0:
+                        continue
+                    q = tq // sw
+                    if q >= OW:
+                        continue
+                    fh, vh = _divisor(p, sh, ph, kh, H)
+                    fw, vw = _divisor(q, sw, pw, kw, W)
+                    if override > 0:
+                        div = T(override)
+                    elif include_pad:
+                        div = T(fh * fw)
+                    else:
+                        div = T(vh * vw)
+                    s += dy[nc, p, q] / div
+            dx[nc, h, w] = s
+
+    return max_fwd, max_bwd, avg_fwd, avg_bwd
+
+
+def _planes(a, shape):
+    N, C, H, W = shape
+    return _kit.reshape(a, (N * C, H, W))
+
+
+def max_pool2d(x, kernel, stride, padding, dilation, out_hw):
+    x = _kit.dev(x)
+    dt = _kit.dtype_of(x)
+    N, C, H, W = _kit.shape_of(x)
+    OH, OW = (int(v) for v in out_hw)
+    y = _kit.empty((N, C, OH, OW), dt)
+    idx = _kit.empty((N, C, OH, OW), np.int64)
+    total = N * C * OH * OW
+    if total:
+        max_fwd = _kernels(dt)[0]
+        max_fwd[_kit.blocks_for(total), THREADS](
+            _planes(x, (N, C, H, W)), _planes(y, (N, C, OH, OW)), _planes(idx, (N, C, OH, OW)),
+            total, H, W, OH, OW, *kernel, *stride, *padding, *dilation)
+    return y, (idx, (N, C, H, W), tuple(kernel), tuple(stride), tuple(padding), tuple(dilation))
+
+
+def max_pool2d_backward(dy, saved):
+    idx, shape, kernel, stride, padding, dilation = saved
+    dy = _kit.dev(dy)
+    dt = _kit.dtype_of(dy)
+    N, C, H, W = shape
+    OH, OW = _kit.shape_of(dy)[2:]
+    dx = _kit.empty(shape, dt)
+    total = N * C * H * W
+    if total:
+        max_bwd = _kernels(dt)[1]
+        max_bwd[_kit.blocks_for(total), THREADS](
+            _planes(dy, (N, C, OH, OW)), _planes(idx, (N, C, OH, OW)), _planes(dx, shape), total,
+            H, W, OH, OW, *kernel, *stride, *padding, *dilation)
+    return dx
+
+
+def avg_pool2d(x, kernel, stride, padding, out_hw, count_include_pad, divisor_override):
+    x = _kit.dev(x)
+    dt = _kit.dtype_of(x)
+    N, C, H, W = _kit.shape_of(x)
+    OH, OW = (int(v) for v in out_hw)
+    y = _kit.empty((N, C, OH, OW), dt)
+    total = N * C * OH * OW
+    override = int(divisor_override) if divisor_override else 0
+    if total:
+        avg_fwd = _kernels(dt)[2]
+        avg_fwd[_kit.blocks_for(total), THREADS](
+            _planes(x, (N, C, H, W)), _planes(y, (N, C, OH, OW)), total, H, W, OH, OW, *kernel,
+            *stride, *padding, bool(count_include_pad), override)
+    return y, ((N, C, H, W), tuple(kernel), tuple(stride), tuple(padding),
+               bool(count_include_pad), override)
+
+
+def avg_pool2d_backward(dy, saved):
+    shape, kernel, stride, padding, include_pad, override = saved
+    dy = _kit.dev(dy)
+    dt = _kit.dtype_of(dy)
+    N, C, H, W = shape
+    OH, OW = _kit.shape_of(dy)[2:]
+    dx = _kit.empty(shape, dt)
+    total = N * C * H * W
+    if total:
+        avg_bwd = _kernels(dt)[3]
+        avg_bwd[_kit.blocks_for(total), THREADS](
+            _planes(dy, (N, C, OH, OW)), _planes(dx, shape), total, H, W, OH, OW, *kernel,
+            *stride, *padding, include_pad, override)
+    return dx

@@ -1,0 +1,250 @@
+"""Attention family: scaled dot-product attention (and the multi-head core the layers use).
+
+Kernels see C-contiguous q, k, v with heads interleaved in the feature dimension (see
+fastnn/reference/attention.py) and an additive float mask (M, Lm, Sm) with a per-(b, h)
+index, so a mask broadcast over batch or heads is never materialised per head.
+
+A query row whose every key is masked gets zero weights -- output 0 and zero gradients
+-- as torch.nn.functional.scaled_dot_product_attention does (torch >= 2.5 uses a "safe"
+softmax there; the explicit softmax of older versions gave NaN).
+"""
+import math
+import numbers
+
+import numpy as np
+
+from .. import _random
+from .._backend import dispatch
+from .._validate import float_array, is_device, same_dtype
+from ._core import grad_in
+
+__all__ = ["scaled_dot_product_attention", "scaled_dot_product_attention_fwd",
+           "scaled_dot_product_attention_bwd", "multi_head_attention_fwd",
+           "multi_head_attention_bwd", "attention_mask"]
+
+
+def to_numpy(a):
+    from ..cuda import to_numpy as f
+    return f(a)
+
+
+def to_device(a):
+    from ..cuda import to_device as f
+    return f(a)
+
+
+def _check_p(p, name="dropout_p"):
+    if isinstance(p, bool) or not isinstance(p, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(p).__name__}")
+    p = float(p)
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"{name} must be between 0 and 1, got {p}")
+    return p
+
+
+def _check_scale(scale, E):
+    if scale is None:
+        return 1.0 / math.sqrt(E) if E > 0 else 1.0
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"scale must be a real number or None, got {type(scale).__name__}")
+    scale = float(scale)
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be finite, got {scale}")
+    return scale
+
+
+def _as_additive(mask, name, dtype, invert=False):
+    """A bool mask (True = may attend; True = masked when ``invert``) or a float additive
+    mask -> additive array of ``dtype`` (0 / -inf for bool)."""
+    if not isinstance(mask, np.ndarray):
+        if hasattr(mask, "__cuda_array_interface__"):
+            raise TypeError(f"{name} must be a NumPy array on the host")
+        raise TypeError(f"{name} must be a bool or float NumPy array, got {type(mask).__name__}")
+    if mask.dtype == np.bool_:
+        allowed = ~mask if invert else mask
+        return np.where(allowed, dtype.type(0), dtype.type(-np.inf))
+    if mask.dtype.kind == "f":
+        return np.asarray(mask, dtype=dtype)
+    raise TypeError(f"{name} must be a bool or floating-point array, got dtype {mask.dtype}")
+
+
+def _mask_tables(mask, batch, L, S, name, expected):
+    """Additive mask broadcastable to batch + (L, S) -> (table (M, Lm, Sm), index (prod(batch),)).
+
+    The table holds the mask's distinct matrices only; index[bh] picks the matrix of
+    flat batch entry bh."""
+    shape = tuple(mask.shape)
+    full = tuple(batch) + (L, S)
+    if len(shape) < 2:                     # (S,) or a scalar: broadcast over rows
+        mask = mask.reshape((1,) * (2 - len(shape)) + shape)
+        shape = tuple(mask.shape)
+    if len(shape) > len(full):
+        raise ValueError(f"{name} must be broadcastable to {expected} = {full}, got shape {shape}")
+    try:
+        np.broadcast_shapes(shape, full)
+        ok = np.broadcast_shapes(shape, full) == full
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} must be broadcastable to {expected} = {full}, got shape {shape}")
+    Lm, Sm = shape[-2], shape[-1]
+    mb = shape[:-2]
+    M = int(np.prod(mb)) if mb else 1
+    table = np.ascontiguousarray(mask.reshape(M, Lm, Sm))
+    idx = np.arange(M, dtype=np.int64).reshape(mb) if mb else np.zeros((), np.int64)
+    idx = np.ascontiguousarray(np.broadcast_to(idx, tuple(batch)).reshape(-1), dtype=np.int64)
+    return table, idx
+
+
+def attention_mask(attn_mask, key_padding_mask, N, H, L, S, dtype):
+    """torch.nn.MultiheadAttention's masks -> (table, index) for the kernels, or (None, None).
+
+    attn_mask: (L, S) or (N*H, L, S); bool True = NOT allowed (torch's MHA convention) or
+    additive float.  key_padding_mask: (N, S); bool True = padding (ignored) or additive."""
+    dtype = np.dtype(dtype)
+    add = None
+    if attn_mask is not None:
+        am = _as_additive(attn_mask, "attn_mask", dtype, invert=True)
+        if am.shape == (L, S):
+            add = am.reshape(1, 1, L, S)
+        elif am.shape == (N * H, L, S):
+            add = am.reshape(N, H, L, S)
+        else:
+            raise ValueError(f"attn_mask must have shape (L, S) = {(L, S)} or "
+                             f"(N*num_heads, L, S) = {(N * H, L, S)}, got {tuple(am.shape)}")
+    if key_padding_mask is not None:
+        kp = _as_additive(key_padding_mask, "key_padding_mask", dtype, invert=True)
+        if kp.shape != (N, S):
+            raise ValueError(f"key_padding_mask must have shape (N, S) = {(N, S)}, "
+                             f"got {tuple(kp.shape)}")
+        kp = kp.reshape(N, 1, 1, S)
+        add = kp if add is None else add + kp
+    if add is None:
+        return None, None
+    return _mask_tables(add, (N, H), L, S, "attn_mask", "(N, num_heads, L, S)")
+
+
+# ---------------------------------------------------------------- the public op
+def scaled_dot_product_attention_fwd(query, key, value, attn_mask=None, dropout_p=0.0,
+                                     is_causal=False, scale=None):
+    """softmax(q k^T * scale + mask) v with dropout on the weights -> (out, ctx).
+
+    query (..., L, E), key (..., S, E), value (..., S, Ev); the batch dims broadcast.
+    attn_mask: bool (True = may attend) or additive float, broadcastable to (..., L, S).
+    is_causal: query i attends keys j <= i (top-left aligned, as torch)."""
+    q = float_array(query, "query")
+    k = float_array(key, "key")
+    v = float_array(value, "value")
+    shapes = tuple(tuple(a.shape) for a in (q, k, v))
+    for s, n in zip(shapes, ("query", "key", "value")):
+        if len(s) < 2:
+            raise ValueError(f"{n} must have at least 2 dimensions (..., seq, features), "
+                             f"got shape {s}")
+    same_dtype(q, k, "key", "query")
+    same_dtype(q, v, "value", "query")
+    (L, E), (S, Ek), (Sv, Ev) = (s[len(s) - 2:] for s in shapes)
+    if Ek != E:
+        raise ValueError(f"key's last dimension (head dim) must equal query's: query has "
+                         f"E = {E}, key has shape {shapes[1]}")
+    if Sv != S:
+        raise ValueError(f"value's sequence length must equal key's: key has S = {S}, value "
+                         f"has shape {shapes[2]}")
+    bq, bk, bv = (s[:len(s) - 2] for s in shapes)
+    try:
+        batch = tuple(np.broadcast_shapes(bq, bk, bv))
+    except ValueError:
+        raise ValueError(f"the batch dimensions of query {bq}, key {bk} and value {bv} do "
+                         f"not broadcast") from None
+    dev = is_device(q)
+    if dev and not bq == bk == bv:
+        raise ValueError(f"on the cuda backend query, key and value must have the same batch "
+                         f"dimensions, got {bq}, {bk}, {bv}")
+    if not isinstance(is_causal, (bool, np.bool_)):
+        raise TypeError(f"is_causal must be a bool, got {type(is_causal).__name__}")
+    p = _check_p(dropout_p)
+    sc = _check_scale(scale, E)
+    mask = index = None
+    if attn_mask is not None:
+        if is_causal:
+            raise ValueError("attn_mask must be None when is_causal=True (as torch: pass one "
+                             "or the other)")
+        if is_device(attn_mask):
+            attn_mask = to_numpy(attn_mask)
+        add = _as_additive(attn_mask, "attn_mask", np.dtype(q.dtype))
+        mask, index = _mask_tables(add, batch, L, S, "attn_mask", "(..., L, S)")
+        if dev:
+            mask, index = to_device(mask), to_device(index)
+    B = int(np.prod(batch)) if batch else 1
+    if dev:
+        qf, kf, vf = (a.reshape(B, s[-2], s[-1]) for a, s in zip((q, k, v), shapes))
+    else:
+        qf, kf, vf = (np.ascontiguousarray(np.broadcast_to(a, batch + a.shape[-2:]))
+                      .reshape(B, a.shape[-2], a.shape[-1]) for a in (q, k, v))
+    be = dispatch(qf, kf, vf)
+    seed, offset = _random.next_offset() if p > 0 else (0, 0)
+    out, saved = be.scaled_dot_product_attention(qf, kf, vf, 1, False, mask, index, p,
+                                                 bool(is_causal), sc, seed, offset)
+    out = out.reshape(batch + (L, Ev))
+    return out, (be, saved, out.shape, out.dtype, (batch, shapes))
+
+
+def _unbroadcast(g, shape):
+    """Sum a gradient over the dims it was broadcast along to reach ``shape``."""
+    if tuple(g.shape) == tuple(shape):
+        return g
+    lead = g.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(i + lead for i, n in enumerate(shape) if n == 1
+                                      and g.shape[i + lead] != 1)
+    return np.ascontiguousarray(g.sum(axis=axes).reshape(shape))
+
+
+def scaled_dot_product_attention_bwd(ctx, d_out):
+    """-> (d_query, d_key, d_value) (no gradient for the mask)."""
+    be, saved, dy = grad_in(ctx[:4], d_out)
+    batch, shapes = ctx[4]
+    B = int(np.prod(batch)) if batch else 1
+    dq, dk, dv = be.scaled_dot_product_attention_backward(
+        dy.reshape((B,) + tuple(ctx[2][len(batch):])), saved)
+    return tuple(_unbroadcast(g.reshape(batch + s[len(s) - 2:]), s)
+                 for g, s in zip((dq, dk, dv), shapes))
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None):
+    """torch.nn.functional.scaled_dot_product_attention (dropout_p applies as given, as in
+    torch: pass 0 for inference)."""
+    return scaled_dot_product_attention_fwd(query, key, value, attn_mask, dropout_p,
+                                            is_causal, scale)[0]
+
+
+# ---------------------------------------------------------------- multi-head core
+def multi_head_attention_fwd(q, k, v, num_heads, batch_first, mask=None, mask_index=None,
+                             dropout_p=0.0, is_causal=False, scale=None):
+    """Attention over heads interleaved in the features, no transposes -> (out, ctx).
+
+    q (N, L, H*E) if batch_first else (L, N, H*E); k, v likewise with S and H*E / H*Ev.
+    mask, mask_index: from ``attention_mask`` (additive, applied together with is_causal).
+    Used by the multi-head layers, which validate their inputs."""
+    q = float_array(q, "query")
+    k = float_array(k, "key")
+    v = float_array(v, "value")
+    H = num_heads
+    E = q.shape[2] // H
+    if mask is not None and not is_device(q):
+        mask = np.ascontiguousarray(mask, dtype=q.dtype)
+        mask_index = np.ascontiguousarray(mask_index, dtype=np.int64)
+    elif mask is not None and not is_device(mask):
+        mask, mask_index = to_device(mask), to_device(mask_index)
+    p = _check_p(dropout_p)
+    sc = _check_scale(scale, E)
+    be = dispatch(q, k, v)
+    seed, offset = _random.next_offset() if p > 0 else (0, 0)
+    out, saved = be.scaled_dot_product_attention(q, k, v, H, not batch_first, mask, mask_index,
+                                                 p, bool(is_causal), sc, seed, offset)
+    return out, (be, saved, out.shape, out.dtype)
+
+
+def multi_head_attention_bwd(ctx, d_out):
+    """-> (d_q, d_k, d_v) in the layouts of q, k, v."""
+    be, saved, dy = grad_in(ctx, d_out)
+    return be.scaled_dot_product_attention_backward(dy, saved)

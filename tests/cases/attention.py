@@ -1,0 +1,81 @@
+import numpy as np
+
+import fastnn.functional as F
+from harness import OpCase
+
+
+def _sdpa(qs, ks, vs, mask=None, causal=False, scale=None, p=0.0, dead_row=None):
+    """q, k, v of the given shapes; mask: None, ("bool", shape) or ("float", shape)."""
+    def make(rng, dt):
+        q = rng.standard_normal(qs).astype(dt)
+        k = rng.standard_normal(ks).astype(dt)
+        v = rng.standard_normal(vs).astype(dt)
+        m = None
+        if mask is not None:
+            kind, shape = mask
+            if kind == "bool":
+                m = rng.random(shape) > 0.3
+                if dead_row is not None:
+                    m[..., dead_row, :] = False   # a query that may attend to nothing
+            else:
+                m = (rng.standard_normal(shape) * 2).astype(dt)
+                m[..., 0] = -np.inf
+        return (q, k, v, m, p, causal, scale), {}
+    return make
+
+
+def _torch_sdpa(torch, q, k, v, m, p, causal, scale):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m, dropout_p=p,
+                                                            is_causal=causal, scale=scale)
+
+
+def _op(name, make, torch_fn=_torch_sdpa, **kw):
+    return OpCase(name, F.scaled_dot_product_attention_fwd, F.scaled_dot_product_attention_bwd,
+                  make, (0, 1, 2), torch_fn, **kw)
+
+
+def _mha(batch_first, H, L, S, N, E, Ev, causal=False, mask=False, p=0.0):
+    """The multi-head core: heads interleaved in the features, batch- or sequence-first."""
+    def make(rng, dt):
+        def arr(T, D):
+            shape = (N, T, H * D) if batch_first else (T, N, H * D)
+            return rng.standard_normal(shape).astype(dt)
+        q, k, v = arr(L, E), arr(S, E), arr(S, Ev)
+        tab = idx = None
+        if mask:
+            am = rng.random((L, S)) < 0.2                 # True = not allowed (torch MHA)
+            kp = np.zeros((N, S), bool)
+            kp[0, -1] = True
+            tab, idx = F.attention_mask(am, kp, N, H, L, S, dt)
+        return (q, k, v, H, batch_first, tab, idx, p, causal), {}
+    return make
+
+
+CASES = [
+    _op("sdpa_basic", _sdpa((2, 2, 5, 4), (2, 2, 6, 4), (2, 2, 6, 3))),
+    _op("sdpa_3d", _sdpa((3, 4, 5), (3, 4, 5), (3, 4, 2))),
+    _op("sdpa_causal_L_lt_S", _sdpa((2, 3, 4), (2, 6, 4), (2, 6, 5), causal=True)),
+    _op("sdpa_causal_L_gt_S", _sdpa((2, 7, 4), (2, 4, 4), (2, 4, 3), causal=True)),
+    _op("sdpa_bool_mask_bcast", _sdpa((2, 2, 5, 4), (2, 2, 6, 4), (2, 2, 6, 3),
+                                      mask=("bool", (2, 1, 5, 6)))),
+    _op("sdpa_bool_mask_keys", _sdpa((2, 2, 5, 4), (2, 2, 6, 4), (2, 2, 6, 3),
+                                     mask=("bool", (2, 1, 1, 6)))),
+    _op("sdpa_float_mask_scale", _sdpa((2, 5, 4), (2, 6, 4), (2, 6, 3),
+                                       mask=("float", (5, 6)), scale=0.7)),
+    _op("sdpa_dead_row", _sdpa((2, 5, 4), (2, 6, 4), (2, 6, 3), mask=("bool", (5, 6)),
+                               dead_row=2)),
+    # batch broadcasting is a host-side convenience (the cuda shell requires equal batch dims)
+    _op("sdpa_broadcast_batch", _sdpa((2, 1, 4, 3), (1, 3, 5, 3), (2, 3, 5, 2)),
+        backends=("cpu",)),
+    _op("sdpa_dropout", _sdpa((2, 2, 5, 4), (2, 2, 6, 4), (2, 2, 6, 3), p=0.3), None,
+        random=True),
+    _op("sdpa_dropout_mask", _sdpa((3, 6, 4), (3, 6, 4), (3, 6, 2),
+                                          mask=("float", (3, 1, 6)), p=0.5), None, random=True),
+    OpCase("mha_core_batch_first", F.multi_head_attention_fwd, F.multi_head_attention_bwd,
+           _mha(True, 2, 4, 5, 2, 3, 2), (0, 1, 2)),
+    OpCase("mha_core_seq_first_mask_causal", F.multi_head_attention_fwd,
+           F.multi_head_attention_bwd, _mha(False, 3, 5, 5, 2, 2, 3, causal=True, mask=True),
+           (0, 1, 2)),
+    OpCase("mha_core_seq_first_dropout", F.multi_head_attention_fwd, F.multi_head_attention_bwd,
+           _mha(False, 2, 4, 6, 2, 3, 3, mask=True, p=0.25), (0, 1, 2), random=True),
+]
