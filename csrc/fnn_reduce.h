@@ -53,7 +53,13 @@ static inline double fnn_sum_f(const float* x, ptrdiff_t n) {
 }
 static inline double fnn_sumsq_dev_f(const float* x, ptrdiff_t n, double c) {
     /* the deviations are formed in float: x and c = mean are within the row's range */
-    float cf = (float)c; double t; FNN_FLOAT_SUM(n, (x[i] - cf) * (x[i] - cf), t); return t;
+    float cf = (float)c; double t; FNN_FLOAT_SUM(n, (x[i] - cf) * (x[i] - cf), t);
+    if (!(t <= 1e300)) {
+        /* a float square overflowed (|x - mean| > 1.8e19) or the row holds inf/NaN:
+           redo the row in double (rare, so the fast path above stays float) */
+        FNN_DOUBLE_SUM(n, ((double)x[i] - c) * ((double)x[i] - c), t);
+    }
+    return t;
 }
 static inline double fnn_dot_f(const float* x, const float* y, ptrdiff_t n) {
     double t; FNN_FLOAT_SUM(n, x[i] * y[i], t); return t;
