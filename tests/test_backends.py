@@ -13,7 +13,6 @@ from fastnn._backend import backend
 # issue "GPU path" is done when it is empty.
 CUDA_PENDING = set() | {
     "std_layer_norm", "std_layer_norm_backward",
-    "relu", "relu_backward", "leaky_relu", "leaky_relu_backward", "prelu", "prelu_backward", "rrelu", "rrelu_backward", "elu", "elu_backward", "silu", "silu_backward", "softplus", "softplus_backward", "sigmoid", "sigmoid_backward", "tanh", "tanh_backward", "neg",
 }
 
 

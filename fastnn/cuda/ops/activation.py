@@ -1,19 +1,38 @@
 """Activation family on the GPU: elementwise grid-stride kernels, one per op and dtype.
 
-Every constant is typed (``T(0.5)``) so float32 kernels stay float32 (math.erf / tanh /
-exp on float32 arguments lower to erff / tanhf / expf).
+Every constant and hyperparameter is a scalar of the input's dtype (``T(0.5)``), so
+float32 kernels stay float32 (math.erf / tanh / exp / expm1 / log1p on float32 arguments
+lower to erff / tanhf / expf / ...).  Forwards take ``out`` (None, or a C-contiguous
+device array of the input's shape to write into, possibly the input itself); an op whose
+backward needs the input copies it first when ``out`` aliases it, as the reference does.
+prelu's dweight is a per-channel block reduction (deterministic); rrelu draws its slopes
+from the same Philox stream as the cpu backend.
 """
 import math
 
-from .. import _kit
-from .._kit import kernel, THREADS, cuda
+import numpy as np
 
-OPS = ("gelu", "gelu_backward")
+from .. import _kit
+from .._kit import ROW_THREADS, SBUF, THREADS, U8, block_sum, cuda, kernel, philox4x32
+
+OPS = ("relu", "relu_backward",
+       "leaky_relu", "leaky_relu_backward",
+       "prelu", "prelu_backward",
+       "rrelu", "rrelu_backward",
+       "elu", "elu_backward",
+       "gelu", "gelu_backward",
+       "silu", "silu_backward",
+       "softplus", "softplus_backward",
+       "sigmoid", "sigmoid_backward",
+       "tanh", "tanh_backward",
+       "neg")
 
 
 @_kit.per_dtype
-def _gelu_kernels(dt):
+def _k(dt):
     T = dt.type
+    NT = _kit.shared_type(dt)
+    zero = T(0)
     half = T(0.5)
     one = T(1)
     k0 = T(math.sqrt(2.0 / math.pi))
@@ -21,9 +40,114 @@ def _gelu_kernels(dt):
     k3 = T(3 * 0.044715)
     inv_sqrt2 = T(1 / math.sqrt(2.0))
     inv_sqrt_2pi = T(1 / math.sqrt(2 * math.pi))
+    u24 = T(2.0 ** -24)
+    U64 = np.uint64
+
+    @cuda.jit(device=True)
+    def sigm(v):
+        return one / (one + math.exp(-v))
 
     @kernel
-    def fwd(x, y, n, approx):
+    def relu_f(x, y, n):
+        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+            v = x[i]
+            y[i] = zero if v < zero else v
+
+    @kernel
+    def relu_b(dy, y, dx, n):
+        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+            dx[i] = zero if y[i] <= zero else dy[i]
+
+    @kernel
+    def leaky_f(x, y, n, slope):
+        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+            v = x[i]
+            y[i] = v if v > zero else v * slope
+
+    @kernel
+    def leaky_b(dy, s, dx, n, slope):
+        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+            g = dy[i]
+            dx[i] = g if s[i] > zero else g * slope
+
+    @kernel
+    def prelu_f(x, w, y, n, C, inner):
+        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+            v = x[i]
+            y[i] = v if v > zero else w[(i // inner) % C] * v
+
+    @kernel
+    def prelu_b(dy, x, w, dx, dw, outer, C, inner):
+        # one block per channel: dx for the channel's elements and dw[c] as a block sum
+        sbuf = cuda.shared.array(SBUF, NT)
+        t = cuda.threadIdx.x
+        m = outer * inner
+        for c in range(cuda.blockIdx.x, C, cuda.gridDim.x):
+            wc = w[c]
+            s = zero
+            for e in range(t, m, cuda.blockDim.x):
+                o = e // inner
+                i = (o * C + c) * inner + (e - o * inner)
+                v = x[i]
+                g = dy[i]
+                if v > zero:
+                    dx[i] = g
+                else:
+                    dx[i] = wc * g
+                    s += v * g
+            s = block_sum(s, sbuf)
+            if t == 0:
+                dw[c] = s
+
+    @kernel
+    def rrelu_f(x, y, noise, n, lower, width, off_lo, off_hi, key0, key1):
+        for b in range(cuda.grid(1), (n + 3) // 4, cuda.gridsize(1)):
+            r0, r1, r2, r3 = philox4x32(U64(b), off_lo, off_hi, key0, key1)
+            for lane in range(4):
+                i = 4 * b + lane
+                if i < n:
+                    r = r0
+                    if lane == 1:
+                        r = r1
+                    elif lane == 2:
+                        r = r2
+                    elif lane == 3:
+                        r = r3
+                    v = x[i]
+                    a = one
+                    if v <= zero:
+                        a = lower + width * (T(r >> U8) * u24)
+                    noise[i] = a
+                    y[i] = v * a
+
+    @kernel
+    def mul_b(dy, s, dx, n):
+        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+            dx[i] = dy[i] * s[i]
+
+    @kernel
+    def elu_f(x, y, n, alpha, scale, input_scale):
+        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+            v = x[i]
+            if v > zero:
+                y[i] = scale * v
+            else:
+                y[i] = scale * alpha * math.expm1(v * input_scale)
+
+    @kernel
+    def elu_b(dy, s, dx, n, from_out, alpha, scale, input_scale):
+        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+            g = dy[i]
+            v = s[i]
+            if v > zero:
+                dx[i] = g * scale
+            elif from_out:
+                dx[i] = g * input_scale * (v + alpha * scale)
+            else:
+                dx[i] = g * input_scale * alpha * scale * math.exp(v * input_scale)
+
+    @kernel
+    def gelu_f(x, y, n, approx):
         for i in range(cuda.grid(1), n, cuda.gridsize(1)):
             v = x[i]
             if approx:
@@ -32,7 +156,7 @@ def _gelu_kernels(dt):
                 y[i] = half * v * (one + math.erf(v * inv_sqrt2))
 
     @kernel
-    def bwd(dy, x, dx, n, approx):
+    def gelu_b(dy, x, dx, n, approx):
         for i in range(cuda.grid(1), n, cuda.gridsize(1)):
             v = x[i]
             if approx:
@@ -42,28 +166,242 @@ def _gelu_kernels(dt):
                 d = half * (one + math.erf(v * inv_sqrt2)) + v * math.exp(-half * v * v) * inv_sqrt_2pi
             dx[i] = dy[i] * d
 
-    return fwd, bwd
+    @kernel
+    def silu_f(x, y, n):
+        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+            v = x[i]
+            y[i] = v / (one + math.exp(-v))
+
+    @kernel
+    def silu_b(dy, x, dx, n):
+        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+            v = x[i]
+            s = sigm(v)
+            dx[i] = dy[i] * s * (one + v * (one - s))
+
+    @kernel
+    def softplus_f(x, y, n, beta, threshold):
+        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+            v = x[i]
+            bx = v * beta
+            if bx > threshold:
+                y[i] = v
+            else:
+                y[i] = (max(bx, zero) + math.log1p(math.exp(-abs(bx)))) / beta
+
+    @kernel
+    def softplus_b(dy, x, dx, n, beta, threshold):
+        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+            bx = x[i] * beta
+            g = dy[i]
+            dx[i] = g if bx > threshold else g * sigm(bx)
+
+    @kernel
+    def sigmoid_f(x, y, n):
+        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+            y[i] = sigm(x[i])
+
+    @kernel
+    def sigmoid_b(dy, y, dx, n):
+        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+            v = y[i]
+            dx[i] = dy[i] * v * (one - v)
+
+    @kernel
+    def tanh_f(x, y, n):
+        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+            y[i] = math.tanh(x[i])
+
+    @kernel
+    def tanh_b(dy, y, dx, n):
+        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+            v = y[i]
+            dx[i] = dy[i] * (one - v * v)
+
+    @kernel
+    def neg_f(x, y, n):
+        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+            y[i] = -x[i]
+
+    return {k: v for k, v in locals().items() if isinstance(v, _kit._Kernel)}
+
+
+# ------------------------------------------------------------------ launch helpers
+def _out(x, out):
+    """(x, y, aliased): device input, the array to write, whether y is x's memory."""
+    x = _kit.dev(x)
+    if out is None:
+        return x, _kit.empty_like(x), False
+    y = _kit.inplace_target(out, "out", [])
+    if _kit.shape_of(y) != _kit.shape_of(x) or _kit.dtype_of(y) != _kit.dtype_of(x):
+        raise ValueError(f"out must have the input's shape {_kit.shape_of(x)} and dtype "
+                         f"{_kit.dtype_of(x)}, got {_kit.shape_of(y)} {_kit.dtype_of(y)}")
+    return x, y, _kit.same_memory(x, y)
+
+
+def _keep_input(x, aliased):
+    return _kit.copy(x) if aliased else x
+
+
+def _run(name, dt, n, *args):
+    if n:
+        _k(dt)[name][_kit.blocks_for(n), THREADS](*args)
+
+
+def _fwd(name, x, out, *params, keep="x"):
+    """Run forward kernel ``name``; returns (y, what backward reads: the input or y)."""
+    x, y, aliased = _out(x, out)
+    src = x if keep == "y" else _keep_input(x, aliased)
+    dt = _kit.dtype_of(x)
+    n = _kit.numel(_kit.shape_of(x))
+    _run(name, dt, n, _kit.flat(x), _kit.flat(y), n, *params)
+    return y, (y if keep == "y" else src)
+
+
+def _bwd(name, dy, src, *params):
+    dy = _kit.dev(dy)
+    dx = _kit.empty_like(src)
+    n = _kit.numel(_kit.shape_of(src))
+    _run(name, _kit.dtype_of(src), n, _kit.flat(dy), _kit.flat(src), _kit.flat(dx), n, *params)
+    return dx
+
+
+def _t(x, v):
+    return np.dtype(x.dtype).type(v)
+
+
+# ------------------------------------------------------------------ ops
+def relu(x, out):
+    y, _ = _fwd("relu_f", x, out, keep="y")
+    return y, y
+
+
+def relu_backward(dy, saved):
+    return _bwd("relu_b", dy, saved)
+
+
+def leaky_relu(x, negative_slope, out):
+    keep = "y" if negative_slope >= 0 else "x"
+    y, src = _fwd("leaky_f", x, out, _t(x, negative_slope), keep=keep)
+    return y, (src, negative_slope)
+
+
+def leaky_relu_backward(dy, saved):
+    src, slope = saved
+    return _bwd("leaky_b", dy, src, _t(src, slope))
+
+
+def _prelu_view(shape, c):
+    if c == 1:
+        return 1, 1, _kit.numel(shape)
+    return shape[0], c, _kit.numel(shape[2:])
+
+
+def prelu(x, weight):
+    x, w = _kit.dev(x), _kit.dev(weight)
+    y = _kit.empty_like(x)
+    shape = _kit.shape_of(x)
+    _, C, inner = _prelu_view(shape, _kit.numel(_kit.shape_of(w)))
+    n = _kit.numel(shape)
+    _run("prelu_f", _kit.dtype_of(x), n, _kit.flat(x), _kit.flat(w), _kit.flat(y), n, C,
+         max(inner, 1))
+    return y, (x, w)
+
+
+def prelu_backward(dy, saved):
+    x, w = saved
+    dy = _kit.dev(dy)
+    dt = _kit.dtype_of(x)
+    shape = _kit.shape_of(x)
+    outer, C, inner = _prelu_view(shape, _kit.numel(_kit.shape_of(w)))
+    dx = _kit.empty(shape, dt)
+    dw = _kit.empty((C,), dt)
+    if _kit.numel(shape):
+        _k(dt)["prelu_b"][_kit.row_blocks(C), ROW_THREADS](
+            _kit.flat(dy), _kit.flat(x), _kit.flat(w), _kit.flat(dx), dw, outer, C, inner)
+    else:
+        _kit.fill(dw, 0)
+    return dx, _kit.reshape(dw, _kit.shape_of(w))
+
+
+def rrelu(x, lower, upper, training, seed, offset, out):
+    if not training:
+        return leaky_relu(x, (lower + upper) / 2.0, out)
+    x, y, _ = _out(x, out)
+    dt = _kit.dtype_of(x)
+    noise = _kit.empty_like(x)
+    n = _kit.numel(_kit.shape_of(x))
+    if n:
+        _k(dt)["rrelu_f"][_kit.blocks_for(_kit.cdiv(n, 4)), THREADS](
+            _kit.flat(x), _kit.flat(y), _kit.flat(noise), n, dt.type(lower),
+            dt.type(upper - lower), *_kit.philox_args(seed, offset))
+    return y, noise
+
+
+def rrelu_backward(dy, saved):
+    if isinstance(saved, tuple):               # eval mode: leaky_relu's saved state
+        return leaky_relu_backward(dy, saved)
+    return _bwd("mul_b", dy, saved)
+
+
+def elu(x, alpha, scale, input_scale, out):
+    from_out = alpha * scale * input_scale >= 0 and scale > 0
+    y, src = _fwd("elu_f", x, out, _t(x, alpha), _t(x, scale), _t(x, input_scale),
+                  keep="y" if from_out else "x")
+    return y, (src, from_out, alpha, scale, input_scale)
+
+
+def elu_backward(dy, saved):
+    src, from_out, alpha, scale, input_scale = saved
+    return _bwd("elu_b", dy, src, from_out, _t(src, alpha), _t(src, scale),
+                _t(src, input_scale))
 
 
 def gelu(x, approximate, out=None):
-    x = _kit.dev(x)
-    y = _kit.empty_like(x) if out is None else _kit.dev(out)
-    if out is not None and _kit.same_memory(y, x):
-        x = _kit.copy(x)   # backward needs the input the forward overwrites
-    n = _kit.numel(_kit.shape_of(x))
     approx = approximate == "tanh"
-    if n:
-        fwd, _ = _gelu_kernels(x.dtype)
-        fwd[_kit.blocks_for(n), THREADS](_kit.flat(x), _kit.flat(y), n, approx)
-    return y, (x, approx)
+    y, src = _fwd("gelu_f", x, out, approx)
+    return y, (src, approx)
 
 
 def gelu_backward(dy, saved):
     x, approx = saved
-    dy = _kit.dev(dy)
-    dx = _kit.empty_like(x)
-    n = _kit.numel(_kit.shape_of(x))
-    if n:
-        _, bwd = _gelu_kernels(x.dtype)
-        bwd[_kit.blocks_for(n), THREADS](_kit.flat(dy), _kit.flat(x), _kit.flat(dx), n, approx)
-    return dx
+    return _bwd("gelu_b", dy, x, approx)
+
+
+def silu(x, out):
+    return _fwd("silu_f", x, out)
+
+
+def silu_backward(dy, saved):
+    return _bwd("silu_b", dy, saved)
+
+
+def softplus(x, beta, threshold, out):
+    y, src = _fwd("softplus_f", x, out, _t(x, beta), _t(x, threshold))
+    return y, (src, beta, threshold)
+
+
+def softplus_backward(dy, saved):
+    x, beta, threshold = saved
+    return _bwd("softplus_b", dy, x, _t(x, beta), _t(x, threshold))
+
+
+def sigmoid(x, out):
+    return _fwd("sigmoid_f", x, out, keep="y")
+
+
+def sigmoid_backward(dy, saved):
+    return _bwd("sigmoid_b", dy, saved)
+
+
+def tanh(x, out):
+    return _fwd("tanh_f", x, out, keep="y")
+
+
+def tanh_backward(dy, saved):
+    return _bwd("tanh_b", dy, saved)
+
+
+def neg(x, out):
+    """-x (inference only: returns just the result)."""
+    return _fwd("neg_f", x, out, keep="y")[0]
