@@ -6,7 +6,8 @@
 # read once and written once.  The arithmetic follows torch's formulas in torch's order
 # and in the parameter's precision (float32 math for float32, as torch does), so results
 # match torch.optim to rounding.  Elementwise, so the result never depends on the thread
-# count; threads split the array into contiguous static chunks.
+# count or the schedule; threads take fixed chunks dynamically, so on a shared machine a
+# thread whose core is busy does not hold the step back (a static split waits for it).
 #
 # Kernels update param and the state arrays IN PLACE and return None (see
 # fastnn/reference/optim.py for the contract; the Python optimizers validate).
@@ -80,7 +81,7 @@ cdef void _sgd(real* p, const real* g, real* buf, Py_ssize_t n, real lr, real mo
         _sgd_chunk(p, g, buf, n, lr, momentum, one_minus_damp, wd, nesterov, sign, first)
         return
     nch = (n + GRAIN - 1) // GRAIN
-    for c in prange(nch, nogil=True, schedule="static", num_threads=nt):
+    for c in prange(nch, nogil=True, schedule="dynamic", num_threads=nt):
         s = c * GRAIN
         e = s + GRAIN
         if e > n:
@@ -153,7 +154,7 @@ cdef void _adam(real* p, const real* g, real* m, real* v, real* vmax, Py_ssize_t
                     bc2_sqrt, eps, sign)
         return
     nch = (n + GRAIN - 1) // GRAIN
-    for c in prange(nch, nogil=True, schedule="static", num_threads=nt):
+    for c in prange(nch, nogil=True, schedule="dynamic", num_threads=nt):
         s = c * GRAIN
         e = s + GRAIN
         if e > n:
