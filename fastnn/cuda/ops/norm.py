@@ -1,5 +1,8 @@
 """Norm family on the GPU: layer_norm over the last D elements.
 
+The stdnorm family (ops/stdnorm.py) uses the std_* kernels built here: the same
+structure with the unbiased std, and the same parameter pass with rstd = 1 / (std + eps).
+
 Forward: one block per row.  Each thread runs Welford over its strided elements, and the
 block combines the per-thread (count, mean, M2) exactly with Chan's formula using two
 block sums (sum of count*mean -> mean; sum of M2 + count*(mean_t - mean)^2 -> variance),
@@ -94,7 +97,68 @@ def _kernels(dt):
             pw[ch, c] = sw
             pb[ch, c] = sb
 
-    return fwd, bwd, param_partial
+    @kernel
+    def std_fwd(x, w, b, y, mean, std, rinv, R, D, eps, has_w, has_b):
+        # the Annotated Transformer's norm: (x - mean) / (unbiased std + eps)
+        sbuf = cuda.shared.array(SBUF, NT)
+        t = cuda.threadIdx.x
+        B = cuda.blockDim.x
+        for r in range(cuda.blockIdx.x, R, cuda.gridDim.x):
+            cnt = 0
+            mu = zero
+            m2 = zero
+            for j in range(t, D, B):
+                cnt += 1
+                v = x[r, j]
+                d = v - mu
+                mu += d / T(cnt)
+                m2 += d * (v - mu)
+            fc = T(cnt)
+            mean_r = block_sum(fc * mu, sbuf) / T(D)
+            dm = mu - mean_r
+            sd = math.sqrt(block_sum(m2 + fc * dm * dm, sbuf) / T(D - 1))
+            ri = one / (sd + eps)
+            if t == 0:
+                mean[r] = mean_r
+                std[r] = sd
+                rinv[r] = ri
+            for j in range(t, D, B):
+                v = (x[r, j] - mean_r) * ri
+                if has_w:
+                    v = v * w[j]
+                if has_b:
+                    v = v + b[j]
+                y[r, j] = v
+
+    @kernel
+    def std_bwd(dy, x, w, mean, std, rinv, dx, R, D, has_w):
+        sbuf = cuda.shared.array(SBUF, NT)
+        t = cuda.threadIdx.x
+        B = cuda.blockDim.x
+        for r in range(cuda.blockIdx.x, R, cuda.gridDim.x):
+            mu = mean[r]
+            sd = std[r]
+            ri = rinv[r]
+            s1 = zero
+            s2 = zero
+            for j in range(t, D, B):
+                g = dy[r, j]
+                if has_w:
+                    g = g * w[j]
+                s1 += g
+                s2 += g * (x[r, j] - mu)
+            s1 = block_sum(s1, sbuf) / T(D)
+            s2 = block_sum(s2, sbuf)
+            coef = zero
+            if sd != zero:
+                coef = ri * ri * s2 / (T(D - 1) * sd)
+            for j in range(t, D, B):
+                g = dy[r, j]
+                if has_w:
+                    g = g * w[j]
+                dx[r, j] = ri * (g - s1) - coef * (x[r, j] - mu)
+
+    return fwd, bwd, param_partial, std_fwd, std_bwd
 
 
 def layer_norm(x, weight, bias, D, eps):
@@ -107,7 +171,7 @@ def layer_norm(x, weight, bias, D, eps):
     mean = _kit.empty((R,), dt)
     rstd = _kit.empty((R,), dt)
     if n:
-        fwd, _, _ = _kernels(dt)
+        fwd = _kernels(dt)[0]
         dummy = _kit.empty((1,), dt)
         fwd[_kit.row_blocks(R), ROW_THREADS](
             _kit.reshape(x, (R, D)), dummy if weight is None else _kit.flat(weight),
@@ -118,6 +182,13 @@ def layer_norm(x, weight, bias, D, eps):
 
 def layer_norm_backward(dy, saved):
     x, weight, has_bias, mean, rstd, D = saved
+    return _norm_backward(dy, x, weight, has_bias, mean, rstd, D, None)
+
+
+def _norm_backward(dy, x, weight, has_bias, mean, rstd, D, std):
+    """Shared backward: dx by the layer_norm (std None) or std_layer_norm row kernel; the
+    parameter gradients sum dy * (x - mean) * rstd and dy over rows in fixed chunks
+    (rstd is 1 / (std + eps) for std_layer_norm)."""
     dt = _kit.dtype_of(x)
     shape = _kit.shape_of(x)
     n = _kit.numel(shape)
@@ -130,12 +201,18 @@ def layer_norm_backward(dy, saved):
         dw = _kit.empty((D,), dt)
         db = _kit.empty((D,), dt)
     if n:
-        _, bwd, param_partial = _kernels(dt)
+        ks = _kernels(dt)
+        param_partial = ks[2]
         dy2 = _kit.reshape(dy, (R, D))
         x2 = _kit.reshape(x, (R, D))
-        bwd[_kit.row_blocks(R), ROW_THREADS](
-            dy2, x2, _kit.empty((1,), dt) if weight is None else _kit.flat(weight), mean, rstd,
-            _kit.reshape(dx, (R, D)), R, D, weight is not None)
+        w = _kit.empty((1,), dt) if weight is None else _kit.flat(weight)
+        if std is None:
+            ks[1][_kit.row_blocks(R), ROW_THREADS](dy2, x2, w, mean, rstd, _kit.reshape(dx, (R, D)),
+                                                   R, D, weight is not None)
+        else:
+            ks[4][_kit.row_blocks(R), ROW_THREADS](dy2, x2, w, mean, std, rstd,
+                                                   _kit.reshape(dx, (R, D)), R, D,
+                                                   weight is not None)
         if need_params:
             chunk, K = _kit.chunking(R)
             pw = _kit.empty((K, D), dt)
