@@ -4,6 +4,7 @@
 are the differentiable pair the modules (and tests) use.
 """
 from .activation import *  # noqa: F401,F403
+from .attention import *  # noqa: F401,F403
 from .batchnorm import *  # noqa: F401,F403
 from .conv import *  # noqa: F401,F403
 from .dense import *  # noqa: F401,F403
