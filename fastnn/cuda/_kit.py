@@ -254,7 +254,7 @@ def dev(a):
     if a is None:
         return None
     if type(a) is np.ndarray:
-        return cuda.to_device(np.ascontiguousarray(a))
+        return cuda.to_device(np.asarray(a, order="C"))  # keeps 0-d shapes
     d = as_device(a)
     if not d.is_c_contiguous():
         d = contiguous(d)

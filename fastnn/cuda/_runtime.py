@@ -42,10 +42,10 @@ def as_device(a):
 
 def to_device(a):
     if type(a) is np.ndarray:
-        return cuda.to_device(np.ascontiguousarray(a))
+        return cuda.to_device(np.asarray(a, order="C"))  # not ascontiguousarray: 0-d -> (1,)
     if is_device_array(a):
         return as_device(a)
-    return cuda.to_device(np.ascontiguousarray(np.asarray(a)))
+    return cuda.to_device(np.asarray(a, order="C"))
 
 
 def to_numpy(a):
