@@ -9,6 +9,7 @@ from .batchnorm import *  # noqa: F401,F403
 from .conv import *  # noqa: F401,F403
 from .dense import *  # noqa: F401,F403
 from .dropout import *  # noqa: F401,F403
+from .embedding import *  # noqa: F401,F403
 from .norm import *  # noqa: F401,F403
 from .pool import *  # noqa: F401,F403
 from .softmax import *  # noqa: F401,F403

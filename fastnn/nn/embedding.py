@@ -1,0 +1,114 @@
+"""Embedding modules: Embedding, PositionalEmbedding (learned), SinusoidalPositionalEncoding."""
+import numpy as np
+
+from .. import functional as F
+from .._validate import float_array, int_arg, is_device
+from . import init
+from .module import Module, Parameter
+
+__all__ = ["Embedding", "PositionalEmbedding", "SinusoidalPositionalEncoding"]
+
+
+class Embedding(Module):
+    """torch.nn.Embedding: ``weight`` (num_embeddings, embedding_dim) ~ N(0, 1), the
+    ``padding_idx`` row zero at init and never given a gradient.  backward(d_out) returns
+    None (integer indices have no gradient) and accumulates weight.grad."""
+
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, dtype=None):
+        super().__init__()
+        self.num_embeddings = int_arg(num_embeddings, "num_embeddings", 0)
+        self.embedding_dim = int_arg(embedding_dim, "embedding_dim", 0)
+        self.padding_idx = F.check_padding_idx(padding_idx, self.num_embeddings)
+        w = init.normal((self.num_embeddings, self.embedding_dim), 1.0, 0.0, dtype or "float32")
+        if self.padding_idx is not None:
+            w[self.padding_idx] = 0
+        self.weight = Parameter(w)
+
+    def forward(self, idx):
+        y, ctx = F.embedding_fwd(idx, self.weight.data, self.padding_idx)
+        self._keep(ctx)
+        return y
+
+    def backward(self, dy):
+        self.weight.accumulate_grad(F.embedding_bwd(self._take(), dy))
+        return None
+
+    def extra_repr(self):
+        s = f"{self.num_embeddings}, {self.embedding_dim}"
+        return s + (f", padding_idx={self.padding_idx}" if self.padding_idx is not None else "")
+
+
+class PositionalEmbedding(Module):
+    """Learned positional embedding: for a (B, T) input (only its shape is used) returns
+    weight[0..T-1] for every batch row, (B, T, embedding_dim); ``weight`` (max_len,
+    embedding_dim) ~ N(0, 1) like Embedding.  backward accumulates weight.grad (summed
+    over the batch) and returns None."""
+
+    def __init__(self, max_len, embedding_dim, dtype=None):
+        super().__init__()
+        self.max_len = int_arg(max_len, "max_len", 0)
+        self.embedding_dim = int_arg(embedding_dim, "embedding_dim", 0)
+        self.weight = Parameter(init.normal((self.max_len, self.embedding_dim), 1.0, 0.0,
+                                            dtype or "float32"))
+
+    def forward(self, idx):
+        shape = tuple(getattr(idx, "shape", np.shape(idx)))
+        if len(shape) != 2:
+            raise ValueError(f"PositionalEmbedding expects a (B, T) input, got shape {shape}")
+        B, T = shape
+        if T > self.max_len:
+            raise IndexError(f"input has T = {T} positions but the table has max_len = {self.max_len}")
+        pos = np.broadcast_to(np.arange(T, dtype=np.int64), (B, T))
+        w = self.weight.data
+        if is_device(w):
+            from .. import to_device
+            pos = to_device(np.ascontiguousarray(pos))
+        y, ctx = F.embedding_fwd(pos, w)
+        self._keep(ctx)
+        return y
+
+    def backward(self, dy):
+        self.weight.accumulate_grad(F.embedding_bwd(self._take(), dy))
+        return None
+
+    def extra_repr(self):
+        return f"{self.max_len}, {self.embedding_dim}"
+
+
+class SinusoidalPositionalEncoding(Module):
+    """Adds the fixed sinusoidal table (F.sinusoidal_positional_encoding) to a (B, T, d_model)
+    (or (T, d_model)) input; T <= max_len.  No parameters; the table is a non-persistent
+    buffer ``pe`` (max_len, d_model).  backward(d_out) returns d_out."""
+
+    def __init__(self, d_model, max_len=5000, dtype=None):
+        super().__init__()
+        self.d_model = int_arg(d_model, "d_model", 1)
+        self.max_len = int_arg(max_len, "max_len", 1)
+        self.register_buffer("pe", F.sinusoidal_positional_encoding(self.max_len, self.d_model,
+                                                                    dtype or np.float32),
+                             persistent=False)
+
+    def forward(self, x):
+        x = float_array(x, "input")
+        shape = tuple(x.shape)
+        if len(shape) < 2 or shape[-1] != self.d_model:
+            raise ValueError(f"input must have shape (B, T, d_model) or (T, d_model) with "
+                             f"d_model = {self.d_model}, got {shape}")
+        T = shape[-2]
+        if T > self.max_len:
+            raise ValueError(f"input has T = {T} positions but the table has max_len = {self.max_len}")
+        if np.dtype(x.dtype) != np.dtype(self.pe.dtype):
+            raise TypeError(f"input has dtype {x.dtype} but the table has dtype {self.pe.dtype}; "
+                            f"convert the module with .double()/.float()")
+        self._keep(shape)
+        return x + self.pe[:T]
+
+    def backward(self, dy):
+        shape = self._take()
+        if tuple(np.shape(dy)) != shape:
+            raise ValueError(f"grad_output must have the forward output's shape {shape}, "
+                             f"got {tuple(np.shape(dy))}")
+        return dy
+
+    def extra_repr(self):
+        return f"d_model={self.d_model}, max_len={self.max_len}"
