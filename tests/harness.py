@@ -117,7 +117,7 @@ def prepare(args, backend, noncontig):
         if isinstance(a, np.ndarray):
             v = noncontiguous(a) if noncontig else a
             if backend == "cuda":
-                v = fastnn.to_device(np.ascontiguousarray(v))
+                v = fastnn.to_device(np.asarray(v, order="C"))  # keeps 0-d shapes
             out.append(v)
         else:
             out.append(a)

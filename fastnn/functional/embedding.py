@@ -68,6 +68,9 @@ def embedding_fwd(idx, weight, padding_idx=None):
     num = weight.shape[0]
     idx = index_array(idx, num, "input")
     pad = check_padding_idx(padding_idx, num)
+    if is_device(weight) and not is_device(idx):
+        from .. import to_device   # host token ids for a table on the device: one small copy
+        idx = to_device(idx)
     be = dispatch(idx, weight)
     out, saved = be.embedding(idx, weight, pad)
     return out, make_ctx(be, saved, out)
