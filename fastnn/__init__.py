@@ -10,11 +10,12 @@ from ._random import manual_seed, initial_seed
 from . import functional
 from . import nn
 from . import optim  # noqa: E402
+from . import models  # noqa: E402
 from .io import load, save  # noqa: E402
 
 __all__ = ["__version__", "set_backend", "get_backend", "use_backend", "available_backends",
            "set_num_threads", "get_num_threads", "manual_seed", "initial_seed", "functional",
-           "nn", "optim", "save", "load", "to_numpy", "to_device"]
+           "nn", "optim", "models", "save", "load", "to_numpy", "to_device"]
 
 
 def to_numpy(a):
