@@ -1,7 +1,7 @@
 import numpy as np
 
 import fastnn.functional as F
-from harness import OpCase
+from harness import ModuleCase, OpCase
 
 
 def _sdpa(qs, ks, vs, mask=None, causal=False, scale=None, p=0.0, dead_row=None):
@@ -78,4 +78,62 @@ CASES = [
            (0, 1, 2)),
     OpCase("mha_core_seq_first_dropout", F.multi_head_attention_fwd, F.multi_head_attention_bwd,
            _mha(False, 2, 4, 6, 2, 3, 3, mask=True, p=0.25), (0, 1, 2), random=True),
+]
+
+
+# ---------------------------------------------------------------- modules (cpu vs reference)
+# The attention layers split / merge parameter gradients on the host (np.concatenate),
+# so they run on the cpu backend here; the cuda attention kernel is tested as an op.
+def _mha_module(batch_first, p, kdim=None):
+    def build(dt):
+        import fastnn.nn as nn
+        return nn.MultiheadAttention(6, 2, dropout=p, kdim=kdim, vdim=kdim,
+                                     batch_first=batch_first).to(dt)
+    return build
+
+
+def _mha_inputs(batch_first, kd=6):
+    def make(rng, dt):
+        sh = (lambda T, D: (2, T, D)) if batch_first else (lambda T, D: (T, 2, D))
+        return [rng.standard_normal(sh(4, 6)).astype(dt), rng.standard_normal(sh(5, kd)).astype(dt),
+                rng.standard_normal(sh(5, kd)).astype(dt)]
+    return make
+
+
+def _first(rng, out):
+    return rng.standard_normal(out[0].shape).astype(out[0].dtype)
+
+
+def _build(name, *args, **kw):
+    def build(dt):
+        import fastnn.nn as nn
+        return getattr(nn, name)(*args, **kw).to(dt)
+    return build
+
+
+def _x(*shapes):
+    def make(rng, dt):
+        return [rng.standard_normal(s).astype(dt) for s in shapes]
+    return make
+
+
+MODULE_CASES = [
+    ModuleCase("mha_seq_first", _mha_module(False, 0.0), _mha_inputs(False), backends=("cpu",),
+               d_out=_first),
+    ModuleCase("mha_batch_first_dropout_kdim", _mha_module(True, 0.3, kdim=3),
+               _mha_inputs(True, 3), backends=("cpu",), d_out=_first),
+    ModuleCase("causal_self_attention", _build("CausalSelfAttention", 6, 2, 0.2),
+               _x((2, 5, 6)), backends=("cpu",)),
+    ModuleCase("transformer_block", _build("TransformerBlock", 6, 3, 0.1), _x((2, 4, 6)),
+               backends=("cpu",)),
+    ModuleCase("encoder_layer_post_norm", _build("TransformerEncoderLayer", 6, 2, 8, 0.1),
+               _x((4, 2, 6)), backends=("cpu",)),
+    ModuleCase("encoder_layer_pre_norm_gelu",
+               _build("TransformerEncoderLayer", 6, 2, 8, 0.0, "gelu", batch_first=True,
+                      norm_first=True), _x((2, 4, 6)), backends=("cpu",)),
+    ModuleCase("decoder_layer_post_norm", _build("TransformerDecoderLayer", 6, 2, 8, 0.1),
+               _x((4, 2, 6), (5, 2, 6)), backends=("cpu",)),
+    ModuleCase("decoder_layer_pre_norm",
+               _build("TransformerDecoderLayer", 6, 3, 8, 0.0, "gelu", batch_first=True,
+                      norm_first=True), _x((2, 4, 6), (2, 3, 6)), backends=("cpu",)),
 ]
