@@ -1,6 +1,7 @@
 """fastnn.nn: modules with explicit forward and backward, shaped like torch.nn."""
 from . import init  # noqa: F401
 from .activation import *  # noqa: F401,F403
+from .attention import *  # noqa: F401,F403
 from .blocks import *  # noqa: F401,F403
 from .batchnorm import *  # noqa: F401,F403
 from .conv import *  # noqa: F401,F403
