@@ -412,3 +412,43 @@ def test_every_kernel_is_compiled_and_launched():
                 _run_module(case, "cuda", dt, inputs, d)
             run(one)
     assert not missing(), f"kernels never launched: {missing()}"
+
+
+def test_kernels_never_index_shapes_from_the_end():
+    """Negative shape indices do not compile in kernels on a GPU; the simulator (whose host
+    arrays _runtime gives plain-tuple shapes, as on a GPU) would not catch them."""
+    import re
+    root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fastnn", "cuda")
+    bad = []
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            if f.endswith(".py"):
+                src = open(os.path.join(dirpath, f)).read()
+                bad += [f"{f}: {m.group(0)}" for m in re.finditer(r"\.shape\[-\d", src)]
+    assert not bad, bad
+
+
+def test_device_shapes_index_like_tuples():
+    x = _kit.dev(np.zeros((2, 3, 4)))
+    assert x.shape[-1] == 4 and x.shape[-2:] == (3, 4)
+
+
+@pytest.mark.parametrize("dt", DT, ids=DT_IDS)
+def test_transpose2d_and_conv1d_on_device(dt):
+    a = np.arange(15, dtype=dt).reshape(3, 5)
+    t = fastnn.cuda.transpose2d(_kit.dev(a))
+    assert _on_device(t) and t.is_c_contiguous()
+    np.testing.assert_array_equal(t.copy_to_host(), a.T)
+    fastnn.manual_seed(0)
+    m = nn.Conv1D(4, 3).to(np.dtype(dt))
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(dt)
+    y_ref = m(x)
+    dx_ref = m.backward(np.ones_like(y_ref))
+    gw_ref = m.weight.grad.copy()
+    m.zero_grad()
+    m.to("cuda")
+    y = m(_kit.dev(x))
+    dx = m.backward(_kit.dev(np.ones_like(y_ref)))
+    np.testing.assert_allclose(fastnn.to_numpy(y), y_ref, **_tol(dt))
+    np.testing.assert_allclose(fastnn.to_numpy(dx), dx_ref, **_tol(dt))
+    np.testing.assert_allclose(fastnn.to_numpy(m.weight.grad), gw_ref, **_tol(dt))

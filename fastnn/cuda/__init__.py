@@ -9,7 +9,7 @@ import importlib.util
 
 import numpy as np
 
-__all__ = ["is_available", "to_device", "to_numpy", "accumulate", "make_backend"]
+__all__ = ["is_available", "to_device", "to_numpy", "accumulate", "transpose2d", "make_backend"]
 
 _available = [None]
 
@@ -52,6 +52,13 @@ def to_numpy(a):
 def accumulate(dst, src):
     """dst += src on the device."""
     _rt().accumulate(dst, src)
+
+
+def transpose2d(a):
+    """A fresh C-contiguous device array holding the transpose of 2-D device array ``a``."""
+    _rt()
+    from . import _kit
+    return _kit.transpose2d(a)
 
 
 def make_backend():

@@ -381,6 +381,27 @@ def accumulate(dst, src):
         _add_into[blocks_for(n), THREADS](flat(dst), flat(src), n)
 
 
+@kernel
+def _transpose2(src, dst, n, C):
+    # dst (C, R) = src (R, C).T; threads walk dst in order (coalesced writes)
+    for e in range(cuda.grid(1), n, cuda.gridsize(1)):
+        R = n // C
+        j = e // R
+        i = e - j * R
+        dst[j, i] = src[i, j]
+
+
+def transpose2d(a):
+    """A fresh C-contiguous device array a.T of a 2-D device array."""
+    a = dev(a)
+    R, C = shape_of(a)
+    out = empty((C, R), dtype_of(a))
+    n = R * C
+    if n:
+        _transpose2[blocks_for(n), THREADS](a, out, n, C)
+    return out
+
+
 def copy(a):
     out = empty_like(a)
     n = numel(shape_of(a))

@@ -13,6 +13,14 @@ from .._backend import Backend, collect_ops
 #: True under numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1 before numba's import).
 SIM = bool(numba.config.ENABLE_CUDASIM)
 
+if SIM:
+    # On a GPU a device array's .shape is a plain tuple; the simulator's is a FakeShape
+    # that refuses negative indices (x.shape[-1]), which would make host code that runs
+    # on a GPU fail only under the simulator.  Give host code the GPU's behaviour (the
+    # kernels never index shapes from the end: tests/test_cuda.py checks the source).
+    from numba.cuda.simulator.cudadrv import devicearray as _sim_devicearray
+    _sim_devicearray.FakeCUDAArray.shape = property(lambda self: tuple(self._ary.shape))
+
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 

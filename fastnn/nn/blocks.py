@@ -18,8 +18,8 @@ __all__ = ["Conv1D", "FeedForward", "Residual", "StdLayerNorm"]
 def _transposed(a):
     """a.T as a fresh C-contiguous array."""
     if type(a) is not np.ndarray:
-        raise NotImplementedError("Conv1D on device arrays needs a device transpose "
-                                  "(not available yet); use Linear with the transposed weight")
+        from .. import cuda
+        return cuda.transpose2d(a)
     return np.ascontiguousarray(a.T)
 
 
