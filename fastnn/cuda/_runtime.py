@@ -15,7 +15,7 @@ SIM = bool(numba.config.ENABLE_CUDASIM)
 
 if SIM:
     # On a GPU a device array's .shape is a plain tuple; the simulator's is a FakeShape
-    # that refuses negative indices (x.shape[-1]), which would make host code that runs
+    # that refuses negative indices (x.shape[k] with k < 0), which would make host code that runs
     # on a GPU fail only under the simulator.  Give host code the GPU's behaviour (the
     # kernels never index shapes from the end: tests/test_cuda.py checks the source).
     from numba.cuda.simulator.cudadrv import devicearray as _sim_devicearray
