@@ -6,12 +6,166 @@ import numpy as np
 import pytest
 
 import fastnn
-from fastnn.models import BertEncoder, mean_pool
+from fastnn.models import GPT, BertEncoder, GPTConfig, mean_pool
 
 HAVE_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
 needs_transformers = pytest.mark.skipif(
     not HAVE_TRANSFORMERS,
-    reason="the transformers package is not installed (pip install transformers)")
+    reason="the transformers package is not installed (pip install transformers); the GPT "
+           "and BERT layouts are also checked against PyTorch models defined in these tests")
+
+TINY = dict(vocab_size=23, block_size=12, n_layer=2, n_head=2, d_model=16)
+
+
+def _torch_gpt(torch, model, **kw):
+    from fastnn.bench.train import torch_gpt
+    c = model.config
+    tm = torch_gpt(torch, c.vocab_size, c.block_size, c.n_layer, c.n_head, c.d_model,
+                   tie_weights=c.tie_weights, **kw)
+    sd = {k: torch.tensor(np.asarray(v)) for k, v in model.state_dict().items()}
+    tm.load_state_dict(sd)
+    return tm.double() if model.wte.weight.dtype == np.float64 else tm
+
+
+@pytest.mark.parametrize("backend", ["cpu", "reference"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("tie", [True, False], ids=["tied", "untied"])
+def test_gpt_matches_torch_forward_and_backward(backend, dtype, tie):
+    torch = pytest.importorskip("torch")
+    fastnn.manual_seed(0)
+    m = GPT(GPTConfig(**TINY, tie_weights=tie), dtype=dtype)
+    rng = np.random.default_rng(0)
+    idx = rng.integers(0, TINY["vocab_size"], (3, 10))
+    tm = _torch_gpt(torch, m)
+    with fastnn.use_backend(backend):
+        logits = m(idx)
+        d = rng.standard_normal(logits.shape).astype(dtype)
+        m.zero_grad()
+        assert m.backward(d) is None
+    tl = tm(torch.tensor(idx))
+    tl.backward(torch.tensor(d))
+    tol = dict(rtol=2e-4, atol=2e-5) if dtype == np.float32 else dict(rtol=1e-9, atol=1e-11)
+    assert logits.dtype == np.dtype(dtype) and logits.shape == (3, 10, TINY["vocab_size"])
+    np.testing.assert_allclose(logits, tl.detach().numpy(), **tol)
+    tgrads = dict(tm.named_parameters())
+    names = [n for n, _ in m.named_parameters()]
+    assert set(names) == set(tgrads)
+    for n, p in m.named_parameters():
+        np.testing.assert_allclose(p.grad, tgrads[n].grad.numpy(), err_msg=n, **tol)
+
+
+def test_gpt_parameter_names_follow_gpt2():
+    m = GPT(**TINY)
+    names = list(m.state_dict())
+    assert names[:2] == ["wte.weight", "wpe.weight"]
+    for suffix in ("ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+                   "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+                   "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"):
+        assert f"h.1.{suffix}" in names
+    assert m.state_dict()["h.0.attn.c_attn.weight"].shape == (16, 48)   # Conv1D (nx, nf)
+    assert names[-2:] == ["ln_f.weight", "ln_f.bias"]
+    assert m.num_parameters() == sum(v.size for v in m.state_dict().values())
+
+
+def test_gpt2_checkpoint_layout_loads(tmp_path):
+    """A GPT-2 style file: 'transformer.' prefix, causal-mask buffers, tied lm_head."""
+    torch = pytest.importorskip("torch")
+    fastnn.manual_seed(1)
+    src = GPT(**TINY)
+    sd = {"transformer." + k: v for k, v in src.state_dict().items()}
+    P = TINY["block_size"]
+    for i in range(TINY["n_layer"]):
+        sd[f"transformer.h.{i}.attn.bias"] = np.tril(np.ones((P, P), np.float32))[None, None]
+        sd[f"transformer.h.{i}.attn.masked_bias"] = np.array(-1e4, np.float32)
+    sd["lm_head.weight"] = src.state_dict()["wte.weight"]
+    path = tmp_path / "model.safetensors"
+    fastnn.save(sd, path)
+    m = GPT.from_state_dict(fastnn.load(path), n_head=TINY["n_head"])
+    assert m.config.n_layer == 2 and m.config.tie_weights
+    idx = np.random.default_rng(2).integers(0, TINY["vocab_size"], (2, 7))
+    m.eval()
+    src.eval()
+    np.testing.assert_array_equal(m(idx), src(idx))
+    m2 = GPT(**TINY)
+    m2.load_state_dict(fastnn.load(path))     # straight into an existing model, strict
+    np.testing.assert_array_equal(m2.eval()(idx), src(idx))
+
+
+@needs_transformers
+def test_gpt_loads_a_transformers_gpt2(tmp_path):
+    torch = pytest.importorskip("torch")
+    import transformers
+    transformers.logging.set_verbosity_error()
+    cfg = transformers.GPT2Config(vocab_size=TINY["vocab_size"], n_positions=TINY["block_size"],
+                                  n_embd=TINY["d_model"], n_layer=TINY["n_layer"],
+                                  n_head=TINY["n_head"], resid_pdrop=0.0, embd_pdrop=0.0,
+                                  attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(0)
+    hf = transformers.GPT2LMHeadModel(cfg).eval()
+    # the README's conversion, then a safetensors file as a user would have it
+    fastnn.save({k: v.detach().cpu().numpy() for k, v in hf.state_dict().items()},
+                tmp_path / "gpt2.safetensors")
+    m = GPT.from_state_dict(fastnn.load(tmp_path / "gpt2.safetensors"), n_head=TINY["n_head"])
+    idx = np.random.default_rng(3).integers(0, TINY["vocab_size"], (2, 9))
+    with torch.no_grad():
+        ref = hf(torch.tensor(idx)).logits.numpy()
+    np.testing.assert_allclose(m.eval()(idx), ref, rtol=2e-4, atol=2e-5)
+
+
+def test_gpt_wrong_checkpoint_leaves_model_unchanged(tmp_path):
+    m = GPT(**TINY)
+    before = {k: v.copy() for k, v in m.state_dict().items()}
+    other = GPT(**dict(TINY, d_model=8))
+    fastnn.save(other.state_dict(), tmp_path / "o.npz")
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        m.load_state_dict(fastnn.load(tmp_path / "o.npz"))
+    for k, v in m.state_dict().items():
+        np.testing.assert_array_equal(v, before[k])
+    with pytest.raises(RuntimeError, match="Missing key"):
+        m.load_state_dict({k: v for k, v in before.items() if k != "ln_f.bias"})
+
+
+def test_gpt_generate():
+    fastnn.manual_seed(0)
+    m = GPT(**TINY)
+    idx = np.array([[1, 2, 3]])
+    out = m.generate(idx, 15, temperature=0.9, top_k=5, rng=np.random.default_rng(0))
+    assert out.shape == (1, 18) and out.dtype == np.int64
+    np.testing.assert_array_equal(out[:, :3], idx)
+    assert out.min() >= 0 and out.max() < TINY["vocab_size"]
+    again = m.generate(idx, 15, temperature=0.9, top_k=5, rng=np.random.default_rng(0))
+    np.testing.assert_array_equal(out, again)
+    assert m.training   # restored
+    # top_k=1 is greedy: each new token is the argmax of the model's logits
+    g = m.generate(idx, 4, top_k=1)
+    m.eval()
+    for t in range(3, 7):
+        assert g[0, t] == np.argmax(m(g[:, :t])[0, -1])
+    m.train()
+    # longer than block_size: the context is cropped
+    long = m.generate(np.zeros((2, 1), np.int64), 20)
+    assert long.shape == (2, 21)
+    with pytest.raises(ValueError, match="temperature"):
+        m.generate(idx, 2, temperature=0)
+    with pytest.raises(ValueError):
+        m.generate(idx, 2, top_k=0)
+    with pytest.raises(ValueError):
+        m.generate(np.array([[0.5]]), 2)
+
+
+def test_gpt_bad_input():
+    m = GPT(**TINY)
+    with pytest.raises(ValueError, match="block_size"):
+        m(np.zeros((1, 13), np.int64))
+    with pytest.raises(IndexError):
+        m(np.full((1, 3), 23))
+    with pytest.raises(TypeError):
+        m(np.zeros((1, 3), np.float32))
+    with pytest.raises(ValueError):
+        GPT(vocab_size=10, block_size=4, n_layer=1, n_head=3, d_model=16)
+    with pytest.raises(RuntimeError, match="forward"):
+        GPT(**TINY).backward(np.zeros((1, 3, 23), np.float32))
+
 
 # ------------------------------------------------------------------ BERT
 BERT = dict(vocab_size=31, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,

@@ -200,7 +200,10 @@ class GPT(Module):
         n_layer = 0
         while f"h.{n_layer}.ln_1.weight" in sd:
             n_layer += 1
-        tie = "lm_head.weight" not in sd
+        # GPT-2 files store the tied head too: it is tied when it equals wte.weight
+        tie = "lm_head.weight" not in sd or (
+            np.shape(sd["lm_head.weight"]) == (V, D)
+            and np.array_equal(np.asarray(sd["lm_head.weight"]), np.asarray(sd["wte.weight"])))
         model = cls(GPTConfig(vocab_size=V, block_size=P, n_layer=n_layer, n_head=n_head,
                               d_model=D, dropout=dropout, tie_weights=tie,
                               layer_norm_epsilon=layer_norm_epsilon), dtype=dtype)
