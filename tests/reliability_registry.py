@@ -382,7 +382,7 @@ def relayout(a, kind):
             v.flags.writeable = False
         return v
     if kind == "F":
-        return np.asfortranarray(a)
+        return np.array(a, order="F")  # not np.asfortranarray: it makes 0-d arrays 1-d
     if kind == "readonly":
         v = np.array(a)
         v.flags.writeable = False
