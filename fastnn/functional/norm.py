@@ -34,16 +34,15 @@ def _check(x, ns, weight, bias, eps):
     k = len(ns)
     if x.ndim < k or tuple(x.shape)[x.ndim - k:] != ns:
         raise ValueError(f"input of shape {tuple(x.shape)} does not end in normalized_shape {ns}")
+    if weight is not None:
+        weight = float_array(weight, "weight")  # first: a list has no .shape
+    if bias is not None:
+        bias = float_array(bias, "bias")
     for a, name in ((weight, "weight"), (bias, "bias")):
         if a is not None:
             if tuple(a.shape) != ns:
                 raise ValueError(f"{name} must have shape normalized_shape = {ns}, got {tuple(a.shape)}")
-    if weight is not None:
-        weight = float_array(weight, "weight")
-        same_dtype(x, weight, "weight")
-    if bias is not None:
-        bias = float_array(bias, "bias")
-        same_dtype(x, bias, "bias")
+            same_dtype(x, a, name)
     if eps.__class__ is not float or not eps > 0:
         eps = positive_float(eps, "eps")
     D = 1
