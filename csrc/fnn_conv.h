@@ -63,4 +63,60 @@ static inline double fnn_cv_dot_##SFX(const T* x, const T* y, ptrdiff_t n, ptrdi
 
 FNN_CV_DEFINE(float, f)
 FNN_CV_DEFINE(double, d)
+
+/* ---- pooling rows.  Branch-free selects (if-converted, vectorised across the output
+ * row); the update rule is torch's: a tap wins when it is larger or NaN, and the first
+ * tap inside the input always wins (k < 0). */
+#include <stdint.h>
+#define FNN_POOL_DEFINE(T, SFX)                                                          \
+/* 2x2 stride-2 windows over input rows r0, r1 */                                        \
+static inline void fnn_max2x2_row_##SFX(const T* r0, const T* r1, T* y, int32_t* t,     \
+                                        ptrdiff_t OW) {                                  \
+    for (ptrdiff_t o = 0; o < OW; ++o) {                                                 \
+        T a = r0[2 * o], b = r0[2 * o + 1], c = r1[2 * o], d = r1[2 * o + 1];            \
+        T m = a; int32_t k = 0; int u;                                                   \
+        u = (b > m) | (b != b); m = u ? b : m; k = u ? 1 : k;                            \
+        u = (c > m) | (c != c); m = u ? c : m; k = u ? 2 : k;                            \
+        u = (d > m) | (d != d); m = u ? d : m; k = u ? 3 : k;                            \
+        y[o] = m; t[o] = k;                                                              \
+    }                                                                                    \
+}                                                                                        \
+/* backward of the above: every input element of the two rows is written once */         \
+static inline void fnn_max2x2_bwd_row_##SFX(const T* g, const int32_t* t, T* d0, T* d1,  \
+                                            ptrdiff_t OW) {                              \
+    for (ptrdiff_t o = 0; o < OW; ++o) {                                                 \
+        T v = g[o]; int32_t k = t[o];                                                    \
+        d0[2 * o] = k == 0 ? v : (T)0; d0[2 * o + 1] = k == 1 ? v : (T)0;                \
+        d1[2 * o] = k == 2 ? v : (T)0; d1[2 * o + 1] = k == 3 ? v : (T)0;                \
+    }                                                                                    \
+}                                                                                        \
+/* one tap for outputs [o0, o1): v = src[o * s] */                                       \
+static inline void fnn_max_tap_##SFX(const T* src, ptrdiff_t s, T* m, int32_t* k,       \
+                                     int32_t tap, ptrdiff_t o0, ptrdiff_t o1) {          \
+    if (s == 1) {                                                                        \
+        for (ptrdiff_t o = o0; o < o1; ++o) {                                            \
+            T v = src[o]; int u = (v > m[o]) | (v != v) | (k[o] < 0);                    \
+            m[o] = u ? v : m[o]; k[o] = u ? tap : k[o];                                  \
+        }                                                                                \
+    } else {                                                                             \
+        for (ptrdiff_t o = o0; o < o1; ++o) {                                            \
+            T v = src[o * s]; int u = (v > m[o]) | (v != v) | (k[o] < 0);                \
+            m[o] = u ? v : m[o]; k[o] = u ? tap : k[o];                                  \
+        }                                                                                \
+    }                                                                                    \
+}                                                                                        \
+static inline void fnn_sum_tap_##SFX(const T* src, ptrdiff_t s, T* acc, ptrdiff_t o0,   \
+                                     ptrdiff_t o1) {                                     \
+    if (s == 1) { for (ptrdiff_t o = o0; o < o1; ++o) acc[o] += src[o]; }                \
+    else if (s == 2) { for (ptrdiff_t o = o0; o < o1; ++o) acc[o] += src[2 * o]; }       \
+    else { for (ptrdiff_t o = o0; o < o1; ++o) acc[o] += src[o * s]; }                   \
+}                                                                                        \
+static inline void fnn_scatter_tap_##SFX(T* dst, ptrdiff_t s, const T* g, ptrdiff_t o0, \
+                                         ptrdiff_t o1) {                                 \
+    if (s == 1) { for (ptrdiff_t o = o0; o < o1; ++o) dst[o] += g[o]; }                  \
+    else { for (ptrdiff_t o = o0; o < o1; ++o) dst[o * s] += g[o]; }                     \
+}
+
+FNN_POOL_DEFINE(float, f)
+FNN_POOL_DEFINE(double, d)
 #endif

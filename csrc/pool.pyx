@@ -14,7 +14,8 @@
 # writes every dx element once instead of zeroing and scattering.
 cimport cython
 cimport numpy as cnp
-from cython.parallel cimport prange
+from cython.parallel cimport prange, parallel
+from libc.stdlib cimport malloc, free
 from libc.math cimport INFINITY
 from libc.string cimport memset
 from libc.stdint cimport int32_t
@@ -30,89 +31,77 @@ include "fnn_runtime.pxi"
 OPS = ("max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward")
 
 
-cdef inline Py_ssize_t _first_tap(Py_ssize_t start, Py_ssize_t d, Py_ssize_t k) noexcept nogil:
-    """Smallest tap t in [0, k) with start + t*d >= 0 (k if none)."""
-    cdef Py_ssize_t t
-    if start >= 0:
-        return 0
-    t = (-start + d - 1) // d
-    return t if t < k else k
+cdef extern from "fnn_conv.h" nogil:
+    void fnn_max2x2_row_f(const float* r0, const float* r1, float* y, int32_t* t, Py_ssize_t OW)
+    void fnn_max2x2_row_d(const double* r0, const double* r1, double* y, int32_t* t, Py_ssize_t OW)
+    void fnn_max2x2_bwd_row_f(const float* g, const int32_t* t, float* d0, float* d1, Py_ssize_t OW)
+    void fnn_max2x2_bwd_row_d(const double* g, const int32_t* t, double* d0, double* d1,
+                              Py_ssize_t OW)
+    void fnn_max_tap_f(const float* src, Py_ssize_t s, float* m, int32_t* k, int32_t tap,
+                       Py_ssize_t o0, Py_ssize_t o1)
+    void fnn_max_tap_d(const double* src, Py_ssize_t s, double* m, int32_t* k, int32_t tap,
+                       Py_ssize_t o0, Py_ssize_t o1)
+    void fnn_sum_tap_f(const float* src, Py_ssize_t s, float* acc, Py_ssize_t o0, Py_ssize_t o1)
+    void fnn_sum_tap_d(const double* src, Py_ssize_t s, double* acc, Py_ssize_t o0, Py_ssize_t o1)
+    void fnn_scatter_tap_f(float* dst, Py_ssize_t s, const float* g, Py_ssize_t o0, Py_ssize_t o1)
+    void fnn_scatter_tap_d(double* dst, Py_ssize_t s, const double* g, Py_ssize_t o0, Py_ssize_t o1)
 
 
-cdef inline Py_ssize_t _end_tap(Py_ssize_t start, Py_ssize_t d, Py_ssize_t k, Py_ssize_t n) noexcept nogil:
-    """One past the largest tap t in [0, k) with start + t*d < n."""
-    cdef Py_ssize_t t
-    if start >= n:
-        return 0
-    t = (n - 1 - start) // d + 1
-    return t if t < k else k
+cdef inline void _ow_range(Py_ssize_t off, Py_ssize_t sw, Py_ssize_t W, Py_ssize_t OW,
+                           Py_ssize_t* o0, Py_ssize_t* o1) noexcept nogil:
+    """Outputs ow in [o0, o1) read input column ow*sw + off inside [0, W)."""
+    cdef Py_ssize_t a = 0, b
+    if off < 0:
+        a = (-off + sw - 1) // sw
+    if W - 1 - off < 0:
+        b = 0
+    else:
+        b = (W - 1 - off) // sw + 1
+    if b > OW:
+        b = OW
+    if a > b:
+        a = b
+    o0[0] = a
+    o1[0] = b
 
 
 cdef void _max_plane(const real* x, real* y, int32_t* am, Py_ssize_t H, Py_ssize_t W,
                      Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw,
                      Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw,
                      Py_ssize_t dh, Py_ssize_t dw) noexcept nogil:
-    cdef Py_ssize_t oh, ow, i, j, i0, i1, j0, j1, r0, c0
-    cdef real best, v
-    cdef int32_t bi
-    cdef const real* row
+    """Tap by tap over a whole output row (the row of y / am is the running max / argmax),
+    so the inner loop is a branch-free select across the row."""
+    cdef Py_ssize_t oh, ow, i, j, ih, off, o0, o1
+    cdef real* yr
+    cdef int32_t* ar
     for oh in range(OH):
-        r0 = oh * sh - ph
-        i0 = _first_tap(r0, dh, kh)
-        i1 = _end_tap(r0, dh, kh, H)
+        yr = y + oh * OW
+        ar = am + oh * OW
         for ow in range(OW):
-            c0 = ow * sw - pw
-            j0 = _first_tap(c0, dw, kw)
-            j1 = _end_tap(c0, dw, kw, W)
-            best = -INFINITY
-            bi = -1
-            for i in range(i0, i1):
-                row = x + (r0 + i * dh) * W + c0
-                for j in range(j0, j1):
-                    v = row[j * dw]
-                    if v > best or v != v or bi < 0:
-                        best = v
-                        bi = <int32_t>(i * kw + j)
-            y[oh * OW + ow] = best
-            am[oh * OW + ow] = bi
-
-
-cdef inline real _max_sel(real v, real best, int32_t t, int32_t* bi) noexcept nogil:
-    if v > best or v != v:
-        bi[0] = t
-        return v
-    return best
+            yr[ow] = -INFINITY
+            ar[ow] = -1
+        for i in range(kh):
+            ih = oh * sh - ph + i * dh
+            if ih < 0 or ih >= H:
+                continue
+            for j in range(kw):
+                off = j * dw - pw
+                _ow_range(off, sw, W, OW, &o0, &o1)
+                if real is float:
+                    fnn_max_tap_f(x + ih * W + off, sw, yr, ar, <int32_t>(i * kw + j), o0, o1)
+                else:
+                    fnn_max_tap_d(x + ih * W + off, sw, yr, ar, <int32_t>(i * kw + j), o0, o1)
 
 
 cdef void _max_plane_2x2(const real* x, real* y, int32_t* am, Py_ssize_t H, Py_ssize_t W,
                          Py_ssize_t OH, Py_ssize_t OW) noexcept nogil:
     """2x2 windows, stride 2, no padding or dilation: every tap is inside the input."""
-    cdef Py_ssize_t oh, ow
-    cdef const real* r0
-    cdef const real* r1
-    cdef real a, b, c, d, m
-    cdef int32_t t
+    cdef Py_ssize_t oh
     for oh in range(OH):
-        r0 = x + 2 * oh * W
-        r1 = r0 + W
-        for ow in range(OW):
-            a = r0[2 * ow]
-            b = r0[2 * ow + 1]
-            c = r1[2 * ow]
-            d = r1[2 * ow + 1]
-            m = a
-            t = 0
-            if b > m or b != b:
-                m = b
-                t = 1
-            if c > m or c != c:
-                m = c
-                t = 2
-            if d > m or d != d:
-                m = d
-                t = 3
-            y[oh * OW + ow] = m
-            am[oh * OW + ow] = t
+        if real is float:
+            fnn_max2x2_row_f(x + 2 * oh * W, x + (2 * oh + 1) * W, y + oh * OW, am + oh * OW, OW)
+        else:
+            fnn_max2x2_row_d(x + 2 * oh * W, x + (2 * oh + 1) * W, y + oh * OW, am + oh * OW, OW)
 
 
 cdef void _max_fwd(const real* x, real* y, int32_t* am, Py_ssize_t P, Py_ssize_t H,
@@ -150,14 +139,12 @@ cdef void _max_bwd(const real* g, const int32_t* am, real* dx, Py_ssize_t P, Py_
             if 2 * OH < H or 2 * OW < W:
                 memset(d, 0, H * W * sizeof(real))
             for oh in range(OH):
-                for ow in range(OW):
-                    o = oh * OW + ow
-                    v = gp[o]
-                    t = ap[o]
-                    d[2 * oh * W + 2 * ow] = v if t == 0 else 0
-                    d[2 * oh * W + 2 * ow + 1] = v if t == 1 else 0
-                    d[(2 * oh + 1) * W + 2 * ow] = v if t == 2 else 0
-                    d[(2 * oh + 1) * W + 2 * ow + 1] = v if t == 3 else 0
+                if real is float:
+                    fnn_max2x2_bwd_row_f(gp + oh * OW, ap + oh * OW, d + 2 * oh * W,
+                                         d + (2 * oh + 1) * W, OW)
+                else:
+                    fnn_max2x2_bwd_row_d(gp + oh * OW, ap + oh * OW, d + 2 * oh * W,
+                                         d + (2 * oh + 1) * W, OW)
         else:
             memset(d, 0, H * W * sizeof(real))
             for oh in range(OH):
@@ -216,83 +203,111 @@ def max_pool2d_backward(cnp.ndarray dy, tuple saved):
 
 
 # ---------------------------------------------------------------- average pooling
-cdef inline double _divisor(Py_ssize_t r0, Py_ssize_t c0, Py_ssize_t kh, Py_ssize_t kw,
-                            Py_ssize_t H, Py_ssize_t W, Py_ssize_t ph, Py_ssize_t pw,
-                            bint include_pad, Py_ssize_t override, Py_ssize_t* a0,
-                            Py_ssize_t* a1, Py_ssize_t* b0, Py_ssize_t* b1) noexcept nogil:
-    """torch's divisor for the window at (r0, c0); the window clipped to the input in
-    [a0, a1) x [b0, b1).  0 for a window without input elements."""
-    cdef Py_ssize_t r1 = r0 + kh, c1 = c0 + kw
+cdef double* _col_factors(Py_ssize_t OW, Py_ssize_t kw, Py_ssize_t sw, Py_ssize_t pw,
+                          Py_ssize_t W, bint include_pad) noexcept nogil:
+    """Per output column: the window width torch divides by (clipped to the padded input
+    with count_include_pad, to the input otherwise); 0 where no input column is covered."""
+    cdef double* f = <double*>malloc((OW + 1) * sizeof(double))
+    cdef Py_ssize_t ow, c0, c1, v0, v1
+    for ow in range(OW):
+        c0 = ow * sw - pw
+        c1 = c0 + kw
+        if c1 > W + pw:
+            c1 = W + pw
+        v0 = c0 if c0 > 0 else 0
+        v1 = c1 if c1 < W else W
+        if v1 <= v0:
+            f[ow] = 0
+        elif include_pad:
+            f[ow] = <double>(c1 - c0)
+        else:
+            f[ow] = <double>(v1 - v0)
+    return f
+
+
+cdef inline double _row_factor(Py_ssize_t oh, Py_ssize_t kh, Py_ssize_t sh, Py_ssize_t ph,
+                               Py_ssize_t H, bint include_pad) noexcept nogil:
+    cdef Py_ssize_t r0 = oh * sh - ph, r1, v0, v1
+    r1 = r0 + kh
     if r1 > H + ph:
         r1 = H + ph
-    if c1 > W + pw:
-        c1 = W + pw
-    cdef Py_ssize_t pool = (r1 - r0) * (c1 - c0)
-    a0[0] = r0 if r0 > 0 else 0
-    b0[0] = c0 if c0 > 0 else 0
-    a1[0] = r1 if r1 < H else H
-    b1[0] = c1 if c1 < W else W
-    if a0[0] >= a1[0] or b0[0] >= b1[0]:
-        return 0.0
-    if override != 0:
-        return <double>override
-    if include_pad:
-        return <double>pool
-    return <double>((a1[0] - a0[0]) * (b1[0] - b0[0]))
+    v0 = r0 if r0 > 0 else 0
+    v1 = r1 if r1 < H else H
+    if v1 <= v0:
+        return 0
+    return <double>(r1 - r0) if include_pad else <double>(v1 - v0)
 
 
 cdef void _avg_fwd(const real* x, real* y, Py_ssize_t P, Py_ssize_t H, Py_ssize_t W,
                    Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw,
                    Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw,
                    bint include_pad, Py_ssize_t override) noexcept nogil:
-    cdef Py_ssize_t p, oh, ow, i, j, a0, a1, b0, b1
-    cdef const real* xp
-    cdef const real* row
-    cdef real* yp
-    cdef real s
-    cdef double div
+    """Tap by tap over whole output rows (sums in the row of y), then the divisor."""
+    cdef Py_ssize_t p, oh, ow, i, j, ih, off, o0, o1
+    cdef real* yr
+    cdef double div, hf
     cdef int nt = _threads_for(P * H * W, 1 << 15)
+    cdef double* cf = _col_factors(OW, kw, sw, pw, W, include_pad)
     for p in prange(P, nogil=True, schedule="static", num_threads=nt):
-        xp = x + p * H * W
-        yp = y + p * OH * OW
         for oh in range(OH):
+            yr = y + p * OH * OW + oh * OW
             for ow in range(OW):
-                div = _divisor(oh * sh - ph, ow * sw - pw, kh, kw, H, W, ph, pw, include_pad,
-                               override, &a0, &a1, &b0, &b1)
-                s = 0
-                for i in range(a0, a1):
-                    row = xp + i * W
-                    for j in range(b0, b1):
-                        s = s + row[j]
-                yp[oh * OW + ow] = <real>(s / div) if div != 0 else 0
+                yr[ow] = 0
+            for i in range(kh):
+                ih = oh * sh - ph + i
+                if ih < 0 or ih >= H:
+                    continue
+                for j in range(kw):
+                    off = j - pw
+                    _ow_range(off, sw, W, OW, &o0, &o1)
+                    if real is float:
+                        fnn_sum_tap_f(x + p * H * W + ih * W + off, sw, yr, o0, o1)
+                    else:
+                        fnn_sum_tap_d(x + p * H * W + ih * W + off, sw, yr, o0, o1)
+            hf = _row_factor(oh, kh, sh, ph, H, include_pad)
+            for ow in range(OW):
+                div = hf * cf[ow]
+                if override != 0 and div != 0:
+                    div = <double>override
+                yr[ow] = <real>(yr[ow] / div) if div != 0 else 0
+    free(cf)
 
 
 cdef void _avg_bwd(const real* g, real* dx, Py_ssize_t P, Py_ssize_t H, Py_ssize_t W,
                    Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw,
                    Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw,
                    bint include_pad, Py_ssize_t override) noexcept nogil:
-    cdef Py_ssize_t p, oh, ow, i, j, a0, a1, b0, b1
+    cdef Py_ssize_t p, oh, ow, i, j, ih, off, o0, o1
     cdef real* d
-    cdef real* row
-    cdef const real* gp
-    cdef real v
-    cdef double div
+    cdef real* gs = NULL
+    cdef double div, hf
     cdef int nt = _threads_for(P * H * W, 1 << 15)
-    for p in prange(P, nogil=True, schedule="static", num_threads=nt):
-        d = dx + p * H * W
-        gp = g + p * OH * OW
-        memset(d, 0, H * W * sizeof(real))
-        for oh in range(OH):
-            for ow in range(OW):
-                div = _divisor(oh * sh - ph, ow * sw - pw, kh, kw, H, W, ph, pw, include_pad,
-                               override, &a0, &a1, &b0, &b1)
-                if div == 0:
-                    continue
-                v = <real>(gp[oh * OW + ow] / div)
-                for i in range(a0, a1):
-                    row = d + i * W
-                    for j in range(b0, b1):
-                        row[j] += v
+    cdef double* cf = _col_factors(OW, kw, sw, pw, W, include_pad)
+    with nogil, parallel(num_threads=nt):
+        gs = <real*>malloc((OW + 1) * sizeof(real))
+        for p in prange(P, schedule="static"):
+            d = dx + p * H * W
+            memset(d, 0, H * W * sizeof(real))
+            for oh in range(OH):
+                hf = _row_factor(oh, kh, sh, ph, H, include_pad)
+                for ow in range(OW):
+                    div = hf * cf[ow]
+                    if override != 0 and div != 0:
+                        div = <double>override
+                    gs[ow] = <real>(g[p * OH * OW + oh * OW + ow] / div) if div != 0 else 0
+                for i in range(kh):
+                    ih = oh * sh - ph + i
+                    if ih < 0 or ih >= H:
+                        continue
+                    for j in range(kw):
+                        off = j - pw
+                        _ow_range(off, sw, W, OW, &o0, &o1)
+                        if real is float:
+                            fnn_scatter_tap_f(d + ih * W + off, sw, gs, o0, o1)
+                        else:
+                            fnn_scatter_tap_d(d + ih * W + off, sw, gs, o0, o1)
+        free(gs)
+    free(cf)
 
 
 def avg_pool2d(cnp.ndarray x, tuple kernel, tuple stride, tuple padding, tuple out_hw,
