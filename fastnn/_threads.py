@@ -12,6 +12,9 @@ _controller = [None]
 
 def _ctl():
     if _controller[0] is None:
+        # load the BLAS the kernels call (scipy's, which may be a different library from
+        # NumPy's) first: the controller only sees libraries loaded when it is made
+        import scipy.linalg.cython_blas  # noqa: F401
         from threadpoolctl import ThreadpoolController
         _controller[0] = ThreadpoolController()
     return _controller[0]

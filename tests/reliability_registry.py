@@ -154,6 +154,9 @@ class FuzzOp:
     bad: Sequence[Bad] = ()
     mixed: bool = True                   # generate mixed float32/float64 bad calls
     examples: int = 40                   # hypothesis examples per dtype on cpu
+    family: str = ""                     # for per-family tests (leaks); default: the name
+    gil: bool = True                     # the compiled kernels release the GIL (tested)
+    blas: bool = False                   # calls a multi-threaded BLAS GEMM (see test_threads)
 
     def __str__(self):
         return self.name
@@ -166,6 +169,7 @@ class ModuleSpec:
     make: Callable                       # (rng, dtype, big=False) -> tuple of forward inputs
     grads: Optional[Callable] = None     # (rng, out) -> backward args (default: randn like out)
     bad_inputs: Sequence[Any] = ()       # (what, inputs-mutator, match)
+    random: bool = False                 # draws from the Philox stream (dropout, rrelu)
 
     def __str__(self):
         return self.name
@@ -211,7 +215,7 @@ def _linear_draw(D, dt):
 
 FUZZ.append(FuzzOp(
     "linear", F.linear_fwd, F.linear_bwd, _linear_draw, ("input", "weight", "bias"),
-    ("linear", "linear_backward"), infer=F.linear,
+    ("linear", "linear_backward"), infer=F.linear, blas=True,
     bad=[
         Bad("weight 1-D", _set(1, lambda w: w[0]), "weight"),
         Bad("weight 3-D", _set(1, lambda w: w[None]), "weight"),
