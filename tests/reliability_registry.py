@@ -215,7 +215,7 @@ def _linear_draw(D, dt):
 
 FUZZ.append(FuzzOp(
     "linear", F.linear_fwd, F.linear_bwd, _linear_draw, ("input", "weight", "bias"),
-    ("linear", "linear_backward"), infer=F.linear, blas=True,
+    ("linear", "linear_backward"), infer=F.linear, blas=True, family="dense",
     bad=[
         Bad("weight 1-D", _set(1, lambda w: w[0]), "weight"),
         Bad("weight 3-D", _set(1, lambda w: w[None]), "weight"),
@@ -261,7 +261,7 @@ def _ln_draw(D, dt):
 FUZZ.append(FuzzOp(
     "layer_norm", F.layer_norm_fwd, F.layer_norm_bwd, _ln_draw,
     ("input", None, "weight", "bias", None), ("layer_norm", "layer_norm_backward"),
-    infer=F.layer_norm, huge=True, rtol32=5e-4, atol32=5e-4,
+    infer=F.layer_norm, family="norm", huge=True, rtol32=5e-4, atol32=5e-4,
     bad=[
         Bad("normalized_shape mismatch", _set(1, lambda ns: tuple(ns[:-1]) + (ns[-1] + 1,)),
             "normalized_shape"),
@@ -308,10 +308,11 @@ _sm_bad = [
     Bad("dim None", _set(1, None), "dim"),
 ]
 FUZZ.append(FuzzOp("softmax", F.softmax_fwd, F.softmax_bwd, _sm_draw, ("input", "dim"),
-                   ("softmax", "softmax_backward"), infer=F.softmax, huge=True, bad=_sm_bad))
+                   ("softmax", "softmax_backward"), infer=F.softmax, huge=True, bad=_sm_bad,
+                   family="softmax"))
 FUZZ.append(FuzzOp("log_softmax", F.log_softmax_fwd, F.log_softmax_bwd, _sm_draw, ("input", "dim"),
                    ("log_softmax", "log_softmax_backward"), infer=F.log_softmax, huge=True,
-                   bad=_sm_bad))
+                   bad=_sm_bad, family="softmax"))
 
 
 def _sm_module(cls):
@@ -344,7 +345,7 @@ def _gelu_draw(D, dt):
 
 
 FUZZ.append(FuzzOp("gelu", F.gelu_fwd, F.gelu_bwd, _gelu_draw, ("input", "approximate"),
-                   ("gelu", "gelu_backward"), infer=F.gelu,
+                   ("gelu", "gelu_backward"), infer=F.gelu, family="activation",
                    bad=[Bad("approximate='erf'", _set(1, "erf"), "approximate"),
                         Bad("approximate=None", _set(1, None), "approximate")]))
 MODULES.append(ModuleSpec("GELU", lambda dt: nn.GELU("tanh"), _x_make((4, 3)),
