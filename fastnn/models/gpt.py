@@ -111,7 +111,9 @@ class GPT(Module):
                              f"[{idx.min()}, {idx.max()}]")
         tok = self.wte(idx)
         pos = self.wpe(np.arange(T, dtype=np.int64))
-        x = self.drop(tok + pos)
+        x = tok + pos
+        if self.drop.p > 0:
+            x = self.drop(x)
         for blk in self.h:
             x = blk(x)
         x = self.ln_f(x)
@@ -133,7 +135,8 @@ class GPT(Module):
         dx = self.ln_f.backward(dx)
         for blk in reversed(list(self.h)):
             dx = blk.backward(dx)
-        dx = self.drop.backward(dx)
+        if self.drop.p > 0:
+            dx = self.drop.backward(dx)
         self.wpe.backward(dx.sum(axis=0))
         self.wte.backward(dx)
         return None
