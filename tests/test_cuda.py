@@ -452,3 +452,18 @@ def test_transpose2d_and_conv1d_on_device(dt):
     np.testing.assert_allclose(fastnn.to_numpy(y), y_ref, **_tol(dt))
     np.testing.assert_allclose(fastnn.to_numpy(dx), dx_ref, **_tol(dt))
     np.testing.assert_allclose(fastnn.to_numpy(m.weight.grad), gw_ref, **_tol(dt))
+
+
+def test_gpu_benchmark_script_runs_under_the_simulator():
+    """benchmarks/gpu.py's timing section at --smoke sizes (the numbers mean nothing here;
+    this proves the script a GPU session will run is not broken)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "fastnn_gpu_bench", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                         "benchmarks", "gpu.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = mod.op_benchmarks(quick=False, smoke=True, peak_gbs=None)
+    assert {r["op"] for r in rows} >= {"layer_norm f+b", "softmax f+b", "linear f+b",
+                                       "conv2d 3x3 f+b", "sdpa causal f+b"}
+    assert all(r["fastnn_ms"] > 0 for r in rows)

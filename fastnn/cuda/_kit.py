@@ -75,6 +75,7 @@ class _Kernel:
         tag = f"[{_building[0]}]" if _building[0] is not None else ""
         self.name = f"{mod}.{fn.__name__}{tag}"
         KERNELS.add(self.name)
+        _ALL.append(self)
 
     def __getitem__(self, config):
         launcher = self.jitted[config]
@@ -96,6 +97,14 @@ class _Kernel:
                 LAUNCHED.add(name)
                 return launcher(*args)
         return launch
+
+
+_ALL = []
+
+
+def all_kernels():
+    """Every kernel object built so far."""
+    return list(_ALL)
 
 
 def kernel(fn):
