@@ -1,0 +1,238 @@
+"""cross_entropy / CrossEntropyLoss against torch: every option, every shape form, errors."""
+import itertools
+import zlib
+
+import numpy as np
+import pytest
+
+import fastnn
+import fastnn.functional as F
+from fastnn import nn
+
+torch = pytest.importorskip("torch")
+
+BACKENDS = ["reference", "cpu"]
+
+
+def _inputs(rng, shape, prob, ignore, ignore_index, dtype):
+    x = (rng.standard_normal(shape) * 3).astype(dtype)
+    C = shape[0] if len(shape) == 1 else shape[1]
+    if prob:
+        p = rng.random(shape) ** 2
+        t = (p / p.sum(axis=0 if len(shape) == 1 else 1, keepdims=True)).astype(dtype)
+    else:
+        t = rng.integers(0, C, shape[:1] + shape[2:] if len(shape) > 1 else ())
+        if ignore and t.ndim:
+            flat = t.reshape(-1)
+            flat[::3] = ignore_index
+    return x, t
+
+
+def _torch_ce(x, t, w, **kw):
+    tx = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    tt = torch.tensor(t, dtype=torch.float64 if t.dtype.kind == "f" else torch.int64)
+    tw = None if w is None else torch.tensor(w, dtype=torch.float64)
+    loss = torch.nn.functional.cross_entropy(tx, tt, weight=tw, **kw)
+    return tx, loss
+
+
+SHAPES = [(9, 7), (4, 5, 3), (2, 6, 3, 2), (5,)]
+# (prob, weighted, ignore, label_smoothing, reduction); ignore_index has no meaning for
+# probability targets, so those combinations are not generated
+OPTIONS = [o for o in itertools.product([False, True], [False, True], [False, True], [0.0, 0.25],
+                                        ["mean", "sum", "none"]) if not (o[0] and o[2])]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("prob,weighted,ignore,ls,reduction", OPTIONS,
+                         ids=lambda v: str(v))
+def test_matches_torch(backend, shape, prob, weighted, ignore, ls, reduction):
+    rng = np.random.default_rng(zlib.crc32(repr((shape, prob, weighted, ignore, ls, reduction)).encode()))
+    ignore_index = 2 if ignore and len(shape) > 1 and shape[0] % 2 else -100
+    x, t = _inputs(rng, shape, prob, ignore, ignore_index, np.float64)
+    C = shape[0] if len(shape) == 1 else shape[1]
+    w = rng.random(C) + 0.2 if weighted else None
+    kw = dict(ignore_index=ignore_index, reduction=reduction, label_smoothing=ls)
+    tx, tloss = _torch_ce(x, t, w, **kw)
+    g = rng.standard_normal(tuple(tloss.shape))
+    tloss.backward(torch.tensor(g))
+    for dtype, rtol, atol in ((np.float64, 1e-10, 1e-12), (np.float32, 2e-5, 2e-6)):
+        with fastnn.use_backend(backend):
+            loss, ctx = F.cross_entropy_fwd(x.astype(dtype), t if t.dtype.kind != "f" else t.astype(dtype),
+                                            None if w is None else w.astype(dtype), **kw)
+            dx = F.cross_entropy_bwd(ctx, g.astype(dtype) if g.ndim else float(g))
+        assert loss.dtype == dtype and loss.shape == tuple(tloss.shape)
+        assert dx.dtype == dtype and dx.shape == x.shape
+        np.testing.assert_allclose(loss, tloss.detach().numpy(), rtol=rtol, atol=atol)
+        np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_large_rows_and_extreme_logits(backend):
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((33, 1000)) * 30).astype(np.float32)
+    x[0, 5] = 80.0                                  # exp overflows float32 without the max shift
+    x[1, :] = -50.0
+    t = rng.integers(0, 1000, 33)
+    t[0] = 5
+    for ls, w in ((0.0, None), (0.1, rng.random(1000).astype(np.float32) + 0.5)):
+        tx, tl = _torch_ce(x, t, w, label_smoothing=ls)
+        tl.backward()
+        with fastnn.use_backend(backend):
+            l, ctx = F.cross_entropy_fwd(x, t, w, label_smoothing=ls)
+            dx = F.cross_entropy_bwd(ctx)
+        np.testing.assert_allclose(l, tl.item(), rtol=1e-5)
+        np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_all_ignored_and_empty_follow_torch(backend):
+    x = np.random.default_rng(2).standard_normal((4, 3))
+    t = np.full(4, -100)
+    with fastnn.use_backend(backend), np.errstate(all="ignore"):
+        for ls in (0.0, 0.2):
+            l, ctx = F.cross_entropy_fwd(x, t, label_smoothing=ls)
+            assert np.isnan(l)                                      # 0 / 0, as torch
+            np.testing.assert_array_equal(F.cross_entropy_bwd(ctx), 0)   # torch: zero gradient
+        assert float(F.cross_entropy(x, t, reduction="sum")) == 0
+        np.testing.assert_array_equal(F.cross_entropy(x, t, reduction="none"), 0)
+        e = np.zeros((0, 3))
+        assert np.isnan(F.cross_entropy(e, np.zeros(0, np.int64)))
+        assert float(F.cross_entropy(e, np.zeros(0, np.int64), reduction="sum")) == 0
+        assert F.cross_entropy(e, np.zeros((0, 3)), reduction="none").shape == (0,)
+        assert np.isnan(F.cross_entropy(e, np.zeros((0, 3))))
+    tl = torch.nn.functional.cross_entropy(torch.tensor(x), torch.tensor(t))
+    assert torch.isnan(tl)
+
+
+def test_deterministic_across_threads():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((700, 300)).astype(np.float32)
+    t = rng.integers(0, 300, 700)
+    w = (rng.random(300) + 0.5).astype(np.float32)
+    old = fastnn.get_num_threads()
+    res = []
+    try:
+        for n in (1, 2, 3):
+            fastnn.set_num_threads(n)
+            l, ctx = F.cross_entropy_fwd(x, t, w, label_smoothing=0.1)
+            res.append((l, F.cross_entropy_bwd(ctx)))
+    finally:
+        fastnn.set_num_threads(old)
+    for l, d in res[1:]:
+        np.testing.assert_array_equal(l, res[0][0])
+        np.testing.assert_array_equal(d, res[0][1])
+
+
+def test_noncontiguous_and_int32_targets():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((6, 10))
+    t = rng.integers(0, 5, 12).astype(np.int32)
+    a = F.cross_entropy(x[:, ::2], t[::2])
+    b = F.cross_entropy(np.ascontiguousarray(x[:, ::2]), t[::2].astype(np.int64))
+    assert a == b
+    assert F.cross_entropy(x[0], 3) == F.cross_entropy(x[:1], np.array([3]))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_module(backend, reduction):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((8, 6)).astype(np.float32)
+    t = rng.integers(0, 6, 8)
+    t[3] = 1
+    w = rng.random(6) + 0.5                       # float64 weight, float32 logits: cast
+    crit = nn.CrossEntropyLoss(weight=w, ignore_index=1, reduction=reduction, label_smoothing=0.1)
+    tcrit = torch.nn.CrossEntropyLoss(weight=torch.tensor(w, dtype=torch.float32), ignore_index=1,
+                                      reduction=reduction, label_smoothing=0.1)
+    assert set(crit.state_dict()) == set(tcrit.state_dict()) == {"weight"}
+    with fastnn.use_backend(backend):
+        loss = crit(x, t)
+        dx = crit.backward()
+    tx = torch.tensor(x, requires_grad=True)
+    tl = tcrit(tx, torch.tensor(t))
+    tl.backward(torch.ones_like(tl))
+    if reduction == "none":
+        assert isinstance(loss, np.ndarray) and loss.shape == (8,)
+    else:
+        assert isinstance(loss, float)
+    np.testing.assert_allclose(loss, tl.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-4, atol=1e-6)
+    with pytest.raises(RuntimeError, match="backward"):
+        crit.backward()
+    # an upstream gradient scales d_logits
+    with fastnn.use_backend(backend):
+        crit(x, t)
+        g = 2.5 if reduction != "none" else np.full(8, 2.5, np.float32)
+        np.testing.assert_allclose(crit.backward(g), 2.5 * dx, rtol=1e-6, atol=1e-7)
+
+
+def test_module_defaults_and_repr():
+    crit = nn.CrossEntropyLoss()
+    assert crit.state_dict() == {}
+    x = np.random.default_rng(6).standard_normal((3, 4)).astype(np.float32)
+    t = np.array([0, 3, 1])
+    assert abs(crit(x, t) - float(torch.nn.functional.cross_entropy(torch.tensor(x), torch.tensor(t)))) < 1e-6
+    assert crit.backward().shape == (3, 4)
+    assert "reduction='mean'" in repr(crit)
+    assert "label_smoothing=0.3" in repr(nn.CrossEntropyLoss(label_smoothing=0.3))
+
+
+def test_bad_targets():
+    x = np.zeros((4, 5), np.float32)
+    with pytest.raises(IndexError, match="target contains class index 5.*5 classes"):
+        F.cross_entropy(x, np.array([0, 1, 5, 2]))
+    with pytest.raises(IndexError, match="target contains class index -1"):
+        F.cross_entropy(x, np.array([0, -1, 2, 2]))
+    with pytest.raises(IndexError, match="target"):
+        F.cross_entropy(x, np.array([0, -100, 2, 2]), ignore_index=3)
+    F.cross_entropy(x, np.array([0, 7, 2, 2]), ignore_index=7)           # ignored: fine
+    with pytest.raises(TypeError, match="target must be an integer array"):
+        F.cross_entropy(x, np.array([True, False, True, True]))
+    with pytest.raises(TypeError, match="target"):
+        F.cross_entropy(x, "abc")
+    with pytest.raises(ValueError, match=r"class-index target must have shape \(4,\)"):
+        F.cross_entropy(x, np.array([0, 1, 2]))
+    with pytest.raises(ValueError, match=r"class-index target must have shape \(4,\)"):
+        F.cross_entropy(x, np.zeros((4, 1), np.int64))
+    with pytest.raises(ValueError, match=r"probability target must have the input's shape \(4, 5\)"):
+        F.cross_entropy(x, np.zeros((4,), np.float32))
+    with pytest.raises(ValueError, match="probability target"):
+        F.cross_entropy(x, np.zeros((4, 4), np.float32))
+    with pytest.raises(TypeError, match="target has dtype float64"):
+        F.cross_entropy(x, np.zeros((4, 5), np.float64))
+    x4 = np.zeros((2, 3, 4, 5), np.float32)
+    with pytest.raises(ValueError, match=r"\(2, 4, 5\)"):
+        F.cross_entropy(x4, np.zeros((2, 3, 4), np.int64))
+
+
+def test_bad_arguments():
+    x = np.zeros((4, 5), np.float32)
+    t = np.zeros(4, np.int64)
+    with pytest.raises(ValueError, match=r"weight must have shape \(C,\) = \(5,\)"):
+        F.cross_entropy(x, t, weight=np.ones(4, np.float32))
+    with pytest.raises(TypeError, match="weight"):
+        F.cross_entropy(x, t, weight=np.ones(5, np.float64))
+    with pytest.raises(ValueError, match="reduction"):
+        F.cross_entropy(x, t, reduction="avg")
+    with pytest.raises(ValueError, match="label_smoothing"):
+        F.cross_entropy(x, t, label_smoothing=1.5)
+    with pytest.raises(TypeError, match="ignore_index"):
+        F.cross_entropy(x, t, ignore_index=1.0)
+    with pytest.raises(ValueError, match="0-d"):
+        F.cross_entropy(np.zeros((), np.float32), t)
+    with pytest.raises(TypeError, match="input"):
+        F.cross_entropy(np.zeros((4, 5), np.int64), t)
+    with pytest.raises(ValueError, match="reduction"):
+        nn.CrossEntropyLoss(reduction="batchmean")
+    with pytest.raises(ValueError, match="1-D"):
+        nn.CrossEntropyLoss(weight=np.ones((2, 2)))
+    l, ctx = F.cross_entropy_fwd(x, t)
+    with pytest.raises(ValueError, match="grad_output"):
+        F.cross_entropy_bwd(ctx, np.ones(3, np.float32))
+    with pytest.raises(TypeError, match="grad_output"):
+        F.cross_entropy_bwd(ctx, "1")
+    l, ctx = F.cross_entropy_fwd(x, t, reduction="none")
+    with pytest.raises(ValueError, match="grad_output"):
+        F.cross_entropy_bwd(ctx, 1.0)
