@@ -584,6 +584,8 @@ cdef _conv_bwd_call(cnp.ndarray x, cnp.ndarray weight, cnp.ndarray dy, cnp.ndarr
 cdef cnp.ndarray _sum_parts(cnp.ndarray part):
     """Sum over axis 0 in double, in index order (np.add.reduce on axis 0 adds rows in
     order, elementwise, so it is deterministic)."""
+    if part.shape[0] == 0:
+        return np.zeros((<object>part).shape[1:], dtype=np.float64)
     cdef cnp.ndarray acc = np.array(part[0], dtype=np.float64)
     cdef Py_ssize_t i
     for i in range(1, part.shape[0]):

@@ -238,38 +238,75 @@ cdef inline double _row_factor(Py_ssize_t oh, Py_ssize_t kh, Py_ssize_t sh, Py_s
     return <double>(r1 - r0) if include_pad else <double>(v1 - v0)
 
 
+cdef void _avg_plane(const real* x, real* y, Py_ssize_t H, Py_ssize_t W, Py_ssize_t OH,
+                     Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
+                     Py_ssize_t ph, Py_ssize_t pw, bint include_pad, Py_ssize_t override,
+                     const double* cf) noexcept nogil:
+    """One plane, tap by tap over whole output rows (sums in the row of y), then the divisor."""
+    cdef Py_ssize_t oh, ow, i, j, ih, off, o0, o1
+    cdef real* yr
+    cdef double div, hf
+    for oh in range(OH):
+        yr = y + oh * OW
+        for ow in range(OW):
+            yr[ow] = 0
+        for i in range(kh):
+            ih = oh * sh - ph + i
+            if ih < 0 or ih >= H:
+                continue
+            for j in range(kw):
+                off = j - pw
+                _ow_range(off, sw, W, OW, &o0, &o1)
+                if real is float:
+                    fnn_sum_tap_f(x + ih * W + off, sw, yr, o0, o1)
+                else:
+                    fnn_sum_tap_d(x + ih * W + off, sw, yr, o0, o1)
+        hf = _row_factor(oh, kh, sh, ph, H, include_pad)
+        for ow in range(OW):
+            div = hf * cf[ow]
+            if override != 0 and div != 0:
+                div = <double>override
+            yr[ow] = <real>(yr[ow] / div) if div != 0 else 0
+
+
+cdef void _avg_plane_bwd(const real* g, real* d, real* gs, Py_ssize_t H, Py_ssize_t W,
+                         Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw,
+                         Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw,
+                         bint include_pad, Py_ssize_t override, const double* cf) noexcept nogil:
+    """One plane: d = 0, then each output row's g / divisor added over its taps."""
+    cdef Py_ssize_t oh, ow, i, j, ih, off, o0, o1
+    cdef double div, hf
+    memset(d, 0, H * W * sizeof(real))
+    for oh in range(OH):
+        hf = _row_factor(oh, kh, sh, ph, H, include_pad)
+        for ow in range(OW):
+            div = hf * cf[ow]
+            if override != 0 and div != 0:
+                div = <double>override
+            gs[ow] = <real>(g[oh * OW + ow] / div) if div != 0 else 0
+        for i in range(kh):
+            ih = oh * sh - ph + i
+            if ih < 0 or ih >= H:
+                continue
+            for j in range(kw):
+                off = j - pw
+                _ow_range(off, sw, W, OW, &o0, &o1)
+                if real is float:
+                    fnn_scatter_tap_f(d + ih * W + off, sw, gs, o0, o1)
+                else:
+                    fnn_scatter_tap_d(d + ih * W + off, sw, gs, o0, o1)
+
+
 cdef void _avg_fwd(const real* x, real* y, Py_ssize_t P, Py_ssize_t H, Py_ssize_t W,
                    Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw,
                    Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw,
                    bint include_pad, Py_ssize_t override) noexcept nogil:
-    """Tap by tap over whole output rows (sums in the row of y), then the divisor."""
-    cdef Py_ssize_t p, oh, ow, i, j, ih, off, o0, o1
-    cdef real* yr
-    cdef double div, hf
+    cdef Py_ssize_t p
     cdef int nt = _threads_for(P * H * W, 1 << 15)
     cdef double* cf = _col_factors(OW, kw, sw, pw, W, include_pad)
     for p in prange(P, nogil=True, schedule="static", num_threads=nt):
-        for oh in range(OH):
-            yr = y + p * OH * OW + oh * OW
-            for ow in range(OW):
-                yr[ow] = 0
-            for i in range(kh):
-                ih = oh * sh - ph + i
-                if ih < 0 or ih >= H:
-                    continue
-                for j in range(kw):
-                    off = j - pw
-                    _ow_range(off, sw, W, OW, &o0, &o1)
-                    if real is float:
-                        fnn_sum_tap_f(x + p * H * W + ih * W + off, sw, yr, o0, o1)
-                    else:
-                        fnn_sum_tap_d(x + p * H * W + ih * W + off, sw, yr, o0, o1)
-            hf = _row_factor(oh, kh, sh, ph, H, include_pad)
-            for ow in range(OW):
-                div = hf * cf[ow]
-                if override != 0 and div != 0:
-                    div = <double>override
-                yr[ow] = <real>(yr[ow] / div) if div != 0 else 0
+        _avg_plane(x + p * H * W, y + p * OH * OW, H, W, OH, OW, kh, kw, sh, sw, ph, pw,
+                   include_pad, override, cf)
     free(cf)
 
 
@@ -277,35 +314,15 @@ cdef void _avg_bwd(const real* g, real* dx, Py_ssize_t P, Py_ssize_t H, Py_ssize
                    Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw,
                    Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw,
                    bint include_pad, Py_ssize_t override) noexcept nogil:
-    cdef Py_ssize_t p, oh, ow, i, j, ih, off, o0, o1
-    cdef real* d
+    cdef Py_ssize_t p
     cdef real* gs = NULL
-    cdef double div, hf
     cdef int nt = _threads_for(P * H * W, 1 << 15)
     cdef double* cf = _col_factors(OW, kw, sw, pw, W, include_pad)
     with nogil, parallel(num_threads=nt):
         gs = <real*>malloc((OW + 1) * sizeof(real))
         for p in prange(P, schedule="static"):
-            d = dx + p * H * W
-            memset(d, 0, H * W * sizeof(real))
-            for oh in range(OH):
-                hf = _row_factor(oh, kh, sh, ph, H, include_pad)
-                for ow in range(OW):
-                    div = hf * cf[ow]
-                    if override != 0 and div != 0:
-                        div = <double>override
-                    gs[ow] = <real>(g[p * OH * OW + oh * OW + ow] / div) if div != 0 else 0
-                for i in range(kh):
-                    ih = oh * sh - ph + i
-                    if ih < 0 or ih >= H:
-                        continue
-                    for j in range(kw):
-                        off = j - pw
-                        _ow_range(off, sw, W, OW, &o0, &o1)
-                        if real is float:
-                            fnn_scatter_tap_f(d + ih * W + off, sw, gs, o0, o1)
-                        else:
-                            fnn_scatter_tap_d(d + ih * W + off, sw, gs, o0, o1)
+            _avg_plane_bwd(g + p * OH * OW, dx + p * H * W, gs, H, W, OH, OW, kh, kw, sh, sw,
+                           ph, pw, include_pad, override, cf)
         free(gs)
     free(cf)
 

@@ -1,0 +1,154 @@
+"""Conv family benchmarks: conv2d (3x3 and depthwise), max/avg pooling, batchnorm2d.
+
+Each op has a forward+backward case (vs PyTorch in the same run) and, where the issue
+sets a ceiling target, a forward-only case whose GFLOP/s or GB/s is read against the
+machine's sgemm rate or copy bandwidth."""
+import numpy as np
+
+from .core import BenchCase, torch_or_none
+
+F32 = 4
+
+
+def _conv_case(N, C, H, W, O, k, pad, groups, fwd_only, op):
+    def make():
+        import fastnn.functional as F
+        from fastnn._backend import backend
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+        w = (rng.standard_normal((O, C // groups, k, k)) * 0.05).astype(np.float32)
+        b = np.zeros(O, np.float32)
+        y0 = F.conv2d(x, w, b, 1, pad, 1, groups)
+        dy = rng.standard_normal(y0.shape).astype(np.float32)
+        ref = backend("reference")
+        geo = ((1, 1), (pad, pad, pad, pad), (1, 1), groups)
+
+        if fwd_only:
+            def fast():
+                return F.conv2d(x, w, b, 1, pad, 1, groups)
+
+            def reference():
+                return ref.conv2d(x, w, b, *geo)
+        else:
+            def fast():
+                y, ctx = F.conv2d_fwd(x, w, b, 1, pad, 1, groups)
+                return F.conv2d_bwd(ctx, dy)
+
+            def reference():
+                y, s = ref.conv2d(x, w, b, *geo)
+                return ref.conv2d_backward(dy, s)
+        fns = {"fastnn": fast, "reference": None if N * C * H * W > 1 << 20 else reference,
+               "torch": None}
+        torch = torch_or_none()
+        if torch is not None:
+            tx = torch.tensor(x, requires_grad=not fwd_only)
+            tm = torch.nn.Conv2d(C, O, k, padding=pad, groups=groups)
+            tdy = torch.tensor(dy)
+            if fwd_only:
+                def t():
+                    with torch.no_grad():
+                        tm(tx)
+            else:
+                def t():
+                    tx.grad = None
+                    tm.zero_grad(set_to_none=True)
+                    tm(tx).backward(tdy)
+            fns["torch"] = t
+        return fns
+    flops = 2.0 * N * O * H * W * (C // groups) * k * k
+    return BenchCase("conv", op, f"{N}x{C}x{H}x{W}->{O} k{k}" + (f" g{groups}" if groups > 1 else ""),
+                     make, flops=flops if fwd_only else 3 * flops, min_time=0.3, max_reps=20)
+
+
+def _pool_case(kind, N, C, H, W, k, s, p, fwd_only):
+    OH = (H + 2 * p - k) // s + 1
+    OW = (W + 2 * p - k) // s + 1
+
+    def make():
+        import fastnn.functional as F
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+        dy = rng.standard_normal((N, C, OH, OW)).astype(np.float32)
+        fwd = F.max_pool2d_fwd if kind == "max" else F.avg_pool2d_fwd
+        bwd = F.max_pool2d_bwd if kind == "max" else F.avg_pool2d_bwd
+
+        if fwd_only:
+            def fast():
+                return fwd(x, k, s, p)[0]
+        else:
+            def fast():
+                y, ctx = fwd(x, k, s, p)
+                return bwd(ctx, dy)
+        fns = {"fastnn": fast, "reference": None, "torch": None}
+        torch = torch_or_none()
+        if torch is not None:
+            tx = torch.tensor(x, requires_grad=not fwd_only)
+            tdy = torch.tensor(dy)
+            tf = torch.nn.functional.max_pool2d if kind == "max" else torch.nn.functional.avg_pool2d
+            if fwd_only:
+                def t():
+                    with torch.no_grad():
+                        # with_indices: what a training forward computes (and torch saves)
+                        if kind == "max":
+                            torch.nn.functional.max_pool2d(tx, k, s, p, return_indices=True)
+                        else:
+                            tf(tx, k, s, p)
+            else:
+                def t():
+                    tx.grad = None
+                    tf(tx, k, s, p).backward(tdy)
+            fns["torch"] = t
+        return fns
+    nin, nout = N * C * H * W * F32, N * C * OH * OW * F32
+    # forward: read x, write y (+ the argmax of max pooling, int32); backward the reverse
+    idx = N * C * OH * OW * 4 if kind == "max" else 0
+    nbytes = nin + nout + idx if fwd_only else 2 * (nin + nout + idx)
+    op = f"{kind}_pool2d " + ("fwd" if fwd_only else "fwd+bwd")
+    return BenchCase("conv", op, f"{N}x{C}x{H}x{W} k{k}/{s}" + (f" p{p}" if p else ""), make,
+                     bytes=nbytes, min_time=0.3, max_reps=30)
+
+
+def _bn_case(N, C, H, W):
+    def make():
+        import fastnn.functional as F
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+        dy = rng.standard_normal((N, C, H, W)).astype(np.float32)
+        w = np.ones(C, np.float32)
+        b = np.zeros(C, np.float32)
+        rm = np.zeros(C, np.float32)
+        rv = np.ones(C, np.float32)
+
+        def fast():
+            y, ctx = F.batch_norm_fwd(x, rm, rv, w, b, True)
+            return F.batch_norm_bwd(ctx, dy)
+        fns = {"fastnn": fast, "reference": None, "torch": None}
+        torch = torch_or_none()
+        if torch is not None:
+            tx = torch.tensor(x, requires_grad=True)
+            tm = torch.nn.BatchNorm2d(C)
+            tdy = torch.tensor(dy)
+
+            def t():
+                tx.grad = None
+                tm.zero_grad(set_to_none=True)
+                tm(tx).backward(tdy)
+            fns["torch"] = t
+        return fns
+    n = N * C * H * W * F32
+    # forward reads x twice and writes y; backward reads dy, x twice and writes dx
+    return BenchCase("conv", "batch_norm2d fwd+bwd", f"{N}x{C}x{H}x{W}", make, bytes=8 * n,
+                     min_time=0.3, max_reps=30)
+
+
+def cases():
+    return [
+        _conv_case(16, 64, 56, 56, 64, 3, 1, 1, True, "conv2d 3x3 fwd"),
+        _conv_case(16, 64, 56, 56, 64, 3, 1, 1, False, "conv2d 3x3 fwd+bwd"),
+        _conv_case(16, 128, 56, 56, 128, 3, 1, 128, False, "conv2d depthwise 3x3 fwd+bwd"),
+        _pool_case("max", 16, 64, 112, 112, 2, 2, 0, True),
+        _pool_case("max", 16, 64, 112, 112, 2, 2, 0, False),
+        _pool_case("avg", 16, 64, 112, 112, 3, 2, 1, True),
+        _pool_case("avg", 16, 64, 112, 112, 3, 2, 1, False),
+        _bn_case(16, 64, 112, 112),
+    ]

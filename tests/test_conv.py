@@ -1,0 +1,205 @@
+"""Conv family: conv2d / Conv2d / DepthwiseSeparableConv2d against torch, thread
+determinism of the compiled paths (im2col, 1x1, depthwise), init, bad input."""
+import numpy as np
+import pytest
+
+import fastnn
+import fastnn.functional as F
+from fastnn import nn
+
+torch = pytest.importorskip("torch")
+
+
+def _torch_conv(m):
+    t = torch.nn.Conv2d(m.in_channels, m.out_channels, m.kernel_size, m.stride, m.padding,
+                        m.dilation, m.groups, bias=m.bias is not None).double()
+    t.load_state_dict({k: torch.tensor(np.asarray(v, np.float64)) for k, v in m.state_dict().items()})
+    return t
+
+
+CONFIGS = [
+    dict(in_channels=6, out_channels=8, kernel_size=3, padding=1),
+    dict(in_channels=6, out_channels=4, kernel_size=(3, 2), stride=(2, 1), padding=(1, 0), bias=False),
+    dict(in_channels=4, out_channels=6, kernel_size=3, dilation=2, padding="same"),
+    dict(in_channels=6, out_channels=9, kernel_size=3, groups=3, stride=2, padding=1),
+    dict(in_channels=6, out_channels=6, kernel_size=3, groups=6, padding=1),
+    dict(in_channels=4, out_channels=8, kernel_size=5, groups=4, stride=2, padding=2, dilation=1),
+    dict(in_channels=6, out_channels=5, kernel_size=1),
+    dict(in_channels=6, out_channels=4, kernel_size=1, groups=2, stride=2),
+    dict(in_channels=3, out_channels=4, kernel_size=4, padding="same"),
+    dict(in_channels=3, out_channels=4, kernel_size=3, padding="valid"),
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+def test_conv2d_module_matches_torch(cfg, dtype, threads):
+    old = fastnn.get_num_threads()
+    fastnn.set_num_threads(threads)
+    try:
+        fastnn.manual_seed(0)
+        m = nn.Conv2d(**cfg).to(dtype)
+        t = _torch_conv(m)
+        rng = np.random.default_rng(1)
+        x = rng.standard_normal((5, cfg["in_channels"], 13, 11)).astype(dtype)
+        y = m(x)
+        tx = torch.tensor(x.astype(np.float64), requires_grad=True)
+        ty = t(tx)
+        tol = dict(rtol=2e-4, atol=2e-4) if dtype == np.float32 else dict(rtol=1e-9, atol=1e-10)
+        np.testing.assert_allclose(y, ty.detach().numpy(), **tol)
+        dy = rng.standard_normal(y.shape).astype(dtype)
+        dx = m.backward(dy)
+        ty.backward(torch.tensor(dy.astype(np.float64)))
+        np.testing.assert_allclose(dx, tx.grad.numpy(), **tol)
+        np.testing.assert_allclose(m.weight.grad, t.weight.grad.numpy(), **tol)
+        if m.bias is not None:
+            np.testing.assert_allclose(m.bias.grad, t.bias.grad.numpy(), **tol)
+        assert y.dtype == dx.dtype == m.weight.grad.dtype == dtype
+    finally:
+        fastnn.set_num_threads(old)
+
+
+@pytest.mark.parametrize("shape,wshape,kw", [
+    ((6, 16, 20, 20), (24, 16, 3, 3), dict(padding=1)),          # im2col, several tiles
+    ((5, 32, 18, 18), (16, 32, 1, 1), {}),                         # 1x1 plain GEMM
+    ((6, 24, 21, 20), (24, 1, 3, 3), dict(padding=1, groups=24)),  # depthwise
+    ((5, 12, 17, 19), (12, 6, 3, 3), dict(padding=2, dilation=2, groups=2, stride=2)),
+])
+def test_conv2d_bit_identical_across_threads(shape, wshape, kw):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal(wshape).astype(np.float32)
+    b = rng.standard_normal(wshape[0]).astype(np.float32)
+    old = fastnn.get_num_threads()
+    res = []
+    try:
+        for n in (1, 2, 3, 4):
+            fastnn.set_num_threads(n)
+            y, ctx = F.conv2d_fwd(x, w, b, **kw)
+            dy = np.cos(np.arange(y.size, dtype=np.float32)).reshape(y.shape)
+            res.append((y,) + tuple(F.conv2d_bwd(ctx, dy)))
+    finally:
+        fastnn.set_num_threads(old)
+    for r in res[1:]:
+        for a, e in zip(r, res[0]):
+            np.testing.assert_array_equal(a, e)
+    with fastnn.use_backend("reference"):
+        y, ctx = F.conv2d_fwd(x, w, b, **kw)
+        ref = (y,) + tuple(F.conv2d_bwd(ctx, dy))
+    for a, e in zip(res[0], ref):
+        np.testing.assert_allclose(a, e, rtol=2e-4, atol=2e-3)
+
+
+def test_conv2d_scipy_blas_fallback_agrees():
+    from fastnn._backend import backend
+    mod = backend("cpu").conv2d.__module__
+    import importlib
+    cmod = importlib.import_module(mod)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 8, 9, 9))
+    w = rng.standard_normal((5, 8, 3, 3))
+    y1, ctx1 = F.conv2d_fwd(x, w, None, padding=1)
+    g1 = F.conv2d_bwd(ctx1, y1)
+    cmod._use_scipy_blas()
+    try:
+        y2, ctx2 = F.conv2d_fwd(x, w, None, padding=1)
+        g2 = F.conv2d_bwd(ctx2, y2)
+    finally:
+        cmod._load_numpy_blas()
+    np.testing.assert_allclose(y1, y2, rtol=1e-12, atol=1e-12)
+    for a, e in zip(g1[:2], g2[:2]):
+        np.testing.assert_allclose(a, e, rtol=1e-12, atol=1e-11)
+
+
+def test_conv2d_zero_batch():
+    x = np.zeros((0, 3, 5, 5), np.float32)
+    w = np.ones((2, 3, 3, 3), np.float32)
+    b = np.ones(2, np.float32)
+    y, ctx = F.conv2d_fwd(x, w, b, padding=1)
+    assert y.shape == (0, 2, 5, 5)
+    dx, dw, db = F.conv2d_bwd(ctx, y)
+    assert dx.shape == x.shape and not dw.any() and not db.any()
+
+
+def test_depthwise_separable_matches_torch():
+    fastnn.manual_seed(3)
+    m = nn.DepthwiseSeparableConv2d(4, 6, 3, stride=2, padding=1).double()
+    sd = m.state_dict()
+    assert list(sd) == ["depthwise.weight", "depthwise.bias", "pointwise.weight", "pointwise.bias"]
+    assert sd["depthwise.weight"].shape == (4, 1, 3, 3) and sd["pointwise.weight"].shape == (6, 4, 1, 1)
+    dw = torch.nn.Conv2d(4, 4, 3, 2, 1, groups=4).double()
+    pw = torch.nn.Conv2d(4, 6, 1).double()
+    dw.weight.data = torch.tensor(sd["depthwise.weight"])
+    dw.bias.data = torch.tensor(sd["depthwise.bias"])
+    pw.weight.data = torch.tensor(sd["pointwise.weight"])
+    pw.bias.data = torch.tensor(sd["pointwise.bias"])
+    x = np.random.default_rng(0).standard_normal((2, 4, 9, 8))
+    tx = torch.tensor(x, requires_grad=True)
+    ty = pw(dw(tx))
+    y = m(x)
+    np.testing.assert_allclose(y, ty.detach().numpy(), rtol=1e-10, atol=1e-12)
+    dy = np.ones_like(y)
+    dx = m.backward(dy)
+    ty.backward(torch.ones_like(ty))
+    np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(m.depthwise.weight.grad, dw.weight.grad.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(m.pointwise.bias.grad, pw.bias.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_conv2d_init_and_names_like_torch():
+    fastnn.manual_seed(0)
+    m = nn.Conv2d(8, 16, (3, 5), groups=2)
+    t = torch.nn.Conv2d(8, 16, (3, 5), groups=2)
+    assert list(m.state_dict()) == list(t.state_dict())
+    assert m.weight.shape == tuple(t.weight.shape) and m.weight.dtype == np.float32
+    bound = 1 / np.sqrt(4 * 3 * 5)           # kaiming_uniform(a=sqrt(5)) on fan_in = 4*3*5
+    assert np.abs(m.weight.data).max() <= bound and np.abs(m.weight.data).max() > 0.9 * bound
+    assert np.abs(m.bias.data).max() <= bound
+    # uniform on [-b, b]: std b / sqrt(3)
+    assert abs(m.weight.data.std() - bound / np.sqrt(3)) < 0.1 * bound
+    assert nn.Conv2d(3, 4, 3, bias=False).bias is None
+    m.load_state_dict({k: v.detach().numpy() for k, v in t.state_dict().items()})
+    np.testing.assert_array_equal(m.weight.data, t.weight.detach().numpy())
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: F.conv2d(np.ones((1, 3, 5, 5)), np.ones((2, 4, 3, 3))), r"3 channels.*\(1, 3, 5, 5\)"),
+    (lambda: F.conv2d(np.ones((1, 4, 5, 5)), np.ones((3, 2, 3, 3)), groups=2), "out_channels"),
+    (lambda: F.conv2d(np.ones((1, 3, 5, 5)), np.ones((3, 1, 3, 3)), groups=2), "groups=2 must divide"),
+    (lambda: F.conv2d(np.ones((1, 1, 2, 2)), np.ones((1, 1, 3, 3))), "larger than the padded input"),
+    (lambda: F.conv2d(np.ones((1, 1, 4, 4)), np.ones((1, 1, 3, 3)), dilation=2), "larger than the padded"),
+    (lambda: F.conv2d(np.ones((1, 1, 5, 5)), np.ones((1, 1, 3, 3)), stride=0), "stride"),
+    (lambda: F.conv2d(np.ones((1, 1, 5, 5)), np.ones((1, 1, 3, 3)), dilation=(1, -1)), "dilation"),
+    (lambda: F.conv2d(np.ones((1, 1, 5, 5)), np.ones((1, 1, 3, 3)), padding=-1), "padding"),
+    (lambda: F.conv2d(np.ones((1, 1, 5, 5)), np.ones((1, 1, 3, 3)), padding="full"), "padding"),
+    (lambda: F.conv2d(np.ones((1, 1, 5, 5)), np.ones((1, 1, 3, 3)), stride=2, padding="same"),
+     "strided"),
+    (lambda: F.conv2d(np.ones((3, 5, 5)), np.ones((1, 3, 3, 3))), r"4-D.*\(3, 5, 5\)"),
+    (lambda: F.conv2d(np.ones((1, 3, 5, 5)), np.ones((1, 3, 3))), r"weight must be 4-D"),
+    (lambda: F.conv2d(np.ones((1, 3, 5, 5)), np.ones((2, 3, 3, 3)), np.ones(3)), r"bias.*\(2,\)"),
+    (lambda: F.conv2d(np.ones((1, 3, 5, 5)), np.ones((2, 3, 3, 3)), groups=0), "groups"),
+    (lambda: nn.Conv2d(3, 4, 3, stride=2, padding="same"), "strided"),
+    (lambda: nn.Conv2d(3, 4, 3, groups=2), "divisible by groups"),
+    (lambda: nn.Conv2d(4, 6, 0), "kernel_size"),
+])
+def test_conv2d_bad_input(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_conv2d_type_errors():
+    with pytest.raises(TypeError, match="weight has dtype float64"):
+        F.conv2d(np.ones((1, 1, 5, 5), np.float32), np.ones((1, 1, 3, 3)))
+    with pytest.raises(TypeError, match="stride"):
+        F.conv2d(np.ones((1, 1, 5, 5)), np.ones((1, 1, 3, 3)), stride=1.5)
+    with pytest.raises(TypeError, match="groups"):
+        F.conv2d(np.ones((1, 1, 5, 5)), np.ones((1, 1, 3, 3)), groups=1.0)
+    with pytest.raises(TypeError):
+        F.conv2d(np.ones((1, 1, 5, 5), np.int64), np.ones((1, 1, 3, 3)))
+
+
+def test_conv2d_backward_needs_forward():
+    m = nn.Conv2d(1, 1, 3)
+    with pytest.raises(RuntimeError, match="forward"):
+        m.backward(np.ones((1, 1, 3, 3), np.float32))
