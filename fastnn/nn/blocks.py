@@ -23,6 +23,16 @@ def _transposed(a):
     return np.ascontiguousarray(a.T)
 
 
+def _add(a, b):
+    """a + b as a fresh array, on the host or (both operands there) the device."""
+    if type(a) is np.ndarray and type(b) is np.ndarray:
+        return a + b
+    from ..cuda import _kit
+    out = _kit.copy(_kit.dev(a))
+    _kit.accumulate(out, _kit.dev(b))
+    return out
+
+
 class Conv1D(Module):
     """GPT-2's Conv1D(nf, nx): y = x @ weight + bias, weight (nx, nf) ~ N(0, 0.02^2), bias 0."""
 
@@ -99,15 +109,15 @@ class Residual(Module):
 
     def forward(self, x):
         fx = self.module(x)
-        if tuple(np.shape(fx)) != tuple(np.shape(x)):
+        if tuple(fx.shape) != tuple(x.shape):
             raise ValueError(f"Residual: the wrapped module must keep the input's shape "
-                             f"{tuple(np.shape(x))}, got {tuple(np.shape(fx))}")
+                             f"{tuple(x.shape)}, got {tuple(fx.shape)}")
         self._keep(True)
-        return x + fx
+        return _add(x, fx)
 
     def backward(self, dy):
         self._take()
-        return dy + self.module.backward(dy)
+        return _add(dy, self.module.backward(dy))
 
 
 class StdLayerNorm(Module):

@@ -25,7 +25,11 @@ class Embedding(Module):
         self.weight = Parameter(w)
 
     def forward(self, idx):
-        y, ctx = F.embedding_fwd(idx, self.weight.data, self.padding_idx)
+        w = self.weight.data
+        if is_device(w) and isinstance(idx, np.ndarray):
+            from .. import to_device      # host token ids for a table on the GPU: move them
+            idx = to_device(np.ascontiguousarray(idx))
+        y, ctx = F.embedding_fwd(idx, w, self.padding_idx)
         self._keep(ctx)
         return y
 

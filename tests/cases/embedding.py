@@ -49,7 +49,6 @@ def _build(ctor):
 
 MODULE_CASES = [
     ModuleCase("embedding_module_padding", _build(lambda: nn.Embedding(9, 4, padding_idx=0)),
-               _idx(3, 6, 9), backends=("cpu",)),
-    ModuleCase("positional_embedding", _build(lambda: nn.PositionalEmbedding(8, 5)), _idx(3, 6, 50),
-               backends=("cpu",)),
+               _idx(3, 6, 9)),
+    ModuleCase("positional_embedding", _build(lambda: nn.PositionalEmbedding(8, 5)), _idx(3, 6, 50)),
 ]

@@ -53,19 +53,14 @@ def _seeded(ctor):
     return build
 
 
-# Conv1D's transpose is host-only for now, so the block cases run on the cpu backend.
 MODULE_CASES = [
-    ModuleCase("conv1d_gpt2", _seeded(lambda: nn.Conv1D(6, 5)), _x((2, 3, 5)), backends=("cpu",)),
-    ModuleCase("feedforward_gelu_tanh", _seeded(lambda: nn.FeedForward(6)), _x((2, 4, 6)),
-               backends=("cpu",)),
+    ModuleCase("conv1d_gpt2", _seeded(lambda: nn.Conv1D(6, 5)), _x((2, 3, 5))),
+    ModuleCase("feedforward_gelu_tanh", _seeded(lambda: nn.FeedForward(6)), _x((2, 4, 6))),
     ModuleCase("feedforward_dropout",
-               _seeded(lambda: nn.FeedForward(5, 7, dropout=0.3)), _x((3, 5)),
-               backends=("cpu",)),
+               _seeded(lambda: nn.FeedForward(5, 7, dropout=0.3)), _x((3, 5))),
     ModuleCase("feedforward_relu_dropout",
-               _seeded(lambda: nn.FeedForward(5, 7, dropout=0.3, activation="relu")), _x((3, 5)),
-               backends=("cpu",)),
+               _seeded(lambda: nn.FeedForward(5, 7, dropout=0.3, activation="relu")), _x((3, 5))),
     ModuleCase("residual_feedforward", _seeded(lambda: nn.Residual(nn.FeedForward(4, 8))),
-               _x((2, 3, 4)), backends=("cpu",)),
-    ModuleCase("std_layer_norm_module", _seeded(lambda: nn.StdLayerNorm(6)), _x((4, 6)),
-               backends=("cpu",)),
+               _x((2, 3, 4))),
+    ModuleCase("std_layer_norm_module", _seeded(lambda: nn.StdLayerNorm(6)), _x((4, 6))),
 ]
