@@ -50,7 +50,11 @@ def linear(cnp.ndarray x, cnp.ndarray weight, object bias):
     shape = (<object>x).shape[:-1] + (n_out,)
     cdef cnp.ndarray y = np.empty(shape, dtype=x.dtype)
     cdef cnp.ndarray b
-    cdef int nt = _threads_for(rows * n_out, 1 << 15)
+    # The bias fill / column sum run on one thread: waking the OpenMP team right next to
+    # BLAS's own thread pool makes the two pools fight for the cores (spin-waiting
+    # workers); measured 2-4x slower GEMMs on a 2-core machine.  They are memory-bound
+    # and small next to the GEMM, and their chunking does not depend on nt.
+    cdef int nt = 1
     if x.dtype == np.float32:
         if bias is not None:
             b = bias
@@ -109,7 +113,11 @@ def linear_backward(cnp.ndarray dy, tuple saved):
     cdef cnp.ndarray dx = np.empty_like(x)
     cdef cnp.ndarray dw = np.empty_like(w)
     cdef cnp.ndarray db = np.empty(n_out, dtype=x.dtype) if has_bias else None
-    cdef int nt = _threads_for(rows * n_out, 1 << 15)
+    # The bias fill / column sum run on one thread: waking the OpenMP team right next to
+    # BLAS's own thread pool makes the two pools fight for the cores (spin-waiting
+    # workers); measured 2-4x slower GEMMs on a 2-core machine.  They are memory-bound
+    # and small next to the GEMM, and their chunking does not depend on nt.
+    cdef int nt = 1
     if x.dtype == np.float32:
         with nogil:
             gemm[float](False, False, <int>rows, <int>n_in, <int>n_out, 1.0,
