@@ -12,7 +12,6 @@ from fastnn._backend import backend
 # fallbacks exactly (so it shrinks as kernels land, and nothing slips in unnoticed);
 # issue "GPU path" is done when it is empty.
 CUDA_PENDING = set() | {
-    "cross_entropy", "cross_entropy_backward",
 }
 
 
