@@ -51,6 +51,10 @@ def batch_norm_fwd(x, running_mean, running_var, weight=None, bias=None, trainin
         if m <= 1:
             raise ValueError(f"batch_norm: expected more than 1 value per channel when training, "
                              f"got input of shape {tuple(x.shape)}")
+        for a, name in ((running_mean, "running_mean"), (running_var, "running_var")):
+            if isinstance(a, np.ndarray) and not a.flags.writeable:
+                raise ValueError(f"batch_norm: {name} is read-only, but training updates it "
+                                 f"in place (pass a writeable array, or training=False)")
     elif rm is None or rv is None:
         raise ValueError("batch_norm: running_mean and running_var are required when "
                          "training=False (they normalise in evaluation mode)")

@@ -14,9 +14,14 @@ from ._util import cast, f64
 OPS = ("batch_norm", "batch_norm_backward")
 
 
+def _spatial(x):
+    """Elements per (sample, channel): not -1, zero-size batches are allowed."""
+    return int(np.prod(x.shape[2:], dtype=np.int64))
+
+
 def batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps):
     N, C = x.shape[0], x.shape[1]
-    x3 = f64(x).reshape(N, C, -1)
+    x3 = f64(x).reshape(N, C, _spatial(x))
     if training:
         m = x3.shape[0] * x3.shape[2]
         mean = x3.mean(axis=(0, 2))
@@ -41,8 +46,8 @@ def batch_norm_backward(dy, saved):
     """-> (d_input, d_weight or None, d_bias or None)."""
     x, weight, has_bias, mean, rstd, training = saved
     N, C = x.shape[0], x.shape[1]
-    x3 = f64(x).reshape(N, C, -1)
-    g0 = f64(dy).reshape(N, C, -1)
+    x3 = f64(x).reshape(N, C, _spatial(x))
+    g0 = f64(dy).reshape(N, C, _spatial(x))
     xhat = (x3 - mean[:, None]) * rstd[:, None]
     w = f64(weight)[:, None] if weight is not None else 1.0
     g = g0 * w

@@ -20,7 +20,7 @@ def embedding_backward(dy, saved):
     idx, num, padding_idx = saved
     dim = dy.shape[-1] if dy.ndim else 0
     dw = np.zeros((num, dim), np.float64)
-    np.add.at(dw, idx.reshape(-1), f64(dy).reshape(-1, dim))
+    np.add.at(dw, idx.reshape(-1), f64(dy).reshape(idx.size, dim))  # not -1: dim may be 0
     if padding_idx is not None:
         dw[padding_idx] = 0.0
     return cast(dw, dy)
