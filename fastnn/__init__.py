@@ -3,12 +3,24 @@
 Compiled Cython + OpenMP kernels on the CPU, a plain NumPy reference backend (the
 test oracle), and numba.cuda kernels on the GPU, behind one torch-shaped API.
 """
-from ._version import __version__
-from ._backend import (available_backends, get_backend, get_num_threads, set_backend,
-                       set_num_threads, use_backend)
-from ._random import manual_seed, initial_seed
-from . import functional
-from . import nn
+import os as _os
+
+# libgomp's workers spin for a while after each parallel region (GOMP_SPINCOUNT, 300k
+# iterations by default) before they sleep.  fastnn alternates OpenMP kernels with BLAS
+# calls whose own threads need the same cores, and spinning OpenMP workers steal them
+# (measured 2-3x slower layer_norm -> linear chains on 2 cores).  A short spin keeps a
+# region's start-up fast and then yields the cores.  It must be set before libgomp
+# loads (the compiled kernels load lazily); a user's own OMP_WAIT_POLICY or
+# GOMP_SPINCOUNT wins.
+if "OMP_WAIT_POLICY" not in _os.environ:
+    _os.environ.setdefault("GOMP_SPINCOUNT", "10000")
+
+from ._version import __version__  # noqa: E402
+from ._backend import (available_backends, get_backend, get_num_threads,  # noqa: E402
+                       set_backend, set_num_threads, use_backend)
+from ._random import manual_seed, initial_seed  # noqa: E402
+from . import functional  # noqa: E402
+from . import nn  # noqa: E402
 from . import optim  # noqa: E402
 from . import models  # noqa: E402
 from .io import load, save  # noqa: E402
