@@ -46,6 +46,8 @@ def to_numpy(a):
     """Copy a device array to a NumPy array (NumPy arrays pass through unchanged)."""
     if type(a) is np.ndarray:
         return a
+    if not (hasattr(a, "__cuda_array_interface__") or hasattr(a, "copy_to_host")):
+        return np.asarray(a)   # host scalars and array-likes
     return _rt().to_numpy(a)
 
 
