@@ -157,6 +157,7 @@ class FuzzOp:
     family: str = ""                     # for per-family tests (leaks); default: the name
     gil: bool = True                     # the compiled kernels release the GIL (tested)
     blas: bool = False                   # calls a multi-threaded BLAS GEMM (see test_threads)
+    mutable: Sequence[int] = ()          # args the op updates in place (running stats)
 
     def __str__(self):
         return self.name
@@ -195,6 +196,11 @@ def _set(i, value):
     def m(args, kwargs):
         args[i] = value(args[i]) if callable(value) else value
     return m
+
+
+def _readonly(a):
+    a.flags.writeable = False
+    return a
 
 
 def _kw(key, value):
@@ -351,6 +357,386 @@ FUZZ.append(FuzzOp("gelu", F.gelu_fwd, F.gelu_bwd, _gelu_draw, ("input", "approx
 MODULES.append(ModuleSpec("GELU", lambda dt: nn.GELU("tanh"), _x_make((4, 3)),
                           bad_inputs=[("bool input", lambda x: x > 0, "input")]))
 BAD_CALLS += [BadCall("GELU(approximate='fast')", lambda: nn.GELU("fast"), "approximate")]
+
+
+# ================================================================== activations (all)
+def _act(name, extra=None, huge=False, scale=3.0, bad=(), random=False, kernels=None):
+    """An elementwise activation F.<name>_fwd(x, *extra(D))."""
+    fwd, bwd, inf = getattr(F, name + "_fwd"), getattr(F, name + "_bwd"), getattr(F, name)
+
+    def draw(D, dt):
+        x = D.array(D.dims(0, 4), dt, scale)
+        return [x] + (list(extra(D)) if extra else []), {}
+    n_extra = len(extra(RngDraw(0))) if extra else 0
+    return FuzzOp(name, fwd, bwd, draw, ("input",) + (None,) * n_extra,
+                  kernels or (name, name + "_backward"), infer=inf, huge=huge, bad=list(bad),
+                  family="activation", random=random)
+
+
+FUZZ += [
+    _act("relu"),
+    _act("leaky_relu", lambda D: [D.choice([0.01, 0.2, -0.5, 1.5])]),
+    _act("elu", lambda D: [D.choice([1.0, 0.5, 2.0])],
+         bad=[Bad("alpha str", _set(1, "a"), "alpha")]),
+    _act("selu"),
+    _act("celu", lambda D: [D.choice([1.0, 0.5, 2.0])],
+         bad=[Bad("alpha = 0", _set(1, 0.0), "alpha")]),
+    _act("silu"),
+    _act("softplus", lambda D: [D.choice([1.0, 0.5, 2.0]), D.choice([20.0, 1.0, 5.0])], huge=True,
+         bad=[Bad("beta = 0", _set(1, 0.0), "beta"), Bad("threshold str", _set(2, "x"), "threshold")]),
+    _act("sigmoid", huge=True),
+    _act("tanh"),
+    _act("rrelu", lambda D: [D.choice([0.125, 0.0]), D.choice([1 / 3, 0.5]), D.bool()], random=True,
+         bad=[Bad("lower > upper", _set(1, 0.9), "lower|upper"),
+              Bad("lower str", _set(1, "a"), "lower")]),
+]
+FUZZ.append(FuzzOp("softmin", F.softmin_fwd, F.softmin_bwd, _sm_draw, ("input", "dim"),
+                   ("softmax", "softmax_backward", "neg"), infer=F.softmin, huge=True, bad=_sm_bad,
+                   family="softmax"))
+
+
+def _prelu_draw(D, dt):
+    shape = D.dims(1, 4, big=(64, 32, 50))
+    c = shape[1] if len(shape) > 1 and D.bool() else 1
+    return [D.array(shape, dt, 3.0), D.array((c,), dt, 0.3, 0.25)], {}
+
+
+FUZZ.append(FuzzOp("prelu", F.prelu_fwd, F.prelu_bwd, _prelu_draw, ("input", "weight"),
+                   ("prelu", "prelu_backward"), infer=F.prelu, family="activation",
+                   bad=[Bad("weight wrong length", _set(1, lambda w: np.ones(w.size + 7, w.dtype)),
+                            "weight"),
+                        Bad("weight 2-D", _set(1, lambda w: w.reshape(1, -1)), "weight")]))
+
+for _cls, _args in [(nn.ReLU, ()), (nn.LeakyReLU, (0.2,)), (nn.ELU, (0.7,)), (nn.SELU, ()),
+                    (nn.CELU, (1.3,)), (nn.SiLU, ()), (nn.Softplus, (2.0, 5.0)), (nn.Sigmoid, ()),
+                    (nn.Tanh, ()), (nn.PReLU, (3,)), (nn.Softmin, (1,))]:
+    MODULES.append(ModuleSpec(_cls.__name__, (lambda c, a: lambda dt: c(*a).to(dt))(_cls, _args),
+                              _x_make((4, 3), (64, 3, 400)),
+                              bad_inputs=[("int input", lambda x: x.astype(np.int32), "input")]))
+MODULES.append(ModuleSpec("RReLU", lambda dt: nn.RReLU(0.1, 0.3), _x_make((4, 3)), random=True))
+BAD_CALLS += [
+    BadCall("ELU(alpha='a')", lambda: nn.ELU("a"), "alpha"),
+    BadCall("Softplus(beta=0)", lambda: nn.Softplus(0.0), "beta"),
+    BadCall("RReLU(lower=0.5, upper=0.1)", lambda: nn.RReLU(0.5, 0.1), "lower|upper"),
+    BadCall("PReLU(num_parameters=0)", lambda: nn.PReLU(0), "num_parameters"),
+]
+
+
+# ================================================================== dropout
+def _dropout_draw(D, dt):
+    return [D.array(D.dims(0, 4), dt), D.choice([0.0, 0.1, 0.5, 0.9, 1.0]), D.bool()], {}
+
+
+FUZZ.append(FuzzOp("dropout", F.dropout_fwd, F.dropout_bwd, _dropout_draw, ("input", "p", None),
+                   ("dropout", "dropout_backward"), infer=F.dropout, random=True, family="dropout",
+                   bad=[Bad("p = 1.5", _set(1, 1.5), "p"), Bad("p < 0", _set(1, -0.1), "p"),
+                        Bad("p str", _set(1, "0.5"), "p")]))
+MODULES.append(ModuleSpec("Dropout", lambda dt: nn.Dropout(0.3), _x_make((4, 3)), random=True))
+BAD_CALLS += [BadCall("Dropout(p=2)", lambda: nn.Dropout(2.0), "p")]
+
+
+# ================================================================== embedding
+def _emb_draw(D, dt):
+    num, dim = D.side(1, 7, 1000), D.side(0, 5, 256)
+    idx = D.integers(D.dims(0, 3, big=(64, 256)), 0, num)
+    pad = D.choice([None, 0, num - 1, -1])
+    return [idx, D.array((num, dim), dt), pad], {}
+
+
+FUZZ.append(FuzzOp("embedding", F.embedding_fwd, F.embedding_bwd, _emb_draw,
+                   ("input", "weight", "padding_idx"), ("embedding", "embedding_backward"),
+                   infer=F.embedding, family="embedding", special=False,
+                   bad=[Bad("index too large", _set(0, lambda i: i + 1000), "input|ind", exc=(IndexError, ValueError)),
+                        Bad("index negative", _set(0, lambda i: i - 1000), "input|ind", exc=(IndexError, ValueError)),
+                        Bad("float indices", _set(0, lambda i: i.astype(np.float32)), "input|ind"),
+                        Bad("weight 1-D", _set(1, lambda w: w[0]), "weight"),
+                        Bad("padding_idx out of range", _set(2, 10 ** 6), "padding_idx"),
+                        Bad("padding_idx float", _set(2, 1.5), "padding_idx")]))
+MODULES.append(ModuleSpec(
+    "Embedding", lambda dt: nn.Embedding(10, 4, padding_idx=0).to(dt),
+    lambda rng, dt, big=False: (rng.integers(0, 10, (64, 32) if big else (3, 5)),),
+    bad_inputs=[("index 10 of 10", lambda i: i + 10, "input|ind"),
+                ("float indices", lambda i: i.astype(np.float64), "input|ind")]))
+BAD_CALLS += [BadCall("Embedding(num_embeddings=-1)", lambda: nn.Embedding(-1, 3), "num_embeddings"),
+              BadCall("Embedding(padding_idx=5) of 3", lambda: nn.Embedding(3, 2, padding_idx=5),
+                      "padding_idx")]
+
+
+# ================================================================== loss
+def _ce_draw(D, dt):
+    n, c = D.side(0, 6, 512), D.side(1, 6, 1000)
+    extra = D.dims(0, 1, side_lo=1, side_hi=3, big=())
+    x = D.array((n, c) + extra, dt, D.choice([1.0, 4.0]))
+    t = D.integers((n,) + extra, 0, c)
+    if D.bool() and t.size:
+        t.reshape(-1)[0] = -100
+    w = D.uniform((c,), dt, 0.2, 2.0) if D.bool() else None
+    return [x, t, w, -100, D.choice(["mean", "sum", "none"]), D.choice([0.0, 0.1, 0.5])], {}
+
+
+FUZZ.append(FuzzOp("cross_entropy", F.cross_entropy_fwd, F.cross_entropy_bwd, _ce_draw,
+                   ("input", "target", "weight", None, None, None), ("cross_entropy", "cross_entropy_backward"),
+                   infer=F.cross_entropy, huge=True, family="loss", rtol32=5e-4, atol32=5e-5,
+                   bad=[Bad("target out of range", _set(1, lambda t: t + 1000), "target",
+                            exc=(IndexError, ValueError)),
+                        Bad("target float", _set(1, lambda t: t.astype(np.float32)[..., None]), "target"),
+                        Bad("target wrong shape", _set(1, lambda t: np.zeros(t.shape[:1] + (7, 7), np.int64)),
+                            "target"),
+                        Bad("weight wrong length", _set(2, lambda w: np.ones(99, np.float32)), "weight"),
+                        Bad("reduction 'avg'", _set(4, "avg"), "reduction"),
+                        Bad("label_smoothing 1.5", _set(5, 1.5), "label_smoothing"),
+                        Bad("input 1-D", _set(0, lambda x: x.reshape(-1)), "input|target")]))
+
+
+class _CELossSpec:
+    @staticmethod
+    def make(rng, dt, big=False):
+        n = 256 if big else 4
+        return rng.standard_normal((n, 5)).astype(dt), rng.integers(0, 5, n)
+
+
+MODULES.append(ModuleSpec("CrossEntropyLoss", lambda dt: nn.CrossEntropyLoss(label_smoothing=0.1),
+                          _CELossSpec.make, grads=lambda rng, out: (),
+                          bad_inputs=[("int logits", lambda x: x.astype(np.int64), "input")]))
+BAD_CALLS += [BadCall("CrossEntropyLoss(reduction='x')", lambda: nn.CrossEntropyLoss(reduction="x"),
+                      "reduction")]
+
+
+# ================================================================== stdnorm
+def _std_draw(D, dt):
+    d = D.side(2, 7, 768)
+    x = D.array(D.dims(0, 2, big=(256,)) + (d,), dt, 2.0, 0.5)
+    return [x, D.array((d,), dt, 0.3, 1.0) if D.bool() else None,
+            D.array((d,), dt) if D.bool() else None, D.choice([1e-6, 1e-3])], {}
+
+
+FUZZ.append(FuzzOp("std_layer_norm", F.std_layer_norm_fwd, F.std_layer_norm_bwd, _std_draw,
+                   ("input", "a", "b", "eps"), ("std_layer_norm", "std_layer_norm_backward"),
+                   infer=F.std_layer_norm, family="stdnorm", rtol32=5e-4, atol32=5e-4,
+                   bad=[Bad("a wrong shape", _set(1, lambda a: np.ones(99, np.float32)), "a"),
+                        Bad("eps < 0", _set(3, -1.0), "eps")]))
+MODULES.append(ModuleSpec("StdLayerNorm", lambda dt: nn.StdLayerNorm(8).to(dt),
+                          lambda rng, dt, big=False: (rng.standard_normal((64 if big else 3, 8)).astype(dt),),
+                          bad_inputs=[("wrong features", lambda x: x[..., :-1], "input|features|shape|a")]))
+
+
+# ================================================================== batchnorm
+def _bn_draw(D, dt):
+    train = D.bool()
+    n = D.side(2 if train else 0, 5, 64)
+    c = D.side(1, 4, 32)
+    spatial = D.dims(0, 2, side_lo=1, side_hi=3, big=(16, 16))
+    x = D.array((n, c) + spatial, dt, 2.0, 0.5)
+    stats = D.bool() or not train
+    rm = D.array((c,), dt, 0.1) if stats else None
+    rv = D.uniform((c,), dt, 0.5, 2.0) if stats else None
+    w = D.array((c,), dt, 0.3, 1.0) if D.bool() else None
+    b = D.array((c,), dt) if D.bool() else None
+    return [x, rm, rv, w, b, train, D.choice([0.1, 0.5]), D.choice([1e-5, 1e-3])], {}
+
+
+FUZZ.append(FuzzOp("batch_norm", F.batch_norm_fwd, F.batch_norm_bwd, _bn_draw,
+                   ("input", "running_mean", "running_var", "weight", "bias", None, "momentum", "eps"),
+                   ("batch_norm", "batch_norm_backward"), infer=F.batch_norm, family="batchnorm",
+                   rtol32=5e-4, atol32=5e-4, mutable=(1, 2),
+                   bad=[Bad("running_mean wrong length", _set(1, lambda a: np.zeros(9, np.float32)),
+                            "running_mean"),
+                        Bad("weight wrong length", _set(3, lambda a: np.ones(9, np.float32)), "weight"),
+                        Bad("1-D input", _set(0, lambda x: x.reshape(-1)), "input"),
+                        Bad("eps = 0", _set(7, 0.0), "eps"),
+                        Bad("read-only running_mean in training",
+                            lambda a, k: (a.__setitem__(1, _readonly(np.zeros(a[0].shape[1], a[0].dtype))),
+                                          a.__setitem__(2, np.ones(a[0].shape[1], a[0].dtype)),
+                                          a.__setitem__(5, True)) and None, "running_mean")]))
+MODULES.append(ModuleSpec("BatchNorm1d", lambda dt: nn.BatchNorm1d(3).to(dt),
+                          lambda rng, dt, big=False: (rng.standard_normal((64 if big else 4, 3)).astype(dt),),
+                          bad_inputs=[("wrong channels", lambda x: x[:, :2], "input|channel|features")]))
+MODULES.append(ModuleSpec("BatchNorm2d", lambda dt: nn.BatchNorm2d(2).to(dt),
+                          lambda rng, dt, big=False: (rng.standard_normal((8 if big else 2, 2, 6, 5)).astype(dt),),
+                          bad_inputs=[("3-D input", lambda x: x[0], "input")]))
+BAD_CALLS += [BadCall("BatchNorm1d(num_features=0)", lambda: nn.BatchNorm1d(0), "num_features"),
+              BadCall("BatchNorm2d(eps=-1)", lambda: nn.BatchNorm2d(3, eps=-1.0), "eps")]
+
+
+# ================================================================== conv / pool
+def _conv_draw(D, dt):
+    groups = D.choice([1, 2]) if not D.big else 1
+    cg, og = D.side(1, 3, 32), D.side(1, 3, 32)
+    kh, kw = D.side(1, 3, 3), D.side(1, 3, 3)
+    dil, stride = D.choice([1, 2]), D.choice([1, 2])
+    pad = D.choice([0, 1, "valid"] + (["same"] if stride == 1 else []))
+    p = pad if isinstance(pad, int) else 0
+    h = max(dil * (kh - 1) + 1 - 2 * p, 1) + D.side(0, 3, 30)
+    w = max(dil * (kw - 1) + 1 - 2 * p, 1) + D.side(0, 3, 30)
+    x = D.array((D.side(0, 2, 8), cg * groups, h, w), dt)
+    wt = D.array((og * groups, cg, kh, kw), dt, 0.5)
+    b = D.array((og * groups,), dt) if D.bool() else None
+    return [x, wt, b, stride, pad, dil, groups], {}
+
+
+FUZZ.append(FuzzOp("conv2d", F.conv2d_fwd, F.conv2d_bwd, _conv_draw,
+                   ("input", "weight", "bias", "stride", "padding", "dilation", "groups"),
+                   ("conv2d", "conv2d_backward"), infer=F.conv2d, family="conv", blas=True,
+                   rtol32=5e-4, atol32=5e-5, examples=30,
+                   bad=[Bad("weight 3-D", _set(1, lambda w: w[0]), "weight"),
+                        Bad("channels mismatch", _set(1, lambda w: np.concatenate([w, w], 1)),
+                            "channel|weight|input|groups"),
+                        Bad("stride 0", _set(3, 0), "stride"),
+                        Bad("padding -1", _set(4, -1), "padding"),
+                        Bad("padding 'full'", _set(4, "full"), "padding"),
+                        Bad("dilation 0", _set(5, 0), "dilation"),
+                        Bad("groups 0", _set(6, 0), "groups"),
+                        Bad("3-D input", _set(0, lambda x: x[0] if x.shape[0] else x[:, 0]), "input"),
+                        Bad("bias wrong length", _set(2, lambda b: np.ones(99, np.float32)), "bias")]))
+
+
+def _pool_hw(D, k, d, p):
+    return max(d * (k - 1) + 1 - 2 * p, 1) + D.side(0, 3, 60)
+
+
+def _maxpool_draw(D, dt):
+    k, d = D.side(1, 3, 3), D.choice([1, 2])
+    p = D.int(0, k // 2)
+    x = D.array((D.side(0, 2, 8), D.side(1, 3, 16), _pool_hw(D, k, d, p), _pool_hw(D, k, d, p)), dt)
+    return [x, k, D.choice([None, 1, 2, 3]), p, d, D.bool()], {}
+
+
+def _avgpool_draw(D, dt):
+    k = D.side(1, 3, 3)
+    p = D.int(0, k // 2)
+    x = D.array((D.side(0, 2, 8), D.side(1, 3, 16), _pool_hw(D, k, 1, p), _pool_hw(D, k, 1, p)), dt)
+    return [x, k, D.choice([None, 1, 2, 3]), p, D.bool(), D.bool(), D.choice([None, 3])], {}
+
+
+_pool_bad = [Bad("kernel_size 0", _set(1, 0), "kernel_size"),
+             Bad("stride 0", _set(2, 0), "stride"),
+             Bad("padding > kernel/2", _set(3, 5), "padding|pad"),
+             Bad("2-D input", _set(0, lambda x: x[0, 0]), "input")]
+FUZZ.append(FuzzOp("max_pool2d", F.max_pool2d_fwd, F.max_pool2d_bwd, _maxpool_draw,
+                   ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode"),
+                   ("max_pool2d", "max_pool2d_backward"), infer=F.max_pool2d, family="pool",
+                   bad=_pool_bad + [Bad("dilation 0", _set(4, 0), "dilation")]))
+FUZZ.append(FuzzOp("avg_pool2d", F.avg_pool2d_fwd, F.avg_pool2d_bwd, _avgpool_draw,
+                   ("input", "kernel_size", "stride", "padding", None, None, "divisor_override"),
+                   ("avg_pool2d", "avg_pool2d_backward"), infer=F.avg_pool2d, family="pool",
+                   bad=_pool_bad + [Bad("divisor_override 0", _set(6, 0), "divisor_override")]))
+
+
+def _img(c):
+    return lambda rng, dt, big=False: (rng.standard_normal((4 if big else 1, c, 16 if big else 6,
+                                                            16 if big else 5)).astype(dt),)
+
+
+MODULES += [
+    ModuleSpec("Conv2d", lambda dt: nn.Conv2d(2, 3, 3, padding=1).to(dt), _img(2),
+               bad_inputs=[("wrong channels", lambda x: x[:, :1], "channel|input|weight")]),
+    ModuleSpec("DepthwiseSeparableConv2d", lambda dt: nn.DepthwiseSeparableConv2d(2, 3, 3).to(dt),
+               _img(2)),
+    ModuleSpec("MaxPool2d", lambda dt: nn.MaxPool2d(2), _img(2),
+               bad_inputs=[("2-D input", lambda x: x[0, 0], "input")]),
+    ModuleSpec("AvgPool2d", lambda dt: nn.AvgPool2d(2, ceil_mode=True), _img(2)),
+]
+BAD_CALLS += [BadCall("Conv2d(groups=3) of 2 channels", lambda: nn.Conv2d(2, 3, 3, groups=3),
+                      "groups|channels"),
+              BadCall("Conv2d(kernel_size=0)", lambda: nn.Conv2d(2, 3, 0), "kernel_size"),
+              BadCall("MaxPool2d(kernel_size=-1)", lambda: nn.MaxPool2d(-1), "kernel_size")]
+
+
+# ================================================================== attention
+def _sdpa_draw(D, dt):
+    lead = D.dims(0, 2, side_hi=3, big=(2, 4))
+    L, S = D.side(0, 5, 128), D.side(1, 5, 128)
+    E, Ev = D.side(1, 4, 32), D.side(1, 4, 32)
+    q, k, v = D.array(lead + (L, E), dt), D.array(lead + (S, E), dt), D.array(lead + (S, Ev), dt)
+    causal = D.bool()
+    mask = None
+    if not causal:
+        kind = D.choice([None, "bool", "float"])
+        if kind == "bool":
+            mask = D.integers((L, S), 0, 2).astype(bool)
+            mask[:, 0] = True  # every query may attend somewhere
+        elif kind == "float":
+            mask = D.array((L, S), dt)
+    return [q, k, v, mask, 0.0, causal, D.choice([None, 0.5])], {}
+
+
+FUZZ.append(FuzzOp("scaled_dot_product_attention", F.scaled_dot_product_attention_fwd,
+                   F.scaled_dot_product_attention_bwd, _sdpa_draw,
+                   ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale"),
+                   ("scaled_dot_product_attention", "scaled_dot_product_attention_backward"),
+                   infer=F.scaled_dot_product_attention, family="attention", blas=True,
+                   rtol32=5e-4, atol32=5e-5, examples=30,
+                   bad=[Bad("key wrong E", _set(1, lambda k: np.concatenate([k, k], -1)), "key|query"),
+                        Bad("value wrong S", _set(2, lambda v: np.concatenate([v, v], -2)), "value|key"),
+                        Bad("mask wrong shape", _set(3, lambda m: np.ones((9, 9), bool)), "mask"),
+                        Bad("dropout_p 1.5", _set(4, 1.5), "dropout_p"),
+                        Bad("1-D query", _set(0, lambda q: q.reshape(-1)), "query")]))
+
+
+def _seq(rng, dt, big=False):
+    x = rng.standard_normal((16 if big else 3, 2, 8)).astype(dt)
+    return (x, x, x)
+
+
+MODULES += [
+    ModuleSpec("MultiheadAttention", lambda dt: nn.MultiheadAttention(8, 2).to(dt), _seq,
+               grads=lambda rng, out: (rng.standard_normal(out[0].shape).astype(out[0].dtype),),
+               bad_inputs=[("wrong embed_dim", lambda q: q[..., :-1], "query|embed")]),
+    ModuleSpec("CausalSelfAttention", lambda dt: nn.CausalSelfAttention(8, 2).to(dt),
+               lambda rng, dt, big=False: (rng.standard_normal((2, 16 if big else 3, 8)).astype(dt),)),
+    ModuleSpec("TransformerBlock", lambda dt: nn.TransformerBlock(8, 2).to(dt),
+               lambda rng, dt, big=False: (rng.standard_normal((2, 16 if big else 3, 8)).astype(dt),)),
+]
+BAD_CALLS += [BadCall("MultiheadAttention(8, num_heads=3)", lambda: nn.MultiheadAttention(8, 3),
+                      "num_heads|embed_dim")]
+
+
+# ================================================================== rnn cells
+def _cell(kind):
+    g = {"rnn": 1, "gru": 3, "lstm": 4}[kind]
+
+    def draw(D, dt):
+        n, i, h = D.side(0, 4, 256), D.side(1, 5, 128), D.side(1, 5, 128)
+        x = D.array((n, i), dt)
+        hx = D.array((n, h), dt)
+        if kind == "lstm":
+            hx = (hx, D.array((n, h), dt))
+        bias = D.bool()
+        args = [x, hx, D.array((g * h, i), dt, 0.4), D.array((g * h, h), dt, 0.4),
+                D.array((g * h,), dt) if bias else None, D.array((g * h,), dt) if bias else None]
+        if kind == "rnn":
+            args.append(D.choice(["tanh", "relu"]))
+        return args, {}
+    fwd, bwd = getattr(F, kind + "_cell_fwd"), getattr(F, kind + "_cell_bwd")
+    if kind == "lstm":
+        bwd = (lambda b: lambda ctx, d: b(ctx, *d))(bwd)
+    names = ("input", "hx" if kind != "lstm" else None, "weight_ih|w_ih", "weight_hh|w_hh",
+             "bias_ih|b_ih", "bias_hh|b_hh") + ((None,) if kind == "rnn" else ())
+    bad = [Bad("w_ih wrong shape", _set(2, lambda w: w[:-1]), "w_ih|weight_ih"),
+           Bad("input 1-D", _set(0, lambda x: x.reshape(-1)), "input")]
+    if kind == "rnn":
+        bad.append(Bad("nonlinearity 'sigmoid'", _set(6, "sigmoid"), "nonlinearity"))
+    return FuzzOp(kind + "_cell", fwd, bwd, draw, names, (kind + "_cell", kind + "_cell_backward"),
+                  infer=getattr(F, kind + "_cell"), family="rnn", blas=True, rtol32=5e-4,
+                  atol32=5e-5, bad=bad)
+
+
+FUZZ += [_cell("rnn"), _cell("gru"), _cell("lstm")]
+
+
+def _rnn_grads(rng, out):
+    return (rng.standard_normal(out[0].shape).astype(out[0].dtype),)
+
+
+for _cls in (nn.RNN, nn.GRU, nn.LSTM):
+    MODULES.append(ModuleSpec(
+        _cls.__name__, (lambda c: lambda dt: c(4, 5, num_layers=2, bidirectional=True).to(dt))(_cls),
+        lambda rng, dt, big=False: (rng.standard_normal((12 if big else 3, 2, 4)).astype(dt),),
+        grads=_rnn_grads, bad_inputs=[("wrong input_size", lambda x: x[..., :-1], "input")]))
+BAD_CALLS += [BadCall("RNN(nonlinearity='sigmoid')", lambda: nn.RNN(3, 4, nonlinearity="sigmoid"),
+                      "nonlinearity"),
+              BadCall("LSTM(hidden_size=0)", lambda: nn.LSTM(3, 0), "hidden_size"),
+              BadCall("GRU(num_layers=0)", lambda: nn.GRU(3, 4, num_layers=0), "num_layers")]
 
 
 # ------------------------------------------------------------------ lookups
