@@ -44,7 +44,10 @@ class MultiheadAttention(Module):
     average_attn_weights=False; they are computed separately on the host.
 
     backward(d_output) -> (d_query, d_key, d_value): three gradients even when the same
-    array was passed three times (self-attention) -- the caller sums them.
+    array was passed three times (self-attention) -- the caller sums them.  When the very
+    same array object is passed as query, key and value, the three projections run as one
+    fused GEMM (as torch does) and backward returns (d_x, 0, 0): the sum is the gradient of
+    that array, which is all a caller can use.
     """
 
     def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, kdim=None, vdim=None,
@@ -145,10 +148,19 @@ class MultiheadAttention(Module):
                                      f"unbatched input, got {kp.shape}")
                 key_padding_mask = kp[None]
         mask, index = F.attention_mask(attn_mask, key_padding_mask, N, H, L, S, q.dtype)
-        (wq, wk, wv), (bq, bk, bv) = self._weights()
-        qp, cq = F.linear_fwd(q, wq, bq)
-        kp_, ck = F.linear_fwd(k, wk, bk)
-        vp, cv = F.linear_fwd(v, wv, bv)
+        E = self.embed_dim
+        fused = self._qkv_same_embed_dim and query is key and key is value
+        if fused:
+            # self-attention: one (.., 3E) projection GEMM instead of three thin ones
+            b = self.in_proj_bias
+            qkv, cq = F.linear_fwd(q, self.in_proj_weight.data, None if b is None else b.data)
+            qp, kp_, vp = (np.ascontiguousarray(qkv[..., i * E:(i + 1) * E]) for i in range(3))
+            ck = cv = None
+        else:
+            (wq, wk, wv), (bq, bk, bv) = self._weights()
+            qp, cq = F.linear_fwd(q, wq, bq)
+            kp_, ck = F.linear_fwd(k, wk, bk)
+            vp, cv = F.linear_fwd(v, wv, bv)
         p = self.dropout if self.training else 0.0
         o, ca = F.multi_head_attention_fwd(qp, kp_, vp, H, not seq_first, mask, index, p,
                                            bool(is_causal))
@@ -191,6 +203,15 @@ class MultiheadAttention(Module):
             d = d[:, None]
         do = self.out_proj.backward(d)
         dqp, dkp, dvp = F.multi_head_attention_bwd(ca, do)
+        if ck is None:                       # fused self-attention projection
+            dx, dw, db = F.linear_bwd(cq, np.concatenate((dqp, dkp, dvp), axis=-1))
+            self.in_proj_weight.accumulate_grad(dw)
+            if self.in_proj_bias is not None:
+                self.in_proj_bias.accumulate_grad(db)
+            z = np.zeros_like(dx)
+            if unbatched:
+                dx, z = dx[:, 0], z[:, 0]
+            return dx, z, z
         dq, dwq, dbq = F.linear_bwd(cq, dqp)
         dk, dwk, dbk = F.linear_bwd(ck, dkp)
         dv, dwv, dbv = F.linear_bwd(cv, dvp)
