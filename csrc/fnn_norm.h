@@ -21,21 +21,47 @@ static inline void fnn_ln_fwd_row_##SFX(const T* x, T* y, const T* w, const T* b
     *mean_out = mf; *rstd_out = rf;                                                      \
 }                                                                                        \
 /* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w.                       \
-   pw/pb (may be NULL): double partial sums of dy * xhat and dy, added to.               \
-   sum(g * xhat) = rstd * (sum(g * x) - mean * sum(g)), both sums in double. */          \
+   sum(g * xhat) = rstd * (sum(g * x) - mean * sum(g)); both sums in one pass (lanes in  \
+   T, blocks folded in double), then one pass writes dx and adds this row's terms to the \
+   chunk partials pw (dy * xhat) and pb (dy) when they are given (both or neither). */   \
 static inline void fnn_ln_bwd_row_##SFX(const T* dy, const T* x, const T* w, T mean,    \
-                                        T rstd, ptrdiff_t D, T* dx, double* pw,          \
-                                        double* pb) {                                    \
-    ptrdiff_t j;                                                                         \
-    const T* g = dy;                                                                     \
-    if (w) { for (j = 0; j < D; ++j) dx[j] = dy[j] * w[j]; g = dx; }                     \
-    double sum_g = fnn_sum_##SFX(g, D);                                                  \
-    double sum_gx = fnn_dot_##SFX(g, x, D);                                              \
+                                        T rstd, ptrdiff_t D, T* dx, T* pw, T* pb) {      \
+    double sum_g = 0.0, sum_gx = 0.0;                                                    \
+    ptrdiff_t b0, j;                                                                     \
+    for (b0 = 0; b0 < D; b0 += FNN_BLOCK) {                                              \
+        ptrdiff_t b1 = b0 + FNN_BLOCK < D ? b0 + FNN_BLOCK : D;                           \
+        T a[32] = {0}, c[32] = {0};                                                      \
+        j = b0;                                                                          \
+        for (; j + 32 <= b1; j += 32)                                                    \
+            for (int k = 0; k < 32; ++k) {                                               \
+                T g = w ? dy[j + k] * w[j + k] : dy[j + k];                              \
+                a[k] += g;                                                               \
+                c[k] += g * x[j + k];                                                    \
+            }                                                                            \
+        for (; j < b1; ++j) {                                                            \
+            T g = w ? dy[j] * w[j] : dy[j];                                              \
+            a[j & 31] += g;                                                              \
+            c[j & 31] += g * x[j];                                                       \
+        }                                                                                \
+        for (int k = 0; k < 32; ++k) { sum_g += (double)a[k]; sum_gx += (double)c[k]; }  \
+    }                                                                                    \
     T sg = (T)(sum_g / (double)D);                                                       \
     T sgx = (T)((double)rstd * (sum_gx - (double)mean * sum_g) / (double)D);             \
-    for (j = 0; j < D; ++j) dx[j] = rstd * (g[j] - sg - (x[j] - mean) * rstd * sgx);     \
-    if (pw) for (j = 0; j < D; ++j) pw[j] += (double)(dy[j] * ((x[j] - mean) * rstd));  \
-    if (pb) for (j = 0; j < D; ++j) pb[j] += (double)dy[j];                              \
+    if (pw) {                                                                            \
+        for (j = 0; j < D; ++j) {                                                        \
+            T xh = (x[j] - mean) * rstd;                                                 \
+            T g = w ? dy[j] * w[j] : dy[j];                                              \
+            dx[j] = rstd * (g - sg - xh * sgx);                                          \
+            pw[j] += dy[j] * xh;                                                         \
+            pb[j] += dy[j];                                                              \
+        }                                                                                \
+    } else {                                                                             \
+        for (j = 0; j < D; ++j) {                                                        \
+            T xh = (x[j] - mean) * rstd;                                                 \
+            T g = w ? dy[j] * w[j] : dy[j];                                              \
+            dx[j] = rstd * (g - sg - xh * sgx);                                          \
+        }                                                                                \
+    }                                                                                    \
 }
 
 FNN_DEFINE_LN(float, f)

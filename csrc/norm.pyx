@@ -8,7 +8,7 @@
 cimport cython
 cimport numpy as cnp
 from cython.parallel cimport prange
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport calloc, malloc, free
 from libc.string cimport memset
 
 from fnn_blas cimport real
@@ -28,7 +28,7 @@ cdef extern from "fnn_norm.h" nogil:
     void fnn_ln_fwd_row_d(const double* x, double* y, const double* w, const double* b,
                           Py_ssize_t D, double eps, double* mean_out, double* rstd_out)
     void fnn_ln_bwd_row_f(const float* dy, const float* x, const float* w, float mean, float rstd,
-                          Py_ssize_t D, float* dx, double* pw, double* pb)
+                          Py_ssize_t D, float* dx, float* pw, float* pb)
     void fnn_ln_bwd_row_d(const double* dy, const double* x, const double* w, double mean,
                           double rstd, Py_ssize_t D, double* dx, double* pw, double* pb)
 
@@ -42,7 +42,7 @@ cdef inline void _ln_row(const real* x, real* y, const real* w, const real* b, P
 
 
 cdef inline void _ln_bwd_row(const real* dy, const real* x, const real* w, real mean, real rstd,
-                             Py_ssize_t D, real* dx, double* pw, double* pb) noexcept nogil:
+                             Py_ssize_t D, real* dx, real* pw, real* pb) noexcept nogil:
     if real is float:
         fnn_ln_bwd_row_f(dy, x, w, mean, rstd, D, dx, pw, pb)
     else:
@@ -101,12 +101,15 @@ cdef void _ln_bwd(const real* dy, const real* x, const real* w, const real* mean
     cdef Py_ssize_t c, r, j, r0, r1
     cdef int nt = _threads_for(rows * D, 1 << 14)
     cdef bint want_params = dw != NULL
-    cdef double* part = NULL
-    cdef double *pw
-    cdef double *pb
+    # per-chunk partials of d_weight / d_bias in the input precision (<= CH terms each),
+    # summed over chunks in double, in chunk order
+    cdef real* part = NULL
+    cdef real *pw
+    cdef real *pb
+    cdef double* acc = NULL
     if want_params and nch > 0:
-        part = <double*>malloc(2 * nch * D * sizeof(double))
-        memset(part, 0, 2 * nch * D * sizeof(double))
+        part = <real*>malloc(2 * nch * D * sizeof(real))
+        memset(part, 0, 2 * nch * D * sizeof(real))
     for c in prange(nch, nogil=True, schedule="static", num_threads=nt):
         r0 = c * CH
         r1 = r0 + CH
@@ -117,14 +120,15 @@ cdef void _ln_bwd(const real* dy, const real* x, const real* w, const real* mean
         for r in range(r0, r1):
             _ln_bwd_row(dy + r * D, x + r * D, w, mean[r], rstd[r], D, dx + r * D, pw, pb)
     if want_params:
-        for c in range(1, nch):
-            for j in range(D):
-                part[j] += part[2 * c * D + j]
-                part[D + j] += part[2 * c * D + D + j]
+        acc = <double*>calloc(2 * D + 1, sizeof(double))
+        for c in range(nch):
+            for j in range(2 * D):
+                acc[j] += part[2 * c * D + j]
         for j in range(D):
-            dw[j] = <real>part[j] if nch > 0 else 0
+            dw[j] = <real>acc[j]
             if db != NULL:
-                db[j] = <real>part[D + j] if nch > 0 else 0
+                db[j] = <real>acc[D + j]
+        free(acc)
         free(part)
 
 
