@@ -576,7 +576,7 @@ def _conv_draw(D, dt):
 
 FUZZ.append(FuzzOp("conv2d", F.conv2d_fwd, F.conv2d_bwd, _conv_draw,
                    ("input", "weight", "bias", "stride", "padding", "dilation", "groups"),
-                   ("conv2d", "conv2d_backward"), infer=F.conv2d, family="conv", blas=True,
+                   ("conv2d", "conv2d_backward"), infer=F.conv2d, family="conv",
                    rtol32=5e-4, atol32=5e-5, examples=30,
                    bad=[Bad("weight 3-D", _set(1, lambda w: w[0]), "weight"),
                         Bad("channels mismatch", _set(1, lambda w: np.concatenate([w, w], 1)),
@@ -664,7 +664,7 @@ FUZZ.append(FuzzOp("scaled_dot_product_attention", F.scaled_dot_product_attentio
                    F.scaled_dot_product_attention_bwd, _sdpa_draw,
                    ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale"),
                    ("scaled_dot_product_attention", "scaled_dot_product_attention_backward"),
-                   infer=F.scaled_dot_product_attention, family="attention", blas=True,
+                   infer=F.scaled_dot_product_attention, family="attention",
                    rtol32=5e-4, atol32=5e-5, examples=30,
                    bad=[Bad("key wrong E", _set(1, lambda k: np.concatenate([k, k], -1)), "key|query"),
                         Bad("value wrong S", _set(2, lambda v: np.concatenate([v, v], -2)), "value|key"),
@@ -717,7 +717,7 @@ def _cell(kind):
     if kind == "rnn":
         bad.append(Bad("nonlinearity 'sigmoid'", _set(6, "sigmoid"), "nonlinearity"))
     return FuzzOp(kind + "_cell", fwd, bwd, draw, names, (kind + "_cell", kind + "_cell_backward"),
-                  infer=getattr(F, kind + "_cell"), family="rnn", blas=True, rtol32=5e-4,
+                  infer=getattr(F, kind + "_cell"), family="rnn", rtol32=5e-4,
                   atol32=5e-5, bad=bad)
 
 

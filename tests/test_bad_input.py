@@ -135,8 +135,8 @@ def _check_grad(op, kind):
         g[0] = g[0].astype(np.int64)
         exc, match = TypeError, "grad"
     else:
-        g[0] = g[0].tolist()
-        exc, match = TypeError, "grad"
+        g[0] = g[0].tolist() if g[0].ndim else [g[0].tolist()]   # a 0-d array's tolist is a float
+        exc, match = (TypeError, ValueError), "grad"
     d = tuple(g) if isinstance(out, tuple) else g[0]
     expect_error(lambda: op.bwd(ctx, d), exc, match, f"{op.name} backward with a bad grad ({kind})")
 
@@ -189,7 +189,10 @@ def test_module_bad_grad(spec):
     m, inputs = _module_and_inputs(spec)
     out = m(*inputs)
     g = list(_grads_for(spec, out))
-    g[0] = np.ones(np.shape(g[0]) + (3,), np.asarray(g[0]).dtype)
+    if not g:   # a loss: backward() takes no gradient
+        g = [np.ones((2, 3, 3), np.float32)]
+    else:
+        g[0] = np.ones(np.shape(g[0]) + (3,), np.asarray(g[0]).dtype)
     expect_error(lambda: m.backward(*g), E, "grad", f"{spec.name}.backward with a wrong-shape grad")
 
 

@@ -97,10 +97,17 @@ def test_same_result_for_any_set_num_threads(op, dtype, restore_threads):
 
 
 # ------------------------------------------------------------------ thread safety
-def _module_run(spec, dtype, iters, seed):
+def _build(spec, dtype, seed):
+    """Built in the main thread: parameter init draws from fastnn's one global generator
+    (like torch's), so modules are made before the threads start."""
     fastnn.manual_seed(seed)
     m = spec.build(dtype)
     m.train()
+    return m
+
+
+def _module_run(spec, dtype, iters, seed, m=None):
+    m = _build(spec, dtype, seed) if m is None else m
     rng = np.random.default_rng(seed)
     inputs = list(spec.make(rng, dtype, big=True))
     res = []
@@ -122,6 +129,7 @@ def test_eight_threads_equal_serial():
             for i in range(max(8, len(specs)))]
     iters = 3
     serial = [_module_run(s, dt, iters, seed) for s, dt, seed in jobs]
+    built = [_build(s, dt, seed) for s, dt, seed in jobs]
     results = [None] * len(jobs)
     errors = []
     barrier = threading.Barrier(8)
@@ -131,7 +139,7 @@ def test_eight_threads_equal_serial():
             barrier.wait()
             for j in range(k, len(jobs), 8):
                 s, dt, seed = jobs[j]
-                results[j] = _module_run(s, dt, iters, seed)
+                results[j] = _module_run(s, dt, iters, seed, built[j])
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append((k, repr(e)))
             barrier.abort()
