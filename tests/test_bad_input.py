@@ -9,6 +9,7 @@ bad grad_output), the op's own ``bad`` list (wrong ndim / shapes, out-of-range
 indices, invalid hyperparameters) and the module / constructor tables.
 """
 import re
+import time
 
 import numpy as np
 import pytest
@@ -218,3 +219,154 @@ def test_bad_call(row):
 
 def test_tables_are_not_empty():
     assert len(OP_ROWS) > 10 * len(FUZZ) and MODULES and BAD_CALLS
+
+
+# ------------------------------------------------------------------ fastnn.load on hostile files
+LOAD_ERRORS = (ValueError, TypeError)
+
+
+def _model():
+    fastnn.manual_seed(0)
+    return fastnn.nn.Sequential(fastnn.nn.Linear(3, 4), fastnn.nn.LayerNorm(4))
+
+
+def _snapshot(m):
+    return {k: np.array(v) for k, v in m.state_dict().items()}
+
+
+def _unchanged(m, snap):
+    for k, v in m.state_dict().items():
+        np.testing.assert_array_equal(v, snap[k], err_msg=f"{k} changed after a failed load")
+
+
+def _load_into(m, path):
+    """What a user does; must raise a clear error and leave ``m`` as it was."""
+    snap = _snapshot(m)
+    try:
+        m.load_state_dict(fastnn.load(str(path)))
+    except LOAD_ERRORS + (RuntimeError,):
+        _unchanged(m, snap)
+        raise
+    return True
+
+
+class _Boom:
+    """Unpickling this writes a marker file: proof that a loader ran code."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+@pytest.mark.parametrize("ext", ["npz", "safetensors"])
+def test_load_truncated_files(tmp_path, ext):
+    m = _model()
+    good = tmp_path / f"good.{ext}"
+    fastnn.save(m.state_dict(), str(good))
+    data = good.read_bytes()
+    cuts = sorted(set([0, 1, 7, 8, 9, 16, len(data) // 2, len(data) - 1]
+                      + list(np.random.default_rng(0).integers(1, len(data), 30))))
+    for n in cuts:
+        p = tmp_path / f"cut{n}.{ext}"
+        p.write_bytes(data[:n])
+        with pytest.raises(LOAD_ERRORS):
+            _load_into(m, p)
+
+
+@pytest.mark.parametrize("ext", ["npz", "safetensors"])
+def test_load_corrupted_files(tmp_path, ext):
+    """Random byte flips: a clear error or a state dict, never another exception or a crash."""
+    m = _model()
+    good = tmp_path / f"good.{ext}"
+    fastnn.save(m.state_dict(), str(good))
+    data = bytearray(good.read_bytes())
+    rng = np.random.default_rng(1)
+    outcomes = {"error": 0, "loaded": 0}
+    for k in range(60):
+        bad = bytearray(data)
+        for pos in rng.integers(0, len(bad), 1 + k % 4):
+            bad[pos] = int(rng.integers(0, 256))
+        p = tmp_path / f"bad{k}.{ext}"
+        p.write_bytes(bytes(bad))
+        try:
+            sd = fastnn.load(str(p))
+        except LOAD_ERRORS:
+            outcomes["error"] += 1
+            continue
+        assert hasattr(sd, "items")
+        outcomes["loaded"] += 1
+    assert outcomes["error"] > 0, outcomes
+
+
+def test_load_never_unpickles(tmp_path):
+    marker = tmp_path / "ran"
+    m = _model()
+    # an .npz whose member is a pickled object array
+    p = tmp_path / "evil.npz"
+    np.savez(str(p), **{"0.weight": np.array([_Boom(marker)], dtype=object)})
+    with pytest.raises(LOAD_ERRORS):
+        _load_into(m, p)
+    # a raw pickle under both extensions
+    import pickle
+    for name in ("evil2.npz", "evil.safetensors", "evil.bin"):
+        q = tmp_path / name
+        q.write_bytes(pickle.dumps({"0.weight": _Boom(marker)}))
+        with pytest.raises(LOAD_ERRORS):
+            _load_into(m, q)
+    assert not marker.exists(), "loading ran code from a pickle"
+
+
+def _safetensors(header, payload=b""):
+    import json
+    import struct
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + payload
+
+
+@pytest.mark.parametrize("case", ["huge_len", "len_past_end", "bad_json", "not_dict", "offsets_past_end",
+                                  "offsets_overlap_size", "negative_shape", "dtype_F8", "dtype_obj",
+                                  "complex_npz", "wrong_dtype_values", "wrong_shape"])
+def test_load_bad_headers_and_dtypes(tmp_path, case):
+    import struct
+    m = _model()
+    p = tmp_path / ("x.npz" if case == "complex_npz" else "x.safetensors")
+    w = {"dtype": "F32", "shape": [4, 3], "data_offsets": [0, 48]}
+    if case == "huge_len":
+        p.write_bytes(struct.pack("<Q", 2 ** 62) + b"{}")
+    elif case == "len_past_end":
+        p.write_bytes(struct.pack("<Q", 4096) + b"{}      ")
+    elif case == "bad_json":
+        p.write_bytes(struct.pack("<Q", 8) + b"{nope:1}")
+    elif case == "not_dict":
+        p.write_bytes(_safetensors([1, 2, 3]))
+    elif case == "offsets_past_end":
+        p.write_bytes(_safetensors({"0.weight": dict(w, data_offsets=[0, 4800])}, b"\0" * 48))
+    elif case == "offsets_overlap_size":
+        p.write_bytes(_safetensors({"0.weight": dict(w, data_offsets=[0, 40])}, b"\0" * 48))
+    elif case == "negative_shape":
+        p.write_bytes(_safetensors({"0.weight": dict(w, shape=[-4, -3])}, b"\0" * 48))
+    elif case == "dtype_F8":
+        p.write_bytes(_safetensors({"0.weight": dict(w, dtype="F8_E4M3", data_offsets=[0, 12])},
+                                   b"\0" * 12))
+    elif case == "dtype_obj":
+        p.write_bytes(_safetensors({"0.weight": dict(w, dtype="OBJECT")}, b"\0" * 48))
+    elif case == "complex_npz":
+        np.savez(str(p), **{"0.weight": np.ones((4, 3), np.complex64)})
+    elif case == "wrong_dtype_values":
+        # a readable file whose values cannot be parameters (bytes as text)
+        sd = {k: np.array(v) for k, v in m.state_dict().items()}
+        sd["0.weight"] = np.array(["a"] * 12).reshape(4, 3)
+        p = tmp_path / "x.npz"
+        np.savez(str(p), **sd)
+    elif case == "wrong_shape":
+        sd = {k: np.array(v) for k, v in m.state_dict().items()}
+        sd["0.weight"] = np.ones((3, 4), np.float32)
+        fastnn.save(sd, str(p))
+    t0 = time.perf_counter()
+    with pytest.raises(LOAD_ERRORS + (RuntimeError,)) as ei:
+        _load_into(m, p)
+    assert time.perf_counter() - t0 < 5, "a bad header must be rejected without reading/allocating"
+    assert str(ei.value), "the error must say what is wrong"
