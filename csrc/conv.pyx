@@ -14,7 +14,9 @@
 # limits BLAS to one thread around those calls); otherwise images run in order and each
 # GEMM may use BLAS's threads.  Either way every image runs the same GEMM calls, and the
 # per-chunk d_weight partials are added in chunk order, so results do not depend on the
-# thread count.  Parameter-gradient sums of the depthwise kernel and d_bias are kept per
+# thread count.  Images / chunks are coarse (milliseconds each) and independent, so they
+# are handed out dynamically: on a shared machine a descheduled thread does not hold
+# the others up, and which thread runs an image cannot change its result.  Parameter-gradient sums of the depthwise kernel and d_bias are kept per
 # (image, channel) in double and added in image order.
 cimport cython
 cimport numpy as cnp
@@ -37,6 +39,12 @@ cdef extern from "fnn_conv.h" nogil:
     double fnn_cv_sum_d(const double* x, Py_ssize_t n)
     double fnn_cv_dot_f(const float* x, const float* y, Py_ssize_t n, Py_ssize_t sy)
     double fnn_cv_dot_d(const double* x, const double* y, Py_ssize_t n, Py_ssize_t sy)
+    void fnn_im2col_row_f(float* d, const float* src, Py_ssize_t n, Py_ssize_t o0, Py_ssize_t o1,
+                          Py_ssize_t s)
+    void fnn_im2col_row_d(double* d, const double* src, Py_ssize_t n, Py_ssize_t o0,
+                          Py_ssize_t o1, Py_ssize_t s)
+    void fnn_col2im_row_f(float* dst, const float* d, Py_ssize_t o0, Py_ssize_t o1, Py_ssize_t s)
+    void fnn_col2im_row_d(double* dst, const double* d, Py_ssize_t o0, Py_ssize_t o1, Py_ssize_t s)
 
 OPS = ("conv2d", "conv2d_backward")
 
@@ -167,17 +175,10 @@ cdef void _im2col(const real* x, real* col, Geo* g, Py_ssize_t r0, Py_ssize_t r1
                     ih = oh * g.sh - g.pt + i * g.dh
                     if ih < 0 or ih >= H or o0 >= o1:
                         memset(d, 0, OW * sizeof(real))
+                    elif real is float:
+                        fnn_im2col_row_f(d, x + (c * H + ih) * W + off, OW, o0, o1, sw)
                     else:
-                        src = x + (c * H + ih) * W + off
-                        for ow in range(o0):
-                            d[ow] = 0
-                        if sw == 1:
-                            memcpy(d + o0, src + o0, (o1 - o0) * sizeof(real))
-                        else:
-                            for ow in range(o0, o1):
-                                d[ow] = src[ow * sw]
-                        for ow in range(o1, OW):
-                            d[ow] = 0
+                        fnn_im2col_row_d(d, x + (c * H + ih) * W + off, OW, o0, o1, sw)
                     d += OW
 
 
@@ -196,13 +197,10 @@ cdef void _col2im(const real* col, real* dx, Geo* g, Py_ssize_t r0, Py_ssize_t r
                 for oh in range(r0, r1):
                     ih = oh * g.sh - g.pt + i * g.dh
                     if ih >= 0 and ih < H:
-                        dst = dx + (c * H + ih) * W + off
-                        if sw == 1:
-                            for ow in range(o0, o1):
-                                dst[ow] += d[ow]
+                        if real is float:
+                            fnn_col2im_row_f(dx + (c * H + ih) * W + off, d, o0, o1, sw)
                         else:
-                            for ow in range(o0, o1):
-                                dst[ow * sw] += d[ow]
+                            fnn_col2im_row_d(dx + (c * H + ih) * W + off, d, o0, o1, sw)
                     d += OW
 
 
@@ -257,7 +255,7 @@ cdef void _fwd_gemm(const real* x, const real* w, const real* b, real* y, Geo* g
     if nt > 1:
         with parallel(num_threads=nt):
             col = <real*>malloc(csize * sizeof(real) + 64)
-            for n in prange(g.N, schedule="static"):
+            for n in prange(g.N, schedule="dynamic", chunksize=1):
                 _fwd_image(x + n * xs, w, b, y + n * ys, col, g)
             free(col)
     else:
@@ -311,7 +309,7 @@ cdef void _bwd_gemm(const real* x, const real* w, const real* gy, real* dx, real
     if nt > 1:
         with parallel(num_threads=nt):
             col = <real*>malloc(csize * sizeof(real) + 64)
-            for ch in prange(nch, schedule="static"):
+            for ch in prange(nch, schedule="dynamic", chunksize=1):
                 n0 = ch * per
                 n1 = n0 + per
                 if n1 > g.N:

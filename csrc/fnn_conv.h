@@ -119,4 +119,24 @@ static inline void fnn_scatter_tap_##SFX(T* dst, ptrdiff_t s, const T* g, ptrdif
 
 FNN_POOL_DEFINE(float, f)
 FNN_POOL_DEFINE(double, d)
+/* ---- im2col / col2im rows: dst[o] = src[o * s] for o in [o0, o1), zero elsewhere in
+ * [0, n) (inline loops: a memcpy call per 50-element row costs more than the copy). */
+#define FNN_COL_DEFINE(T, SFX)                                                           \
+static inline void fnn_im2col_row_##SFX(T* d, const T* src, ptrdiff_t n, ptrdiff_t o0,  \
+                                        ptrdiff_t o1, ptrdiff_t s) {                     \
+    ptrdiff_t o;                                                                         \
+    for (o = 0; o < o0; ++o) d[o] = 0;                                                   \
+    if (s == 1) { for (o = o0; o < o1; ++o) d[o] = src[o]; }                             \
+    else { for (o = o0; o < o1; ++o) d[o] = src[o * s]; }                                \
+    for (o = o1; o < n; ++o) d[o] = 0;                                                   \
+}                                                                                        \
+static inline void fnn_col2im_row_##SFX(T* dst, const T* d, ptrdiff_t o0, ptrdiff_t o1,  \
+                                        ptrdiff_t s) {                                   \
+    ptrdiff_t o;                                                                         \
+    if (s == 1) { for (o = o0; o < o1; ++o) dst[o] += d[o]; }                            \
+    else { for (o = o0; o < o1; ++o) dst[o * s] += d[o]; }                               \
+}
+
+FNN_COL_DEFINE(float, f)
+FNN_COL_DEFINE(double, d)
 #endif
