@@ -96,6 +96,11 @@ def run(only=None, threads=None, json_path=None, plot_path=None, quick=False, ou
                    time_ratio_vs_torch=None if t_torch is None else t_fast / t_torch,
                    gbps=None if not c.bytes else c.bytes / t_fast / 1e9,
                    gflops=None if not c.flops else c.flops / t_fast / 1e9)
+        tokens = getattr(c, "tokens", None)   # end-to-end rows: tokens per call -> tokens/s
+        if tokens:
+            row.update(tokens_per_s=tokens / t_fast,
+                       reference_tokens_per_s=None if t_ref is None else tokens / t_ref,
+                       torch_tokens_per_s=None if t_torch is None else tokens / t_torch)
         rows.append(row)
         ref_s = f"{row['reference_ms']:9.2f}" if t_ref else f"{'-':>9}"
         sp_s = f"{row['speedup_vs_reference']:6.1f}x" if t_ref else f"{'-':>7}"
@@ -103,6 +108,8 @@ def run(only=None, threads=None, json_path=None, plot_path=None, quick=False, ou
         tr_s = f"{row['time_ratio_vs_torch']:7.2f}x" if t_torch else f"{'-':>8}"
         print(f"{c.family:<10} {c.op:<34} {c.shape:<26} {row['fastnn_ms']:10.3f} {ref_s} {sp_s} "
               f"{to_s} {tr_s}  {_fmt_rate(c, t_fast, bw, gf)}", file=out, flush=True)
+        if tokens:
+            print(f"{'':<10} -> {_fmt_tokens(row)}", file=out, flush=True)
     print(f"('vs ref' = reference time / fastnn time; 'vs torch' = fastnn time / torch time, "
           f"<= 1.00x means fastnn is at least as fast)  [{time.perf_counter() - t_start:.0f} s]",
           file=out)
@@ -124,6 +131,15 @@ def run(only=None, threads=None, json_path=None, plot_path=None, quick=False, ou
     return result
 
 
+def _fmt_tokens(r):
+    f = lambda v: "-" if v is None else f"{v:,.0f}"  # noqa: E731
+    s = (f"tokens/s: fastnn {f(r['tokens_per_s'])}, reference {f(r['reference_tokens_per_s'])}, "
+         f"torch {f(r['torch_tokens_per_s'])}")
+    if r.get("torch_tokens_per_s"):
+        s += f" (fastnn = {r['tokens_per_s'] / r['torch_tokens_per_s']:.2f}x torch)"
+    return s
+
+
 def markdown(result):
     """The results as a Markdown section (for BENCHMARKS.md)."""
     lines = [f"Machine: {result['processor']}, {result['nproc']} CPUs, {result['threads']} threads; "
@@ -143,6 +159,11 @@ def markdown(result):
         lines.append(f"| {r['family']} | {r['op']} | {r['shape']} | {r['fastnn_ms']:.3f} | "
                      f"{f(r['reference_ms'], '.2f')} | {f(r['speedup_vs_reference'], '.1f')}x | "
                      f"{f(r['torch_ms'], '.3f')} | {f(r['time_ratio_vs_torch'], '.2f')}x | {ach} |")
+    ends = [r for r in result["rows"] if r.get("tokens_per_s")]
+    if ends:
+        lines.append("")
+        for r in ends:
+            lines.append(f"{r['op']} ({r['shape']}): {_fmt_tokens(r)}.")
     return "\n".join(lines) + "\n"
 
 
