@@ -8,6 +8,8 @@ the views.  Forward (op_fwd and the inference form op) and backward must agree w
 tolerance, and no input may change.  Separately: NaN and +-inf propagate as in the
 reference, and 1e+-30 float32 inputs do not overflow where the op is meant to be stable.
 """
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -58,8 +60,8 @@ def _run(op, be, args, kwargs, d_out, seed=0):
         fastnn.manual_seed(seed)
     with fastnn.use_backend(be):
         if be == "cuda":
-            args = [fastnn.to_device(np.array(a, order="C")) if isinstance(a, np.ndarray)
-                    and a.dtype.kind == "f" else a for a in args]
+            args = [_nested(a, lambda v: fastnn.to_device(np.array(v, order="C"))
+                            if isinstance(v, np.ndarray) else v) for a in args]
             if d_out is not None:
                 d_out = _nested(d_out, lambda g: fastnn.to_device(np.array(g, order="C")))
         out, ctx = op.fwd(*args, **kwargs)
@@ -174,11 +176,15 @@ def _inject(a, rng, kinds):
     return a
 
 
+def _known(op, reason):
+    return pytest.param(op, marks=pytest.mark.xfail(strict=True, reason=reason)) if reason else op
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
-@pytest.mark.parametrize("op", [o for o in FUZZ if o.special], ids=str)
+@pytest.mark.parametrize("op", [_known(o, o.special_known) for o in FUZZ if o.special], ids=str)
 def test_special_values_propagate(op, dtype):
     """NaN and +-inf in the input give the reference's NaN/inf pattern, forward and backward."""
-    @_settings(max(6, op.examples // 2))
+    @_settings(max(6, op.examples // 2), shrink=False)
     @given(st.data())
     def prop(data):
         D = HypDraw(data)
@@ -200,7 +206,7 @@ def test_special_values_propagate(op, dtype):
 @pytest.mark.parametrize("op", [o for o in FUZZ if o.huge], ids=str)
 def test_extreme_magnitudes_float32(op, magnitude):
     """1e+-30 in float32: no overflow (finite wherever the float64 reference is) and equal."""
-    @_settings(8)
+    @_settings(8, shrink=False)
     @given(st.data())
     def prop(data):
         D = HypDraw(data)
@@ -219,7 +225,11 @@ def test_extreme_magnitudes_float32(op, magnitude):
             bad = np.isfinite(r) & ~np.isfinite(o)
             assert not bad.any(), f"{op.name}: overflow at {np.argwhere(bad)[:5].tolist()} " \
                                   f"for |x| ~ {magnitude}"
-        check_against_reference(op, np.float32, "cpu", args, dict(kwargs),
+        # float32 cannot resolve finer than the inputs' own rounding (ops like the label-
+        # smoothed loss subtract 1e30-sized terms): allow eps32 * max|x| absolute error
+        xmax = float(np.max(np.abs(x * scale), initial=0.0)) if x.size else 0.0
+        loose = dataclasses.replace(op, atol32=max(op.atol32, 4e-7 * xmax))
+        check_against_reference(loose, np.float32, "cpu", args, dict(kwargs),
                                 [None] * len(args), "C", f"|x| ~ {magnitude}")
         COUNTS[(op.name, "extreme")] = COUNTS.get((op.name, "extreme"), 0) + 1
 
