@@ -281,9 +281,10 @@ def rrelu_backward(cnp.ndarray dy, saved):
 
 # ---------------------------------------------------------------- elu / selu / celu
 def elu(cnp.ndarray x, double alpha, double scale, double input_scale, out):
-    """x > 0 ? scale x : scale alpha expm1(input_scale x) -> (y, saved).  Backward from y
-    where y <= 0 exactly when x <= 0 (alpha scale input_scale >= 0, scale > 0)."""
-    cdef bint from_out = alpha * scale * input_scale >= 0 and scale > 0
+    """x > 0 ? scale x : scale alpha expm1(input_scale x) -> (y, saved).  Backward from x
+    (accurate in the far negative tail, where y + alpha cancels), from y in place (when
+    y <= 0 exactly where x <= 0: alpha scale input_scale >= 0, scale > 0), as torch."""
+    cdef bint from_out = out is x and alpha * scale * input_scale >= 0 and scale > 0
     src = None if from_out else _keep_input(x, out)
     y = _ew(FNN_ELU_FWD, x, None, out, GRAIN_MATH, alpha, scale, input_scale)
     return y, (y if from_out else src, from_out, alpha, scale, input_scale)
@@ -291,8 +292,8 @@ def elu(cnp.ndarray x, double alpha, double scale, double input_scale, out):
 
 def elu_backward(cnp.ndarray dy, tuple saved):
     src, from_out, alpha, scale, input_scale = saved
-    return _ew(FNN_ELU_BWD_OUT if from_out else FNN_ELU_BWD_IN, dy, src, None, GRAIN_MEM if from_out else GRAIN_MATH,
-               alpha, scale, input_scale)
+    return _ew(FNN_ELU_BWD_OUT if from_out else FNN_ELU_BWD_IN, dy, src, None,
+               GRAIN_MEM if from_out else GRAIN_MATH, alpha, scale, input_scale)
 
 
 # ---------------------------------------------------------------- gelu
@@ -354,7 +355,7 @@ def neg(cnp.ndarray x, out):
 
 
 # ---------------------------------------------------------------- test hook
-_MATH = {"exp": 0, "expm1": 1, "tanh": 2, "erf": 3, "log1p": 4}
+_MATH = {"exp": 0, "expm1": 1, "tanh": 2, "erf": 3, "log1p": 4, "gauss_cdf": 5, "gauss": 6}
 
 
 def _math_hook(str name, cnp.ndarray x):

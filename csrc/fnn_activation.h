@@ -27,8 +27,13 @@ enum {
 
 static inline double fnn_absd(double x) { return fabs(x); }
 static inline double fnn_tanhd(double x) { return tanh(x); }
+/* Phi(x) and exp(-x^2/2) in double (libm) */
+static inline double fnn_gauss_cdf_d(double x, double* gauss) {
+    *gauss = exp(-0.5 * x * x);
+    return 0.5 * erfc(-x * 0.70710678118654752440);
+}
 
-#define FNN_DEFINE_ACTIVATION(T, SFX, EXP, EXPM1, TANH, ERF, LOG1P, ABS)                  \
+#define FNN_DEFINE_ACTIVATION(T, SFX, EXP, EXPM1, TANH, CDF, LOG1P, ABS)                  \
 static void fnn_act_##SFX(int op, const T* a, const T* b, T* o, ptrdiff_t n,             \
                           const double* p) {                                             \
     ptrdiff_t i;                                                                         \
@@ -60,7 +65,7 @@ static void fnn_act_##SFX(int op, const T* a, const T* b, T* o, ptrdiff_t n,    
         const T sa = (T)(p[0] * p[1]), sc = (T)p[1], is = (T)p[2];                       \
         FNN_SIMD for (i = 0; i < n; ++i) {                                               \
             T g = a[i], y = b[i];                                                        \
-            o[i] = y <= zero ? g * is * (y + sa) : g * sc;                               \
+            o[i] = y > zero ? g * sc : g * is * (y + sa);   /* NaN -> NaN, as torch */   \
         }                                                                                \
         break; }                                                                         \
     case FNN_ELU_BWD_IN: {  /* b = x */                                                  \
@@ -68,22 +73,21 @@ static void fnn_act_##SFX(int op, const T* a, const T* b, T* o, ptrdiff_t n,    
         FNN_SIMD for (i = 0; i < n; ++i) {                                               \
             T g = a[i], v = b[i];                                                        \
             T neg = g * sai * EXP(v * is);                                               \
-            o[i] = v <= zero ? neg : g * sc;                                             \
+            o[i] = v > zero ? g * sc : neg;                                              \
         }                                                                                \
         break; }                                                                         \
-    case FNN_GELU_FWD: {    /* x Phi(x) = x/2 (1 + erf(x / sqrt 2)) */                   \
-        const T r2 = (T)0.70710678118654752440;                                          \
+    case FNN_GELU_FWD:      /* x Phi(x) */                                               \
         FNN_SIMD for (i = 0; i < n; ++i) {                                               \
-            T v = a[i];                                                                  \
-            o[i] = half * v * (one + ERF(v * r2));                                       \
+            T v = a[i], g;                                                               \
+            o[i] = v * CDF(v, &g);                                                       \
         }                                                                                \
-        break; }                                                                         \
-    case FNN_GELU_BWD: {    /* Phi(x) + x phi(x) */                                      \
-        const T r2 = (T)0.70710678118654752440, c = (T)0.39894228040143267794;           \
+        break;                                                                           \
+    case FNN_GELU_BWD: {    /* Phi(x) + x phi(x), phi(x) = exp(-x^2/2) / sqrt(2 pi) */   \
+        const T c = (T)0.39894228040143267794;                                           \
         FNN_SIMD for (i = 0; i < n; ++i) {                                               \
-            T v = b[i];                                                                  \
-            T d = half * (one + ERF(v * r2)) + v * c * EXP(-half * v * v);               \
-            o[i] = a[i] * d;                                                             \
+            T v = b[i], g;                                                               \
+            T cdf = CDF(v, &g);                                                          \
+            o[i] = a[i] * (cdf + v * c * g);                                             \
         }                                                                                \
         break; }                                                                         \
     case FNN_GELUT_FWD: {   /* x/2 (1 + tanh z) = x sigmoid(2z): one exp, no cancellation */ \
@@ -96,12 +100,13 @@ static void fnn_act_##SFX(int op, const T* a, const T* b, T* o, ptrdiff_t n,    
         break; }                                                                         \
     case FNN_GELUT_BWD: {   /* s + 2 x s (1 - s) k (1 + 3c x^2), s = sigmoid(2z) */      \
         const T k = (T)0.79788456080286535588, k2 = (T)(2 * 0.79788456080286535588);     \
-        const T c = (T)0.044715, c3 = (T)(3 * 0.044715), two = 2;                        \
+        const T c = (T)0.044715, c3 = (T)(3 * 0.044715), two = 2, cap = (T)1e4;         \
         FNN_SIMD for (i = 0; i < n; ++i) {                                               \
             T v = b[i];                                                                  \
             T v2 = v * v;                                                                \
             T s = one / (one + EXP(-(k2 * (v + c * v2 * v))));                           \
-            T d = s + two * v * s * (one - s) * k * (one + c3 * v2);                     \
+            /* v2 capped: past |x| = 100 s(1 - s) is exactly 0, and 0 * inf is not */    \
+            T d = s + two * v * s * (one - s) * k * (one + c3 * (v2 < cap ? v2 : cap));   \
             o[i] = a[i] * d;                                                             \
         }                                                                                \
         break; }                                                                         \
@@ -213,8 +218,8 @@ static void fnn_prelu_bwd_##SFX(const T* dy, const T* x, const T* w, T* dx, doub
     }                                                                                    \
 }
 
-FNN_DEFINE_ACTIVATION(float, f, fnn_expf, fnn_expm1f, fnn_tanhf, fnn_erff, fnn_log1pf, fnn_absf)
-FNN_DEFINE_ACTIVATION(double, d, exp, expm1, fnn_tanhd, erf, log1p, fnn_absd)
+FNN_DEFINE_ACTIVATION(float, f, fnn_expf, fnn_expm1f, fnn_tanhf, fnn_gauss_cdf_f, fnn_log1pf, fnn_absf)
+FNN_DEFINE_ACTIVATION(double, d, exp, expm1, fnn_tanhd, fnn_gauss_cdf_d, log1p, fnn_absd)
 
 /* test hook: the float math functions over an array (tests/test_math.py) */
 static void fnn_math_apply(int which, const float* x, float* y, ptrdiff_t n) {
@@ -225,6 +230,8 @@ static void fnn_math_apply(int which, const float* x, float* y, ptrdiff_t n) {
     case 2: for (i = 0; i < n; ++i) y[i] = fnn_tanhf(x[i]); break;
     case 3: for (i = 0; i < n; ++i) y[i] = fnn_erff(x[i]); break;
     case 4: for (i = 0; i < n; ++i) y[i] = fnn_log1pf(x[i]); break;
+    case 5: for (i = 0; i < n; ++i) { float g; y[i] = fnn_gauss_cdf_f(x[i], &g); } break;
+    case 6: for (i = 0; i < n; ++i) { float g; fnn_gauss_cdf_f(x[i], &g); y[i] = g; } break;
     }
 }
 #endif

@@ -149,16 +149,18 @@ def rrelu_backward(dy, saved):
 
 
 # ---------------------------------------------------------------- elu / selu / celu
-def _elu_from_output(alpha, scale, input_scale):
-    # y <= 0 exactly where x <= 0 when the negative branch keeps its sign
-    return alpha * scale * input_scale >= 0 and scale > 0
+def _elu_from_output(x, out, alpha, scale, input_scale):
+    """Backward from the output only in place (the input is gone), as torch: from the
+    input it keeps its relative accuracy in the far negative tail, where y + alpha
+    cancels.  In place needs y <= 0 exactly where x <= 0 (the shell checks)."""
+    return out is x and alpha * scale * input_scale >= 0 and scale > 0
 
 
 def elu(x, alpha, scale, input_scale, out):
     """torch's elu kernel: x > 0 ? scale * x : scale * alpha * expm1(x * input_scale).
     SELU and CELU are this with their constants."""
     v = f64(x)
-    from_out = _elu_from_output(alpha, scale, input_scale)
+    from_out = _elu_from_output(x, out, alpha, scale, input_scale)
     src = None if from_out else _keep_input(x, out)
     with _errstate():
         y = np.where(v > 0, scale * v, scale * alpha * np.expm1(v * input_scale))
@@ -175,7 +177,7 @@ def elu_backward(dy, saved):
             neg = g * input_scale * (s + alpha * scale)
         else:
             neg = g * input_scale * alpha * scale * np.exp(s * input_scale)
-        return cast(np.where(s <= 0, neg, g * scale), src)
+        return cast(np.where(s > 0, g * scale, neg), src)    # NaN takes the NaN branch
 
 
 # ---------------------------------------------------------------- gelu

@@ -92,10 +92,7 @@ def _inputs(shape, scale=2.0):
     return make
 
 
-# Module cases run on cpu only until the cuda activation kernels land (module cases,
-# unlike op cases, do not skip ops listed in tests/test_backends.py CUDA_PENDING);
-# add "cuda" to _BACKENDS then.
-_BACKENDS = ("cpu",)
+_BACKENDS = ("cpu", "cuda")
 
 MODULE_CASES = [
     ModuleCase("PReLU_single", _module(nn.PReLU), _inputs((4, 3, 5)), _BACKENDS),

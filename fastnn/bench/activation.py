@@ -1,0 +1,125 @@
+"""Activation family benchmarks: 4M float32 elements, forward + backward (and forward
+alone for relu / leaky_relu, whose target is a fraction of copy bandwidth).
+
+Bytes counted are the minimum traffic: forward reads x and writes y; backward reads
+d_out and one saved array and writes d_input (rrelu's training forward also writes
+its slopes, prelu's backward is the same as the others plus a few weights)."""
+import numpy as np
+
+from .core import BenchCase, torch_or_none
+
+N = 4 * 1024 * 1024
+
+# name -> (F forward args, reference kernel args, torch callable on a tensor)
+_OPS = {
+    "relu": ((), (), lambda t, x: t.relu(x)),
+    "leaky_relu": ((0.01,), (0.01,), lambda t, x: t.nn.functional.leaky_relu(x, 0.01)),
+    "elu": ((1.0,), (1.0, 1.0, 1.0), lambda t, x: t.nn.functional.elu(x)),
+    "selu": ((), None, lambda t, x: t.nn.functional.selu(x)),
+    "celu": ((1.0,), (1.0, 1.0, 1.0), lambda t, x: t.nn.functional.celu(x)),
+    "gelu": (("none",), ("none",), lambda t, x: t.nn.functional.gelu(x)),
+    "gelu_tanh": (("tanh",), ("tanh",), lambda t, x: t.nn.functional.gelu(x, approximate="tanh")),
+    "silu": ((), (), lambda t, x: t.nn.functional.silu(x)),
+    "softplus": ((1.0, 20.0), (1.0, 20.0), lambda t, x: t.nn.functional.softplus(x)),
+    "sigmoid": ((), (), lambda t, x: t.sigmoid(x)),
+    "tanh": ((), (), lambda t, x: t.tanh(x)),
+    "rrelu": ((1 / 8, 1 / 3, True), None, lambda t, x: t.nn.functional.rrelu(x, training=True)),
+    "prelu": (None, None, None),
+    "softmin": ((-1,), None, lambda t, x: t.nn.functional.softmin(x, -1)),
+}
+
+_F_NAME = {"gelu_tanh": "gelu", "celu": "celu", "selu": "selu"}
+_REF_NAME = {"gelu_tanh": "gelu", "celu": "elu", "selu": "elu"}
+
+
+def _case(name, backward):
+    f_args, ref_args, torch_fn = _OPS[name]
+
+    def make():
+        import fastnn.functional as F
+        from fastnn._backend import backend
+        rng = np.random.default_rng(0)
+        shape = (N // 1024, 1024)
+        x = (rng.standard_normal(shape) * 3).astype(np.float32)
+        dy = rng.standard_normal(shape).astype(np.float32)
+        ref = backend("reference")
+        fname = _F_NAME.get(name, name)
+        if name == "prelu":
+            x = x.reshape(64, 64, -1)
+            dy = dy.reshape(x.shape)
+            w = np.full(64, 0.25, np.float32)
+            args = (w,)
+        else:
+            args = f_args
+        fwd, bwd = getattr(F, fname + "_fwd"), getattr(F, fname + "_bwd")
+
+        if backward:
+            def fast():
+                y, ctx = fwd(x, *args)
+                return bwd(ctx, dy)
+        else:
+            def fast():
+                return fwd(x, *args)[0]
+
+        # the reference runs its own kernels (no validation shell), the same work
+        def reference():
+            with_ref = _ref_call(ref, name, x, args, ref_args)
+            y, saved = with_ref()
+            if backward:
+                return _ref_backward(ref, name)(dy, saved)
+            return y
+        fns = {"fastnn": fast, "reference": reference, "torch": None}
+        torch = torch_or_none()
+        if torch is not None:
+            tx = torch.tensor(x, requires_grad=backward)
+            tdy = torch.tensor(dy)
+            if name == "prelu":
+                tw = torch.tensor(w, requires_grad=backward)
+                tf = lambda t_: torch.nn.functional.prelu(t_, tw)  # noqa: E731
+            else:
+                tf = lambda t_: torch_fn(torch, t_)  # noqa: E731
+            if backward:
+                def t():
+                    tx.grad = None
+                    if name == "prelu":
+                        tw.grad = None
+                    tf(tx).backward(tdy)
+            else:
+                def t():
+                    with torch.no_grad():
+                        return tf(tx)
+            fns["torch"] = t
+        return fns
+    nbytes = 4.0 * N * (5 if backward else 2) + (4.0 * N if name == "rrelu" else 0.0)
+    return BenchCase("activation", f"{name} " + ("fwd+bwd" if backward else "fwd"), "4M (4096x1024)",
+                     make, bytes=nbytes, min_time=0.2, max_reps=50)
+
+
+def _ref_call(ref, name, x, args, ref_args):
+    from fastnn.functional.activation import SELU_ALPHA, SELU_SCALE
+    if name == "selu":
+        return lambda: ref.elu(x, SELU_ALPHA, SELU_SCALE, 1.0, None)
+    if name == "celu":
+        return lambda: ref.elu(x, 1.0, 1.0, 1.0, None)
+    if name == "rrelu":
+        return lambda: ref.rrelu(x, 1 / 8, 1 / 3, True, 0, 0, None)
+    if name == "prelu":
+        return lambda: ref.prelu(x, args[0])
+    if name == "softmin":
+        return lambda: ref.softmax(ref.neg(x, None), 1)
+    kname = _REF_NAME.get(name, name)
+    return lambda: getattr(ref, kname)(x, *ref_args, None)
+
+
+def _ref_backward(ref, name):
+    if name == "softmin":
+        return lambda dy, saved: ref.neg(ref.softmax_backward(dy, saved), None)
+    return getattr(ref, _REF_NAME.get(name, name) + "_backward")
+
+
+def cases():
+    out = [_case("relu", False), _case("leaky_relu", False)]
+    for name in ("relu", "leaky_relu", "prelu", "rrelu", "elu", "selu", "celu", "gelu",
+                 "gelu_tanh", "silu", "softplus", "sigmoid", "tanh", "softmin"):
+        out.append(_case(name, True))
+    return out

@@ -1,0 +1,123 @@
+"""csrc/fnn_math.h's vectorisable float functions against float64, on every built variant.
+
+Dense grids over each function's interesting range plus log-spaced magnitudes down to
+subnormals, measured in float32 ulps of the correctly rounded result; then the extremes
+(+-0 with their sign, +-inf, NaN, huge |x|) must match libm's answers exactly.
+"""
+import importlib
+
+import numpy as np
+import pytest
+
+scipy_special = pytest.importorskip("scipy.special")
+
+
+def _variants():
+    from fastnn.cpu import cpu_variants
+    mods = []
+    for v in cpu_variants():
+        try:
+            mods.append(pytest.param(importlib.import_module(f"fastnn._cpu.{v}.activation"), id=v))
+        except ImportError:
+            pass
+    return mods
+
+
+VARIANTS = _variants()
+
+# name -> (float64 reference, grid, max ulp allowed)
+_LOG = np.geomspace(1e-38, 1e2, 200_001)
+
+
+def _grid(lo, hi, n=1_000_001, logs=True):
+    parts = [np.linspace(lo, hi, n)]
+    if logs:
+        parts += [_LOG[_LOG < max(abs(lo), abs(hi))], -_LOG[_LOG < max(abs(lo), abs(hi))]]
+    x = np.concatenate(parts)
+    return x[(x >= lo) & (x <= hi)].astype(np.float32)
+
+
+FUNCS = {
+    "exp": (np.exp, _grid(-103.0, 88.7), 1.5),
+    "expm1": (np.expm1, _grid(-20.0, 88.7), 2.0),
+    "tanh": (np.tanh, _grid(-12.0, 12.0), 2.5),
+    "erf": (scipy_special.erf, _grid(-6.0, 6.0), 1.5),
+    "log1p": (np.log1p, np.concatenate([_grid(-0.99999, 10.0),
+                                        np.geomspace(10, 3e38, 100_001).astype(np.float32)]), 1.5),
+}
+
+
+def ulp_error(got, ref):
+    """|got - ref| in units of the float32 spacing at ref (ref in float64)."""
+    ref32 = np.abs(ref).astype(np.float32)
+    spacing = np.spacing(ref32).astype(np.float64)
+    return np.abs(got.astype(np.float64) - ref) / spacing
+
+
+@pytest.mark.parametrize("mod", VARIANTS)
+@pytest.mark.parametrize("name", sorted(FUNCS))
+def test_dense_grid_ulp(mod, name):
+    ref_fn, x, bound = FUNCS[name]
+    got = mod._math_hook(name, x)
+    with np.errstate(all="ignore"):
+        ref = ref_fn(x.astype(np.float64))
+    fin = np.isfinite(ref) & (np.abs(ref) < np.finfo(np.float32).max)
+    assert np.all(np.isfinite(got[fin])), f"{name}: non-finite result where float64 is finite"
+    err = ulp_error(got[fin], ref[fin])
+    worst = int(np.argmax(err))
+    assert err.max() <= bound, (f"{name}: {err.max():.2f} ulp at x={x[fin][worst]!r} "
+                                f"(got {got[fin][worst]!r}, want {ref[fin][worst]!r})")
+
+
+SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 3e38, -3e38, 1e-40, -1e-40, 1e-45,
+                    -1e-45, 1.0, -1.0, 100.0, -100.0, 1e10, -1e10], np.float32)
+
+
+@pytest.mark.parametrize("mod", VARIANTS)
+@pytest.mark.parametrize("name", sorted(FUNCS))
+def test_extremes(mod, name):
+    ref_fn = FUNCS[name][0]
+    got = mod._math_hook(name, SPECIAL)
+    with np.errstate(all="ignore"):
+        ref = ref_fn(SPECIAL.astype(np.float64)).astype(np.float32)
+    for x, g, r in zip(SPECIAL, got, ref):
+        if np.isnan(r):
+            assert np.isnan(g), f"{name}({x!r}) = {g!r}, want NaN"
+        elif np.isinf(r) or r == 0:
+            assert g == r and np.signbit(g) == np.signbit(r), f"{name}({x!r}) = {g!r}, want {r!r}"
+        else:
+            assert ulp_error(np.array([g]), np.array([ref_fn(np.float64(x))]))[0] <= 2, \
+                f"{name}({x!r}) = {g!r}, want {r!r}"
+
+
+@pytest.mark.parametrize("mod", VARIANTS)
+def test_gauss_cdf(mod):
+    """GELU's Phi(x) and exp(-x^2/2) (one shared exponential): relative error ~1e-6 in the
+    body, a few 1e-6 far in the lower tail (the rounding of x^2/2 in the exponent)."""
+    x = np.concatenate([np.linspace(-14, 14, 1_000_001), _LOG[_LOG < 14], -_LOG[_LOG < 14]])
+    x = x.astype(np.float32)
+    x64 = x.astype(np.float64)
+    cdf = mod._math_hook("gauss_cdf", x).astype(np.float64)
+    gauss = mod._math_hook("gauss", x).astype(np.float64)
+    ref_cdf = 0.5 * scipy_special.erfc(-x64 / np.sqrt(2.0))
+    ref_gauss = np.exp(-0.5 * x64 * x64)
+    body = np.abs(x64) <= 5
+    normal = ref_cdf > 1e-37
+    rel = np.abs(cdf - ref_cdf)[normal] / ref_cdf[normal]
+    assert rel[body[normal]].max() < 1e-6
+    assert rel.max() < 6e-6
+    normal = ref_gauss > 1e-37
+    rel = np.abs(gauss - ref_gauss)[normal] / ref_gauss[normal]
+    assert rel[body[normal]].max() < 1e-6
+    assert rel.max() < 6e-6
+    s = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1e30, -1e30], np.float32)
+    c = mod._math_hook("gauss_cdf", s)
+    np.testing.assert_array_equal(c, np.array([1, 0, np.nan, 0.5, 0.5, 1, 0], np.float32))
+    np.testing.assert_array_equal(mod._math_hook("gauss", s),
+                                  np.array([0, 0, np.nan, 1, 1, 0, 0], np.float32))
+
+
+def test_hook_rejects_unknown_name():
+    mod = VARIANTS[0].values[0]
+    with pytest.raises(ValueError, match="unknown function"):
+        mod._math_hook("sin", np.zeros(3, np.float32))
