@@ -9,7 +9,8 @@ import importlib.util
 
 import numpy as np
 
-__all__ = ["is_available", "to_device", "to_numpy", "accumulate", "transpose2d", "make_backend"]
+__all__ = ["is_available", "to_device", "to_numpy", "accumulate", "transpose2d", "swap_last_two",
+           "make_backend"]
 
 _available = [None]
 
@@ -61,6 +62,14 @@ def transpose2d(a):
     _rt()
     from . import _kit
     return _kit.transpose2d(a)
+
+
+def swap_last_two(a):
+    """(A, B, C) device array -> a fresh C-contiguous (A, C, B) one (e.g. (N, C, S) logits
+    to (N, S, C) rows)."""
+    _rt()
+    from . import _kit
+    return _kit.swap_last_two(a)
 
 
 def make_backend():

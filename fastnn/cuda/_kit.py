@@ -411,6 +411,28 @@ def transpose2d(a):
     return out
 
 
+@kernel
+def _swap12(src, dst, n, B, C):
+    # dst (A, C, B) = src (A, B, C) with the last two axes swapped; threads walk dst
+    for e in range(cuda.grid(1), n, cuda.gridsize(1)):
+        b = e % B
+        r = e // B
+        c = r % C
+        a = r // C
+        dst[a, c, b] = src[a, b, c]
+
+
+def swap_last_two(a3):
+    """A fresh C-contiguous (A, C, B) device array from a 3-D (A, B, C) device array."""
+    a3 = dev(a3)
+    A, B, C = shape_of(a3)
+    out = empty((A, C, B), dtype_of(a3))
+    n = A * B * C
+    if n:
+        _swap12[blocks_for(n), THREADS](a3, out, n, B, C)
+    return out
+
+
 def copy(a):
     out = empty_like(a)
     n = numel(shape_of(a))

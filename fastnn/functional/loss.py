@@ -32,6 +32,10 @@ def _to_rows(a, C):
         return a.reshape(1, C)
     if a.ndim == 2:
         return a
+    if is_device(a):   # (N, C, S) -> (N, S, C) on the device
+        from ..cuda import swap_last_two
+        S = int(np.prod(a.shape[2:]))
+        return swap_last_two(a.reshape(a.shape[0], C, S)).reshape(a.shape[0] * S, C)
     return np.ascontiguousarray(np.moveaxis(a, 1, -1)).reshape(-1, C)
 
 
@@ -114,6 +118,10 @@ def cross_entropy_bwd(ctx, d_loss=1.0):
     if len(in_shape) == 2:
         return dx
     moved = in_shape[:1] + in_shape[2:] + in_shape[1:2]
+    if is_device(dx):
+        from ..cuda import swap_last_two
+        S = int(np.prod(in_shape[2:]))
+        return swap_last_two(dx.reshape(in_shape[0], S, in_shape[1])).reshape(in_shape)
     return np.ascontiguousarray(np.moveaxis(dx.reshape(moved), -1, 1))
 
 
