@@ -178,8 +178,9 @@ cdef void _affine(const real* x, real* y, Py_ssize_t N, Py_ssize_t C, Py_ssize_t
 
 cdef void _bwd_apply(const real* g, const real* x, real* dx, Py_ssize_t N, Py_ssize_t C,
                      Py_ssize_t S, const real* a, const real* kk, const real* m,
-                     const real* c0) noexcept nogil:
-    """dx = a[c] * g + kk[c] * (x - m[c]) + c0[c]."""
+                     const real* c0, bint training) noexcept nogil:
+    """dx = a[c] * g + kk[c] * (x - m[c]) + c0[c] in training; dx = a[c] * g in eval (x
+    does not enter, so a NaN in x does not reach dx -- as in the reference and torch)."""
     cdef Py_ssize_t u, c, k, n, o
     cdef real aa, k2, mm, cc
     cdef int nt = _threads_for(N * C * S, 1 << 15)
@@ -191,8 +192,12 @@ cdef void _bwd_apply(const real* g, const real* x, real* dx, Py_ssize_t N, Py_ss
             mm = m[c]
             cc = c0[c]
             o = u * S
-            for k in range(S):
-                dx[o + k] = aa * g[o + k] + k2 * (x[o + k] - mm) + cc
+            if training:
+                for k in range(S):
+                    dx[o + k] = aa * g[o + k] + k2 * (x[o + k] - mm) + cc
+            else:
+                for k in range(S):
+                    dx[o + k] = aa * g[o + k]
     else:
         for n in prange(N, nogil=True, schedule="static", num_threads=nt):
             for c in range(C):
@@ -201,8 +206,12 @@ cdef void _bwd_apply(const real* g, const real* x, real* dx, Py_ssize_t N, Py_ss
                 mm = m[c]
                 cc = c0[c]
                 o = (n * C + c) * S
-                for k in range(S):
-                    dx[o + k] = aa * g[o + k] + k2 * (x[o + k] - mm) + cc
+                if training:
+                    for k in range(S):
+                        dx[o + k] = aa * g[o + k] + k2 * (x[o + k] - mm) + cc
+                else:
+                    for k in range(S):
+                        dx[o + k] = aa * g[o + k]
 
 
 def batch_norm(cnp.ndarray x, object running_mean, object running_var, object weight,
@@ -226,7 +235,7 @@ def batch_norm(cnp.ndarray x, object running_mean, object running_var, object we
     bd = None if bias is None else np.asarray(bias, dtype=np.float64)
     if training:
         if M > 0:
-            shift = np.ascontiguousarray(xf[0, :, 0], dtype=np.float64)
+            shift = np.array(xf[0, :, 0], dtype=np.float64)   # a copy: x may be read-only
         if x.dtype == np.float32:
             with nogil:
                 _moments[float](<const float*>cnp.PyArray_DATA(x), N, C, S, &shift[0], &s[0], &q[0])
@@ -320,7 +329,8 @@ def batch_norm_backward(cnp.ndarray dy, tuple saved):
             _bwd_apply[float](<const float*>cnp.PyArray_DATA(dy), <const float*>cnp.PyArray_DATA(x),
                               <float*>cnp.PyArray_DATA(dx), N, C, S,
                               <const float*>cnp.PyArray_DATA(a_r), <const float*>cnp.PyArray_DATA(k_r),
-                              <const float*>cnp.PyArray_DATA(m_r), <const float*>cnp.PyArray_DATA(c_r))
+                              <const float*>cnp.PyArray_DATA(m_r), <const float*>cnp.PyArray_DATA(c_r),
+                              training)
     else:
         with nogil:
             _bwd_apply[double](<const double*>cnp.PyArray_DATA(dy), <const double*>cnp.PyArray_DATA(x),
@@ -328,7 +338,7 @@ def batch_norm_backward(cnp.ndarray dy, tuple saved):
                                <const double*>cnp.PyArray_DATA(a_r),
                                <const double*>cnp.PyArray_DATA(k_r),
                                <const double*>cnp.PyArray_DATA(m_r),
-                               <const double*>cnp.PyArray_DATA(c_r))
+                               <const double*>cnp.PyArray_DATA(c_r), training)
     dw = (pa * rstd).astype(x.dtype) if weight is not None else None
     db = sa.astype(x.dtype) if has_bias else None
     return dx, dw, db
