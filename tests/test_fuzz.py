@@ -51,8 +51,8 @@ def _close(actual, expected, what, rtol, atol, scale=True):
         fin = np.abs(expected[np.isfinite(expected)].astype(np.float64))
         if fin.size:
             atol = atol * max(1.0, float(fin.max()))
-    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=what,
-                               equal_nan=True)
+    np.testing.assert_allclose(actual.astype(np.float64), expected.astype(np.float64), rtol=rtol,
+                               atol=atol, err_msg=what, equal_nan=True)
 
 
 def _run(op, be, args, kwargs, d_out, seed=0):
