@@ -12,6 +12,7 @@ from fastnn._backend import backend
 # fallbacks exactly (so it shrinks as kernels land, and nothing slips in unnoticed);
 # issue "GPU path" is done when it is empty.
 CUDA_PENDING = set() | {
+    "rnn", "rnn_backward", "gru", "gru_backward", "lstm", "lstm_backward",
 }
 
 

@@ -13,5 +13,6 @@ from .embedding import *  # noqa: F401,F403
 from .loss import *  # noqa: F401,F403
 from .norm import *  # noqa: F401,F403
 from .pool import *  # noqa: F401,F403
+from .rnn import *  # noqa: F401,F403
 from .softmax import *  # noqa: F401,F403
 from .stdnorm import *  # noqa: F401,F403

@@ -12,5 +12,6 @@ from .loss import *  # noqa: F401,F403
 from .module import *  # noqa: F401,F403
 from .norm import *  # noqa: F401,F403
 from .pool import *  # noqa: F401,F403
+from .rnn import *  # noqa: F401,F403
 from .transformer import *  # noqa: F401,F403
 from . import utils  # noqa: F401,E402

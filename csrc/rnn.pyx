@@ -1,0 +1,856 @@
+# Recurrent family: stacked, (bi)directional RNN (tanh / relu), GRU and LSTM with BPTT.
+#
+# One op runs a whole stack (see fastnn/reference/rnn.py for the interface).  Per layer:
+#   forward   one GEMM per direction projects the WHOLE sequence (X W_ih^T + biases) into
+#             the gate buffer; then per time step one GEMM adds h_{t-1} W_hh^T and ONE
+#             fused pointwise pass applies the gates, the cell update and the nonlinearity,
+#             overwriting the pre-activations with the activations backward needs.
+#   backward  per time step (reversed) ONE fused pointwise pass turns dh (and dc) into the
+#             pre-activation gradients dG_t, then one GEMM gives dh_{t-1} = dG_t W_hh; the
+#             weight gradients are whole-sequence GEMMs at the end (dW_ih = dG^T X,
+#             dW_hh = dG^T H_prev, dX = dG W_ih), never per step.
+# Saved per layer: the activated gates (T, B, D*G*H), the outputs, and for LSTM the cell
+# states (GRU: W_hn h + b_hn); tanh(c_t) and the RNN derivative are recomputed.
+#
+# Threads: the time loop of a layer runs in ONE OpenMP team for the whole sequence.  The
+# team is split between the directions (a bidirectional layer runs both at once); inside a
+# direction each thread owns a fixed slice of hidden units: it computes the GEMM columns of
+# its units' gates (BLAS single-threaded), then their pointwise update, then waits at one
+# barrier per step.  Every output element is computed the same way whatever the split, so
+# results do not depend on the thread count.  Bias gradients are column sums over fixed
+# row chunks in double, added in order.
+cimport cython
+cimport numpy as cnp
+from cython.parallel cimport parallel, prange
+from libc.math cimport exp, tanh
+from libc.stdint cimport uint32_t, uint64_t
+from libc.stdlib cimport malloc, free
+from libc.string cimport memset
+
+from fnn_blas cimport gemm, real
+
+import numpy as np
+
+from fastnn._threads import single_threaded_blas
+
+cnp.import_array()
+
+include "fnn_runtime.pxi"
+
+OPS = ("rnn", "rnn_backward", "gru", "gru_backward", "lstm", "lstm_backward")
+
+cdef extern from *:
+    """
+    #include "fnn_math.h"
+    #include "fnn_philox.h"
+    #ifdef _OPENMP
+    #include <omp.h>
+    #endif
+    /* An orphaned barrier: binds to the team of the enclosing parallel region. */
+    static inline void fnn_rnn_barrier(void) {
+    #ifdef _OPENMP
+        #pragma omp barrier
+    #endif
+    }
+    static inline int fnn_rnn_team(void) {
+    #ifdef _OPENMP
+        return omp_get_num_threads();
+    #else
+        return 1;
+    #endif
+    }
+    static inline int fnn_rnn_tid(void) {
+    #ifdef _OPENMP
+        return omp_get_thread_num();
+    #else
+        return 0;
+    #endif
+    }
+    static inline float fnn_rnn_sigmoidf(float x) { return 1.0f / (1.0f + fnn_expf(-x)); }
+    /* tanh: Cephes' odd polynomial below 0.625 (no cancellation near 0), else
+       1 - 2 / (exp(2|x|) + 1); selects only, so loops calling it vectorise. */
+    static inline float fnn_rnn_tanhf(float x) {
+        float ax = fabsf(x);
+        float e = fnn_expf(-2.0f * ax);
+        float big = (1.0f - e) / (1.0f + e);
+        float z = x * x;
+        float p = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z
+                    + 1.33314422036e-1f) * z - 3.33332819422e-1f) * z * ax + ax;
+        float r = ax < 0.625f ? p : big;
+        return copysignf(r, x);
+    }
+    """
+    void fnn_rnn_barrier() noexcept nogil
+    int fnn_rnn_team() noexcept nogil
+    int fnn_rnn_tid() noexcept nogil
+    float fnn_rnn_sigmoidf(float) noexcept nogil
+    float fnn_rnn_tanhf(float) noexcept nogil
+    ctypedef struct fnn_philox_out:
+        uint32_t v[4]
+    fnn_philox_out fnn_philox4x32(uint64_t block, uint64_t offset, uint64_t seed) noexcept nogil
+
+cdef enum:
+    RNN_TANH = 0
+    RNN_RELU = 1
+    GRU = 2
+    LSTM = 3
+
+
+cdef inline real _sig(real x) noexcept nogil:
+    if real is float:
+        return fnn_rnn_sigmoidf(x)
+    else:
+        return 1.0 / (1.0 + exp(-x))
+
+
+cdef inline real _tanh(real x) noexcept nogil:
+    if real is float:
+        return fnn_rnn_tanhf(x)
+    else:
+        return tanh(x)
+
+
+# ------------------------------------------------------------------ pointwise rows
+# Each works on one block of n hidden units of one batch row.  In the kernel's gate
+# layout (see _perm) a block's gates are contiguous: gate k of local unit l at g[k*n + l];
+# the per-unit arrays (c, h, dh, ...) are passed already offset to the block.
+
+cdef inline void _lstm_fwd_row(real* g, const real* cp, real* c_out, real* h_out,
+                               Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t l
+    cdef real i, f, gg, o, c
+    for l in range(n):
+        i = _sig(g[l])
+        f = _sig(g[n + l])
+        gg = _tanh(g[2 * n + l])
+        o = _sig(g[3 * n + l])
+        c = f * cp[l] + i * gg
+        g[l] = i
+        g[n + l] = f
+        g[2 * n + l] = gg
+        g[3 * n + l] = o
+        c_out[l] = c
+        h_out[l] = o * _tanh(c)
+
+
+cdef inline void _gru_fwd_row(real* g, const real* gh, const real* b_hn, const real* hp,
+                              real* hn_out, real* h_out, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t l
+    cdef real r, z, hn, nn
+    for l in range(n):
+        r = _sig(g[l] + gh[l])
+        z = _sig(g[n + l] + gh[n + l])
+        hn = gh[2 * n + l] + b_hn[l]
+        nn = _tanh(g[2 * n + l] + r * hn)
+        g[l] = r
+        g[n + l] = z
+        g[2 * n + l] = nn
+        hn_out[l] = hn
+        h_out[l] = (1 - z) * nn + z * hp[l]
+
+
+cdef inline void _rnn_fwd_row(const real* g, real* h_out, bint relu, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t l
+    cdef real a
+    if relu:
+        for l in range(n):
+            a = g[l]
+            h_out[l] = 0 if a < 0 else a
+    else:
+        for l in range(n):
+            h_out[l] = _tanh(g[l])
+
+
+cdef inline void _lstm_bwd_row(const real* g, const real* c, const real* cp, const real* dy,
+                               const real* dh, real* dc, real* dg, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t l
+    cdef real i, f, gg, o, tc, dht, dct
+    for l in range(n):
+        i = g[l]
+        f = g[n + l]
+        gg = g[2 * n + l]
+        o = g[3 * n + l]
+        tc = _tanh(c[l])
+        dht = dy[l] + dh[l]
+        dct = dc[l] + dht * o * (1 - tc * tc)
+        dg[l] = dct * gg * i * (1 - i)
+        dg[n + l] = dct * cp[l] * f * (1 - f)
+        dg[2 * n + l] = dct * i * (1 - gg * gg)
+        dg[3 * n + l] = dht * tc * o * (1 - o)
+        dc[l] = dct * f
+
+
+cdef inline void _gru_bwd_row(const real* g, const real* hn, const real* hp, const real* dy,
+                              real* dh, real* dg, real* dgh, Py_ssize_t n) noexcept nogil:
+    # dh: in the recurrent gradient, out the direct part dh_t * z (the GEMM adds the rest)
+    cdef Py_ssize_t l
+    cdef real r, z, nn, dht, dan, dar, daz
+    for l in range(n):
+        r = g[l]
+        z = g[n + l]
+        nn = g[2 * n + l]
+        dht = dy[l] + dh[l]
+        dan = dht * (1 - z) * (1 - nn * nn)
+        dar = dan * hn[l] * r * (1 - r)
+        daz = dht * (hp[l] - nn) * z * (1 - z)
+        dg[l] = dar
+        dg[n + l] = daz
+        dg[2 * n + l] = dan
+        dgh[l] = dar
+        dgh[n + l] = daz
+        dgh[2 * n + l] = dan * r
+        dh[l] = dht * z
+
+
+cdef inline void _rnn_bwd_row(const real* h, const real* dy, const real* dh, real* dg,
+                              bint relu, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t l
+    cdef real dht
+    if relu:
+        for l in range(n):
+            dht = dy[l] + dh[l]
+            dg[l] = dht if h[l] > 0 else 0
+    else:
+        for l in range(n):
+            dht = dy[l] + dh[l]
+            dg[l] = dht * (1 - h[l] * h[l])
+
+
+# ------------------------------------------------------------------ one layer's time loop
+cdef struct Layer:
+    int mode
+    Py_ssize_t T, B, H, D, G
+    Py_ssize_t UB, NBLK  # unit blocks: fixed by (G, H) only, never by the thread count
+    bint hzero          # no initial state given: h0/c0 are zeros (skip the first GEMM)
+    bint need_dh0       # backward: compute dh0 (the last GEMM)
+    void* xp            # (T, B, D*G*H) forward: pre-activations in, activations out
+    void* out           # (T, B, D*H)
+    void* aux           # (T, B, D*H) LSTM c_t, GRU W_hn h_{t-1} + b_hn; else NULL
+    void* h0            # (D, B, H)
+    void* c0            # (D, B, H) LSTM
+    void* whh[2]        # per direction (G*H, H), rows in the kernel's gate order
+    void* bhn[2]        # GRU per direction b_hn (H,)
+    void* gh            # GRU forward scratch (D, B, G*H): h_{t-1} W_hh^T
+    void* dout          # (T, B, D*H) gradient of out, or a zero row (H,) with lddy = 0
+    Py_ssize_t lddy
+    void* dg            # (T, B, D*G*H) gate gradients, input side
+    void* dgh           # GRU: hidden side (n part times r); else == dg
+    void* dh            # (D, B, H) in: d_h_n, out: d_h0
+    void* dc            # (D, B, H) LSTM: in d_c_n, out d_c0
+
+
+cdef void _fwd_dir(Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, real* tag) noexcept nogil:
+    cdef int mode = L.mode
+    cdef Py_ssize_t T = L.T, B = L.B, H = L.H, G = L.G, D = L.D, UB = L.UB
+    cdef Py_ssize_t GH = G * H, DGH = D * G * H, DH = D * H
+    cdef real* xp = <real*>L.xp
+    cdef real* out = <real*>L.out
+    cdef real* aux = <real*>L.aux
+    cdef const real* whh = <const real*>L.whh[d]
+    cdef const real* bhn = <const real*>L.bhn[d]
+    cdef real* gh = NULL
+    cdef const real* hp
+    cdef const real* cp = NULL
+    cdef real* gt
+    cdef real* C
+    cdef real* orow
+    cdef real* arow
+    cdef real beta
+    cdef Py_ssize_t s, t, tp, b, u, c0, j0, nu, ldp, ldc
+    cdef bint relu = mode == RNN_RELU
+    if mode == GRU:
+        gh = <real*>L.gh + d * B * GH
+    for s in range(T):
+        t = s if d == 0 else T - 1 - s
+        if s == 0:
+            hp = <const real*>L.h0 + d * B * H
+            if mode == LSTM:
+                cp = <const real*>L.c0 + d * B * H
+            ldp = H
+        else:
+            tp = t - 1 if d == 0 else t + 1
+            hp = out + tp * B * DH + d * H
+            if mode == LSTM:
+                cp = aux + tp * B * DH + d * H
+            ldp = DH
+        gt = xp + t * B * DGH + d * GH
+        # hidden projection of this thread's unit blocks: one GEMM per block
+        if not (s == 0 and L.hzero and mode != GRU):
+            if mode == GRU:
+                C = gh
+                ldc = GH
+                beta = 0
+            else:
+                C = gt
+                ldc = DGH
+                beta = 1
+            for u in range(u0, u1):
+                c0 = u * G * UB
+                nu = H - u * UB if H - u * UB < UB else UB
+                gemm(False, True, <int>B, <int>(G * nu), <int>H, <real>1, hp, <int>ldp,
+                     whh + c0 * H, <int>H, beta, C + c0, <int>ldc)
+        for b in range(B):
+            orow = out + t * B * DH + b * DH + d * H
+            arow = aux + t * B * DH + b * DH + d * H if aux != NULL else NULL
+            for u in range(u0, u1):
+                c0 = u * G * UB
+                j0 = u * UB
+                nu = H - j0 if H - j0 < UB else UB
+                if mode == LSTM:
+                    _lstm_fwd_row(gt + b * DGH + c0, cp + b * ldp + j0, arow + j0, orow + j0, nu)
+                elif mode == GRU:
+                    _gru_fwd_row(gt + b * DGH + c0, gh + b * GH + c0, bhn + j0, hp + b * ldp + j0,
+                                 arow + j0, orow + j0, nu)
+                else:
+                    _rnn_fwd_row(gt + b * DGH + c0, orow + j0, relu, nu)
+        fnn_rnn_barrier()
+
+
+cdef void _bwd_dir(Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, real* tag) noexcept nogil:
+    cdef int mode = L.mode
+    cdef Py_ssize_t T = L.T, B = L.B, H = L.H, G = L.G, D = L.D, UB = L.UB
+    cdef Py_ssize_t GH = G * H, DGH = D * G * H, DH = D * H
+    cdef const real* xp = <const real*>L.xp
+    cdef const real* out = <const real*>L.out
+    cdef const real* aux = <const real*>L.aux
+    cdef const real* whh = <const real*>L.whh[d]
+    cdef const real* dout = <const real*>L.dout
+    cdef Py_ssize_t lddy = L.lddy
+    cdef real* dg = <real*>L.dg
+    cdef real* dgh = <real*>L.dgh
+    cdef real* dh = <real*>L.dh + d * B * H
+    cdef real* dc = NULL
+    cdef const real* hp
+    cdef const real* cp = NULL
+    cdef const real* gt
+    cdef const real* dyt
+    cdef const real* orow
+    cdef const real* arow
+    cdef real* dgt
+    cdef real* dght
+    cdef Py_ssize_t s, t, tp, b, u, c0, j0, nu, ldp
+    cdef bint first
+    cdef bint relu = mode == RNN_RELU
+    if mode == LSTM:
+        dc = <real*>L.dc + d * B * H
+    for s in range(T):
+        t = T - 1 - s if d == 0 else s
+        first = s == T - 1          # the step whose predecessor is h0
+        if first:
+            hp = <const real*>L.h0 + d * B * H
+            if mode == LSTM:
+                cp = <const real*>L.c0 + d * B * H
+            ldp = H
+        else:
+            tp = t - 1 if d == 0 else t + 1
+            hp = out + tp * B * DH + d * H
+            if mode == LSTM:
+                cp = aux + tp * B * DH + d * H
+            ldp = DH
+        gt = xp + t * B * DGH + d * GH
+        dgt = dg + t * B * DGH + d * GH
+        dght = dgh + t * B * DGH + d * GH
+        dyt = dout + (t * B * DH + d * H if lddy else 0)
+        for b in range(B):
+            orow = out + t * B * DH + b * DH + d * H
+            arow = aux + t * B * DH + b * DH + d * H if aux != NULL else NULL
+            for u in range(u0, u1):
+                c0 = u * G * UB
+                j0 = u * UB
+                nu = H - j0 if H - j0 < UB else UB
+                if mode == LSTM:
+                    _lstm_bwd_row(gt + b * DGH + c0, arow + j0, cp + b * ldp + j0,
+                                  dyt + b * lddy + j0, dh + b * H + j0, dc + b * H + j0,
+                                  dgt + b * DGH + c0, nu)
+                elif mode == GRU:
+                    _gru_bwd_row(gt + b * DGH + c0, arow + j0, hp + b * ldp + j0,
+                                 dyt + b * lddy + j0, dh + b * H + j0, dgt + b * DGH + c0,
+                                 dght + b * DGH + c0, nu)
+                else:
+                    _rnn_bwd_row(orow + j0, dyt + b * lddy + j0, dh + b * H + j0,
+                                 dgt + b * DGH + c0, relu, nu)
+        fnn_rnn_barrier()
+        # dh_{t-1}[:, block] = dG_t W_hh[:, block] (+ the GRU direct part), block by block
+        if not first or L.need_dh0:
+            for u in range(u0, u1):
+                j0 = u * UB
+                nu = H - j0 if H - j0 < UB else UB
+                gemm(False, False, <int>B, <int>nu, <int>GH, <real>1, dght, <int>DGH, whh + j0,
+                     <int>H, <real>(1 if mode == GRU else 0), dh + j0, <int>H)
+
+
+cdef void _run_team(Layer* L, bint backward, real* tag) noexcept nogil:
+    """Called by every thread of the team: pick a direction and a range of unit blocks."""
+    cdef int n = fnn_rnn_team(), tid = fnn_rnn_tid()
+    cdef int D = <int>L.D, ntd, d, r
+    cdef Py_ssize_t NB = L.NBLK, u0, u1
+    if n < D:  # one thread: the directions one after the other
+        for d in range(D):
+            if backward:
+                _bwd_dir(L, d, 0, NB, tag)
+            else:
+                _fwd_dir(L, d, 0, NB, tag)
+        return
+    ntd = n // D
+    if tid >= D * ntd:  # a spare thread: no blocks, but it keeps the barrier count
+        d = 0
+        u0 = 0
+        u1 = 0
+    else:
+        d = tid // ntd
+        r = tid % ntd
+        u0 = r * NB // ntd
+        u1 = (r + 1) * NB // ntd
+    if backward:
+        _bwd_dir(L, d, u0, u1, tag)
+    else:
+        _fwd_dir(L, d, u0, u1, tag)
+
+
+cdef void _run_layer(Layer* L, bint backward, int team, real* tag) noexcept nogil:
+    if team <= 1:
+        _run_team(L, backward, tag)
+    else:
+        with parallel(num_threads=team):
+            _run_team(L, backward, tag)
+
+
+# ------------------------------------------------------------------ helpers
+cdef void _colsum(const real* a, Py_ssize_t rows, Py_ssize_t n, real* out, int nt) noexcept nogil:
+    """out[j] = sum_r a[r, j] over fixed row chunks (in double), added in chunk order."""
+    cdef Py_ssize_t CH = 128
+    cdef Py_ssize_t nch = (rows + CH - 1) // CH
+    cdef Py_ssize_t c, r, j, r0, r1
+    cdef double* part
+    cdef double* acc
+    if nch == 0:
+        for j in range(n):
+            out[j] = 0
+        return
+    part = <double*>malloc(nch * n * sizeof(double))
+    if part == NULL:
+        return
+    memset(part, 0, nch * n * sizeof(double))
+    for c in prange(nch, nogil=True, schedule="static", num_threads=nt):
+        acc = part + c * n
+        r0 = c * CH
+        r1 = r0 + CH
+        if r1 > rows:
+            r1 = rows
+        for r in range(r0, r1):
+            for j in range(n):
+                acc[j] += a[r * n + j]
+    for c in range(1, nch):
+        for j in range(n):
+            part[j] += part[c * n + j]
+    for j in range(n):
+        out[j] = <real>part[j]
+    free(part)
+
+
+cdef void _dropout(const real* x, real* y, Py_ssize_t n, uint64_t base, uint64_t seed,
+                   uint64_t offset, double p, int nt) noexcept nogil:
+    """y = x * m, m = 1/(1-p) where the Philox uniform of element base + i is >= p, else 0.
+    ``base`` is a multiple of 4, so one Philox block gives four consecutive elements."""
+    cdef Py_ssize_t nblk = (n + 3) // 4, k, i, lane
+    cdef real scale = <real>(1.0 / (1.0 - p))
+    cdef fnn_philox_out o
+    cdef double u
+    for k in prange(nblk, nogil=True, schedule="static", num_threads=nt):
+        o = fnn_philox4x32(base // 4 + k, offset, seed)
+        for lane in range(4):
+            i = 4 * k + lane
+            if i < n:
+                u = (o.v[lane] >> 8) * (1.0 / 16777216.0)
+                y[i] = x[i] * (scale if u >= p else <real>0)
+
+
+cdef inline void* _p(object a):
+    return NULL if a is None else cnp.PyArray_DATA(<cnp.ndarray>a)
+
+
+cdef enum:
+    GEMM_ROWS = 256   # row chunk of the whole-sequence GEMMs (fixed: results never
+                      # depend on the thread count, as each chunk is one BLAS call)
+
+
+cdef void _gemm_rows(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, const real* A,
+                     Py_ssize_t lda, const real* Bm, Py_ssize_t ldb, real beta, real* C,
+                     Py_ssize_t ldc, int nt) noexcept nogil:
+    """Row-major C = op(A) op(B) + beta C as fixed chunks of GEMM_ROWS rows of C, one
+    single-threaded BLAS call per chunk, chunks spread over nt OpenMP threads."""
+    cdef Py_ssize_t nch = (M + GEMM_ROWS - 1) // GEMM_ROWS, c, r0, m
+    if nch <= 1 or nt <= 1:
+        for c in range(nch):
+            r0 = c * GEMM_ROWS
+            m = M - r0 if M - r0 < GEMM_ROWS else GEMM_ROWS
+            gemm(ta, tb, <int>m, <int>N, <int>K, <real>1, A + (r0 if ta else r0 * lda), <int>lda,
+                 Bm, <int>ldb, beta, C + r0 * ldc, <int>ldc)
+        return
+    for c in prange(nch, nogil=True, schedule="static", num_threads=nt):
+        r0 = c * GEMM_ROWS
+        m = M - r0 if M - r0 < GEMM_ROWS else GEMM_ROWS
+        gemm(ta, tb, <int>m, <int>N, <int>K, <real>1, A + (r0 if ta else r0 * lda), <int>lda,
+             Bm, <int>ldb, beta, C + r0 * ldc, <int>ldc)
+
+
+cdef void _gemm_any(bint f32, bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K,
+                    void* A, Py_ssize_t lda, void* Bm, Py_ssize_t ldb, double beta, void* C,
+                    Py_ssize_t ldc) noexcept nogil:
+    cdef int nt = _threads_for(M * N * K // 64, 1 << 14)
+    if f32:
+        _gemm_rows[float](ta, tb, M, N, K, <const float*>A, lda, <const float*>Bm, ldb,
+                          <float>beta, <float*>C, ldc, nt)
+    else:
+        _gemm_rows[double](ta, tb, M, N, K, <const double*>A, lda, <const double*>Bm, ldb,
+                           beta, <double*>C, ldc, nt)
+
+
+def _block_size(Py_ssize_t G, Py_ssize_t H):
+    """Hidden units per block of the time loop: about H/4 (so 2-4 threads share a
+    direction) but at least 64 gate columns per GEMM; a multiple of 8 (vector width)."""
+    cdef Py_ssize_t ub = ((H + 3) // 4 + 7) // 8 * 8
+    cdef Py_ssize_t lo = ((64 + G - 1) // G + 7) // 8 * 8
+    ub = ub if ub > lo else lo
+    return ub if ub < H else H
+
+
+def _perm(Py_ssize_t G, Py_ssize_t H, Py_ssize_t UB):
+    """perm[p] = torch's gate row of kernel row p.  The kernel keeps a block's G gates
+    together: block u (units u*UB ...) occupies rows u*G*UB ..., gate k of its unit l at
+    u*G*UB + k*n_u + l.  Then each block's hidden projection is one GEMM and its
+    pointwise update reads one contiguous run."""
+    perm = np.empty(G * H, np.intp)
+    cdef Py_ssize_t u, k, l, nu, j0
+    for u in range((H + UB - 1) // UB):
+        j0 = u * UB
+        nu = H - j0 if H - j0 < UB else UB
+        for k in range(G):
+            perm[u * G * UB + k * nu: u * G * UB + (k + 1) * nu] = np.arange(k * H + j0, k * H + j0 + nu)
+    return perm
+
+
+cdef int _team_size(Py_ssize_t D, Py_ssize_t B, Py_ssize_t G, Py_ssize_t H, Py_ssize_t NB):
+    """Threads for a layer's time loop: only when a step has enough GEMM work to share."""
+    cdef int nt = _threads_for(D * B * G * H * H, 1 << 16)
+    cdef int per = <int>(nt // D)
+    if per > NB:
+        per = <int>NB
+    if per < 1:
+        return 1
+    return <int>(D * per)
+
+
+cdef _layer_loop(Layer* L, bint f32, bint backward, int team):
+    with nogil:
+        if f32:
+            _run_layer[float](L, backward, team, NULL)
+        else:
+            _run_layer[double](L, backward, team, NULL)
+
+
+_MODES = {"rnn_tanh": RNN_TANH, "rnn_relu": RNN_RELU, "gru": GRU, "lstm": LSTM}
+_NGATES = {RNN_TANH: 1, RNN_RELU: 1, GRU: 3, LSTM: 4}
+
+
+cdef _dropout_any(bint f32, cnp.ndarray x, cnp.ndarray y, Py_ssize_t n, uint64_t base,
+                  uint64_t seed, uint64_t offset, double p):
+    cdef int nt = _threads_for(n, 1 << 14)
+    cdef void* px = _p(x)
+    cdef void* py = _p(y)
+    with nogil:
+        if f32:
+            _dropout[float](<const float*>px, <float*>py, n, base, seed, offset, p, nt)
+        else:
+            _dropout[double](<const double*>px, <double*>py, n, base, seed, offset, p, nt)
+
+
+cdef _colsum_any(bint f32, cnp.ndarray a, Py_ssize_t rows, Py_ssize_t n, cnp.ndarray out):
+    cdef int nt = _threads_for(rows * n, 1 << 15)
+    cdef void* pa = _p(a)
+    cdef void* po = _p(out)
+    with nogil:
+        if f32:
+            _colsum[float](<const float*>pa, rows, n, <float*>po, nt)
+        else:
+            _colsum[double](<const double*>pa, rows, n, <double*>po, nt)
+
+
+# ------------------------------------------------------------------ the stack
+def _forward(int mode, x, h0, c0, tuple weights, int L, bint bidirectional, bint batch_first,
+             double p, bint train, uint64_t seed, uint64_t offset):
+    with single_threaded_blas():   # every GEMM is one single-threaded call on fixed work
+        return _forward_impl(mode, x, h0, c0, weights, L, bidirectional, batch_first, p, train,
+                             seed, offset)
+
+
+def _backward(d_out, d_h_n, d_c_n, tuple saved):
+    with single_threaded_blas():
+        return _backward_impl(d_out, d_h_n, d_c_n, saved)
+
+
+cdef _forward_impl(int mode, x, h0, c0, tuple weights, int L, bint bidirectional,
+                   bint batch_first, double p, bint train, uint64_t seed, uint64_t offset):
+    cdef Py_ssize_t D = 2 if bidirectional else 1
+    cdef Py_ssize_t G = _NGATES[mode]
+    cdef Py_ssize_t nw = len(weights) // (L * D)
+    cdef Py_ssize_t H = weights[1].shape[1]
+    cdef Py_ssize_t GH = G * H, T, B, I, k, d, N
+    cdef Py_ssize_t UB = _block_size(G, H)
+    cdef Py_ssize_t NB = (H + UB - 1) // UB
+    cdef bint f32 = x.dtype == np.float32
+    cdef bint use_drop = train and p > 0 and L > 1
+    cdef Layer lay
+    cdef cnp.ndarray inp, xp, out, aux, gh, h0a, c0a, wp_ih, wp_hh, bias
+    cdef void* pa
+    cdef void* pb
+    cdef void* pc
+    dt = x.dtype
+    perm = _perm(G, H, UB)
+    inp = np.ascontiguousarray(x.transpose(1, 0, 2)) if batch_first else x
+    T = inp.shape[0]
+    B = inp.shape[1]
+    N = T * B * D * H
+    h0a = np.zeros((L * D, B, H), dt) if h0 is None else h0
+    c0a = (np.zeros((L * D, B, H), dt) if c0 is None else c0) if mode == LSTM else None
+    h_n = np.empty((L * D, B, H), dt)
+    c_n = np.empty((L * D, B, H), dt) if mode == LSTM else None
+    zeros_h = np.zeros(H, dt)
+    layers = []
+    cdef int team = _team_size(D, B, G, H, NB)
+    for k in range(L):
+        I = inp.shape[2]
+        xp = np.empty((T, B, D * GH), dt)
+        xpv = xp.reshape(T * B, D * GH)
+        lay.bhn[0] = lay.bhn[1] = NULL
+        keep = []
+        for d in range(D):
+            base = (k * D + d) * nw
+            wp_ih = weights[base][perm]
+            wp_hh = weights[base + 1][perm]
+            if nw == 4:
+                if mode == GRU:
+                    bias = weights[base + 2].copy()
+                    bias[:2 * H] += weights[base + 3][:2 * H]
+                    bhn = weights[base + 3][2 * H:]
+                else:
+                    bias = weights[base + 2] + weights[base + 3]
+                    bhn = zeros_h
+            else:
+                bias = np.zeros(GH, dt)
+                bhn = zeros_h
+            keep.append((wp_ih, wp_hh, bhn))
+            xpv[:, d * GH:(d + 1) * GH] = bias[perm]
+            pa = _p(inp)
+            pb = _p(wp_ih)
+            pc = <char*>_p(xp) + d * GH * (4 if f32 else 8)
+            with nogil:
+                _gemm_any(f32, False, True, T * B, GH, I, pa, I, pb, I, 1.0, pc, D * GH)
+            lay.whh[d] = _p(wp_hh)
+            lay.bhn[d] = _p(bhn)
+        out = np.empty((T, B, D * H), dt)
+        aux = np.empty((T, B, D * H), dt) if mode in (GRU, LSTM) else None
+        gh = np.empty((D, B, GH), dt) if mode == GRU else None
+        lay.mode = mode
+        lay.T = T
+        lay.B = B
+        lay.H = H
+        lay.D = D
+        lay.G = G
+        lay.UB = UB
+        lay.NBLK = NB
+        lay.hzero = h0 is None
+        lay.need_dh0 = False
+        lay.xp = _p(xp)
+        lay.out = _p(out)
+        lay.aux = _p(aux)
+        lay.h0 = _p(h0a[k * D:(k + 1) * D])
+        lay.c0 = _p(c0a[k * D:(k + 1) * D]) if mode == LSTM else NULL
+        lay.gh = _p(gh)
+        _layer_loop(&lay, f32, False, team)
+        h_n[k * D] = out[T - 1, :, :H]
+        if D == 2:
+            h_n[k * D + 1] = out[0, :, H:]
+        if mode == LSTM:
+            c_n[k * D] = aux[T - 1, :, :H]
+            if D == 2:
+                c_n[k * D + 1] = aux[0, :, H:]
+        layers.append((inp, xp if mode != RNN_TANH and mode != RNN_RELU else None, out, aux,
+                       tuple(kp[:2] for kp in keep)))
+        if k < L - 1:
+            if use_drop:
+                nxt = np.empty_like(out)
+                _dropout_any(f32, out, nxt, N, k * ((N + 3) // 4 * 4), seed, offset, p)
+                inp = nxt
+            else:
+                inp = out
+    y = np.ascontiguousarray(out.transpose(1, 0, 2)) if batch_first else out
+    saved = (mode, h0 is not None, h0a, c0a, nw, L, D, H, batch_first, use_drop, p, seed, offset,
+             layers, dt)
+    return y, h_n, c_n, saved
+
+
+cdef _backward_impl(d_out, d_h_n, d_c_n, tuple saved):
+    (mode, has_hx, h0a, c0a, nw_, L, D, H_, batch_first, use_drop, p, seed, offset,
+     layers, dt) = saved
+    cdef int imode = mode
+    cdef Py_ssize_t G = _NGATES[imode]
+    cdef Py_ssize_t nL = L, nD = D, nw = nw_, H = H_
+    cdef Py_ssize_t GH = G * H, T, B, I, k, d, N
+    cdef Py_ssize_t UB = _block_size(G, H)
+    cdef Py_ssize_t NB = (H + UB - 1) // UB
+    cdef bint f32 = dt == np.float32
+    cdef Layer lay
+    cdef cnp.ndarray inp, xp, out, aux, dy, dg, dgh, dh, dc, dx, hprev, dbi, dbh, wp_ih
+    cdef Py_ssize_t isz = 4 if f32 else 8
+    cdef void *pdg
+    cdef void *pdgh
+    cdef void *pin
+    cdef void *phv
+    cdef void *pwi
+    cdef void *pdwi
+    cdef void *pdwh
+    cdef void *pdx
+    perm = _perm(G, H, UB)
+    T = layers[0][0].shape[0]
+    B = layers[0][0].shape[1]
+    N = T * B * nD * H
+    if d_out is None:
+        dy = np.zeros(H, dt)
+        lay.lddy = 0
+    else:
+        dy = np.ascontiguousarray(d_out.transpose(1, 0, 2)) if batch_first else d_out
+        lay.lddy = nD * H
+    dweights = [None] * (nL * nD * nw)
+    dh0 = np.empty((nL * nD, B, H), dt)
+    dc0 = np.empty((nL * nD, B, H), dt) if imode == LSTM else None
+    cdef int team = _team_size(nD, B, G, H, NB)
+    for k in range(nL - 1, -1, -1):
+        inp, xp, out, aux, wps = layers[k]
+        I = inp.shape[2]
+        dg = np.empty((T, B, nD * GH), dt)
+        dgh = np.empty((T, B, nD * GH), dt) if imode == GRU else dg
+        dh = np.zeros((nD, B, H), dt) if d_h_n is None else d_h_n[k * nD:(k + 1) * nD].copy()
+        if imode == LSTM:
+            dc = np.zeros((nD, B, H), dt) if d_c_n is None else d_c_n[k * nD:(k + 1) * nD].copy()
+        else:
+            dc = None
+        lay.mode = imode
+        lay.T = T
+        lay.B = B
+        lay.H = H
+        lay.D = nD
+        lay.G = G
+        lay.UB = UB
+        lay.NBLK = NB
+        lay.hzero = not has_hx
+        lay.need_dh0 = has_hx
+        lay.xp = _p(xp) if xp is not None else _p(dg)   # RNN: unused
+        lay.out = _p(out)
+        lay.aux = _p(aux)
+        lay.h0 = _p(h0a[k * nD:(k + 1) * nD])
+        lay.c0 = _p(c0a[k * nD:(k + 1) * nD]) if imode == LSTM else NULL
+        for d in range(nD):
+            lay.whh[d] = _p(wps[d][1])
+        lay.dout = _p(dy)
+        lay.dg = _p(dg)
+        lay.dgh = _p(dgh)
+        lay.dh = _p(dh)
+        lay.dc = _p(dc)
+        _layer_loop(&lay, f32, True, team)
+        dh0[k * nD:(k + 1) * nD] = dh
+        if imode == LSTM:
+            dc0[k * nD:(k + 1) * nD] = dc
+        # whole-sequence weight gradients and d_input (rows in the kernel's gate order)
+        dx = np.empty((T, B, I), dt)
+        hprev = np.empty((T, B, H), dt)
+        dbi = np.empty(nD * GH, dt)
+        _colsum_any(f32, dg, T * B, nD * GH, dbi)
+        if imode == GRU:
+            dbh = np.empty(nD * GH, dt)
+            _colsum_any(f32, dgh, T * B, nD * GH, dbh)
+        else:
+            dbh = dbi
+        for d in range(nD):
+            base = (k * nD + d) * nw
+            wp_ih = wps[d][0]
+            dwi = np.empty((GH, I), dt)
+            dwh = np.empty((GH, H), dt)
+            if d == 0:
+                hprev[0] = h0a[k * nD]
+                hprev[1:] = out[:T - 1, :, :H]
+            else:
+                hprev[T - 1] = h0a[k * nD + 1]
+                hprev[:T - 1] = out[1:, :, H:]
+            pdg = <char*>_p(dg) + d * GH * isz
+            pdgh = <char*>_p(dgh) + d * GH * isz
+            pin = _p(inp)
+            phv = _p(hprev)
+            pwi = _p(wp_ih)
+            pdwi = _p(dwi)
+            pdwh = _p(dwh)
+            pdx = _p(dx)
+            with nogil:
+                _gemm_any(f32, True, False, GH, I, T * B, pdg, nD * GH, pin, I, 0.0, pdwi, I)
+                _gemm_any(f32, True, False, GH, H, T * B, pdgh, nD * GH, phv, H, 0.0, pdwh, H)
+                _gemm_any(f32, False, False, T * B, I, GH, pdg, nD * GH, pwi, I,
+                          1.0 if d else 0.0, pdx, I)
+            gw = np.empty_like(dwi)
+            gw[perm] = dwi
+            dweights[base] = gw
+            gw = np.empty_like(dwh)
+            gw[perm] = dwh
+            dweights[base + 1] = gw
+            if nw == 4:
+                gw = np.empty(GH, dt)
+                gw[perm] = dbi[d * GH:(d + 1) * GH]
+                dweights[base + 2] = gw
+                gw = np.empty(GH, dt)
+                gw[perm] = dbh[d * GH:(d + 1) * GH]
+                dweights[base + 3] = gw
+        if k > 0:
+            if use_drop:
+                nxt = np.empty_like(dx)
+                _dropout_any(f32, dx, nxt, N, (k - 1) * ((N + 3) // 4 * 4), seed, offset, p)
+                dy = nxt
+            else:
+                dy = dx
+            lay.lddy = nD * H
+    if batch_first:
+        dx = np.ascontiguousarray(dx.transpose(1, 0, 2))
+    return dx, (dh0 if has_hx else None), (dc0 if has_hx and imode == LSTM else None), tuple(dweights)
+
+
+def rnn(x, h0, weights, nonlinearity, num_layers, bidirectional, batch_first, dropout, train,
+        seed, offset):
+    """rnn(...) -> ((out, h_n), saved); see fastnn/reference/rnn.py for the interface."""
+    y, h_n, _, saved = _forward(_MODES["rnn_" + nonlinearity], x, h0, None, tuple(weights),
+                                num_layers, bidirectional, batch_first, dropout, train, seed, offset)
+    return (y, h_n), saved
+
+
+def rnn_backward(d_out, d_h_n, saved):
+    """-> (dx, dh0 or None, d_weights)."""
+    dx, dh0, _, dw = _backward(d_out, d_h_n, None, saved)
+    return dx, dh0, dw
+
+
+def gru(x, h0, weights, num_layers, bidirectional, batch_first, dropout, train, seed, offset):
+    y, h_n, _, saved = _forward(GRU, x, h0, None, tuple(weights), num_layers, bidirectional,
+                                batch_first, dropout, train, seed, offset)
+    return (y, h_n), saved
+
+
+def gru_backward(d_out, d_h_n, saved):
+    dx, dh0, _, dw = _backward(d_out, d_h_n, None, saved)
+    return dx, dh0, dw
+
+
+def lstm(x, h0, c0, weights, num_layers, bidirectional, batch_first, dropout, train, seed, offset):
+    y, h_n, c_n, saved = _forward(LSTM, x, h0, c0, tuple(weights), num_layers, bidirectional,
+                                  batch_first, dropout, train, seed, offset)
+    return (y, h_n, c_n), saved
+
+
+def lstm_backward(d_out, d_h_n, d_c_n, saved):
+    return _backward(d_out, d_h_n, d_c_n, saved)
