@@ -83,14 +83,15 @@ cdef inline real _rowmax(const real* x, Py_ssize_t n) noexcept nogil:
     cdef real mx = -INFINITY
     for u in range(8):
         m8[u] = -INFINITY
+    # NaN propagates (a NaN score makes its row NaN, as torch's softmax)
     while c + 8 <= n:
         for u in range(8):
-            m8[u] = x[c + u] if x[c + u] > m8[u] else m8[u]
+            m8[u] = x[c + u] if (x[c + u] > m8[u] or x[c + u] != x[c + u]) else m8[u]
         c += 8
     for u in range(8):
-        mx = m8[u] if m8[u] > mx else mx
+        mx = m8[u] if (m8[u] > mx or m8[u] != m8[u]) else mx
     while c < n:
-        mx = x[c] if x[c] > mx else mx
+        mx = x[c] if (x[c] > mx or x[c] != x[c]) else mx
         c += 1
     return mx
 
@@ -228,7 +229,7 @@ cdef void _fwd_block(const real* q, const real* k, const real* v, real* o, real*
             row = sb + r * BK
             mx = _rowmax(row, nk)
             mnew = <real>mrow[r]
-            if mx > mnew:
+            if mx > mnew or mx != mx:
                 mnew = mx
             if mnew == -INFINITY:          # no key of this row seen yet
                 memset(row, 0, nk * sizeof(real))
@@ -252,15 +253,15 @@ cdef void _fwd_block(const real* q, const real* k, const real* v, real* o, real*
     for r in range(nq):
         row = Op + r * g.old
         ar = acc + r * Ev
-        if lrow[r] > 0:
+        if lrow[r] == 0:                   # every key masked: zero weights
+            for c in range(Ev):
+                row[c] = 0
+            lse[bh * g.L + i0 + r] = -INFINITY
+        else:                              # (NaN scores make l NaN: the row is NaN)
             inv = 1.0 / lrow[r]
             for c in range(Ev):
                 row[c] = <real>(ar[c] * inv)
             lse[bh * g.L + i0 + r] = <real>(mrow[r] + log(lrow[r]))
-        else:
-            for c in range(Ev):
-                row[c] = 0
-            lse[bh * g.L + i0 + r] = -INFINITY
 
 
 cdef void _fwd(const real* q, const real* k, const real* v, real* o, real* lse,
