@@ -259,3 +259,26 @@ def test_bert_checkpoint_name_variants_and_bad_input():
         m(ids, mask, types[:1])
     with pytest.raises(ValueError, match="divisible"):
         BertEncoder(**dict(BERT, num_attention_heads=3))
+
+
+def test_train_bench_case_does_the_same_work_in_fastnn_and_torch():
+    """The end-to-end bench row: one fastnn step and one torch step from the same weights
+    give the same updated weights (so the timing compares like with like)."""
+    torch = pytest.importorskip("torch")
+    from fastnn.bench import train
+    case = train.cases()[0]
+    assert case.tokens == 1024
+    fns = case.make()
+    fns["fastnn"]()
+    fns["torch"]()
+    # the closures share their models through the defaults / cells: pull them out
+    m = fns["fastnn"].__defaults__[0]
+    tm = next(c.cell_contents for c in fns["torch"].__closure__
+              if isinstance(c.cell_contents, torch.nn.Module))
+    tparams = dict(tm.named_parameters())
+    for n, p in m.named_parameters():
+        # Adam's first step moves each element by ~lr * grad / |grad| (lr = 1e-3): where a
+        # gradient is ~0, float32 rounding changes that ratio, so allow a few such elements
+        a, b = p.data, tparams[n].detach().numpy()
+        off = ~np.isclose(a, b, rtol=1e-4, atol=2e-5)
+        assert off.mean() < 1e-3 and np.abs(a - b).max() <= 2e-3, n
