@@ -122,6 +122,15 @@ def test_reference_matches_torch(case):
 
 
 # ------------------------------------------------------------------ modules
+def _float_to_device(a):
+    """Float arrays (also inside tuples, e.g. an LSTM's (h0, c0)) on the device."""
+    if isinstance(a, tuple):
+        return tuple(_float_to_device(v) for v in a)
+    if isinstance(a, np.ndarray) and a.dtype.kind == "f":
+        return fastnn.to_device(a)
+    return a
+
+
 def _run_module(case, backend, dtype, inputs, d_out, seed=0):
     fastnn.manual_seed(seed)
     m = case.build(dtype)
@@ -129,8 +138,7 @@ def _run_module(case, backend, dtype, inputs, d_out, seed=0):
     with fastnn.use_backend(backend):
         if backend == "cuda":
             m.to("cuda")
-            inputs = [fastnn.to_device(a) if isinstance(a, np.ndarray) and a.dtype.kind == "f" else a
-                      for a in inputs]
+            inputs = [_float_to_device(a) for a in inputs]
         fastnn.manual_seed(seed + 1)
         out = m(*inputs)
         if d_out is None:
