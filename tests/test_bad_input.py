@@ -370,3 +370,19 @@ def test_load_bad_headers_and_dtypes(tmp_path, case):
         _load_into(m, p)
     assert time.perf_counter() - t0 < 5, "a bad header must be rejected without reading/allocating"
     assert str(ei.value), "the error must say what is wrong"
+
+
+def test_every_public_op_and_module_is_in_the_registry():
+    """A family that lands without reliability entries fails here (add a few lines to
+    tests/reliability_registry.py)."""
+    import fastnn.functional as F
+    import fastnn.nn as nn
+    from reliability_registry import NOT_FUZZED
+    fuzzed = {o.fwd.__name__ for o in FUZZ}
+    missing = sorted(n for n in dir(F) if n.endswith("_fwd") and n not in fuzzed and n not in NOT_FUZZED)
+    assert not missing, f"functional ops with no FuzzOp: {missing}"
+    abstract = {"Module", "ModuleList", "Identity", "RNNBase", "RNNCellBase"}
+    specs = {s.name for s in MODULES}
+    mods = sorted(n for n in dir(nn) if isinstance(getattr(nn, n), type)
+                  and issubclass(getattr(nn, n), nn.Module) and n not in abstract and n not in specs)
+    assert not mods, f"modules with no ModuleSpec: {mods}"
