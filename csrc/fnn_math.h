@@ -159,10 +159,10 @@ static inline float fnn_log1pf(float x) {
 
 static inline float fnn_exp_nonpos_f(float x) {
     /* exp(x) for x <= 0 where results below FLT_MIN may flush to 0 (the Gaussian in
-       fnn_gauss_cdf_f): fnn_expf's polynomial with one 2^n scaling instead of two. */
-    float xc = x < -87.33654f ? -87.33654f : x;
-    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = xc - n * 0.693359375f;
+       fnn_gauss_cdf_f): fnn_expf's polynomial with one 2^n scaling instead of two, and
+       no clamp -- below the cut the (garbage) value is replaced by 0, NaN propagates. */
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - n * 0.693359375f;
     r = r - n * -2.12194440e-4f;
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
@@ -181,20 +181,20 @@ static inline float fnn_gauss_cdf_f(float x, float* gauss) {
        exact arithmetic, ~3e-7 evaluated in float over z in [0, 10]).  Phi = h for x < 0
        (the tail keeps its relative accuracy: no 1 + erf cancellation) and 1 - h
        otherwise.  One exp and one division for both GELU's forward and backward. */
-    float z = fnn_absf(x) * 0.70710678118654752f;
-    float s = 1.0f / (1.0f + 0.5f * z);
+    /* s = 1/(1 + z/2), z = |x|/sqrt2; the coefficients carry the factor 1/2 of h */
+    float s = 1.0f / (1.0f + fnn_absf(x) * 0.35355339059327376f);
     float u = s - 0.5f;
-    float q = -5.907539371e-02f;
-    q = q * u + 4.830077622e-02f;
-    q = q * u + 9.533212600e-02f;
-    q = q * u + -1.029972298e-01f;
-    q = q * u + -1.718688708e-01f;
-    q = q * u + 1.457407851e-01f;
-    q = q * u + 5.589392705e-01f;
-    q = q * u + 6.871609726e-01f;
-    q = q * u + 5.107913714e-01f;
+    float q = -2.953769686e-02f;
+    q = q * u + 2.415038811e-02f;
+    q = q * u + 4.766606300e-02f;
+    q = q * u + -5.149861490e-02f;
+    q = q * u + -8.593443540e-02f;
+    q = q * u + 7.287039255e-02f;
+    q = q * u + 2.794696353e-01f;
+    q = q * u + 3.435804863e-01f;
+    q = q * u + 2.553956857e-01f;
     float e = fnn_exp_nonpos_f(-0.5f * x * x);
-    float h = 0.5f * e * (s * q);
+    float h = e * (s * q);
     *gauss = e;
     return x < 0.0f ? h : 1.0f - h;
 }
