@@ -60,7 +60,11 @@ cdef extern from *:
     static inline void fnn_ce_bwd_row_##SFX(const T* x, T* dx, ptrdiff_t C, int64_t t,       \
             const T* q, const T* w, double eps, double lse, double A, double s) {             \
         ptrdiff_t j;                                                                         \
-        if (!q && t < 0) { memset(dx, 0, C * sizeof(T)); return; }                           \
+        if (!q && t < 0) {  /* ignored: 0 * softmax, so a row holding inf/NaN stays NaN */   \
+            if (isfinite(lse)) memset(dx, 0, C * sizeof(T));                                 \
+            else for (j = 0; j < C; ++j) dx[j] = (T)NAN;                                     \
+            return;                                                                          \
+        }                                                                                    \
         T sA = (T)(s * A), l = (T)lse;                                                       \
         if (q) {                                                                             \
             T c1 = (T)(s * (1.0 - eps)), c0 = (T)(s * eps / C);                              \

@@ -236,3 +236,22 @@ def test_bad_arguments():
     l, ctx = F.cross_entropy_fwd(x, t, reduction="none")
     with pytest.raises(ValueError, match="grad_output"):
         F.cross_entropy_bwd(ctx, 1.0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
+@pytest.mark.parametrize("target0", [0, -100])
+def test_special_logits_follow_torch(backend, bad, target0):
+    """inf/NaN logits: the same NaN pattern as torch, also in an ignored row (0 * softmax)."""
+    x = np.random.default_rng(7).standard_normal((3, 5)).astype(np.float32)
+    x[0, 3] = bad
+    t = np.array([target0, 1, 2])
+    for red in ("mean", "none"):
+        with fastnn.use_backend(backend), np.errstate(all="ignore"):
+            l, ctx = F.cross_entropy_fwd(x, t, reduction=red)
+            dx = F.cross_entropy_bwd(ctx, 1.0 if red == "mean" else np.ones(3, np.float32))
+        tx = torch.tensor(x, requires_grad=True)
+        tl = torch.nn.functional.cross_entropy(tx, torch.tensor(t), reduction=red)
+        tl.backward(torch.ones_like(tl))
+        np.testing.assert_allclose(l, tl.detach().numpy(), rtol=1e-5, equal_nan=True)
+        np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-4, atol=1e-7, equal_nan=True)
