@@ -4,8 +4,8 @@ Each op has the three forms of the functional shell (``op``, ``op_fwd``, ``op_bw
 Unary ops take ``out=`` (write the result there; it may be the input itself) and,
 where torch has it, ``inplace=True`` (the result overwrites the input, which is
 returned).  Backward through an in-place forward works: the kernels save the output
-where backward can start from it (relu, leaky_relu with slope >= 0, elu/selu/celu,
-sigmoid, tanh) and keep a copy of the input otherwise.
+where backward can start from it (relu, leaky_relu with slope >= 0, sigmoid, tanh; and
+elu/selu/celu in place) and keep a copy of the input otherwise.
 """
 import math
 import numbers
