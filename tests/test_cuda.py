@@ -37,9 +37,12 @@ def _on_device(a):
 # ------------------------------------------------------------------ toolkit
 @pytest.mark.parametrize("dt", DT, ids=DT_IDS)
 @pytest.mark.parametrize("shapes", [((5, 7), (7, 3)), ((1, 1), (1, 1)), ((9, 0), (0, 4)),
-                                    ((2 * _kit.TILE + 1, 3), (3, _kit.TILE + 2))])
+                                    ((2 * _kit.TILE + 1, 3), (3, _kit.TILE + 2)),
+                                    ((2 * _kit.TILE + 1, 13), (13, _kit.TILE + 3))])
 @pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
 def test_gemm_matches_numpy(shapes, ta, tb, dt):
+    """Tiny products take the untiled kernel, the last shape the shared-memory tiles
+    (several tiles per block in the simulator's two-block grid)."""
     rng = np.random.default_rng(0)
     a = rng.standard_normal(shapes[0]).astype(dt)
     b = rng.standard_normal(shapes[1]).astype(dt)
@@ -56,7 +59,7 @@ def test_gemm_bias_epilogue_kernel(dt):
     """The separate bias kernel of the cuBLAS path (launched here also without CuPy)."""
     c = _kit.dev(np.arange(12, dtype=dt).reshape(3, 4))
     bias = np.array([1, 2, 3, 4], dt)
-    _, add_bias = _gemm._kernels(dt)
+    add_bias = _gemm._kernels(dt)[1]
     add_bias[1, _kit.THREADS](_kit.flat(c), _kit.dev(bias), 12, 4)
     np.testing.assert_array_equal(c.copy_to_host(), np.arange(12, dtype=dt).reshape(3, 4) + bias)
 

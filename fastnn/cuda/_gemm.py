@@ -5,7 +5,8 @@ viewed by CuPy through __cuda_array_interface__ (zero copy) and cupy.matmul writ
 straight into the numba-allocated output.  Elsewhere (no CuPy, or the simulator, where
 CuPy cannot work) a shared-memory tiled numba kernel keeps the backend complete: one
 thread per output element, TILE x TILE tiles of op(A) and op(B) staged in shared
-memory; accumulation in the input dtype (as cuBLAS does).
+memory; accumulation in the input dtype (as cuBLAS does).  Products of at most SMALL
+multiply-adds (an RNN step on a small batch) take an untiled kernel instead.
 """
 from . import _kit
 from ._kit import kernel, TILE, cdiv, cuda, dtype_of, shape_of
@@ -14,6 +15,7 @@ from ._runtime import SIM
 __all__ = ["gemm", "gemm_batched", "backend_name"]
 
 _cupy_state = []
+SMALL = 512   # M*N*K at or below which the untiled kernel runs (no CuPy)
 
 
 def _cupy():
@@ -89,11 +91,31 @@ def _kernels(dt):
                 C[z, row, col] = acc
 
     @kernel
+    def gemm_small(A, B, C, bias, M, N, K, ta, tb, has_bias, a_batched, b_batched, Z):
+        # tiny products (an RNN step, a 1-row linear): one thread per output element, no
+        # shared-memory staging -- the tiles would be mostly padding
+        for e in range(cuda.grid(1), Z * M * N, cuda.gridsize(1)):
+            col = e % N
+            r = e // N
+            row = r % M
+            z = r // M
+            za = z if a_batched else 0
+            zb = z if b_batched else 0
+            acc = zero
+            for k in range(K):
+                a = A[za, k, row] if ta else A[za, row, k]
+                b = B[zb, col, k] if tb else B[zb, k, col]
+                acc += a * b
+            if has_bias:
+                acc += bias[col]
+            C[z, row, col] = acc
+
+    @kernel
     def add_bias(C, bias, n, N):
         for i in range(cuda.grid(1), n, cuda.gridsize(1)):
             C[i] += bias[i % N]
 
-    return gemm_tiled, add_bias
+    return gemm_tiled, add_bias, gemm_small
 
 
 def _dims(shape, t):
@@ -117,7 +139,7 @@ def gemm_batched(a, b, ta=False, tb=False, bias=None):
     out = _kit.empty((Z, M, N), dt)
     if Z == 0 or M == 0 or N == 0:
         return out
-    tiled, add_bias = _kernels(dt)
+    tiled, add_bias, small = _kernels(dt)
     cp = _cupy()
     if cp is not None and K > 0:  # pragma: no cover - needs CuPy and a GPU
         ca = cp.asarray(a)
@@ -134,9 +156,15 @@ def gemm_batched(a, b, ta=False, tb=False, bias=None):
             add_bias[_kit.blocks_for(n), _kit.THREADS](_kit.flat(out), bias, n, N)
         return out
     has_bias = bias is not None
+    bias_arg = bias if has_bias else _kit.empty((1,), dt)
+    if M * N * K <= SMALL:
+        n = Z * M * N
+        small[_kit.blocks_for(n), _kit.THREADS](a, b, out, bias_arg, M, N, K, int(ta), int(tb),
+                                                has_bias, za > 1, zb > 1, Z)
+        return out
     tiles = Z * cdiv(M, TILE) * cdiv(N, TILE)
     grid = max(1, min(tiles, _kit.MAX_BLOCKS))
-    tiled[grid, (TILE, TILE)](a, b, out, bias if has_bias else _kit.empty((1,), dt), M, N, K,
+    tiled[grid, (TILE, TILE)](a, b, out, bias_arg, M, N, K,
                               int(ta), int(tb), has_bias, za > 1, zb > 1, Z)
     return out
 
