@@ -9,6 +9,9 @@ from fastnn import nn
 
 torch = pytest.importorskip("torch")
 
+# torch warns that padding='same' with an even kernel pads a copy of the input
+pytestmark = pytest.mark.filterwarnings("ignore:Using padding='same'")
+
 
 def _torch_conv(m):
     t = torch.nn.Conv2d(m.in_channels, m.out_channels, m.kernel_size, m.stride, m.padding,

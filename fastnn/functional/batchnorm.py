@@ -47,7 +47,7 @@ def batch_norm_fwd(x, running_mean, running_var, weight=None, bias=None, trainin
         raise TypeError(f"momentum must be a real number, got {type(momentum).__name__}")
     momentum = float(momentum)
     if training:
-        m = x.size // C if C else 0
+        m = x.shape[0] * int(np.prod(x.shape[2:], dtype=np.int64))   # values per channel
         if m <= 1:
             raise ValueError(f"batch_norm: expected more than 1 value per channel when training, "
                              f"got input of shape {tuple(x.shape)}")
