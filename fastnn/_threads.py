@@ -6,6 +6,7 @@ the Python shell (BLAS may use all threads), and tile GEMMs inside OpenMP region
 BLAS libraries once; limits are then cheap calls into them.
 """
 import contextlib
+import threading
 
 _controller = [None]
 
@@ -20,27 +21,77 @@ def _ctl():
     return _controller[0]
 
 
+_handles = [None]
+
+
+def _blas():
+    """[(set(n), get()) for every BLAS library].  A pthreads OpenBLAS has one process-wide
+    pool, and threadpoolctl (>= 3.6) lets only the first thread that set a limit change it:
+    from any other Python thread its set_num_threads silently does nothing, so a kernel
+    called from a worker thread would run its GEMMs multi-threaded inside OpenMP regions.
+    Its own C functions are called instead (the region count below keeps them consistent)."""
+    if _handles[0] is None:
+        out = []
+        for lib in _ctl().select(user_api="blas").lib_controllers:
+            setf = getf = None
+            dl = getattr(lib, "dynlib", None)
+            if (lib.internal_api == "openblas" and dl is not None
+                    and getattr(lib, "threading_layer", "") != "openmp"):
+                for pre in ("", "scipy_"):
+                    for suf in ("", "64_", "_64"):
+                        name = f"{pre}openblas_set_num_threads{suf}"
+                        if setf is None and hasattr(dl, name):
+                            setf = getattr(dl, name)
+                            getf = getattr(dl, f"{pre}openblas_get_num_threads{suf}")
+            if setf is None:
+                setf, getf = lib.set_num_threads, (lambda lib=lib: lib.num_threads)
+            out.append((setf, getf))
+        _handles[0] = out
+    return _handles[0]
+
+
 def set_blas_threads(n):
-    """Set the thread count of every BLAS library loaded in the process."""
-    for lib in _ctl().select(user_api="blas").lib_controllers:
-        lib.set_num_threads(n)
+    """Set the thread count of every BLAS library loaded in the process (inside a
+    ``single_threaded_blas`` region the new count takes effect when the region ends)."""
+    libs = _blas()
+    with _region_lock:
+        if _region_depth[0] > 0:
+            _region_saved[0] = [n] * len(libs)
+            return
+        for setf, _ in libs:
+            setf(n)
 
 
 def blas_threads():
     """Current thread count of the first BLAS library (None if none is loaded)."""
-    libs = _ctl().select(user_api="blas").lib_controllers
-    return libs[0].num_threads if libs else None
+    libs = _blas()
+    return int(libs[0][1]()) if libs else None
+
+
+# The BLAS thread count is process-wide, so overlapping regions from several Python
+# threads share one count of open regions: the first sets BLAS to 1, the last restores it.
+# (Saving and restoring per region let one thread's exit put BLAS back to n while another
+# was still inside, and could leave the pool stuck at 1.)
+_region_lock = threading.Lock()
+_region_depth = [0]
+_region_saved = [None]
 
 
 @contextlib.contextmanager
 def single_threaded_blas():
     """Run the block with BLAS limited to one thread (around OpenMP regions that call BLAS)."""
-    libs = _ctl().select(user_api="blas").lib_controllers
-    old = [lib.num_threads for lib in libs]
-    for lib in libs:
-        lib.set_num_threads(1)
+    libs = _blas()
+    with _region_lock:
+        if _region_depth[0] == 0:
+            _region_saved[0] = [int(getf()) for _, getf in libs]
+            for setf, _ in libs:
+                setf(1)
+        _region_depth[0] += 1
     try:
         yield
     finally:
-        for lib, n in zip(libs, old):
-            lib.set_num_threads(n)
+        with _region_lock:
+            _region_depth[0] -= 1
+            if _region_depth[0] == 0:
+                for (setf, _), n in zip(libs, _region_saved[0]):
+                    setf(n)

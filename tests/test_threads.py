@@ -256,3 +256,47 @@ def test_default_threads_agree(env):
     assert r.returncode == 0, r.stderr
     n, omp, blas = r.stdout.strip().split(" ", 2)
     assert n == env and omp == f"[{env}]" and blas == f"[{env}]", r.stdout
+
+
+def test_blas_pool_restored_after_concurrent_single_threaded_regions(restore_threads):
+    """Kernels that run their GEMMs inside OpenMP regions hold BLAS at one thread for the
+    call; overlapping calls from several Python threads must leave the pool at
+    fastnn.get_num_threads() afterwards (not stuck at 1, not back at n mid-region)."""
+    from fastnn import _threads
+    fastnn.set_num_threads(2)
+    seen_inside = []
+    barrier = threading.Barrier(6)
+
+    def worker(k):
+        barrier.wait()
+        for _ in range(50):
+            with _threads.single_threaded_blas():
+                seen_inside.append(_threads.blas_threads())
+                time.sleep(0.0005 * (k % 3))
+
+    ts = [threading.Thread(target=worker, args=(k,)) for k in range(6)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert set(seen_inside) == {1}, f"BLAS left multi-threaded inside a region: {set(seen_inside)}"
+    assert _threads.blas_threads() == 2, f"BLAS pool stuck at {_threads.blas_threads()} threads"
+
+
+@pytest.mark.parametrize("op", FUZZ, ids=str)
+def test_worker_thread_equals_main_thread(op, restore_threads):
+    """Large inputs, 2 threads: a call from a non-main Python thread gives the main thread's
+    bits.  (threadpoolctl only lets the first thread that limited BLAS change the pool, so
+    kernels that hold BLAS at one thread inside their OpenMP regions ran multi-threaded
+    GEMMs when called from a worker thread -- different results and stacked threads.)"""
+    fastnn.set_num_threads(2)
+    args, kwargs = _big(op)
+    main = _fwd_bwd(op, args, kwargs)
+    out = []
+    t = threading.Thread(target=lambda: out.append(_fwd_bwd(op, args, kwargs)))
+    t.start()
+    t.join()
+    assert out, "the worker thread raised"
+    for i, (a, b) in enumerate(zip(out[0], main)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b),
+                                      err_msg=f"{op.name}: result {i} differs in a worker thread")
