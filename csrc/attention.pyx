@@ -17,7 +17,9 @@
 #   dV += P_d^T dO,  dP = dO V^T (* dropout mask),  dS = P (dP - D) scale,
 #   dK += dS^T Q,    dQ += dS K                                        (all BLAS).
 # Every output element is written by exactly one task, in a fixed tile order, so
-# results do not depend on the thread count.  With many (b, h) pairs one task owns a
+# results do not depend on the thread count (nor on which thread runs a task: the task
+# loops are scheduled dynamically, so a thread whose core is taken -- a shared machine,
+# BLAS's own pool spinning down -- does not hold the whole call back).  With many (b, h) pairs one task owns a
 # whole (b, h) (key blocks outer, query blocks inner: dK/dV tiles stay in cache and dQ
 # accumulates in place); with few pairs (< SERIAL_BH, chosen by shape, never by thread
 # count) dK/dV are computed per (b, h, key block) and dQ per (b, h, query block) in a
@@ -29,7 +31,7 @@
 cimport cython
 cimport numpy as cnp
 from cython.parallel cimport prange, parallel
-from libc.math cimport exp, log, INFINITY
+from libc.math cimport exp, log, INFINITY, NAN
 from libc.stdint cimport uint32_t, uint64_t, int64_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memset
@@ -55,7 +57,8 @@ cdef extern from "fnn_philox.h" nogil:
 OPS = ("scaled_dot_product_attention", "scaled_dot_product_attention_backward")
 
 cdef enum:
-    BQ = 128           # query rows per tile
+    BQ = 128           # query rows per tile (backward)
+    FBQ = 64           # query rows per tile (forward: smaller diagonal waste when causal)
     BK = 128          # keys per tile (the score tile is BQ x BK, 32 KiB in float32)
     SERIAL_BH = 16    # >= this many (b, h) pairs: one task per pair in backward
 
@@ -83,17 +86,26 @@ cdef inline real _rowmax(const real* x, Py_ssize_t n) noexcept nogil:
     cdef real mx = -INFINITY
     for u in range(8):
         m8[u] = -INFINITY
-    # NaN propagates (a NaN score makes its row NaN, as torch's softmax)
+    # vectorises to max instructions; NaN is skipped here (the exp/sum pass carries a NaN
+    # score into its row), and a row of only NaN / -inf is told apart by _has_nan
     while c + 8 <= n:
         for u in range(8):
-            m8[u] = x[c + u] if (x[c + u] > m8[u] or x[c + u] != x[c + u]) else m8[u]
+            m8[u] = x[c + u] if x[c + u] > m8[u] else m8[u]
         c += 8
     for u in range(8):
-        mx = m8[u] if (m8[u] > mx or m8[u] != m8[u]) else mx
+        mx = m8[u] if m8[u] > mx else mx
     while c < n:
-        mx = x[c] if (x[c] > mx or x[c] != x[c]) else mx
+        mx = x[c] if x[c] > mx else mx
         c += 1
     return mx
+
+
+cdef inline bint _has_nan(const real* x, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t c
+    for c in range(n):
+        if x[c] != x[c]:
+            return True
+    return False
 
 
 cdef inline double _rowsum(const real* x, Py_ssize_t n) noexcept nogil:
@@ -207,8 +219,8 @@ cdef void _fwd_block(const real* q, const real* k, const real* v, real* o, real*
     cdef real* ar
     cdef real mx, mnew, al
     cdef double alpha, s, inv
-    if nq > BQ:
-        nq = BQ
+    if nq > FBQ:
+        nq = FBQ
     Qp = q + b * g.qb + h * E + i0 * g.qld
     Op = o + b * g.ob + h * Ev + i0 * g.old
     if g.causal and i0 + nq < kend:
@@ -229,11 +241,14 @@ cdef void _fwd_block(const real* q, const real* k, const real* v, real* o, real*
             row = sb + r * BK
             mx = _rowmax(row, nk)
             mnew = <real>mrow[r]
-            if mx > mnew or mx != mx:
+            if mx > mnew:
                 mnew = mx
-            if mnew == -INFINITY:          # no key of this row seen yet
-                memset(row, 0, nk * sizeof(real))
-                continue
+            if mnew == -INFINITY:
+                if _has_nan(row, nk):      # NaN scores only: the row is NaN (as torch)
+                    mnew = <real>NAN
+                else:                      # no key of this row may be attended yet
+                    memset(row, 0, nk * sizeof(real))
+                    continue
             for c in range(nk):
                 row[c] = _exp(row[c] - mnew)
             s = _rowsum(row, nk)
@@ -266,9 +281,9 @@ cdef void _fwd_block(const real* q, const real* k, const real* v, real* o, real*
 
 cdef void _fwd(const real* q, const real* k, const real* v, real* o, real* lse,
                const real* mk, const int64_t* midx, const Geo* g) noexcept nogil:
-    cdef Py_ssize_t nqb = (g.L + BQ - 1) // BQ
+    cdef Py_ssize_t nqb = (g.L + FBQ - 1) // FBQ
     cdef Py_ssize_t ntask = g.B * g.H * nqb, t
-    cdef int nt = _threads_for(ntask * BQ * (g.S + 1) * (g.E + g.Ev + 1), 1 << 18)
+    cdef int nt = _threads_for(ntask * FBQ * (g.S + 1) * (g.E + g.Ev + 1), 1 << 18)
     cdef real* sb
     cdef real* acc
     cdef double* mrow
@@ -278,12 +293,12 @@ cdef void _fwd(const real* q, const real* k, const real* v, real* o, real* lse,
     if nt > ntask:
         nt = <int>ntask
     with parallel(num_threads=nt):
-        sb = <real*>malloc(BQ * BK * sizeof(real))
-        acc = <real*>malloc((BQ * g.Ev + 1) * sizeof(real))
-        mrow = <double*>malloc(2 * BQ * sizeof(double))
-        lrow = mrow + BQ
+        sb = <real*>malloc(FBQ * BK * sizeof(real))
+        acc = <real*>malloc((FBQ * g.Ev + 1) * sizeof(real))
+        mrow = <double*>malloc(2 * FBQ * sizeof(double))
+        lrow = mrow + FBQ
         for t in prange(ntask, schedule="static"):
-            _fwd_block(q, k, v, o, lse, mk, midx, g, t // nqb, (t % nqb) * BQ,
+            _fwd_block(q, k, v, o, lse, mk, midx, g, t // nqb, (t % nqb) * FBQ,
                              sb, acc, mrow, lrow)
         free(sb)
         free(acc)
