@@ -5,7 +5,7 @@
 # strided matrix (leading dimension H*E or B*H*E) that BLAS reads in place: the
 # multi-head layers never transpose.  Work unit: (b*H + h, block of BQ query rows).
 #
-# Forward (FlashAttention-2): for each query block, walk key blocks of BK keys:
+# Forward (FlashAttention-2): for each block of FBQ query rows, walk key blocks of BK keys:
 #   S = scale * Q K^T (BLAS), + mask, causal -inf inside diagonal tiles;
 #   online softmax: running row max m and row sum l (double), the accumulator
 #   acc (BQ x Ev) rescaled by exp(m_old - m_new); acc += dropout(P) V (BLAS).
@@ -17,9 +17,7 @@
 #   dV += P_d^T dO,  dP = dO V^T (* dropout mask),  dS = P (dP - D) scale,
 #   dK += dS^T Q,    dQ += dS K                                        (all BLAS).
 # Every output element is written by exactly one task, in a fixed tile order, so
-# results do not depend on the thread count (nor on which thread runs a task: the task
-# loops are scheduled dynamically, so a thread whose core is taken -- a shared machine,
-# BLAS's own pool spinning down -- does not hold the whole call back).  With many (b, h) pairs one task owns a
+# results do not depend on the thread count.  With many (b, h) pairs one task owns a
 # whole (b, h) (key blocks outer, query blocks inner: dK/dV tiles stay in cache and dQ
 # accumulates in place); with few pairs (< SERIAL_BH, chosen by shape, never by thread
 # count) dK/dV are computed per (b, h, key block) and dQ per (b, h, query block) in a
