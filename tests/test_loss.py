@@ -255,3 +255,11 @@ def test_special_logits_follow_torch(backend, bad, target0):
         tl.backward(torch.ones_like(tl))
         np.testing.assert_allclose(l, tl.detach().numpy(), rtol=1e-5, equal_nan=True)
         np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-4, atol=1e-7, equal_nan=True)
+
+
+def test_device_logits_with_extra_dims_say_what_to_do():
+    if "cuda" not in fastnn.available_backends():
+        pytest.skip("the cuda backend (numba-cuda or the simulator) is not available here")
+    x = fastnn.to_device(np.zeros((2, 3, 4), np.float32))
+    with pytest.raises(NotImplementedError, match="class axis last"):
+        F.cross_entropy(x, fastnn.to_device(np.zeros((2, 4), np.int64)))
