@@ -282,3 +282,86 @@ def test_train_bench_case_does_the_same_work_in_fastnn_and_torch():
         a, b = p.data, tparams[n].detach().numpy()
         off = ~np.isclose(a, b, rtol=1e-4, atol=2e-5)
         assert off.mean() < 1e-3 and np.abs(a - b).max() <= 2e-3, n
+
+
+def _torch_bert(torch, cfg):
+    """A minimal BERT encoder in PyTorch with the checkpoint names (checks the layout and the
+    numerics where the transformers package is not installed)."""
+    nn = torch.nn
+    D, I, H = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_attention_heads"]
+    eps = cfg["layer_norm_eps"]
+
+    class Holder(nn.Module):
+        def __init__(this, **kw):
+            super().__init__()
+            for k, v in kw.items():
+                setattr(this, k, v)
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attention = Holder(self=Holder(query=nn.Linear(D, D), key=nn.Linear(D, D),
+                                                value=nn.Linear(D, D)),
+                                    output=Holder(dense=nn.Linear(D, D), LayerNorm=nn.LayerNorm(D, eps=eps)))
+            self.intermediate = Holder(dense=nn.Linear(D, I))
+            self.output = Holder(dense=nn.Linear(I, D), LayerNorm=nn.LayerNorm(D, eps=eps))
+
+        def forward(self, x, add_mask):
+            sa = self.attention.self
+            N, T, _ = x.shape
+            q, k, v = (f(x).view(N, T, H, D // H).transpose(1, 2) for f in (sa.query, sa.key, sa.value))
+            a = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=add_mask)
+            a = a.transpose(1, 2).reshape(N, T, D)
+            h = self.attention.output.LayerNorm(self.attention.output.dense(a) + x)
+            g = torch.nn.functional.gelu(self.intermediate.dense(h))
+            return self.output.LayerNorm(self.output.dense(g) + h)
+
+    class Bert(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embeddings = Holder(
+                word_embeddings=nn.Embedding(cfg["vocab_size"], D),
+                position_embeddings=nn.Embedding(cfg["max_position_embeddings"], D),
+                token_type_embeddings=nn.Embedding(cfg["type_vocab_size"], D),
+                LayerNorm=nn.LayerNorm(D, eps=eps))
+            self.encoder = Holder(layer=nn.ModuleList([Layer() for _ in range(cfg["num_hidden_layers"])]))
+            self.pooler = Holder(dense=nn.Linear(D, D))
+
+        def forward(self, ids, mask, types):
+            e = self.embeddings
+            T = ids.shape[1]
+            x = e.LayerNorm(e.word_embeddings(ids) + e.position_embeddings(torch.arange(T))
+                            + e.token_type_embeddings(types))
+            add = torch.zeros(mask.shape, dtype=x.dtype).masked_fill(mask == 0, float("-inf"))
+            for layer in self.encoder.layer:
+                x = layer(x, add[:, None, None, :])
+            return x
+
+    return Bert()
+
+
+@pytest.mark.parametrize("backend", ["cpu", "reference"])
+def test_bert_matches_a_torch_bert(backend):
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    tb = _torch_bert(torch, BERT).double()
+    m = BertEncoder(**BERT, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                    dtype=np.float64)
+    m.load_state_dict({k: v.detach().numpy() for k, v in tb.state_dict().items()})
+    ids, mask, types = _bert_inputs(np.random.default_rng(4))
+    with fastnn.use_backend(backend):
+        h = m(ids, mask, types)
+        d = np.random.default_rng(5).standard_normal(h.shape)
+        m.zero_grad()
+        m.backward(d)
+    ref = tb(torch.tensor(ids), torch.tensor(mask), torch.tensor(types))
+    np.testing.assert_allclose(h, ref.detach().numpy(), rtol=1e-8, atol=1e-9)
+    (ref * torch.tensor(d)).sum().backward()
+    tp = dict(tb.named_parameters())
+    for n, p in m.named_parameters():
+        if n.startswith("pooler."):
+            continue
+        g = tp[n].grad.numpy().copy()
+        if n == "embeddings.word_embeddings.weight":
+            g[BertEncoder(**BERT).config.pad_token_id] = 0   # BERT's pad row has no gradient
+        np.testing.assert_allclose(p.grad, g, rtol=1e-8, atol=1e-9, err_msg=n)
