@@ -192,3 +192,16 @@ def test_sinusoidal_module():
     with pytest.raises(ValueError, match="d_model"):
         m(np.zeros((1, 3, 7), np.float32))
     assert nn.SinusoidalPositionalEncoding(4).pe.shape == (5000, 4)
+
+
+def test_sinusoidal_module_on_device():
+    if "cuda" not in fastnn.available_backends():
+        pytest.skip("the cuda backend (numba-cuda or the simulator) is not available here")
+    m = nn.SinusoidalPositionalEncoding(8, max_len=16)
+    x = np.random.default_rng(6).standard_normal((3, 5, 8)).astype(np.float32)
+    ref = m(x)
+    for mod in (m, nn.SinusoidalPositionalEncoding(8, max_len=16).to("cuda")):
+        y = mod(fastnn.to_device(x))
+        np.testing.assert_allclose(fastnn.to_numpy(y), ref, rtol=1e-6)
+        np.testing.assert_allclose(fastnn.to_numpy(mod(fastnn.to_device(x[1]))), ref[1], rtol=1e-6)
+    np.testing.assert_array_equal(x, fastnn.to_numpy(fastnn.to_device(x)))   # input not mutated

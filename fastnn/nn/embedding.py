@@ -82,7 +82,8 @@ class PositionalEmbedding(Module):
 class SinusoidalPositionalEncoding(Module):
     """Adds the fixed sinusoidal table (F.sinusoidal_positional_encoding) to a (B, T, d_model)
     (or (T, d_model)) input; T <= max_len.  No parameters; the table is a non-persistent
-    buffer ``pe`` (max_len, d_model).  backward(d_out) returns d_out."""
+    buffer ``pe`` (max_len, d_model) (moved by ``.to("cuda")``; device inputs are added on
+    the device).  backward(d_out) returns d_out."""
 
     def __init__(self, d_model, max_len=5000, dtype=None):
         super().__init__()
@@ -105,7 +106,20 @@ class SinusoidalPositionalEncoding(Module):
             raise TypeError(f"input has dtype {x.dtype} but the table has dtype {self.pe.dtype}; "
                             f"convert the module with .double()/.float()")
         self._keep(shape)
+        if is_device(x):
+            return self._add_on_device(x, shape, T)
         return x + self.pe[:T]
+
+    def _add_on_device(self, x, shape, T):
+        from .. import to_device
+        from ..cuda import _kit
+        out = _kit.copy(_kit.dev(x))
+        pe = self.pe if is_device(self.pe) else to_device(self.pe)
+        pt = _kit.dev(pe[:T])
+        rows = _kit.reshape(out, (-1, T, self.d_model))
+        for b in range(int(_kit.shape_of(rows)[0])):     # one add per (T, d_model) slab
+            _kit.accumulate(rows[b], pt)
+        return out
 
     def backward(self, dy):
         shape = self._take()
