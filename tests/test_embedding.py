@@ -201,7 +201,8 @@ def test_sinusoidal_module_on_device():
     x = np.random.default_rng(6).standard_normal((3, 5, 8)).astype(np.float32)
     ref = m(x)
     for mod in (m, nn.SinusoidalPositionalEncoding(8, max_len=16).to("cuda")):
-        y = mod(fastnn.to_device(x))
+        xd = fastnn.to_device(x)
+        y = mod(xd)
         np.testing.assert_allclose(fastnn.to_numpy(y), ref, rtol=1e-6)
+        np.testing.assert_array_equal(fastnn.to_numpy(xd), x)                # input not mutated
         np.testing.assert_allclose(fastnn.to_numpy(mod(fastnn.to_device(x[1]))), ref[1], rtol=1e-6)
-    np.testing.assert_array_equal(x, fastnn.to_numpy(fastnn.to_device(x)))   # input not mutated
