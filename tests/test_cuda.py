@@ -479,3 +479,31 @@ def test_cpu_only_module_cases_also_match_on_cuda(case):
     from test_ops import test_module_matches_reference
     test_module_matches_reference(dataclasses.replace(case, backends=("cuda",)), "cuda",
                                   np.float32)
+
+
+def test_dlpack_only_cuda_tensors_need_cupy():
+    """A CUDA tensor that speaks only DLPack (no __cuda_array_interface__) is read through
+    CuPy; without CuPy the error says so (host DLPack tensors are plain host inputs)."""
+    class CudaDLPackOnly:
+        def __dlpack_device__(self):
+            return (2, 0)
+
+        def __dlpack__(self, stream=None):  # pragma: no cover - never reached without CuPy
+            raise AssertionError
+
+    try:
+        import cupy  # noqa: F401
+        pytest.skip("CuPy is installed: the DLPack path is exercised in tests/test_cuda_gpu.py")
+    except ImportError:
+        pass
+    with pytest.raises(TypeError, match="DLPack.*CuPy"):
+        fastnn.to_device(CudaDLPackOnly())
+
+    class HostDLPack:
+        def __dlpack_device__(self):
+            return (1, 0)
+
+        def __array__(self, dtype=None, copy=None):
+            return np.arange(3.0)
+
+    np.testing.assert_array_equal(fastnn.to_numpy(fastnn.to_device(HostDLPack())), [0, 1, 2])

@@ -62,3 +62,18 @@ def test_cupy_arrays_and_cublas_path():
     bias = cp.random.standard_normal(5, dtype=cp.float32)
     y = F.linear(a, b, bias)
     np.testing.assert_allclose(fastnn.to_numpy(y), cp.asnumpy(a @ b.T + bias), rtol=1e-4, atol=1e-5)
+
+
+def test_dlpack_cuda_tensor_through_cupy():
+    cp = pytest.importorskip("cupy")
+    a = cp.arange(6, dtype=cp.float32).reshape(2, 3)
+
+    class DLPackOnly:   # hides __cuda_array_interface__, keeps DLPack
+        def __dlpack__(self, stream=None):
+            return a.__dlpack__(stream=stream) if stream is not None else a.__dlpack__()
+
+        def __dlpack_device__(self):
+            return a.__dlpack_device__()
+
+    d = fastnn.to_device(DLPackOnly())
+    np.testing.assert_array_equal(fastnn.to_numpy(d), np.arange(6, dtype=np.float32).reshape(2, 3))

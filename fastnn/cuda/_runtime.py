@@ -48,11 +48,35 @@ def as_device(a):
     raise TypeError(f"expected a device array, got {type(a).__name__}")
 
 
+def _from_dlpack(a):
+    """A device array from a DLPack-only CUDA tensor (e.g. JAX), through CuPy (zero copy).
+    None when ``a`` is not a CUDA DLPack producer."""
+    dev_fn = getattr(a, "__dlpack_device__", None)
+    if dev_fn is None or not hasattr(a, "__dlpack__"):
+        return None
+    try:
+        kind = int(dev_fn()[0])
+    except Exception:
+        return None
+    if kind not in (2, 3):   # kDLCUDA, kDLCUDAHost
+        return None
+    try:
+        import cupy
+    except ImportError:
+        raise TypeError(f"{type(a).__name__} is a CUDA DLPack tensor without "
+                        f"__cuda_array_interface__; reading it needs CuPy "
+                        f"(pip install cupy-cuda12x)") from None
+    return cuda.as_cuda_array(cupy.from_dlpack(a))
+
+
 def to_device(a):
     if type(a) is np.ndarray:
         return cuda.to_device(np.asarray(a, order="C"))  # not ascontiguousarray: 0-d -> (1,)
     if is_device_array(a):
         return as_device(a)
+    d = _from_dlpack(a)
+    if d is not None:
+        return d
     return cuda.to_device(np.asarray(a, order="C"))
 
 
