@@ -3,8 +3,12 @@
 #
 # Three kernels:
 #   * general: im2col + BLAS GEMM per image and group, y_n[g] = W_g @ col_g with
-#     col (C/G*kH*kW, OH*OW); backward d_col = W_g^T @ dy_n[g] scattered back by col2im,
-#     d_W += dy_n[g] @ col_g^T.
+#     col (C/G*kH*kW, OH*OW) built in L2-sized tiles of output rows; backward
+#     d_col = W_g^T @ dy_n[g] scattered back by col2im, d_W += dy_n[g] @ col_g^T.
+#     Forward with horizontal stride 1 uses "row im2col": a tile holds only the padded
+#     input rows each kernel row reads, (C*kH, rows*We), and the kW column taps are kW
+#     GEMMs on column-shifted views of it, accumulated on the padded width We and copied
+#     out -- kW times less im2col traffic (3x3: 75% -> 80% of the single-thread sgemm rate).
 #   * 1x1, stride 1, no padding: the input plane *is* the column matrix -- plain GEMMs.
 #   * depthwise (one input channel per output channel, groups == C): direct loops per
 #     plane; the taps that fall inside the input are found once per row, so the inner
@@ -220,6 +224,75 @@ cdef inline Py_ssize_t _tile_rows(Geo* g) noexcept nogil:
     return r if r < g.OH else g.OH
 
 
+cdef inline bint _rowcol_ok(Geo* g) noexcept nogil:
+    """Horizontal stride 1 and a kernel wider than one: the row-im2col path applies."""
+    return g.sw == 1 and g.kw > 1
+
+
+cdef inline Py_ssize_t _row_tile(Geo* g) noexcept nogil:
+    """Output rows per row-im2col tile (~64K elements of (C*kH) x rows*We, shapes only)."""
+    cdef Py_ssize_t We = g.OW + g.dw * (g.kw - 1), K = g.C * g.kh
+    cdef Py_ssize_t r = (1 << 16) // (K * We if K * We > 0 else 1)
+    if r < 1:
+        r = 1
+    return r if r < g.OH else g.OH
+
+
+cdef void _rowcol(const real* x, real* Rt, Geo* g, Py_ssize_t r0, Py_ssize_t r1) noexcept nogil:
+    """Rt[(c, i), (oh - r0) * We + u] = xpad[c, oh*sh + i*dh, u] for u in [0, We): the
+    padded input rows each kernel row reads, once (the kW column taps are column offsets
+    into this matrix, so it is kW times smaller than the im2col tile)."""
+    cdef Py_ssize_t c, i, oh, ih, o0, o1
+    cdef Py_ssize_t We = g.OW + g.dw * (g.kw - 1), H = g.H, W = g.W
+    cdef Py_ssize_t T = (r1 - r0) * We
+    cdef real* d
+    _ow_range(-g.pl, 1, W, We, &o0, &o1)
+    for c in range(g.C):
+        for i in range(g.kh):
+            d = Rt + (c * g.kh + i) * T
+            for oh in range(r0, r1):
+                ih = oh * g.sh - g.pt + i * g.dh
+                if ih < 0 or ih >= H or o0 >= o1:
+                    memset(d, 0, We * sizeof(real))
+                elif real is float:
+                    fnn_im2col_row_f(d, x + (c * H + ih) * W - g.pl, We, o0, o1, 1)
+                else:
+                    fnn_im2col_row_d(d, x + (c * H + ih) * W - g.pl, We, o0, o1, 1)
+                d += We
+
+
+cdef void _fwd_image_rows(const real* x, const real* wr, const real* b, real* y, real* buf,
+                          Geo* g) noexcept nogil:
+    """One image, stride-1 columns: for every tile of output rows, y = sum_j W[:, :, :, j] @
+    Rt shifted by j*dW columns, computed on the padded width We and copied out."""
+    cdef Py_ssize_t P = g.OH * g.OW, Og = g.O // g.G, Kr = g.Cg * g.kh, gi, o, j, oh, ow
+    cdef Py_ssize_t We = g.OW + g.dw * (g.kw - 1), R = _row_tile(g), r0, r1, T, Np
+    cdef real* Rt = buf
+    cdef real* ct = buf + g.C * g.kh * R * We
+    cdef real* yr
+    cdef const real* cr
+    cdef real bo
+    r0 = 0
+    while r0 < g.OH:
+        r1 = r0 + R if r0 + R < g.OH else g.OH
+        T = (r1 - r0) * We
+        Np = T - (We - g.OW)
+        _rowcol(x, Rt, g, r0, r1)
+        for gi in range(g.G):
+            for j in range(g.kw):
+                gemm(False, False, <int>Og, <int>Np, <int>Kr, <real>1,
+                     wr + (j * g.O + gi * Og) * Kr, <int>Kr, Rt + gi * Kr * T + j * g.dw, <int>T,
+                     <real>(0 if j == 0 else 1), ct + gi * Og * Np, <int>Np)
+        for o in range(g.O):
+            bo = b[o] if b != NULL else 0
+            for oh in range(r0, r1):
+                yr = y + o * P + oh * g.OW
+                cr = ct + o * Np + (oh - r0) * We
+                for ow in range(g.OW):
+                    yr[ow] = cr[ow] + bo
+        r0 = r1
+
+
 cdef void _fwd_image(const real* x, const real* w, const real* b, real* y, real* col,
                      Geo* g) noexcept nogil:
     """One image: y (O, OH*OW) = W_g @ col_g (+ bias) for every group, tile by tile."""
@@ -247,21 +320,31 @@ cdef void _fwd_image(const real* x, const real* w, const real* b, real* y, real*
         r0 = r1
 
 
-cdef void _fwd_gemm(const real* x, const real* w, const real* b, real* y, Geo* g,
-                    int nt) noexcept nogil:
+cdef void _fwd_gemm(const real* x, const real* w, const real* wr, const real* b, real* y,
+                    Geo* g, int nt) noexcept nogil:
     cdef Py_ssize_t n, csize = g.C * g.kh * g.kw * _tile_rows(g) * g.OW
     cdef Py_ssize_t xs = g.C * g.H * g.W, ys = g.O * g.OH * g.OW
+    cdef Py_ssize_t We = g.OW + g.dw * (g.kw - 1), Rr = _row_tile(g)
+    cdef bint rows = _rowcol_ok(g) and not _is_1x1(g)
     cdef real* col = NULL
+    if rows:
+        csize = g.C * g.kh * Rr * We + g.O * Rr * We
     if nt > 1:
         with parallel(num_threads=nt):
             col = <real*>malloc(csize * sizeof(real) + 64)
             for n in prange(g.N, schedule="dynamic", chunksize=1):
-                _fwd_image(x + n * xs, w, b, y + n * ys, col, g)
+                if rows:
+                    _fwd_image_rows(x + n * xs, wr, b, y + n * ys, col, g)
+                else:
+                    _fwd_image(x + n * xs, w, b, y + n * ys, col, g)
             free(col)
     else:
         col = <real*>malloc(csize * sizeof(real) + 64)
         for n in range(g.N):
-            _fwd_image(x + n * xs, w, b, y + n * ys, col, g)
+            if rows:
+                _fwd_image_rows(x + n * xs, wr, b, y + n * ys, col, g)
+            else:
+                _fwd_image(x + n * xs, w, b, y + n * ys, col, g)
         free(col)
 
 
@@ -483,13 +566,18 @@ def conv2d(cnp.ndarray x, cnp.ndarray weight, object bias, tuple stride, tuple p
 
 cdef _conv_fwd_call(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, Geo* g, int nt,
                     bint f32):
+    # weights by column tap for the row-im2col path: wr[j, o, c*kH + i] = w[o, c, i, j]
+    cdef cnp.ndarray wr = np.ascontiguousarray(
+        (<object>weight).transpose(3, 0, 1, 2).reshape(g.kw, g.O, g.Cg * g.kh))
     with nogil:
         if f32:
             _fwd_gemm[float](<const float*>cnp.PyArray_DATA(x), <const float*>cnp.PyArray_DATA(weight),
-                             <const float*>pb, <float*>cnp.PyArray_DATA(y), g, nt)
+                             <const float*>cnp.PyArray_DATA(wr), <const float*>pb,
+                             <float*>cnp.PyArray_DATA(y), g, nt)
         else:
             _fwd_gemm[double](<const double*>cnp.PyArray_DATA(x), <const double*>cnp.PyArray_DATA(weight),
-                              <const double*>pb, <double*>cnp.PyArray_DATA(y), g, nt)
+                              <const double*>cnp.PyArray_DATA(wr), <const double*>pb,
+                              <double*>cnp.PyArray_DATA(y), g, nt)
 
 
 cdef Py_ssize_t _chunks(Geo* g):
