@@ -79,12 +79,107 @@ cdef extern from *:
         float r = ax < 0.625f ? p : big;
         return copysignf(r, x);
     }
+    static inline double fnn_rnn_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+    /* The fused pointwise passes, on one block of n hidden units of one batch row.
+       Gate k of local unit l is at [k*n + l]; per-unit pointers are offset to the block.
+       Distinct buffers (restrict) so the loops vectorise. */
+    #define FNN_RNN_ROWS(T, S, SIG, TANH)                                                   \
+    static inline void fnn_lstm_fwd_##S(const T* restrict g, T* restrict a,                 \
+            const T* restrict cp, T* restrict c_out, T* restrict h_out, Py_ssize_t n) {      \
+        for (Py_ssize_t l = 0; l < n; ++l) {                                                \
+            T i = SIG(g[l]), f = SIG(g[n + l]), gg = TANH(g[2 * n + l]);                    \
+            T o = SIG(g[3 * n + l]);                                                        \
+            T c = f * cp[l] + i * gg;                                                       \
+            a[l] = i; a[n + l] = f; a[2 * n + l] = gg; a[3 * n + l] = o;                    \
+            c_out[l] = c;                                                                   \
+            h_out[l] = o * TANH(c);                                                         \
+        }                                                                                   \
+    }                                                                                       \
+    static inline void fnn_gru_fwd_##S(const T* restrict g, const T* restrict gh,            \
+            const T* restrict b_hn, const T* restrict hp, T* restrict a, T* restrict hn_out, \
+            T* restrict h_out, Py_ssize_t n) {                                              \
+        for (Py_ssize_t l = 0; l < n; ++l) {                                                \
+            T r = SIG(g[l] + gh[l]), z = SIG(g[n + l] + gh[n + l]);                          \
+            T hn = gh[2 * n + l] + b_hn[l];                                                 \
+            T nn = TANH(g[2 * n + l] + r * hn);                                             \
+            a[l] = r; a[n + l] = z; a[2 * n + l] = nn;                                      \
+            hn_out[l] = hn;                                                                 \
+            h_out[l] = (1 - z) * nn + z * hp[l];                                            \
+        }                                                                                   \
+    }                                                                                       \
+    static inline void fnn_rnn_fwd_##S(const T* restrict g, T* restrict h_out, int relu,     \
+            Py_ssize_t n) {                                                                 \
+        if (relu) {                                                                         \
+            for (Py_ssize_t l = 0; l < n; ++l) h_out[l] = g[l] < 0 ? (T)0 : g[l];            \
+        } else {                                                                            \
+            for (Py_ssize_t l = 0; l < n; ++l) h_out[l] = TANH(g[l]);                       \
+        }                                                                                   \
+    }                                                                                       \
+    static inline void fnn_lstm_bwd_##S(const T* restrict a, const T* restrict c,           \
+            const T* restrict cp, const T* restrict dy, const T* restrict dh,               \
+            T* restrict dc, T* restrict dg, Py_ssize_t n) {                                 \
+        for (Py_ssize_t l = 0; l < n; ++l) {                                                \
+            T i = a[l], f = a[n + l], gg = a[2 * n + l], o = a[3 * n + l];                  \
+            T tc = TANH(c[l]);                                                              \
+            T dht = dy[l] + dh[l];                                                          \
+            T dct = dc[l] + dht * o * (1 - tc * tc);                                        \
+            dg[l] = dct * gg * i * (1 - i);                                                 \
+            dg[n + l] = dct * cp[l] * f * (1 - f);                                          \
+            dg[2 * n + l] = dct * i * (1 - gg * gg);                                        \
+            dg[3 * n + l] = dht * tc * o * (1 - o);                                         \
+            dc[l] = dct * f;                                                                \
+        }                                                                                   \
+    }                                                                                       \
+    /* dh: in the recurrent gradient, out the direct part dh_t * z (the GEMM adds the rest) */ \
+    static inline void fnn_gru_bwd_##S(const T* restrict a, const T* restrict hn,           \
+            const T* restrict hp, const T* restrict dy, T* restrict dh, T* restrict dg,     \
+            T* restrict dgh, Py_ssize_t n) {                                                \
+        for (Py_ssize_t l = 0; l < n; ++l) {                                                \
+            T r = a[l], z = a[n + l], nn = a[2 * n + l];                                    \
+            T dht = dy[l] + dh[l];                                                          \
+            T dan = dht * (1 - z) * (1 - nn * nn);                                          \
+            T dar = dan * hn[l] * r * (1 - r);                                              \
+            T daz = dht * (hp[l] - nn) * z * (1 - z);                                       \
+            dg[l] = dar; dg[n + l] = daz; dg[2 * n + l] = dan;                              \
+            dgh[l] = dar; dgh[n + l] = daz; dgh[2 * n + l] = dan * r;                       \
+            dh[l] = dht * z;                                                                \
+        }                                                                                   \
+    }                                                                                       \
+    static inline void fnn_rnn_bwd_##S(const T* restrict h, const T* restrict dy,           \
+            const T* restrict dh, T* restrict dg, int relu, Py_ssize_t n) {                 \
+        if (relu) {                                                                         \
+            for (Py_ssize_t l = 0; l < n; ++l) dg[l] = h[l] > 0 ? dy[l] + dh[l] : (T)0;      \
+        } else {                                                                            \
+            for (Py_ssize_t l = 0; l < n; ++l) dg[l] = (dy[l] + dh[l]) * (1 - h[l] * h[l]);  \
+        }                                                                                   \
+    }
+    FNN_RNN_ROWS(float, f, fnn_rnn_sigmoidf, fnn_rnn_tanhf)
+    FNN_RNN_ROWS(double, d, fnn_rnn_sigmoid, tanh)
     """
     void fnn_rnn_barrier() noexcept nogil
     int fnn_rnn_team() noexcept nogil
     int fnn_rnn_tid() noexcept nogil
     float fnn_rnn_sigmoidf(float) noexcept nogil
     float fnn_rnn_tanhf(float) noexcept nogil
+    void fnn_lstm_fwd_f(const float*, float*, const float*, float*, float*, Py_ssize_t) noexcept nogil
+    void fnn_lstm_fwd_d(const double*, double*, const double*, double*, double*, Py_ssize_t) noexcept nogil
+    void fnn_gru_fwd_f(const float*, const float*, const float*, const float*, float*, float*,
+                       float*, Py_ssize_t) noexcept nogil
+    void fnn_gru_fwd_d(const double*, const double*, const double*, const double*, double*,
+                       double*, double*, Py_ssize_t) noexcept nogil
+    void fnn_rnn_fwd_f(const float*, float*, int, Py_ssize_t) noexcept nogil
+    void fnn_rnn_fwd_d(const double*, double*, int, Py_ssize_t) noexcept nogil
+    void fnn_lstm_bwd_f(const float*, const float*, const float*, const float*, const float*,
+                        float*, float*, Py_ssize_t) noexcept nogil
+    void fnn_lstm_bwd_d(const double*, const double*, const double*, const double*,
+                        const double*, double*, double*, Py_ssize_t) noexcept nogil
+    void fnn_gru_bwd_f(const float*, const float*, const float*, const float*, float*, float*,
+                       float*, Py_ssize_t) noexcept nogil
+    void fnn_gru_bwd_d(const double*, const double*, const double*, const double*, double*,
+                       double*, double*, Py_ssize_t) noexcept nogil
+    void fnn_rnn_bwd_f(const float*, const float*, const float*, float*, int, Py_ssize_t) noexcept nogil
+    void fnn_rnn_bwd_d(const double*, const double*, const double*, double*, int, Py_ssize_t) noexcept nogil
     ctypedef struct fnn_philox_out:
         uint32_t v[4]
     fnn_philox_out fnn_philox4x32(uint64_t block, uint64_t offset, uint64_t seed) noexcept nogil
@@ -96,124 +191,53 @@ cdef enum:
     LSTM = 3
 
 
-cdef inline real _sig(real x) noexcept nogil:
-    if real is float:
-        return fnn_rnn_sigmoidf(x)
-    else:
-        return 1.0 / (1.0 + exp(-x))
-
-
-cdef inline real _tanh(real x) noexcept nogil:
-    if real is float:
-        return fnn_rnn_tanhf(x)
-    else:
-        return tanh(x)
-
-
 # ------------------------------------------------------------------ pointwise rows
-# Each works on one block of n hidden units of one batch row.  In the kernel's gate
-# layout (see _perm) a block's gates are contiguous: gate k of local unit l at g[k*n + l];
-# the per-unit arrays (c, h, dh, ...) are passed already offset to the block.
-
-cdef inline void _lstm_fwd_row(real* g, const real* cp, real* c_out, real* h_out,
+# (the C kernels above; these pick the float or double one)
+cdef inline void _lstm_fwd_row(const real* g, real* a, const real* cp, real* c_out, real* h_out,
                                Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t l
-    cdef real i, f, gg, o, c
-    for l in range(n):
-        i = _sig(g[l])
-        f = _sig(g[n + l])
-        gg = _tanh(g[2 * n + l])
-        o = _sig(g[3 * n + l])
-        c = f * cp[l] + i * gg
-        g[l] = i
-        g[n + l] = f
-        g[2 * n + l] = gg
-        g[3 * n + l] = o
-        c_out[l] = c
-        h_out[l] = o * _tanh(c)
+    if real is float:
+        fnn_lstm_fwd_f(g, a, cp, c_out, h_out, n)
+    else:
+        fnn_lstm_fwd_d(g, a, cp, c_out, h_out, n)
 
 
-cdef inline void _gru_fwd_row(real* g, const real* gh, const real* b_hn, const real* hp,
-                              real* hn_out, real* h_out, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t l
-    cdef real r, z, hn, nn
-    for l in range(n):
-        r = _sig(g[l] + gh[l])
-        z = _sig(g[n + l] + gh[n + l])
-        hn = gh[2 * n + l] + b_hn[l]
-        nn = _tanh(g[2 * n + l] + r * hn)
-        g[l] = r
-        g[n + l] = z
-        g[2 * n + l] = nn
-        hn_out[l] = hn
-        h_out[l] = (1 - z) * nn + z * hp[l]
+cdef inline void _gru_fwd_row(const real* g, const real* gh, const real* b_hn, const real* hp,
+                              real* a, real* hn_out, real* h_out, Py_ssize_t n) noexcept nogil:
+    if real is float:
+        fnn_gru_fwd_f(g, gh, b_hn, hp, a, hn_out, h_out, n)
+    else:
+        fnn_gru_fwd_d(g, gh, b_hn, hp, a, hn_out, h_out, n)
 
 
 cdef inline void _rnn_fwd_row(const real* g, real* h_out, bint relu, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t l
-    cdef real a
-    if relu:
-        for l in range(n):
-            a = g[l]
-            h_out[l] = 0 if a < 0 else a
+    if real is float:
+        fnn_rnn_fwd_f(g, h_out, relu, n)
     else:
-        for l in range(n):
-            h_out[l] = _tanh(g[l])
+        fnn_rnn_fwd_d(g, h_out, relu, n)
 
 
-cdef inline void _lstm_bwd_row(const real* g, const real* c, const real* cp, const real* dy,
+cdef inline void _lstm_bwd_row(const real* a, const real* c, const real* cp, const real* dy,
                                const real* dh, real* dc, real* dg, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t l
-    cdef real i, f, gg, o, tc, dht, dct
-    for l in range(n):
-        i = g[l]
-        f = g[n + l]
-        gg = g[2 * n + l]
-        o = g[3 * n + l]
-        tc = _tanh(c[l])
-        dht = dy[l] + dh[l]
-        dct = dc[l] + dht * o * (1 - tc * tc)
-        dg[l] = dct * gg * i * (1 - i)
-        dg[n + l] = dct * cp[l] * f * (1 - f)
-        dg[2 * n + l] = dct * i * (1 - gg * gg)
-        dg[3 * n + l] = dht * tc * o * (1 - o)
-        dc[l] = dct * f
-
-
-cdef inline void _gru_bwd_row(const real* g, const real* hn, const real* hp, const real* dy,
-                              real* dh, real* dg, real* dgh, Py_ssize_t n) noexcept nogil:
-    # dh: in the recurrent gradient, out the direct part dh_t * z (the GEMM adds the rest)
-    cdef Py_ssize_t l
-    cdef real r, z, nn, dht, dan, dar, daz
-    for l in range(n):
-        r = g[l]
-        z = g[n + l]
-        nn = g[2 * n + l]
-        dht = dy[l] + dh[l]
-        dan = dht * (1 - z) * (1 - nn * nn)
-        dar = dan * hn[l] * r * (1 - r)
-        daz = dht * (hp[l] - nn) * z * (1 - z)
-        dg[l] = dar
-        dg[n + l] = daz
-        dg[2 * n + l] = dan
-        dgh[l] = dar
-        dgh[n + l] = daz
-        dgh[2 * n + l] = dan * r
-        dh[l] = dht * z
-
-
-cdef inline void _rnn_bwd_row(const real* h, const real* dy, const real* dh, real* dg,
-                              bint relu, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t l
-    cdef real dht
-    if relu:
-        for l in range(n):
-            dht = dy[l] + dh[l]
-            dg[l] = dht if h[l] > 0 else 0
+    if real is float:
+        fnn_lstm_bwd_f(a, c, cp, dy, dh, dc, dg, n)
     else:
-        for l in range(n):
-            dht = dy[l] + dh[l]
-            dg[l] = dht * (1 - h[l] * h[l])
+        fnn_lstm_bwd_d(a, c, cp, dy, dh, dc, dg, n)
+
+
+cdef inline void _gru_bwd_row(const real* a, const real* hn, const real* hp, const real* dy,
+                              real* dh, real* dg, real* dgh, Py_ssize_t n) noexcept nogil:
+    if real is float:
+        fnn_gru_bwd_f(a, hn, hp, dy, dh, dg, dgh, n)
+    else:
+        fnn_gru_bwd_d(a, hn, hp, dy, dh, dg, dgh, n)
+
+
+cdef inline void _rnn_bwd_row(const real* h, const real* dy, const real* dh, real* dg, bint relu,
+                              Py_ssize_t n) noexcept nogil:
+    if real is float:
+        fnn_rnn_bwd_f(h, dy, dh, dg, relu, n)
+    else:
+        fnn_rnn_bwd_d(h, dy, dh, dg, relu, n)
 
 
 # ------------------------------------------------------------------ one layer's time loop
@@ -223,7 +247,8 @@ cdef struct Layer:
     Py_ssize_t UB, NBLK  # unit blocks: fixed by (G, H) only, never by the thread count
     bint hzero          # no initial state given: h0/c0 are zeros (skip the first GEMM)
     bint need_dh0       # backward: compute dh0 (the last GEMM)
-    void* xp            # (T, B, D*G*H) forward: pre-activations in, activations out
+    void* xp            # (T, B, D*G*H) forward: gate pre-activations (input side)
+    void* act           # (T, B, D*G*H) the activated gates (LSTM, GRU)
     void* out           # (T, B, D*H)
     void* aux           # (T, B, D*H) LSTM c_t, GRU W_hn h_{t-1} + b_hn; else NULL
     void* h0            # (D, B, H)
@@ -244,6 +269,8 @@ cdef void _fwd_dir(Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, real* tag) noe
     cdef Py_ssize_t T = L.T, B = L.B, H = L.H, G = L.G, D = L.D, UB = L.UB
     cdef Py_ssize_t GH = G * H, DGH = D * G * H, DH = D * H
     cdef real* xp = <real*>L.xp
+    cdef real* act = <real*>L.act
+    cdef real* at = NULL
     cdef real* out = <real*>L.out
     cdef real* aux = <real*>L.aux
     cdef const real* whh = <const real*>L.whh[d]
@@ -274,6 +301,7 @@ cdef void _fwd_dir(Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, real* tag) noe
                 cp = aux + tp * B * DH + d * H
             ldp = DH
         gt = xp + t * B * DGH + d * GH
+        at = act + t * B * DGH + d * GH
         # hidden projection of this thread's unit blocks: one GEMM per block
         if not (s == 0 and L.hzero and mode != GRU):
             if mode == GRU:
@@ -297,10 +325,11 @@ cdef void _fwd_dir(Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, real* tag) noe
                 j0 = u * UB
                 nu = H - j0 if H - j0 < UB else UB
                 if mode == LSTM:
-                    _lstm_fwd_row(gt + b * DGH + c0, cp + b * ldp + j0, arow + j0, orow + j0, nu)
+                    _lstm_fwd_row(gt + b * DGH + c0, at + b * DGH + c0, cp + b * ldp + j0,
+                                  arow + j0, orow + j0, nu)
                 elif mode == GRU:
                     _gru_fwd_row(gt + b * DGH + c0, gh + b * GH + c0, bhn + j0, hp + b * ldp + j0,
-                                 arow + j0, orow + j0, nu)
+                                 at + b * DGH + c0, arow + j0, orow + j0, nu)
                 else:
                     _rnn_fwd_row(gt + b * DGH + c0, orow + j0, relu, nu)
         fnn_rnn_barrier()
@@ -310,7 +339,7 @@ cdef void _bwd_dir(Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, real* tag) noe
     cdef int mode = L.mode
     cdef Py_ssize_t T = L.T, B = L.B, H = L.H, G = L.G, D = L.D, UB = L.UB
     cdef Py_ssize_t GH = G * H, DGH = D * G * H, DH = D * H
-    cdef const real* xp = <const real*>L.xp
+    cdef const real* xp = <const real*>L.act
     cdef const real* out = <const real*>L.out
     cdef const real* aux = <const real*>L.aux
     cdef const real* whh = <const real*>L.whh[d]
@@ -470,7 +499,7 @@ cdef inline void* _p(object a):
 
 
 cdef enum:
-    GEMM_ROWS = 256   # row chunk of the whole-sequence GEMMs (fixed: results never
+    GEMM_ROWS = 512   # row chunk of the whole-sequence GEMMs (fixed: results never
                       # depend on the thread count, as each chunk is one BLAS call)
 
 
@@ -507,9 +536,10 @@ cdef void _gemm_any(bint f32, bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_s
 
 
 def _block_size(Py_ssize_t G, Py_ssize_t H):
-    """Hidden units per block of the time loop: about H/4 (so 2-4 threads share a
-    direction) but at least 64 gate columns per GEMM; a multiple of 8 (vector width)."""
-    cdef Py_ssize_t ub = ((H + 3) // 4 + 7) // 8 * 8
+    """Hidden units per block of the time loop: about H/2 (two threads share a direction;
+    each block is one BLAS call per step, and every call re-packs its small operand, so
+    fewer, wider blocks are faster) but at least 64 gate columns per GEMM; a multiple of 8."""
+    cdef Py_ssize_t ub = ((H + 1) // 2 + 7) // 8 * 8
     cdef Py_ssize_t lo = ((64 + G - 1) // G + 7) // 8 * 8
     ub = ub if ub > lo else lo
     return ub if ub < H else H
@@ -601,7 +631,7 @@ cdef _forward_impl(int mode, x, h0, c0, tuple weights, int L, bint bidirectional
     cdef bint f32 = x.dtype == np.float32
     cdef bint use_drop = train and p > 0 and L > 1
     cdef Layer lay
-    cdef cnp.ndarray inp, xp, out, aux, gh, h0a, c0a, wp_ih, wp_hh, bias
+    cdef cnp.ndarray inp, xp, act, out, aux, gh, h0a, c0a, wp_ih, wp_hh, bias
     cdef void* pa
     cdef void* pb
     cdef void* pc
@@ -651,6 +681,8 @@ cdef _forward_impl(int mode, x, h0, c0, tuple weights, int L, bint bidirectional
         out = np.empty((T, B, D * H), dt)
         aux = np.empty((T, B, D * H), dt) if mode in (GRU, LSTM) else None
         gh = np.empty((D, B, GH), dt) if mode == GRU else None
+        act = np.empty((T, B, D * GH), dt) if mode in (GRU, LSTM) else None
+        lay.act = _p(act)
         lay.mode = mode
         lay.T = T
         lay.B = B
@@ -675,7 +707,7 @@ cdef _forward_impl(int mode, x, h0, c0, tuple weights, int L, bint bidirectional
             c_n[k * D] = aux[T - 1, :, :H]
             if D == 2:
                 c_n[k * D + 1] = aux[0, :, H:]
-        layers.append((inp, xp if mode != RNN_TANH and mode != RNN_RELU else None, out, aux,
+        layers.append((inp, act, out, aux,
                        tuple(kp[:2] for kp in keep)))
         if k < L - 1:
             if use_drop:
@@ -745,7 +777,7 @@ cdef _backward_impl(d_out, d_h_n, d_c_n, tuple saved):
         lay.NBLK = NB
         lay.hzero = not has_hx
         lay.need_dh0 = has_hx
-        lay.xp = _p(xp) if xp is not None else _p(dg)   # RNN: unused
+        lay.act = _p(xp) if xp is not None else _p(dg)   # RNN: unused
         lay.out = _p(out)
         lay.aux = _p(aux)
         lay.h0 = _p(h0a[k * nD:(k + 1) * nD])
