@@ -257,9 +257,16 @@ def test_special_logits_follow_torch(backend, bad, target0):
         np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-4, atol=1e-7, equal_nan=True)
 
 
-def test_device_logits_with_extra_dims_say_what_to_do():
+def test_device_logits_with_extra_dims():
+    """(N, C, d1) logits on the device: the shell moves the class axis last on the device."""
     if "cuda" not in fastnn.available_backends():
         pytest.skip("the cuda backend (numba-cuda or the simulator) is not available here")
-    x = fastnn.to_device(np.zeros((2, 3, 4), np.float32))
-    with pytest.raises(NotImplementedError, match="class axis last"):
-        F.cross_entropy(x, fastnn.to_device(np.zeros((2, 4), np.int64)))
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    t = np.random.default_rng(1).integers(0, 3, (2, 4))
+    loss, ctx = F.cross_entropy_fwd(fastnn.to_device(x), fastnn.to_device(t))
+    dx = F.cross_entropy_bwd(ctx, 1.0)
+    with fastnn.use_backend("reference"):
+        rl, rctx = F.cross_entropy_fwd(x, t)
+        rdx = F.cross_entropy_bwd(rctx, 1.0)
+    np.testing.assert_allclose(fastnn.to_numpy(loss), rl, rtol=1e-5)
+    np.testing.assert_allclose(fastnn.to_numpy(dx), rdx, rtol=1e-4, atol=1e-6)

@@ -59,10 +59,6 @@ def _check(x, target, weight, ignore_index, reduction, label_smoothing):
         raise ValueError("input must be (C,), (N, C) or (N, C, d1, ...) logits, got a 0-d array")
     C = shape[0] if len(shape) == 1 else shape[1]
     idx_shape = () if len(shape) == 1 else shape[:1] + shape[2:]
-    if len(shape) > 2 and is_device(x):
-        raise NotImplementedError("cross_entropy on device arrays takes (N, C) or (C,) logits; for "
-                                  "(N, C, d1, ...) move the class axis last and reshape to "
-                                  "(N*d1*..., C) (the target to (N*d1*...,)) first")
     t = _host_target(target)
     kind = t.dtype.kind
     if kind == "f":
