@@ -44,4 +44,8 @@ mods = fastnn.cpu.compiled_modules()
 assert all(m.__file__.startswith(os.getcwd()) for m in mods), [m.__file__ for m in mods]
 print(f"debug kernels: {len(mods)} families from {os.getcwd()}")
 PY
-exec "$PY" -m pytest tests -q -p no:cacheprovider "$@"
+# not exec: the EXIT trap must still remove the copy
+status=0
+"$PY" -m pytest tests -q -p no:cacheprovider "$@" || status=$?
+echo "debug suite: pytest exit status $status"
+exit $status
