@@ -53,76 +53,7 @@ cdef extern from "fnn_conv.h" nogil:
 OPS = ("conv2d", "conv2d_backward")
 
 
-# ---------------------------------------------------------------- BLAS
-# NumPy's bundled OpenBLAS (ILP64, symbols scipy_sgemm_64_ / scipy_dgemm_64_) is a newer
-# build than SciPy's and measured ~20% faster on the conv GEMM shapes (64 x 576 x 3136
-# single-threaded: 82 vs 65 GFLOP/s), so the conv GEMMs call it when it is loaded and
-# fall back to SciPy's cython_blas (fnn_blas.gemm) otherwise.  Both libraries are under
-# fastnn's thread control (threadpoolctl sets every BLAS in the process).
-ctypedef void (*sgemm64_t)(const char*, const char*, const int64_t*, const int64_t*,
-                           const int64_t*, const float*, const float*, const int64_t*,
-                           const float*, const int64_t*, const float*, float*,
-                           const int64_t*) noexcept nogil
-ctypedef void (*dgemm64_t)(const char*, const char*, const int64_t*, const int64_t*,
-                           const int64_t*, const double*, const double*, const int64_t*,
-                           const double*, const int64_t*, const double*, double*,
-                           const int64_t*) noexcept nogil
-cdef sgemm64_t _sgemm64 = NULL
-cdef dgemm64_t _dgemm64 = NULL
-
-
-def _load_numpy_blas():
-    """Point the conv GEMMs at NumPy's ILP64 OpenBLAS if it is loaded; returns its path."""
-    global _sgemm64, _dgemm64
-    import ctypes
-    try:
-        from threadpoolctl import threadpool_info
-        libs = [d["filepath"] for d in threadpool_info() if d.get("internal_api") == "openblas"]
-    except Exception:  # pragma: no cover - threadpoolctl is a dependency
-        return None
-    for path in libs:
-        try:
-            lib = ctypes.CDLL(path)
-            sg = ctypes.cast(lib.scipy_sgemm_64_, ctypes.c_void_p).value
-            dg = ctypes.cast(lib.scipy_dgemm_64_, ctypes.c_void_p).value
-        except (OSError, AttributeError):
-            continue
-        if sg and dg:
-            _sgemm64 = <sgemm64_t><uintptr_t>sg
-            _dgemm64 = <dgemm64_t><uintptr_t>dg
-            return path
-    return None
-
-
-def _use_scipy_blas():
-    """Route the conv GEMMs through SciPy's cython_blas (tests compare the two)."""
-    global _sgemm64, _dgemm64
-    _sgemm64 = NULL
-    _dgemm64 = NULL
-
-
-BLAS_PATH = _load_numpy_blas()
-
-
-cdef inline void gemm(bint trans_a, bint trans_b, int M, int N, int K, real alpha,
-                      const real* A, int lda, const real* B, int ldb,
-                      real beta, real* C, int ldc) noexcept nogil:
-    """Row-major C[M, N] = alpha op(A) op(B) + beta C, as fnn_blas.gemm."""
-    cdef char tb = b'T' if trans_b else b'N'
-    cdef char ta = b'T' if trans_a else b'N'
-    cdef int64_t m = N, n = M, k = K, la = ldb, lb = lda, lc = ldc
-    if M <= 0 or N <= 0 or K <= 0:
-        _scipy_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
-        return
-    if real is float:
-        if _sgemm64 != NULL:
-            _sgemm64(&tb, &ta, &m, &n, &k, &alpha, B, &la, A, &lb, &beta, C, &lc)
-            return
-    else:
-        if _dgemm64 != NULL:
-            _dgemm64(&tb, &ta, &m, &n, &k, &alpha, B, &la, A, &lb, &beta, C, &lc)
-            return
-    _scipy_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
+include "fnn_gemm.pxi"
 
 
 cdef struct Geo:

@@ -10,13 +10,16 @@ from cython.parallel cimport prange
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset
 
-from fnn_blas cimport gemm, real
+from libc.stdint cimport int64_t, uintptr_t
+
+from fnn_blas cimport gemm as _scipy_gemm, real
 
 import numpy as np
 
 cnp.import_array()
 
 include "fnn_runtime.pxi"
+include "fnn_gemm.pxi"
 
 OPS = ("linear", "linear_backward")
 

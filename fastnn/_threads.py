@@ -95,3 +95,32 @@ def single_threaded_blas():
             if _region_depth[0] == 0:
                 for (setf, _), n in zip(libs, _region_saved[0]):
                     setf(n)
+
+
+_np_gemm = [False]
+
+
+def numpy_gemm_symbols():
+    """(sgemm address, dgemm address, library path) of NumPy's bundled ILP64 OpenBLAS
+    (symbols scipy_sgemm_64_ / scipy_dgemm_64_), or None; looked up once per process."""
+    if _np_gemm[0] is False:
+        import ctypes
+        found = None
+        try:
+            import numpy  # noqa: F401  (its BLAS must be loaded to be found)
+            from threadpoolctl import threadpool_info
+            paths = [d["filepath"] for d in threadpool_info() if d.get("internal_api") == "openblas"]
+        except Exception:  # pragma: no cover - threadpoolctl is a dependency
+            paths = []
+        for path in paths:
+            try:
+                lib = ctypes.CDLL(path)
+                sg = ctypes.cast(lib.scipy_sgemm_64_, ctypes.c_void_p).value
+                dg = ctypes.cast(lib.scipy_dgemm_64_, ctypes.c_void_p).value
+            except (OSError, AttributeError):
+                continue
+            if sg and dg:
+                found = (sg, dg, path)
+                break
+        _np_gemm[0] = found
+    return _np_gemm[0]
