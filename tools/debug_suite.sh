@@ -46,6 +46,6 @@ print(f"debug kernels: {len(mods)} families from {os.getcwd()}")
 PY
 # not exec: the EXIT trap must still remove the copy
 status=0
-"$PY" -m pytest tests -q -p no:cacheprovider "$@" || status=$?
+"$PY" -m pytest tests -p no:cacheprovider "$@" || status=$?
 echo "debug suite: pytest exit status $status"
 exit $status
