@@ -16,6 +16,8 @@ from fnn_blas cimport gemm as _scipy_gemm, real
 
 import numpy as np
 
+from fastnn._threads import single_threaded_blas
+
 cnp.import_array()
 
 include "fnn_runtime.pxi"
@@ -43,6 +45,60 @@ cdef inline Py_ssize_t _rows(cnp.ndarray x):
     return rows
 
 
+# ---------------------------------------------------------------- blocked GEMM
+# BLAS's own threading is not bit-reproducible across thread counts (OpenBLAS splits the
+# work differently and the last bits move), and fastnn promises results that never depend
+# on the thread count.  So a large GEMM is cut into row blocks of the output whose number
+# depends only on the shape; each block is a single-threaded BLAS call, the blocks run on
+# fastnn's OpenMP threads, and BLAS is held to one thread meanwhile (no stacked pools).
+cdef enum:
+    _MIN_BLOCK_ROWS = 256
+    _MAX_BLOCKS = 16
+    _SERIAL_MACS = 131072    # below this OpenBLAS never threads: call it directly
+
+
+cdef inline int _nblocks(Py_ssize_t M) noexcept nogil:
+    cdef Py_ssize_t nb = M // _MIN_BLOCK_ROWS
+    if nb < 1:
+        return 1
+    return <int>(nb if nb < _MAX_BLOCKS else _MAX_BLOCKS)
+
+
+cdef void _gemm_rows(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, real beta,
+                     const real* A, Py_ssize_t lda, const real* B, Py_ssize_t ldb,
+                     real* C, Py_ssize_t ldc, int nblk, int nt) noexcept nogil:
+    """C[M, N] = op(A) op(B) + beta C, the rows of C in ``nblk`` fixed blocks."""
+    cdef int b
+    cdef Py_ssize_t m0, m1
+    if nblk <= 1:
+        gemm(ta, tb, <int>M, <int>N, <int>K, <real>1.0, A, <int>lda, B, <int>ldb, beta, C, <int>ldc)
+        return
+    for b in prange(nblk, schedule="static", num_threads=nt):
+        m0 = (M * b) // nblk
+        m1 = (M * (b + 1)) // nblk
+        gemm(ta, tb, <int>(m1 - m0), <int>N, <int>K, <real>1.0,
+             (A + m0) if ta else (A + m0 * lda), <int>lda, B, <int>ldb, beta,
+             C + m0 * ldc, <int>ldc)
+
+
+cdef object _blas_guard(Py_ssize_t M, Py_ssize_t N, Py_ssize_t K):
+    """A context holding BLAS to one thread when it might otherwise thread this GEMM."""
+    if M * N * K <= _SERIAL_MACS:
+        return _NULL_CTX
+    return single_threaded_blas()
+
+
+class _Null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *a):
+        return False
+
+
+_NULL_CTX = _Null()
+
+
 def linear(cnp.ndarray x, cnp.ndarray weight, object bias):
     """linear(x, weight, bias) -> (y, saved).
 
@@ -58,24 +114,28 @@ def linear(cnp.ndarray x, cnp.ndarray weight, object bias):
     # workers); measured 2-4x slower GEMMs on a 2-core machine.  They are memory-bound
     # and small next to the GEMM, and their chunking does not depend on nt.
     cdef int nt = 1
+    cdef int nblk = _nblocks(rows) if rows * n_out * n_in > _SERIAL_MACS else 1
+    cdef int nt_g = nblk if nblk < _num_threads else _num_threads
     if x.dtype == np.float32:
         if bias is not None:
             b = bias
             _fill_bias(<float*>cnp.PyArray_DATA(y), <const float*>cnp.PyArray_DATA(b), rows, n_out, nt)
-        with nogil:
-            gemm[float](False, True, <int>rows, <int>n_out, <int>n_in, 1.0,
-                        <const float*>cnp.PyArray_DATA(x), <int>n_in,
-                        <const float*>cnp.PyArray_DATA(weight), <int>n_in,
-                        1.0 if bias is not None else 0.0, <float*>cnp.PyArray_DATA(y), <int>n_out)
+        with _blas_guard(rows, n_out, n_in):
+            with nogil:
+                _gemm_rows[float](False, True, rows, n_out, n_in, 1.0 if bias is not None else 0.0,
+                                  <const float*>cnp.PyArray_DATA(x), n_in,
+                                  <const float*>cnp.PyArray_DATA(weight), n_in,
+                                  <float*>cnp.PyArray_DATA(y), n_out, nblk, nt_g)
     else:
         if bias is not None:
             b = bias
             _fill_bias(<double*>cnp.PyArray_DATA(y), <const double*>cnp.PyArray_DATA(b), rows, n_out, nt)
-        with nogil:
-            gemm[double](False, True, <int>rows, <int>n_out, <int>n_in, 1.0,
-                         <const double*>cnp.PyArray_DATA(x), <int>n_in,
-                         <const double*>cnp.PyArray_DATA(weight), <int>n_in,
-                         1.0 if bias is not None else 0.0, <double*>cnp.PyArray_DATA(y), <int>n_out)
+        with _blas_guard(rows, n_out, n_in):
+            with nogil:
+                _gemm_rows[double](False, True, rows, n_out, n_in, 1.0 if bias is not None else 0.0,
+                                   <const double*>cnp.PyArray_DATA(x), n_in,
+                                   <const double*>cnp.PyArray_DATA(weight), n_in,
+                                   <double*>cnp.PyArray_DATA(y), n_out, nblk, nt_g)
     return y, (x, weight, bias is not None)
 
 
@@ -121,29 +181,38 @@ def linear_backward(cnp.ndarray dy, tuple saved):
     # workers); measured 2-4x slower GEMMs on a 2-core machine.  They are memory-bound
     # and small next to the GEMM, and their chunking does not depend on nt.
     cdef int nt = 1
+    cdef bint big = rows * n_out * n_in > _SERIAL_MACS
+    cdef int nblk_x = _nblocks(rows) if big else 1
+    cdef int nblk_w = _nblocks(n_out) if big else 1
+    cdef int nt_x = nblk_x if nblk_x < _num_threads else _num_threads
+    cdef int nt_w = nblk_w if nblk_w < _num_threads else _num_threads
     if x.dtype == np.float32:
+        with _blas_guard(rows, n_out, n_in):
+            with nogil:
+                _gemm_rows[float](False, False, rows, n_in, n_out, 0.0,
+                                <const float*>cnp.PyArray_DATA(dy), n_out,
+                                <const float*>cnp.PyArray_DATA(w), n_in,
+                                <float*>cnp.PyArray_DATA(dx), n_in, nblk_x, nt_x)
+                _gemm_rows[float](True, False, n_out, n_in, rows, 0.0,
+                                <const float*>cnp.PyArray_DATA(dy), n_out,
+                                <const float*>cnp.PyArray_DATA(x), n_in,
+                                <float*>cnp.PyArray_DATA(dw), n_in, nblk_w, nt_w)
         with nogil:
-            gemm[float](False, False, <int>rows, <int>n_in, <int>n_out, 1.0,
-                        <const float*>cnp.PyArray_DATA(dy), <int>n_out,
-                        <const float*>cnp.PyArray_DATA(w), <int>n_in,
-                        0.0, <float*>cnp.PyArray_DATA(dx), <int>n_in)
-            gemm[float](True, False, <int>n_out, <int>n_in, <int>rows, 1.0,
-                        <const float*>cnp.PyArray_DATA(dy), <int>n_out,
-                        <const float*>cnp.PyArray_DATA(x), <int>n_in,
-                        0.0, <float*>cnp.PyArray_DATA(dw), <int>n_in)
             if has_bias:
                 _col_sum[float](<const float*>cnp.PyArray_DATA(dy), rows, n_out,
                                 <float*>cnp.PyArray_DATA(db), nt)
     else:
+        with _blas_guard(rows, n_out, n_in):
+            with nogil:
+                _gemm_rows[double](False, False, rows, n_in, n_out, 0.0,
+                                <const double*>cnp.PyArray_DATA(dy), n_out,
+                                <const double*>cnp.PyArray_DATA(w), n_in,
+                                <double*>cnp.PyArray_DATA(dx), n_in, nblk_x, nt_x)
+                _gemm_rows[double](True, False, n_out, n_in, rows, 0.0,
+                                <const double*>cnp.PyArray_DATA(dy), n_out,
+                                <const double*>cnp.PyArray_DATA(x), n_in,
+                                <double*>cnp.PyArray_DATA(dw), n_in, nblk_w, nt_w)
         with nogil:
-            gemm[double](False, False, <int>rows, <int>n_in, <int>n_out, 1.0,
-                         <const double*>cnp.PyArray_DATA(dy), <int>n_out,
-                         <const double*>cnp.PyArray_DATA(w), <int>n_in,
-                         0.0, <double*>cnp.PyArray_DATA(dx), <int>n_in)
-            gemm[double](True, False, <int>n_out, <int>n_in, <int>rows, 1.0,
-                         <const double*>cnp.PyArray_DATA(dy), <int>n_out,
-                         <const double*>cnp.PyArray_DATA(x), <int>n_in,
-                         0.0, <double*>cnp.PyArray_DATA(dw), <int>n_in)
             if has_bias:
                 _col_sum[double](<const double*>cnp.PyArray_DATA(dy), rows, n_out,
                                  <double*>cnp.PyArray_DATA(db), nt)

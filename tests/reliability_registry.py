@@ -156,7 +156,7 @@ class FuzzOp:
     examples: int = 40                   # hypothesis examples per dtype on cpu
     family: str = ""                     # for per-family tests (leaks); default: the name
     gil: bool = True                     # the compiled kernels release the GIL (tested)
-    blas: bool = False                   # calls a multi-threaded BLAS GEMM (see test_threads)
+    blas: bool = False                   # calls BLAS GEMMs (deterministic: fixed output blocks)
     mutable: Sequence[int] = ()          # args the op updates in place (running stats)
     special_known: str = ""              # a known NaN/inf divergence (strict xfail, reported)
 

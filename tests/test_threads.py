@@ -53,12 +53,6 @@ def _big(op, dtype=np.float32):
 
 
 # ------------------------------------------------------------------ determinism
-BLAS_VARIES = ("OpenBLAS GEMM results change with its own thread count (different "
-               "row/column partitions take different edge micro-kernels); fastnn.set_num_threads "
-               "sets the BLAS pool, so GEMM-backed ops differ in the last bits between 1 and N "
-               "threads. Fix: fixed output blocks, each a single-threaded GEMM (RELIABILITY.md)")
-
-
 def _compare_thread_counts(op, dtype, set_threads):
     args, kwargs = _big(op, dtype)
     results = {}
@@ -89,8 +83,7 @@ def test_same_result_for_any_openmp_thread_count(op, dtype, restore_threads):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
-@pytest.mark.parametrize("op", [pytest.param(o, marks=pytest.mark.xfail(strict=True, reason=BLAS_VARIES))
-                                if o.blas else o for o in FUZZ], ids=str)
+@pytest.mark.parametrize("op", FUZZ, ids=str)
 def test_same_result_for_any_set_num_threads(op, dtype, restore_threads):
     """fastnn.set_num_threads(n) (OpenMP and BLAS together): bit-identical for 1, 2, 3."""
     _compare_thread_counts(op, dtype, fastnn.set_num_threads)
