@@ -156,9 +156,11 @@ def markdown(result):
         elif r["gbps"]:
             ach = f"{r['gbps']:.1f} GB/s ({100 * r['gbps'] / result['copy_gbps']:.0f}% copy)"
         f = lambda v, fmt: "-" if v is None else format(v, fmt)  # noqa: E731
+        x = lambda v: "-" if v is None else format(v, ".2f") + "x"  # noqa: E731
+        sp = "-" if r["speedup_vs_reference"] is None else format(r["speedup_vs_reference"], ".1f") + "x"
         lines.append(f"| {r['family']} | {r['op']} | {r['shape']} | {r['fastnn_ms']:.3f} | "
-                     f"{f(r['reference_ms'], '.2f')} | {f(r['speedup_vs_reference'], '.1f')}x | "
-                     f"{f(r['torch_ms'], '.3f')} | {f(r['time_ratio_vs_torch'], '.2f')}x | {ach} |")
+                     f"{f(r['reference_ms'], '.2f')} | {sp} | "
+                     f"{f(r['torch_ms'], '.3f')} | {x(r['time_ratio_vs_torch'])} | {ach} |")
     ends = [r for r in result["rows"] if r.get("tokens_per_s")]
     if ends:
         lines.append("")
