@@ -73,7 +73,9 @@ directives = {
     "boundscheck": DEBUG,
     "wraparound": DEBUG,
     "initializedcheck": DEBUG,
-    "cdivision": not DEBUG,
+    # C division semantics in both builds: with Python semantics a division by zero inside
+    # nogil code is silently swallowed, so the debug build would compute something else
+    "cdivision": True,
     "nonecheck": DEBUG,
     "embedsignature": True,
 }
@@ -112,6 +114,9 @@ for variant, march in VARIANTS.items():
                            ("FASTNN_HAVE_OPENMP", "1" if HAVE_OPENMP else "0")],
             extra_compile_args=compile_args + march,
             extra_link_args=link_args,
+            # the shared C headers and Cython includes: a change rebuilds every family
+            depends=sorted(glob(os.path.join("csrc", "*.h")) + glob(os.path.join("csrc", "*.pxd"))
+                           + glob(os.path.join("csrc", "*.pxi"))),
         ))
 
 setup(
