@@ -157,7 +157,11 @@ def gemm_batched(a, b, ta=False, tb=False, bias=None):
         return out
     has_bias = bias is not None
     bias_arg = bias if has_bias else _kit.empty((1,), dt)
-    if M * N * K <= SMALL:
+    # Under the simulator every GEMM takes the thread-per-output kernel: the tiled one's
+    # shared-memory __syncthreads barriers gave sporadic wrong tiles in the simulator's
+    # threaded scheduler (seen as rare, order-dependent test failures), and speed there
+    # means nothing.  A real GPU keeps the tiled kernel.
+    if (_kit.SIM and not SIM_TILED[0]) or M * N * K <= SMALL:
         n = Z * M * N
         small[_kit.blocks_for(n), _kit.THREADS](a, b, out, bias_arg, M, N, K, int(ta), int(tb),
                                                 has_bias, za > 1, zb > 1, Z)
@@ -167,6 +171,9 @@ def gemm_batched(a, b, ta=False, tb=False, bias=None):
     tiled[grid, (TILE, TILE)](a, b, out, bias_arg, M, N, K,
                               int(ta), int(tb), has_bias, za > 1, zb > 1, Z)
     return out
+
+
+SIM_TILED = [False]   # tests set it to launch the tiled kernel under the simulator
 
 
 def gemm(a, b, ta=False, tb=False, bias=None):
