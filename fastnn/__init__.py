@@ -15,6 +15,11 @@ import os as _os
 if "OMP_WAIT_POLICY" not in _os.environ:
     _os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
+# Freed large buffers stay in the process instead of being unmapped and page-faulted
+# again on the next call (see _malloc.py; FASTNN_MALLOC_TUNE=0 opts out).
+from ._malloc import tune as _tune_malloc  # noqa: E402
+_tune_malloc()
+
 from ._version import __version__  # noqa: E402
 from ._backend import (available_backends, get_backend, get_num_threads,  # noqa: E402
                        set_backend, set_num_threads, use_backend)
