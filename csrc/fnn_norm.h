@@ -23,43 +23,68 @@ static inline void fnn_ln_fwd_row_##SFX(const T* x, T* y, const T* w, const T* b
 /* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w.                       \
    sum(g * xhat) = rstd * (sum(g * x) - mean * sum(g)); both sums in one pass (lanes in  \
    T, blocks folded in double), then one pass writes dx and adds this row's terms to the \
-   chunk partials pw (dy * xhat) and pb (dy) when they are given (both or neither). */   \
-static inline void fnn_ln_bwd_row_##SFX(const T* dy, const T* x, const T* w, T mean,    \
-                                        T rstd, ptrdiff_t D, T* dx, T* pw, T* pb) {      \
+   chunk partials pw (dy * xhat) and pb (dy) when they are given (both or neither).      \
+   All pointers are restrict (dx and the partials never alias the inputs) and the weight \
+   test is outside the loops, so every loop vectorises. */                               \
+static inline void fnn_ln_bwd_sums_##SFX(const T* restrict dy, const T* restrict x,      \
+                                         const T* restrict w, ptrdiff_t D,               \
+                                         double* sum_g_out, double* sum_gx_out) {        \
     double sum_g = 0.0, sum_gx = 0.0;                                                    \
     ptrdiff_t b0, j;                                                                     \
     for (b0 = 0; b0 < D; b0 += FNN_BLOCK) {                                              \
         ptrdiff_t b1 = b0 + FNN_BLOCK < D ? b0 + FNN_BLOCK : D;                           \
         T a[32] = {0}, c[32] = {0};                                                      \
         j = b0;                                                                          \
-        for (; j + 32 <= b1; j += 32)                                                    \
-            for (int k = 0; k < 32; ++k) {                                               \
-                T g = w ? dy[j + k] * w[j + k] : dy[j + k];                              \
-                a[k] += g;                                                               \
-                c[k] += g * x[j + k];                                                    \
-            }                                                                            \
-        for (; j < b1; ++j) {                                                            \
-            T g = w ? dy[j] * w[j] : dy[j];                                              \
-            a[j & 31] += g;                                                              \
-            c[j & 31] += g * x[j];                                                       \
+        if (w) {                                                                         \
+            for (; j + 32 <= b1; j += 32)                                                \
+                for (int k = 0; k < 32; ++k) {                                           \
+                    T g = dy[j + k] * w[j + k];                                          \
+                    a[k] += g; c[k] += g * x[j + k];                                     \
+                }                                                                        \
+            for (; j < b1; ++j) { T g = dy[j] * w[j]; a[j & 31] += g; c[j & 31] += g * x[j]; } \
+        } else {                                                                         \
+            for (; j + 32 <= b1; j += 32)                                                \
+                for (int k = 0; k < 32; ++k) {                                           \
+                    T g = dy[j + k];                                                     \
+                    a[k] += g; c[k] += g * x[j + k];                                     \
+                }                                                                        \
+            for (; j < b1; ++j) { T g = dy[j]; a[j & 31] += g; c[j & 31] += g * x[j]; }   \
         }                                                                                \
         for (int k = 0; k < 32; ++k) { sum_g += (double)a[k]; sum_gx += (double)c[k]; }  \
     }                                                                                    \
+    *sum_g_out = sum_g; *sum_gx_out = sum_gx;                                            \
+}                                                                                        \
+static inline void fnn_ln_bwd_row_##SFX(const T* restrict dy, const T* restrict x,      \
+                                        const T* restrict w, T mean, T rstd, ptrdiff_t D, \
+                                        T* restrict dx, T* restrict pw, T* restrict pb) { \
+    double sum_g, sum_gx;                                                                \
+    ptrdiff_t j;                                                                         \
+    fnn_ln_bwd_sums_##SFX(dy, x, w, D, &sum_g, &sum_gx);                                 \
     T sg = (T)(sum_g / (double)D);                                                       \
     T sgx = (T)((double)rstd * (sum_gx - (double)mean * sum_g) / (double)D);             \
-    if (pw) {                                                                            \
+    if (pw && w) {                                                                       \
         for (j = 0; j < D; ++j) {                                                        \
             T xh = (x[j] - mean) * rstd;                                                 \
-            T g = w ? dy[j] * w[j] : dy[j];                                              \
-            dx[j] = rstd * (g - sg - xh * sgx);                                          \
+            dx[j] = rstd * (dy[j] * w[j] - sg - xh * sgx);                               \
             pw[j] += dy[j] * xh;                                                         \
             pb[j] += dy[j];                                                              \
+        }                                                                                \
+    } else if (pw) {                                                                     \
+        for (j = 0; j < D; ++j) {                                                        \
+            T xh = (x[j] - mean) * rstd;                                                 \
+            dx[j] = rstd * (dy[j] - sg - xh * sgx);                                      \
+            pw[j] += dy[j] * xh;                                                         \
+            pb[j] += dy[j];                                                              \
+        }                                                                                \
+    } else if (w) {                                                                      \
+        for (j = 0; j < D; ++j) {                                                        \
+            T xh = (x[j] - mean) * rstd;                                                 \
+            dx[j] = rstd * (dy[j] * w[j] - sg - xh * sgx);                               \
         }                                                                                \
     } else {                                                                             \
         for (j = 0; j < D; ++j) {                                                        \
             T xh = (x[j] - mean) * rstd;                                                 \
-            T g = w ? dy[j] * w[j] : dy[j];                                              \
-            dx[j] = rstd * (g - sg - xh * sgx);                                          \
+            dx[j] = rstd * (dy[j] - sg - xh * sgx);                                      \
         }                                                                                \
     }                                                                                    \
 }
