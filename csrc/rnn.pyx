@@ -23,11 +23,11 @@ cimport cython
 cimport numpy as cnp
 from cython.parallel cimport parallel, prange
 from libc.math cimport exp, tanh
-from libc.stdint cimport uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memset
 
-from fnn_blas cimport gemm, real
+from fnn_blas cimport gemm as _scipy_gemm, real
 
 import numpy as np
 
@@ -36,6 +36,7 @@ from fastnn._threads import single_threaded_blas
 cnp.import_array()
 
 include "fnn_runtime.pxi"
+include "fnn_gemm.pxi"
 
 OPS = ("rnn", "rnn_backward", "gru", "gru_backward", "lstm", "lstm_backward")
 

@@ -364,3 +364,31 @@ def test_functional_matches_module():
     np.testing.assert_array_equal(h, h2)
     np.testing.assert_array_equal(c, c2)
     assert "num_layers=2" in repr(m) and "bidirectional=True" in repr(m)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_scipy_blas_fallback_agrees(kind):
+    """The kernels' GEMMs run on NumPy's OpenBLAS when loaded; SciPy's gives the same answer."""
+    from fastnn._backend import backend
+    import importlib
+    cmod = importlib.import_module(backend("cpu").lstm.__module__)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((5, 3, 8))
+    dy = rng.standard_normal((5, 3, 24))
+    m = getattr(nn, kind)(8, 12, 2, bidirectional=True)
+    m.to(np.float64)
+    res = []
+    for use_scipy in (False, True):
+        if use_scipy:
+            cmod._use_scipy_blas()
+        try:
+            with fastnn.use_backend("cpu"):
+                for p in m.parameters():
+                    p.grad = None
+                y, _ = m(x)
+                dx = m.backward(dy)
+            res.append([y, dx] + [p.grad.copy() for p in m.parameters()])
+        finally:
+            cmod._load_numpy_blas()
+    for a, b in zip(*res):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
