@@ -30,11 +30,11 @@ cimport cython
 cimport numpy as cnp
 from cython.parallel cimport prange, parallel
 from libc.math cimport exp, log, INFINITY, NAN
-from libc.stdint cimport uint32_t, uint64_t, int64_t
+from libc.stdint cimport uint32_t, uint64_t, int64_t, uintptr_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memset
 
-from fnn_blas cimport gemm, real
+from fnn_blas cimport gemm as _scipy_gemm, real
 
 import numpy as np
 
@@ -43,6 +43,7 @@ from fastnn._threads import single_threaded_blas
 cnp.import_array()
 
 include "fnn_runtime.pxi"
+include "fnn_gemm.pxi"
 
 cdef extern from "fnn_math.h" nogil:
     float fnn_expf(float x)
