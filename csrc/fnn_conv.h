@@ -104,21 +104,83 @@ static inline void fnn_max_tap_##SFX(const T* src, ptrdiff_t s, T* m, int32_t* k
             m[o] = u ? v : m[o]; k[o] = u ? tap : k[o];                                  \
         }                                                                                \
     }                                                                                    \
-}                                                                                        \
-static inline void fnn_sum_tap_##SFX(const T* src, ptrdiff_t s, T* acc, ptrdiff_t o0,   \
-                                     ptrdiff_t o1) {                                     \
-    if (s == 1) { for (ptrdiff_t o = o0; o < o1; ++o) acc[o] += src[o]; }                \
-    else if (s == 2) { for (ptrdiff_t o = o0; o < o1; ++o) acc[o] += src[2 * o]; }       \
-    else { for (ptrdiff_t o = o0; o < o1; ++o) acc[o] += src[o * s]; }                   \
-}                                                                                        \
-static inline void fnn_scatter_tap_##SFX(T* dst, ptrdiff_t s, const T* g, ptrdiff_t o0, \
-                                         ptrdiff_t o1) {                                 \
-    if (s == 1) { for (ptrdiff_t o = o0; o < o1; ++o) dst[o] += g[o]; }                  \
-    else { for (ptrdiff_t o = o0; o < o1; ++o) dst[o * s] += g[o]; }                     \
 }
 
 FNN_POOL_DEFINE(float, f)
 FNN_POOL_DEFINE(double, d)
+
+/* ---- average pooling as two separable passes (csrc/pool.pyx).  Vertical: v = the sum
+ * of the window's input rows (contiguous, one pass).  Horizontal: y[o] = sum_j
+ * v[o*s + j] / div[o] over a zero-padded v, so no tap needs a bounds test; the common
+ * (kW, sW) get constant-stride loops the compiler vectorises.  The division is done in
+ * T: div is a small integer, and a double division rounded to float is the same. */
+#define FNN_AVG_DEFINE(T, SFX)                                                           \
+static inline void fnn_avg_vsum_##SFX(T* v, const T* x, ptrdiff_t W, ptrdiff_t rows,    \
+                                      ptrdiff_t rs) {                                    \
+    ptrdiff_t w, r;                                                                      \
+    if (rows == 3) {                                                                     \
+        const T* a = x; const T* b = x + rs; const T* c = x + 2 * rs;                    \
+        for (w = 0; w < W; ++w) v[w] = (a[w] + b[w]) + c[w];                             \
+        return;                                                                          \
+    }                                                                                    \
+    if (rows == 2) {                                                                     \
+        const T* a = x; const T* b = x + rs;                                             \
+        for (w = 0; w < W; ++w) v[w] = a[w] + b[w];                                      \
+        return;                                                                          \
+    }                                                                                    \
+    for (w = 0; w < W; ++w) v[w] = rows > 0 ? x[w] : (T)0;                               \
+    for (r = 1; r < rows; ++r) {                                                         \
+        const T* a = x + r * rs;                                                         \
+        for (w = 0; w < W; ++w) v[w] += a[w];                                            \
+    }                                                                                    \
+}                                                                                        \
+static inline void fnn_avg_hrow_##SFX(const T* v, T* y, const T* dv, ptrdiff_t OW,      \
+                                      ptrdiff_t kw, ptrdiff_t sw) {                      \
+    ptrdiff_t o, j;                                                                      \
+    if (kw == 3 && sw == 2) {                                                            \
+        for (o = 0; o < OW; ++o) {                                                       \
+            T s = (v[2 * o] + v[2 * o + 1]) + v[2 * o + 2], d = dv[o];                   \
+            y[o] = d != 0 ? s / d : (T)0;                                                \
+        }                                                                                \
+    } else if (kw == 2 && sw == 2) {                                                     \
+        for (o = 0; o < OW; ++o) {                                                       \
+            T s = v[2 * o] + v[2 * o + 1], d = dv[o];                                    \
+            y[o] = d != 0 ? s / d : (T)0;                                                \
+        }                                                                                \
+    } else if (kw == 3 && sw == 1) {                                                     \
+        for (o = 0; o < OW; ++o) {                                                       \
+            T s = (v[o] + v[o + 1]) + v[o + 2], d = dv[o];                               \
+            y[o] = d != 0 ? s / d : (T)0;                                                \
+        }                                                                                \
+    } else {                                                                             \
+        for (o = 0; o < OW; ++o) {                                                       \
+            const T* p = v + o * sw;                                                     \
+            T s = p[0], d = dv[o];                                                       \
+            for (j = 1; j < kw; ++j) s += p[j];                                          \
+            y[o] = d != 0 ? s / d : (T)0;                                                \
+        }                                                                                \
+    }                                                                                    \
+}                                                                                        \
+/* backward, horizontal: hb[u] = sum of gz[o + 1] over the windows o covering padded  \
+ * column u (gz[0] and gz past the last output are zero), u in [0, L) */               \
+static inline void fnn_avg_hscatter_##SFX(const T* gz, T* hb, ptrdiff_t L, ptrdiff_t OW, \
+                                          ptrdiff_t kw, ptrdiff_t sw) {                  \
+    ptrdiff_t m, o, j;                                                                   \
+    if (kw == 3 && sw == 2) {                                                            \
+        for (m = 0; 2 * m < L; ++m) {                                                    \
+            hb[2 * m] = gz[m] + gz[m + 1]; hb[2 * m + 1] = gz[m + 1];                    \
+        }                                                                                \
+    } else if (kw == 2 && sw == 2) {                                                     \
+        for (m = 0; 2 * m < L; ++m) { hb[2 * m] = gz[m + 1]; hb[2 * m + 1] = gz[m + 1]; } \
+    } else {                                                                             \
+        for (m = 0; m < L; ++m) hb[m] = 0;                                               \
+        for (o = 0; o < OW; ++o)                                                         \
+            for (j = 0; j < kw; ++j) hb[o * sw + j] += gz[o + 1];                        \
+    }                                                                                    \
+}
+
+FNN_AVG_DEFINE(float, f)
+FNN_AVG_DEFINE(double, d)
 /* ---- im2col / col2im rows: dst[o] = src[o * s] for o in [o0, o1), zero elsewhere in
  * [0, n) (inline loops: a memcpy call per 50-element row costs more than the copy). */
 #define FNN_COL_DEFINE(T, SFX)                                                           \

@@ -12,10 +12,18 @@
 # overlapping windows need no atomics and the result is deterministic.
 # 2x2 stride-2 windows (the common case) have a branch-free kernel, and their backward
 # writes every dx element once instead of zeroing and scattering.
+#
+# avg_pool2d is separable: per output row, one contiguous pass sums the window's input
+# rows into a zero-padded row, and the window sums along that row (constant-stride loops
+# for the common kernel/stride pairs) are divided by torch's divisor.  Backward runs the
+# two passes transposed -- each output row's share spread along its padded row, then
+# every dx row written once as the sum of the rows covering it -- so dx is neither
+# zeroed first nor read back (3x3/2 on 16x64x112x112, one thread: forward 9.1 -> 4.2 ms,
+# backward 19 -> 5.5 ms).
 cimport cython
 cimport numpy as cnp
 from cython.parallel cimport prange, parallel
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport malloc, calloc, free
 from libc.math cimport INFINITY
 from libc.string cimport memset
 from libc.stdint cimport int32_t
@@ -41,10 +49,16 @@ cdef extern from "fnn_conv.h" nogil:
                        Py_ssize_t o0, Py_ssize_t o1)
     void fnn_max_tap_d(const double* src, Py_ssize_t s, double* m, int32_t* k, int32_t tap,
                        Py_ssize_t o0, Py_ssize_t o1)
-    void fnn_sum_tap_f(const float* src, Py_ssize_t s, float* acc, Py_ssize_t o0, Py_ssize_t o1)
-    void fnn_sum_tap_d(const double* src, Py_ssize_t s, double* acc, Py_ssize_t o0, Py_ssize_t o1)
-    void fnn_scatter_tap_f(float* dst, Py_ssize_t s, const float* g, Py_ssize_t o0, Py_ssize_t o1)
-    void fnn_scatter_tap_d(double* dst, Py_ssize_t s, const double* g, Py_ssize_t o0, Py_ssize_t o1)
+    void fnn_avg_vsum_f(float* v, const float* x, Py_ssize_t W, Py_ssize_t rows, Py_ssize_t rs)
+    void fnn_avg_vsum_d(double* v, const double* x, Py_ssize_t W, Py_ssize_t rows, Py_ssize_t rs)
+    void fnn_avg_hrow_f(const float* v, float* y, const float* dv, Py_ssize_t OW, Py_ssize_t kw,
+                        Py_ssize_t sw)
+    void fnn_avg_hrow_d(const double* v, double* y, const double* dv, Py_ssize_t OW,
+                        Py_ssize_t kw, Py_ssize_t sw)
+    void fnn_avg_hscatter_f(const float* gz, float* hb, Py_ssize_t L, Py_ssize_t OW, Py_ssize_t kw,
+                            Py_ssize_t sw)
+    void fnn_avg_hscatter_d(const double* gz, double* hb, Py_ssize_t L, Py_ssize_t OW,
+                            Py_ssize_t kw, Py_ssize_t sw)
 
 
 cdef inline void _ow_range(Py_ssize_t off, Py_ssize_t sw, Py_ssize_t W, Py_ssize_t OW,
@@ -238,63 +252,50 @@ cdef inline double _row_factor(Py_ssize_t oh, Py_ssize_t kh, Py_ssize_t sh, Py_s
     return <double>(r1 - r0) if include_pad else <double>(v1 - v0)
 
 
-cdef void _avg_plane(const real* x, real* y, Py_ssize_t H, Py_ssize_t W, Py_ssize_t OH,
-                     Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
-                     Py_ssize_t ph, Py_ssize_t pw, bint include_pad, Py_ssize_t override,
-                     const double* cf) noexcept nogil:
-    """One plane, tap by tap over whole output rows (sums in the row of y), then the divisor."""
-    cdef Py_ssize_t oh, ow, i, j, ih, off, o0, o1
-    cdef real* yr
-    cdef double div, hf
-    for oh in range(OH):
-        yr = y + oh * OW
-        for ow in range(OW):
-            yr[ow] = 0
-        for i in range(kh):
-            ih = oh * sh - ph + i
-            if ih < 0 or ih >= H:
-                continue
-            for j in range(kw):
-                off = j - pw
-                _ow_range(off, sw, W, OW, &o0, &o1)
-                if real is float:
-                    fnn_sum_tap_f(x + ih * W + off, sw, yr, o0, o1)
-                else:
-                    fnn_sum_tap_d(x + ih * W + off, sw, yr, o0, o1)
-        hf = _row_factor(oh, kh, sh, ph, H, include_pad)
-        for ow in range(OW):
-            div = hf * cf[ow]
-            if override != 0 and div != 0:
-                div = <double>override
-            yr[ow] = <real>(yr[ow] / div) if div != 0 else 0
+cdef inline Py_ssize_t _padded_width(Py_ssize_t W, Py_ssize_t OW, Py_ssize_t kw, Py_ssize_t sw,
+                                     Py_ssize_t pw) noexcept nogil:
+    """Columns of a zero-padded row that every window reads (ceil_mode windows may end
+    past the right padding)."""
+    cdef Py_ssize_t L = (OW - 1) * sw + kw
+    return L if L > W + pw else W + pw
 
 
-cdef void _avg_plane_bwd(const real* g, real* d, real* gs, Py_ssize_t H, Py_ssize_t W,
-                         Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw,
-                         Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw,
-                         bint include_pad, Py_ssize_t override, const double* cf) noexcept nogil:
-    """One plane: d = 0, then each output row's g / divisor added over its taps."""
-    cdef Py_ssize_t oh, ow, i, j, ih, off, o0, o1
-    cdef double div, hf
-    memset(d, 0, H * W * sizeof(real))
+cdef inline void _div_row(real* dv, Py_ssize_t oh, Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t sh,
+                          Py_ssize_t ph, Py_ssize_t H, bint include_pad, Py_ssize_t override,
+                          const double* cf) noexcept nogil:
+    """dv[ow] = torch's divisor of output (oh, ow); 0 where the window holds no input."""
+    cdef Py_ssize_t ow
+    cdef double hf = _row_factor(oh, kh, sh, ph, H, include_pad), div
+    for ow in range(OW):
+        div = hf * cf[ow]
+        if override != 0 and div != 0:
+            div = <double>override
+        dv[ow] = <real>div
+
+
+cdef void _avg_plane(const real* x, real* y, real* v, real* dv, Py_ssize_t H, Py_ssize_t W,
+                     Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh,
+                     Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw, bint include_pad,
+                     Py_ssize_t override, const double* cf) noexcept nogil:
+    """One plane, output row by output row: v[pw:pw+W] = the sum of the window's input
+    rows (v is zero outside), then the horizontal window sums over v, divided."""
+    cdef Py_ssize_t oh, r0, r1
     for oh in range(OH):
-        hf = _row_factor(oh, kh, sh, ph, H, include_pad)
-        for ow in range(OW):
-            div = hf * cf[ow]
-            if override != 0 and div != 0:
-                div = <double>override
-            gs[ow] = <real>(g[oh * OW + ow] / div) if div != 0 else 0
-        for i in range(kh):
-            ih = oh * sh - ph + i
-            if ih < 0 or ih >= H:
-                continue
-            for j in range(kw):
-                off = j - pw
-                _ow_range(off, sw, W, OW, &o0, &o1)
-                if real is float:
-                    fnn_scatter_tap_f(d + ih * W + off, sw, gs, o0, o1)
-                else:
-                    fnn_scatter_tap_d(d + ih * W + off, sw, gs, o0, o1)
+        r0 = oh * sh - ph
+        r1 = r0 + kh
+        if r0 < 0:
+            r0 = 0
+        if r1 > H:
+            r1 = H
+        if r1 < r0:
+            r1 = r0
+        _div_row(dv, oh, OW, kh, sh, ph, H, include_pad, override, cf)
+        if real is float:
+            fnn_avg_vsum_f(v + pw, x + r0 * W, W, r1 - r0, W)
+            fnn_avg_hrow_f(v, y + oh * OW, dv, OW, kw, sw)
+        else:
+            fnn_avg_vsum_d(v + pw, x + r0 * W, W, r1 - r0, W)
+            fnn_avg_hrow_d(v, y + oh * OW, dv, OW, kw, sw)
 
 
 cdef void _avg_fwd(const real* x, real* y, Py_ssize_t P, Py_ssize_t H, Py_ssize_t W,
@@ -304,10 +305,53 @@ cdef void _avg_fwd(const real* x, real* y, Py_ssize_t P, Py_ssize_t H, Py_ssize_
     cdef Py_ssize_t p
     cdef int nt = _threads_for(P * H * W, 1 << 15)
     cdef double* cf = _col_factors(OW, kw, sw, pw, W, include_pad)
-    for p in prange(P, nogil=True, schedule="static", num_threads=nt):
-        _avg_plane(x + p * H * W, y + p * OH * OW, H, W, OH, OW, kh, kw, sh, sw, ph, pw,
-                   include_pad, override, cf)
+    # the zero-padded row sum: [0, pw) and [pw + W, L) stay zero
+    cdef Py_ssize_t L = _padded_width(W, OW, kw, sw, pw)
+    cdef real* v = NULL
+    cdef real* dv = NULL
+    with nogil, parallel(num_threads=nt):
+        v = <real*>calloc(L + 8, sizeof(real))
+        dv = <real*>malloc((OW + 8) * sizeof(real))
+        for p in prange(P, schedule="static"):
+            _avg_plane(x + p * H * W, y + p * OH * OW, v, dv, H, W, OH, OW, kh, kw, sh, sw,
+                       ph, pw, include_pad, override, cf)
+        free(v)
+        free(dv)
     free(cf)
+
+
+cdef void _avg_plane_bwd(const real* g, real* d, real* gz, real* hb, real* dv, Py_ssize_t L,
+                         Py_ssize_t H, Py_ssize_t W, Py_ssize_t OH, Py_ssize_t OW,
+                         Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
+                         Py_ssize_t ph, Py_ssize_t pw, bint include_pad, Py_ssize_t override,
+                         const double* cf) noexcept nogil:
+    """One plane, the forward's two passes transposed: every output row's g / divisor
+    spread over its windows' columns (hb, one padded row per output row), then each
+    input row of d written once as the sum of the hb rows whose windows cover it."""
+    cdef Py_ssize_t oh, ow, ih, a, b
+    cdef const real* gr
+    for oh in range(OH):
+        _div_row(dv, oh, OW, kh, sh, ph, H, include_pad, override, cf)
+        gr = g + oh * OW
+        for ow in range(OW):
+            gz[ow + 1] = gr[ow] / dv[ow] if dv[ow] != 0 else 0
+        if real is float:
+            fnn_avg_hscatter_f(gz, hb + oh * L, L, OW, kw, sw)
+        else:
+            fnn_avg_hscatter_d(gz, hb + oh * L, L, OW, kw, sw)
+    for ih in range(H):
+        # output rows whose window [oh*sh - ph, oh*sh - ph + kh) holds ih
+        a = ih + ph - kh + 1
+        a = 0 if a <= 0 else (a + sh - 1) // sh
+        b = (ih + ph) // sh + 1
+        if b > OH:
+            b = OH
+        if b < a:
+            b = a
+        if real is float:
+            fnn_avg_vsum_f(d + ih * W, hb + a * L + pw, W, b - a, L)
+        else:
+            fnn_avg_vsum_d(d + ih * W, hb + a * L + pw, W, b - a, L)
 
 
 cdef void _avg_bwd(const real* g, real* dx, Py_ssize_t P, Py_ssize_t H, Py_ssize_t W,
@@ -315,15 +359,23 @@ cdef void _avg_bwd(const real* g, real* dx, Py_ssize_t P, Py_ssize_t H, Py_ssize
                    Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw,
                    bint include_pad, Py_ssize_t override) noexcept nogil:
     cdef Py_ssize_t p
-    cdef real* gs = NULL
+    cdef real* gz = NULL
+    cdef real* hb = NULL
+    cdef real* dv = NULL
     cdef int nt = _threads_for(P * H * W, 1 << 15)
     cdef double* cf = _col_factors(OW, kw, sw, pw, W, include_pad)
+    cdef Py_ssize_t L = _padded_width(W, OW, kw, sw, pw)
     with nogil, parallel(num_threads=nt):
-        gs = <real*>malloc((OW + 1) * sizeof(real))
+        # gz: the divided output row behind one zero, zeros after it
+        gz = <real*>calloc(OW + L + 2 * kw + 8, sizeof(real))
+        hb = <real*>malloc((OH * L + 8) * sizeof(real))
+        dv = <real*>malloc((OW + 8) * sizeof(real))
         for p in prange(P, schedule="static"):
-            _avg_plane_bwd(g + p * OH * OW, dx + p * H * W, gs, H, W, OH, OW, kh, kw, sh, sw,
-                           ph, pw, include_pad, override, cf)
-        free(gs)
+            _avg_plane_bwd(g + p * OH * OW, dx + p * H * W, gz, hb, dv, L, H, W, OH, OW, kh, kw,
+                           sh, sw, ph, pw, include_pad, override, cf)
+        free(gz)
+        free(hb)
+        free(dv)
     free(cf)
 
 
