@@ -232,6 +232,13 @@ static void fnn_math_apply(int which, const float* x, float* y, ptrdiff_t n) {
     case 4: for (i = 0; i < n; ++i) y[i] = fnn_log1pf(x[i]); break;
     case 5: for (i = 0; i < n; ++i) { float g; y[i] = fnn_gauss_cdf_f(x[i], &g); } break;
     case 6: for (i = 0; i < n; ++i) { float g; fnn_gauss_cdf_f(x[i], &g); y[i] = g; } break;
+    case 7:   /* the kernels' form: 8 lanes where the build has AVX2, scalar tail */
+        i = 0;
+#if defined(FNN_HAVE_AVX2)
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, fnn_exp_nonpos_ps(_mm256_loadu_ps(x + i)));
+#endif
+        for (; i < n; ++i) y[i] = fnn_expf_nonpos(x[i]);
+        break;
     }
 }
 #endif

@@ -6,18 +6,36 @@
 #include <math.h>
 #include <stddef.h>
 #include "fnn_reduce.h"
+#include "fnn_stream.h"
+
+/* rows of up to this many elements are normalised into a stack buffer and streamed
+   out when the caller asks for non-temporal stores (a large output, fnn_stream.h) */
+#define FNN_LN_ROWBUF 4096
 
 #define FNN_DEFINE_LN(T, SFX)                                                            \
-static inline void fnn_ln_fwd_row_##SFX(const T* x, T* y, const T* w, const T* b,        \
-                                        ptrdiff_t D, double eps, T* mean_out, T* rstd_out) { \
-    double m = D > 0 ? fnn_sum_##SFX(x, D) / (double)D : 0.0;                            \
-    double var = D > 0 ? fnn_sumsq_dev_##SFX(x, D, m) / (double)D : 0.0;                 \
-    T mf = (T)m, rf = (T)(1.0 / sqrt(var + eps));                                        \
+static inline void fnn_ln_normalise_##SFX(const T* restrict x, T* restrict y,            \
+                                          const T* restrict w, const T* restrict b,      \
+                                          ptrdiff_t D, T mf, T rf) {                     \
     ptrdiff_t j;                                                                         \
     if (w && b) { for (j = 0; j < D; ++j) y[j] = (x[j] - mf) * rf * w[j] + b[j]; }       \
     else if (w) { for (j = 0; j < D; ++j) y[j] = (x[j] - mf) * rf * w[j]; }              \
     else if (b) { for (j = 0; j < D; ++j) y[j] = (x[j] - mf) * rf + b[j]; }              \
     else        { for (j = 0; j < D; ++j) y[j] = (x[j] - mf) * rf; }                     \
+}                                                                                        \
+static inline void fnn_ln_fwd_row_##SFX(const T* x, T* y, const T* w, const T* b,        \
+                                        ptrdiff_t D, double eps, T* mean_out, T* rstd_out, \
+                                        int stream) {                                    \
+    double m = D > 0 ? fnn_sum_##SFX(x, D) / (double)D : 0.0;                            \
+    double var = D > 0 ? fnn_sumsq_dev_##SFX(x, D, m) / (double)D : 0.0;                 \
+    T mf = (T)m, rf = (T)(1.0 / sqrt(var + eps));                                        \
+    if (stream && D <= FNN_LN_ROWBUF) {                                                  \
+        T buf[FNN_LN_ROWBUF];                                                            \
+        fnn_ln_normalise_##SFX(x, buf, w, b, D, mf, rf);                                 \
+        fnn_stream_copy_##SFX(y, buf, D);                                                \
+        fnn_stream_fence();                                                              \
+    } else {                                                                             \
+        fnn_ln_normalise_##SFX(x, y, w, b, D, mf, rf);                                   \
+    }                                                                                    \
     *mean_out = mf; *rstd_out = rf;                                                      \
 }                                                                                        \
 /* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w.                       \

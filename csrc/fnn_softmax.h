@@ -1,30 +1,108 @@
-/* Softmax row kernels over n contiguous elements (the inner == 1 case).  Sums keep
- * 8 lanes (fnn_reduce.h) so the exp loop vectorises; float uses fnn_expf. */
+/* Softmax row kernels over n contiguous elements (the inner == 1 case).
+ *
+ * Forward: max; e = exp(x - max) into a row buffer with the sum in 32 float lanes
+ * (fnn_reduce.h's lane structure, blocks folded in double); then one pass writes
+ * y = e / sum (or x - lse for log-softmax).  The exponentials are fnn_expf_nonpos
+ * (x - max <= 0), 8 lanes at a time with AVX2+FMA.  When the output is large
+ * (`stream`, chosen by the caller) the final pass uses non-temporal stores: the output
+ * does not fit in cache anyway, and streaming it skips the read-for-ownership of every
+ * output line (a third less memory traffic). */
 #ifndef FNN_SOFTMAX_H
 #define FNN_SOFTMAX_H
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include "fnn_math.h"
 #include "fnn_reduce.h"
+#include "fnn_stream.h"
 
-#define FNN_DEFINE_SOFTMAX(T, SFX, EXP)                                                  \
-static inline void fnn_softmax_row_##SFX(const T* x, T* y, ptrdiff_t n, int logsm) {    \
-    /* max; y = exp(x - max); sum; scale (or y = x - lse).  Separate simple loops     \
-       vectorise where one fused loop with a reduction does not; the row is in L1. */  \
-    T m = fnn_max_##SFX(x, n);                                                           \
-    ptrdiff_t j;                                                                         \
-    for (j = 0; j < n; ++j) y[j] = EXP(x[j] - m);                                        \
-    double s = fnn_sum_##SFX(y, n);                                                      \
-    if (logsm) {                                                                         \
-        T lse = (T)((double)m + log(s));                                                 \
-        for (j = 0; j < n; ++j) y[j] = x[j] - lse;                                       \
-    } else {                                                                             \
-        T inv = (T)(1.0 / s);                                                            \
-        for (j = 0; j < n; ++j) y[j] *= inv;                                             \
-    }                                                                                    \
-}                                                                                        \
-static inline void fnn_softmax_bwd_row_##SFX(const T* dy, const T* y, T* dx, ptrdiff_t n, \
-                                             int logsm) {                                \
+/* rows up to this many elements use a stack buffer for the streamed forward */
+#define FNN_SM_ROWBUF 4096
+
+/* e[j] = exp(x[j] - m) (stored when e != NULL); returns sum_j e[j], 32 float lanes per
+   block of FNN_BLOCK folded in double -- the same sum fnn_sum_f(e, n) would give */
+static inline double fnn_exp_shift_sum_f(const float* restrict x, float m, float* restrict e,
+                                         ptrdiff_t n) {
+    double total = 0.0;
+    for (ptrdiff_t b0 = 0; b0 < n; b0 += FNN_BLOCK) {
+        ptrdiff_t b1 = b0 + FNN_BLOCK < n ? b0 + FNN_BLOCK : n;
+        float a[32] = {0};
+        ptrdiff_t j = b0;
+#if defined(FNN_HAVE_AVX2)
+        __m256 vm = _mm256_set1_ps(m);
+        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+        for (; j + 32 <= b1; j += 32) {
+            __m256 e0 = fnn_exp_nonpos_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), vm));
+            __m256 e1 = fnn_exp_nonpos_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j + 8), vm));
+            __m256 e2 = fnn_exp_nonpos_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j + 16), vm));
+            __m256 e3 = fnn_exp_nonpos_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j + 24), vm));
+            s0 = _mm256_add_ps(s0, e0); s1 = _mm256_add_ps(s1, e1);
+            s2 = _mm256_add_ps(s2, e2); s3 = _mm256_add_ps(s3, e3);
+            if (e) {
+                _mm256_storeu_ps(e + j, e0); _mm256_storeu_ps(e + j + 8, e1);
+                _mm256_storeu_ps(e + j + 16, e2); _mm256_storeu_ps(e + j + 24, e3);
+            }
+        }
+        _mm256_storeu_ps(a, s0); _mm256_storeu_ps(a + 8, s1);
+        _mm256_storeu_ps(a + 16, s2); _mm256_storeu_ps(a + 24, s3);
+#else
+        if (e) {
+            for (; j + 32 <= b1; j += 32)
+                for (int k = 0; k < 32; ++k) { float v = fnn_expf_nonpos(x[j + k] - m); e[j + k] = v; a[k] += v; }
+        } else {
+            for (; j + 32 <= b1; j += 32)
+                for (int k = 0; k < 32; ++k) a[k] += fnn_expf_nonpos(x[j + k] - m);
+        }
+#endif
+        for (; j < b1; ++j) {
+            float v = fnn_expf_nonpos(x[j] - m);
+            if (e) e[j] = v;
+            a[j & 31] += v;
+        }
+        total += FNN_FOLD32(a);
+    }
+    return total;
+}
+
+/* one float row; stream: write y with non-temporal stores (rows of up to FNN_SM_ROWBUF
+   elements go through a stack buffer, longer ones through y itself) */
+static inline void fnn_softmax_row_f(const float* restrict x, float* restrict y, ptrdiff_t n,
+                                     int logsm, int stream) {
+    float m = fnn_max_f(x, n);
+    if (logsm) {
+        double s = fnn_exp_shift_sum_f(x, m, NULL, n);
+        float lse = (float)((double)m + log(s));
+        fnn_affine_out_f(y, x, n, 1.0f, -lse, stream);
+    } else if (stream && n <= FNN_SM_ROWBUF) {
+        float buf[FNN_SM_ROWBUF];
+        double s = fnn_exp_shift_sum_f(x, m, buf, n);
+        fnn_affine_out_f(y, buf, n, (float)(1.0 / s), 0.0f, 1);
+    } else {
+        double s = fnn_exp_shift_sum_f(x, m, y, n);
+        float inv = (float)(1.0 / s);
+        for (ptrdiff_t j = 0; j < n; ++j) y[j] *= inv;
+    }
+    if (stream) fnn_stream_fence();
+}
+
+/* double rows: libm exp, the accuracy path */
+static inline void fnn_softmax_row_d(const double* x, double* y, ptrdiff_t n, int logsm) {
+    double m = fnn_max_d(x, n);
+    ptrdiff_t j;
+    for (j = 0; j < n; ++j) y[j] = exp(x[j] - m);
+    double s = fnn_sum_d(y, n);
+    if (logsm) {
+        double lse = m + log(s);
+        for (j = 0; j < n; ++j) y[j] = x[j] - lse;
+    } else {
+        double inv = 1.0 / s;
+        for (j = 0; j < n; ++j) y[j] *= inv;
+    }
+}
+
+#define FNN_DEFINE_SOFTMAX_BWD(T, SFX, EXP)                                              \
+static inline void fnn_softmax_bwd_row_##SFX(const T* restrict dy, const T* restrict y,  \
+                                             T* restrict dx, ptrdiff_t n, int logsm) {   \
     ptrdiff_t j;                                                                         \
     if (logsm) {                                                                         \
         T s = (T)fnn_sum_##SFX(dy, n);                                                   \
@@ -35,6 +113,6 @@ static inline void fnn_softmax_bwd_row_##SFX(const T* dy, const T* y, T* dx, ptr
     }                                                                                    \
 }
 
-FNN_DEFINE_SOFTMAX(float, f, fnn_expf)
-FNN_DEFINE_SOFTMAX(double, d, exp)
+FNN_DEFINE_SOFTMAX_BWD(float, f, fnn_expf_nonpos)
+FNN_DEFINE_SOFTMAX_BWD(double, d, exp)
 #endif

@@ -2,9 +2,9 @@
 #
 # The input is seen as (outer, n, inner) with the reduction over n.  inner == 1 (the
 # last axis) is a row kernel: max, exp+sum, scale -- three sweeps over a row that stays
-# in cache, so memory sees one read and one write.  inner > 1 runs the same sweeps
+# in cache, so memory sees one read and one write (non-temporal for a large float output).  inner > 1 runs the same sweeps
 # over blocks of up to IB columns of the inner axis, vectorised along it, so no
-# transposed copy is made.  exp is fnn_expf (vectorisable); sums are in double.
+# transposed copy is made.  exp is fnn_expf_nonpos (every argument is x - max <= 0); sums are in double.
 cimport cython
 cimport numpy as cnp
 from cython.parallel cimport prange
@@ -19,7 +19,7 @@ cnp.import_array()
 include "fnn_runtime.pxi"
 
 cdef extern from "fnn_math.h" nogil:
-    float fnn_expf(float x)
+    float fnn_expf_nonpos(float x)
 
 OPS = ("softmax", "softmax_backward", "log_softmax", "log_softmax_backward")
 
@@ -29,22 +29,24 @@ cdef enum:
 
 cdef inline real _exp(real x) noexcept nogil:
     if real is float:
-        return fnn_expf(x)
+        return fnn_expf_nonpos(x)
     else:
         return exp(x)
 
 
 cdef extern from "fnn_softmax.h" nogil:
-    void fnn_softmax_row_f(const float* x, float* y, Py_ssize_t n, int logsm)
+    void fnn_softmax_row_f(const float* x, float* y, Py_ssize_t n, int logsm, int stream)
+    Py_ssize_t FNN_STREAM_BYTES
     void fnn_softmax_row_d(const double* x, double* y, Py_ssize_t n, int logsm)
     void fnn_softmax_bwd_row_f(const float* dy, const float* y, float* dx, Py_ssize_t n, int logsm)
     void fnn_softmax_bwd_row_d(const double* dy, const double* y, double* dx, Py_ssize_t n,
                                int logsm)
 
 
-cdef inline void _row_fwd(const real* x, real* y, Py_ssize_t n, bint logsm) noexcept nogil:
+cdef inline void _row_fwd(const real* x, real* y, Py_ssize_t n, bint logsm,
+                          bint stream) noexcept nogil:
     if real is float:
-        fnn_softmax_row_f(x, y, n, logsm)
+        fnn_softmax_row_f(x, y, n, logsm, stream)
     else:
         fnn_softmax_row_d(x, y, n, logsm)
 
@@ -90,14 +92,16 @@ cdef void _fwd(const real* x, real* y, Py_ssize_t outer, Py_ssize_t n, Py_ssize_
                bint logsm) noexcept nogil:
     cdef Py_ssize_t t, o, b, nblk, ntask, nb
     cdef int nt
+    # a large output goes out with non-temporal stores (fnn_softmax.h)
+    cdef bint stream = outer * n * <Py_ssize_t>sizeof(real) >= FNN_STREAM_BYTES
     if inner == 1:
         nt = _threads_for(outer * n, 1 << 14)
         if nt == 1:
             for o in range(outer):
-                _row_fwd(x + o * n, y + o * n, n, logsm)
+                _row_fwd(x + o * n, y + o * n, n, logsm, stream)
         else:
             for o in prange(outer, nogil=True, schedule="static", num_threads=nt):
-                _row_fwd(x + o * n, y + o * n, n, logsm)
+                _row_fwd(x + o * n, y + o * n, n, logsm, stream)
     else:
         nblk = (inner + IB - 1) // IB
         ntask = outer * nblk
