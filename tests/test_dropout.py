@@ -69,7 +69,7 @@ def test_p0_and_p1_exact(backend, dtype):
     y, dx = _run(backend, 2, x, 0.0, dy=x)
     np.testing.assert_array_equal(y, x)
     np.testing.assert_array_equal(dx, x)
-    assert y is not x
+    assert y is x          # as torch 2.13: p == 0 returns the input itself, no pass
     y, dx = _run(backend, 2, x, 1.0, dy=x)
     np.testing.assert_array_equal(y, np.zeros_like(x))
     np.testing.assert_array_equal(dx, np.zeros_like(x))

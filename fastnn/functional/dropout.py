@@ -21,12 +21,13 @@ def check_dropout_p(p, name="p"):
 
 def dropout_fwd(x, p=0.5, training=True):
     """Inverted dropout -> (y, ctx).  Zeroes each element with probability ``p`` and scales
-    the rest by 1/(1-p); identity (the input itself, as torch) when not ``training``.
+    the rest by 1/(1-p); identity (the input itself, as torch) when not ``training``, and
+    also when ``p == 0`` (no mask to apply: no kernel pass, no random draw).
     The mask comes from Philox keyed by ``fastnn.manual_seed``, the call counter and the
     element index: the same on every backend and at any thread count."""
     p = check_dropout_p(p)
     x = float_array(x, "input")
-    if not training:
+    if not training or p == 0.0:
         return x, (None, None, x.shape, x.dtype)
     be = dispatch(x)
     seed, offset = _random.next_offset()
