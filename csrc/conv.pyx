@@ -11,8 +11,13 @@
 #     out -- kW times less im2col traffic (3x3: 75% -> 80% of the single-thread sgemm rate).
 #   * 1x1, stride 1, no padding: the input plane *is* the column matrix -- plain GEMMs.
 #   * depthwise (one input channel per output channel, groups == C): direct loops per
-#     plane; the taps that fall inside the input are found once per row, so the inner
-#     loop is a branch-free axpy over the output row (vectorised for stride 1).
+#     plane over a zero-padded copy of it (in L1/L2), so no tap needs a bounds test and
+#     each output element is summed in a register across its taps, vectorised across the
+#     row (3x3 unrolled).  Backward with stride 1: d_input is the correlation of the
+#     zero-padded dy with the flipped taps (each dx row written once, no zeroing and
+#     scatter), and d_weight / d_bias come from one pass over the plane with float lanes
+#     folded into double every <= 256 elements.  Other strides scatter tap by tap.
+#     16x128x56x56 3x3, one thread: forward 12.5 -> 6.1 ms, backward 30 -> 11 ms.
 # Threads: with several images and threads, the images (backward: fixed chunks of
 # images) are spread over OpenMP threads and every GEMM runs single-threaded (the shell
 # limits BLAS to one thread around those calls); otherwise images run in order and each
@@ -49,6 +54,27 @@ cdef extern from "fnn_conv.h" nogil:
                           Py_ssize_t o1, Py_ssize_t s)
     void fnn_col2im_row_f(float* dst, const float* d, Py_ssize_t o0, Py_ssize_t o1, Py_ssize_t s)
     void fnn_col2im_row_d(double* dst, const double* d, Py_ssize_t o0, Py_ssize_t o1, Py_ssize_t s)
+    void fnn_pad_plane_f(float* dst, Py_ssize_t rows, Py_ssize_t cols, const float* src,
+                         Py_ssize_t H, Py_ssize_t W, Py_ssize_t top, Py_ssize_t left)
+    void fnn_pad_plane_d(double* dst, Py_ssize_t rows, Py_ssize_t cols, const double* src,
+                         Py_ssize_t H, Py_ssize_t W, Py_ssize_t top, Py_ssize_t left)
+    void fnn_dw_fwd_row_f(const float* xp, Py_ssize_t ldx, const float* w, float bias, float* y,
+                          Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sw,
+                          Py_ssize_t dh, Py_ssize_t dw)
+    void fnn_dw_fwd_row_d(const double* xp, Py_ssize_t ldx, const double* w, double bias,
+                          double* y, Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sw,
+                          Py_ssize_t dh, Py_ssize_t dw)
+    void fnn_dw_dx_row_f(const float* gp, Py_ssize_t ldg, const float* w, float* d, Py_ssize_t W,
+                         Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t dh, Py_ssize_t dw, int accumulate)
+    void fnn_dw_dx_row_d(const double* gp, Py_ssize_t ldg, const double* w, double* d,
+                         Py_ssize_t W, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t dh, Py_ssize_t dw,
+                         int accumulate)
+    void fnn_dw_wgrad_f(const float* g, const float* xp, Py_ssize_t ldx, Py_ssize_t OH,
+                        Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
+                        Py_ssize_t dh, Py_ssize_t dw, double* acc)
+    void fnn_dw_wgrad_d(const double* g, const double* xp, Py_ssize_t ldx, Py_ssize_t OH,
+                        Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
+                        Py_ssize_t dh, Py_ssize_t dw, double* acc)
 
 OPS = ("conv2d", "conv2d_backward")
 
@@ -342,41 +368,49 @@ cdef void _bwd_gemm(const real* x, const real* w, const real* gy, real* dx, real
 
 
 # ---------------------------------------------------------------- depthwise
-cdef void _dw_fwd_plane(const real* x, const real* w, real bias, real* y, Geo* g) noexcept nogil:
-    """One output plane from one input plane (x, y point at the planes; w at kh*kw taps)."""
-    cdef Py_ssize_t oh, ow, i, j, ih, off, o0, o1, OW = g.OW, sw = g.sw
-    cdef real wv
-    cdef real* yr
-    cdef const real* src
+cdef inline void _pad_plane(real* dst, Py_ssize_t rows, Py_ssize_t cols, const real* src,
+                            Py_ssize_t H, Py_ssize_t W, Py_ssize_t top, Py_ssize_t left) noexcept nogil:
+    if real is float:
+        fnn_pad_plane_f(dst, rows, cols, src, H, W, top, left)
+    else:
+        fnn_pad_plane_d(dst, rows, cols, src, H, W, top, left)
+
+
+cdef inline void _dw_xpad_dims(Geo* g, Py_ssize_t* rows, Py_ssize_t* cols) noexcept nogil:
+    """The part of the zero-padded input plane the windows read."""
+    rows[0] = (g.OH - 1) * g.sh + g.dh * (g.kh - 1) + 1
+    cols[0] = (g.OW - 1) * g.sw + g.dw * (g.kw - 1) + 1
+
+
+cdef void _dw_fwd_plane(const real* x, const real* w, real bias, real* y, real* xp,
+                        Geo* g) noexcept nogil:
+    """One output plane from one input plane (x, y point at the planes; w at kh*kw taps),
+    via the zero-padded copy xp of the input plane."""
+    cdef Py_ssize_t oh, Hx, Wx
+    _dw_xpad_dims(g, &Hx, &Wx)
+    _pad_plane(xp, Hx, Wx, x, g.H, g.W, g.pt, g.pl)
     for oh in range(g.OH):
-        yr = y + oh * OW
-        for ow in range(OW):
-            yr[ow] = bias
-        for i in range(g.kh):
-            ih = oh * g.sh - g.pt + i * g.dh
-            if ih < 0 or ih >= g.H:
-                continue
-            for j in range(g.kw):
-                off = j * g.dw - g.pl
-                _ow_range(off, sw, g.W, OW, &o0, &o1)
-                wv = w[i * g.kw + j]
-                src = x + ih * g.W + off
-                if sw == 1:
-                    for ow in range(o0, o1):
-                        yr[ow] += wv * src[ow]
-                else:
-                    for ow in range(o0, o1):
-                        yr[ow] += wv * src[ow * sw]
+        if real is float:
+            fnn_dw_fwd_row_f(xp + oh * g.sh * Wx, Wx, w, bias, y + oh * g.OW, g.OW, g.kh, g.kw,
+                             g.sw, g.dh, g.dw)
+        else:
+            fnn_dw_fwd_row_d(xp + oh * g.sh * Wx, Wx, w, bias, y + oh * g.OW, g.OW, g.kh, g.kw,
+                             g.sw, g.dh, g.dw)
 
 
 cdef void _dw_fwd(const real* x, const real* w, const real* b, real* y, Geo* g, int nt) noexcept nogil:
-    cdef Py_ssize_t u, n, o, mult = g.O // g.C, K = g.kh * g.kw
+    cdef Py_ssize_t u, n, o, mult = g.O // g.C, K = g.kh * g.kw, Hx, Wx
     cdef Py_ssize_t xs = g.H * g.W, ys = g.OH * g.OW
-    for u in prange(g.N * g.O, nogil=True, schedule="static", num_threads=nt):
-        n = u // g.O
-        o = u % g.O
-        _dw_fwd_plane(x + (n * g.C + o // mult) * xs, w + o * K, b[o] if b != NULL else 0,
-                      y + u * ys, g)
+    cdef real* xp = NULL
+    _dw_xpad_dims(g, &Hx, &Wx)
+    with nogil, parallel(num_threads=nt):
+        xp = <real*>malloc((Hx * Wx + 16) * sizeof(real))
+        for u in prange(g.N * g.O, schedule="static"):
+            n = u // g.O
+            o = u % g.O
+            _dw_fwd_plane(x + (n * g.C + o // mult) * xs, w + o * K, b[o] if b != NULL else 0,
+                          y + u * ys, xp, g)
+        free(xp)
 
 
 cdef void _dw_bwd_plane(const real* x, const real* w, const real* gy, real* dx,
@@ -410,11 +444,68 @@ cdef void _dw_bwd_plane(const real* x, const real* w, const real* gy, real* dx,
                 dwp[i * g.kw + j] += _dot(gr + o0, xr + o0 * sw, o1 - o0, sw)
 
 
+cdef void _dw_bwd_s1(const real* x, const real* w, const real* gy, real* dx, double* dwp,
+                     double* dbp, real* xp, real* gp, double* acc, Geo* g, Py_ssize_t n,
+                     Py_ssize_t c) noexcept nogil:
+    """Stride 1, input plane (n, c): d_input as a correlation of the zero-padded gy with
+    the flipped taps (each dx row written once, in registers), and every output plane's
+    d_weight / d_bias partials from the padded input, one pass over its rows."""
+    cdef Py_ssize_t m, o, oh, ih, t, k, mult = g.O // g.C, K = g.kh * g.kw, Hx, Wx
+    cdef Py_ssize_t Hg = g.H + g.dh * (g.kh - 1), Wg = g.W + g.dw * (g.kw - 1)
+    cdef const real* gyo
+    cdef const real* wo
+    cdef real* dxp = dx + (n * g.C + c) * g.H * g.W
+    _dw_xpad_dims(g, &Hx, &Wx)
+    _pad_plane(xp, Hx, Wx, x + (n * g.C + c) * g.H * g.W, g.H, g.W, g.pt, g.pl)
+    for m in range(mult):
+        o = c * mult + m
+        gyo = gy + (n * g.O + o) * g.OH * g.OW
+        wo = w + o * K
+        _pad_plane(gp, Hg, Wg, gyo, g.OH, g.OW, g.dh * (g.kh - 1) - g.pt, g.dw * (g.kw - 1) - g.pl)
+        for ih in range(g.H):
+            if real is float:
+                fnn_dw_dx_row_f(gp + ih * Wg, Wg, wo, dxp + ih * g.W, g.W, g.kh, g.kw, g.dh, g.dw,
+                                m > 0)
+            else:
+                fnn_dw_dx_row_d(gp + ih * Wg, Wg, wo, dxp + ih * g.W, g.W, g.kh, g.kw, g.dh, g.dw,
+                                m > 0)
+        memset(acc, 0, (K + 1) * 8 * sizeof(double))
+        if real is float:
+            fnn_dw_wgrad_f(gyo, xp, Wx, g.OH, g.OW, g.kh, g.kw, 1, 1, g.dh, g.dw, acc)
+        else:
+            fnn_dw_wgrad_d(gyo, xp, Wx, g.OH, g.OW, g.kh, g.kw, 1, 1, g.dh, g.dw, acc)
+        for t in range(K):
+            dwp[(n * g.O + o) * K + t] = _tree8(acc + t * 8)
+        if dbp != NULL:
+            dbp[n * g.O + o] = _tree8(acc + K * 8)
+
+
+cdef inline double _tree8(const double* a) noexcept nogil:
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))
+
+
 cdef void _dw_bwd(const real* x, const real* w, const real* gy, real* dx, double* dwp,
                   double* dbp, Geo* g, int nt) noexcept nogil:
     """dwp: (N, O, kh*kw) partials, dbp: (N, O) partials or NULL."""
-    cdef Py_ssize_t u, n, c, m, o, mult = g.O // g.C, K = g.kh * g.kw
+    cdef Py_ssize_t u, n, c, m, o, mult = g.O // g.C, K = g.kh * g.kw, Hx, Wx
     cdef Py_ssize_t xs = g.H * g.W, ys = g.OH * g.OW
+    cdef Py_ssize_t Hg = g.H + g.dh * (g.kh - 1), Wg = g.W + g.dw * (g.kw - 1)
+    cdef bint s1 = g.sh == 1 and g.sw == 1
+    cdef real* xp = NULL
+    cdef real* gp = NULL
+    cdef double* acc = NULL
+    _dw_xpad_dims(g, &Hx, &Wx)
+    if s1:
+        with nogil, parallel(num_threads=nt):
+            xp = <real*>malloc((Hx * Wx + 16) * sizeof(real))
+            gp = <real*>malloc((Hg * Wg + 16) * sizeof(real))
+            acc = <double*>malloc((K + 1) * 8 * sizeof(double))
+            for u in prange(g.N * g.C, schedule="static"):
+                _dw_bwd_s1(x, w, gy, dx, dwp, dbp, xp, gp, acc, g, u // g.C, u % g.C)
+            free(xp)
+            free(gp)
+            free(acc)
+        return
     for u in prange(g.N * g.C, nogil=True, schedule="static", num_threads=nt):
         n = u // g.C
         c = u % g.C

@@ -181,6 +181,166 @@ static inline void fnn_avg_hscatter_##SFX(const T* gz, T* hb, ptrdiff_t L, ptrdi
 
 FNN_AVG_DEFINE(float, f)
 FNN_AVG_DEFINE(double, d)
+/* ---- depthwise conv rows (csrc/conv.pyx) over zero-padded planes, so no tap needs a
+ * bounds test.  The output accumulates in a register across all taps (bias first, taps
+ * in row-major order: the order of the tap-by-tap axpy it replaces, so the same bits).
+ * xp: padded input, row stride ldx; w: kh*kw taps. */
+#define FNN_DW_DEFINE(T, SFX)                                                            \
+static inline void fnn_dw_fwd_row_##SFX(const T* restrict xp, ptrdiff_t ldx,            \
+                                        const T* restrict w, T bias,                     \
+                                        T* restrict y, ptrdiff_t OW, ptrdiff_t kh, ptrdiff_t kw,  \
+                                        ptrdiff_t sw, ptrdiff_t dh, ptrdiff_t dw) {      \
+    ptrdiff_t o, i, j;                                                                   \
+    if (kh == 3 && kw == 3 && dh == 1 && dw == 1 && (sw == 1 || sw == 2)) {              \
+        const T* r0 = xp; const T* r1 = xp + ldx; const T* r2 = xp + 2 * ldx;            \
+        const T w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5];        \
+        const T w6 = w[6], w7 = w[7], w8 = w[8];                                         \
+        if (sw == 1) {                                                                   \
+            for (o = 0; o < OW; ++o) {                                                   \
+                T s = bias;                                                              \
+                s += w0 * r0[o]; s += w1 * r0[o + 1]; s += w2 * r0[o + 2];               \
+                s += w3 * r1[o]; s += w4 * r1[o + 1]; s += w5 * r1[o + 2];               \
+                s += w6 * r2[o]; s += w7 * r2[o + 1]; s += w8 * r2[o + 2];               \
+                y[o] = s;                                                                \
+            }                                                                            \
+        } else {                                                                         \
+            for (o = 0; o < OW; ++o) {                                                   \
+                T s = bias;                                                              \
+                s += w0 * r0[2 * o]; s += w1 * r0[2 * o + 1]; s += w2 * r0[2 * o + 2];   \
+                s += w3 * r1[2 * o]; s += w4 * r1[2 * o + 1]; s += w5 * r1[2 * o + 2];   \
+                s += w6 * r2[2 * o]; s += w7 * r2[2 * o + 1]; s += w8 * r2[2 * o + 2];   \
+                y[o] = s;                                                                \
+            }                                                                            \
+        }                                                                                \
+        return;                                                                          \
+    }                                                                                    \
+    for (o = 0; o < OW; ++o) y[o] = bias;                                                \
+    for (i = 0; i < kh; ++i)                                                             \
+        for (j = 0; j < kw; ++j) {                                                       \
+            const T wv = w[i * kw + j];                                                  \
+            const T* src = xp + i * dh * ldx + j * dw;                                   \
+            if (sw == 1) { for (o = 0; o < OW; ++o) y[o] += wv * src[o]; }               \
+            else { for (o = 0; o < OW; ++o) y[o] += wv * src[o * sw]; }                  \
+        }                                                                                \
+}                                                                                        \
+/* stride-1 d_input row: d[w] (+)= sum_ij w[i, j] * gp[(kh-1-i)*dh rows, w + (kw-1-j)*dw]  \
+ * over the padded gy (row stride ldg), taps in output order (oh, then ow ascending) */  \
+static inline void fnn_dw_dx_row_##SFX(const T* restrict gp, ptrdiff_t ldg,             \
+                                       const T* restrict w, T* restrict d, ptrdiff_t W,  \
+                                       ptrdiff_t kh, ptrdiff_t kw, ptrdiff_t dh,         \
+                                       ptrdiff_t dw, int accumulate) {                   \
+    ptrdiff_t o, r, c;                                                                   \
+    if (kh == 3 && kw == 3 && dh == 1 && dw == 1) {                                      \
+        const T* restrict r0 = gp; const T* restrict r1 = gp + ldg;                      \
+        const T* restrict r2 = gp + 2 * ldg;                                             \
+        const T w0 = w[8], w1 = w[7], w2 = w[6], w3 = w[5], w4 = w[4], w5 = w[3];        \
+        const T w6 = w[2], w7 = w[1], w8 = w[0];                                         \
+        if (!accumulate) for (o = 0; o < W; ++o) {                                       \
+            T s = w0 * r0[o]; s += w1 * r0[o + 1]; s += w2 * r0[o + 2];                  \
+            s += w3 * r1[o]; s += w4 * r1[o + 1]; s += w5 * r1[o + 2];                   \
+            s += w6 * r2[o]; s += w7 * r2[o + 1]; s += w8 * r2[o + 2];                   \
+            d[o] = s;                                                                    \
+        } else for (o = 0; o < W; ++o) {                                                 \
+            T s = d[o];                                                                  \
+            s += w0 * r0[o]; s += w1 * r0[o + 1]; s += w2 * r0[o + 2];                   \
+            s += w3 * r1[o]; s += w4 * r1[o + 1]; s += w5 * r1[o + 2];                   \
+            s += w6 * r2[o]; s += w7 * r2[o + 1]; s += w8 * r2[o + 2];                   \
+            d[o] = s;                                                                    \
+        }                                                                                \
+        return;                                                                          \
+    }                                                                                    \
+    if (!accumulate) for (o = 0; o < W; ++o) d[o] = 0;                                   \
+    for (r = 0; r < kh; ++r)                                                             \
+        for (c = 0; c < kw; ++c) {                                                       \
+            const T wv = w[(kh - 1 - r) * kw + (kw - 1 - c)];                            \
+            const T* restrict src = gp + r * dh * ldg + c * dw;                          \
+            for (o = 0; o < W; ++o) d[o] += wv * src[o];                                 \
+        }                                                                                \
+}                                                                                        \
+/* d_weight (and d_bias) of one output plane: acc[t*8 + k] += lane k of sum g[oh, ow] * \
+ * xp[oh*sh + tap t row, ow*sw + tap t column] (t < kh*kw; t = kh*kw: sum g).  Lanes   \
+ * of T over blocks of whole rows (at most 256 elements, or one row), folded into the \
+ * double acc after each block: the order depends on the shapes only. */                \
+static inline void fnn_dw_wgrad_##SFX(const T* restrict g, const T* restrict xp,        \
+                                      ptrdiff_t ldx, ptrdiff_t OH, ptrdiff_t OW,         \
+                                      ptrdiff_t kh, ptrdiff_t kw, ptrdiff_t sh,          \
+                                      ptrdiff_t sw, ptrdiff_t dh, ptrdiff_t dw,          \
+                                      double* restrict acc) {                            \
+    ptrdiff_t h0, h1, h, o, k, t, K = kh * kw;                                           \
+    ptrdiff_t R = OW > 0 && 256 / OW > 1 ? 256 / OW : 1;                                 \
+    for (h0 = 0; h0 < OH; h0 = h1) {                                                     \
+        h1 = h0 + R < OH ? h0 + R : OH;                                                  \
+        if (kh == 3 && kw == 3 && dh == 1 && dw == 1 && sw == 1) {                       \
+            T a[10][8];                                                                  \
+            for (t = 0; t < 10; ++t) for (k = 0; k < 8; ++k) a[t][k] = 0;                \
+            for (h = h0; h < h1; ++h) {                                                  \
+                const T* restrict gr = g + h * OW;                                       \
+                const T* restrict r0 = xp + h * sh * ldx;                                \
+                const T* restrict r1 = r0 + ldx; const T* restrict r2 = r1 + ldx;        \
+                for (o = 0; o + 8 <= OW; o += 8)                                         \
+                    for (k = 0; k < 8; ++k) {                                            \
+                        const T v = gr[o + k]; const ptrdiff_t q = o + k;                \
+                        a[0][k] += v * r0[q]; a[1][k] += v * r0[q + 1]; a[2][k] += v * r0[q + 2]; \
+                        a[3][k] += v * r1[q]; a[4][k] += v * r1[q + 1]; a[5][k] += v * r1[q + 2]; \
+                        a[6][k] += v * r2[q]; a[7][k] += v * r2[q + 1]; a[8][k] += v * r2[q + 2]; \
+                        a[9][k] += v;                                                    \
+                    }                                                                    \
+                for (; o < OW; ++o) {                                                    \
+                    const T v = gr[o]; k = o & 7;                                        \
+                    a[0][k] += v * r0[o]; a[1][k] += v * r0[o + 1]; a[2][k] += v * r0[o + 2]; \
+                    a[3][k] += v * r1[o]; a[4][k] += v * r1[o + 1]; a[5][k] += v * r1[o + 2]; \
+                    a[6][k] += v * r2[o]; a[7][k] += v * r2[o + 1]; a[8][k] += v * r2[o + 2]; \
+                    a[9][k] += v;                                                        \
+                }                                                                        \
+            }                                                                            \
+            for (t = 0; t < 10; ++t) for (k = 0; k < 8; ++k) acc[t * 8 + k] += (double)a[t][k]; \
+            continue;                                                                    \
+        }                                                                                \
+        for (t = 0; t <= K; ++t) {                                                       \
+            T a[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                           \
+            for (h = h0; h < h1; ++h) {                                                  \
+                const T* restrict gr = g + h * OW;                                       \
+                const T* restrict src = xp + h * sh * ldx;                               \
+                if (t == K) {                                                            \
+                    for (o = 0; o + 8 <= OW; o += 8)                                     \
+                        for (k = 0; k < 8; ++k) a[k] += gr[o + k];                       \
+                    for (; o < OW; ++o) a[o & 7] += gr[o];                               \
+                    continue;                                                            \
+                }                                                                        \
+                src += (t / kw) * dh * ldx + (t % kw) * dw;                              \
+                if (sw == 1) {                                                           \
+                    for (o = 0; o + 8 <= OW; o += 8)                                     \
+                        for (k = 0; k < 8; ++k) a[k] += gr[o + k] * src[o + k];          \
+                    for (; o < OW; ++o) a[o & 7] += gr[o] * src[o];                      \
+                } else {                                                                 \
+                    for (o = 0; o + 8 <= OW; o += 8)                                     \
+                        for (k = 0; k < 8; ++k) a[k] += gr[o + k] * src[(o + k) * sw];   \
+                    for (; o < OW; ++o) a[o & 7] += gr[o] * src[o * sw];                 \
+                }                                                                        \
+            }                                                                            \
+            for (k = 0; k < 8; ++k) acc[t * 8 + k] += (double)a[k];                      \
+        }                                                                                \
+    }                                                                                    \
+}                                                                                        \
+/* dst (rows x cols) = src shifted down by top and right by left, zero outside src    \
+ * (H x W, row stride W); top / left may be negative */                                           \
+static inline void fnn_pad_plane_##SFX(T* dst, ptrdiff_t rows, ptrdiff_t cols,          \
+                                       const T* src, ptrdiff_t H, ptrdiff_t W,           \
+                                       ptrdiff_t top, ptrdiff_t left) {                  \
+    ptrdiff_t a, b, c0 = left > 0 ? left : 0, c1 = left + W < cols ? left + W : cols;    \
+    if (c1 < c0) c1 = c0;                                                                \
+    for (a = 0; a < rows; ++a) {                                                         \
+        T* d = dst + a * cols; ptrdiff_t h = a - top;                                    \
+        if (h < 0 || h >= H) { for (b = 0; b < cols; ++b) d[b] = 0; continue; }          \
+        const T* s = src + h * W - left;                                                 \
+        for (b = 0; b < c0; ++b) d[b] = 0;                                               \
+        for (b = c0; b < c1; ++b) d[b] = s[b];                                           \
+        for (b = c1; b < cols; ++b) d[b] = 0;                                            \
+    }                                                                                    \
+}
+
+FNN_DW_DEFINE(float, f)
+FNN_DW_DEFINE(double, d)
 /* ---- im2col / col2im rows: dst[o] = src[o * s] for o in [o0, o1), zero elsewhere in
  * [0, n) (inline loops: a memcpy call per 50-element row costs more than the copy). */
 #define FNN_COL_DEFINE(T, SFX)                                                           \

@@ -36,6 +36,16 @@ CASES = [
     _case("conv2d_depthwise_mult_stride", (1, 2, 5, 6), (4, 1, 3, 2), groups=2, stride=2, padding=1),
     _case("conv2d_depthwise_dilation_nobias", (2, 2, 6, 5), (2, 1, 2, 2), False, groups=2,
           dilation=2, padding=(2, 1)),
+    # depthwise fast paths: 3x3 stride 1 with 2 outputs per channel (d_input accumulates),
+    # 3x3 stride 2, dilated 3x3, a 5x5 (generic taps), asymmetric / oversized padding, and
+    # rows wider than one d_weight block (256 columns)
+    _case("conv2d_depthwise_3x3_mult2", (2, 2, 5, 7), (4, 1, 3, 3), groups=2, padding=1),
+    _case("conv2d_depthwise_3x3_s2", (1, 3, 7, 8), (3, 1, 3, 3), groups=3, stride=2, padding=1),
+    _case("conv2d_depthwise_3x3_dil2", (1, 2, 7, 6), (2, 1, 3, 3), groups=2, dilation=2,
+          padding=(1, 3)),
+    _case("conv2d_depthwise_5x5_same_even", (1, 2, 6, 5), (2, 1, 4, 5), groups=2, padding="same"),
+    _case("conv2d_depthwise_big_padding", (1, 2, 3, 2), (2, 1, 3, 3), False, groups=2, padding=4),
+    _case("conv2d_depthwise_wide", (1, 2, 3, 300), (2, 1, 3, 3), groups=2, padding=(0, 1)),
     _case("conv2d_1x1", (2, 4, 3, 3), (5, 4, 1, 1)),
     _case("conv2d_1x1_stride2", (1, 3, 5, 5), (2, 3, 1, 1), stride=2),
     _case("conv2d_1x1_groups", (1, 4, 2, 3), (6, 2, 1, 1), groups=2),
