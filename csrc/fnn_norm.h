@@ -74,7 +74,12 @@ static inline void fnn_ln_bwd_sums_##SFX(const T* restrict dy, const T* restrict
 }                                                                                        \
 static inline void fnn_ln_bwd_row_##SFX(const T* restrict dy, const T* restrict x,      \
                                         const T* restrict w, T mean, T rstd, ptrdiff_t D, \
-                                        T* restrict dx, T* restrict pw, T* restrict pb) { \
+                                        T* restrict dx_out, T* restrict pw, T* restrict pb, \
+                                        int stream) {                                    \
+    /* a streamed dx is written into a stack row first, then out with NT stores */       \
+    T buf[FNN_LN_ROWBUF];                                                                \
+    int via_buf = stream && D <= FNN_LN_ROWBUF;                                          \
+    T* restrict dx = via_buf ? buf : dx_out;                                             \
     double sum_g, sum_gx;                                                                \
     ptrdiff_t j;                                                                         \
     fnn_ln_bwd_sums_##SFX(dy, x, w, D, &sum_g, &sum_gx);                                 \
@@ -105,6 +110,7 @@ static inline void fnn_ln_bwd_row_##SFX(const T* restrict dy, const T* restrict 
             dx[j] = rstd * (dy[j] - sg - xh * sgx);                                      \
         }                                                                                \
     }                                                                                    \
+    if (via_buf) { fnn_stream_copy_##SFX(dx_out, buf, D); fnn_stream_fence(); }          \
 }
 
 FNN_DEFINE_LN(float, f)

@@ -102,7 +102,12 @@ static inline void fnn_softmax_row_d(const double* x, double* y, ptrdiff_t n, in
 
 #define FNN_DEFINE_SOFTMAX_BWD(T, SFX, EXP)                                              \
 static inline void fnn_softmax_bwd_row_##SFX(const T* restrict dy, const T* restrict y,  \
-                                             T* restrict dx, ptrdiff_t n, int logsm) {   \
+                                             T* restrict dx_out, ptrdiff_t n, int logsm, \
+                                             int stream) {                               \
+    /* a streamed dx is written into a stack row first, then out with NT stores */       \
+    T buf[FNN_SM_ROWBUF];                                                                \
+    int via_buf = stream && n <= FNN_SM_ROWBUF;                                          \
+    T* restrict dx = via_buf ? buf : dx_out;                                             \
     ptrdiff_t j;                                                                         \
     if (logsm) {                                                                         \
         T s = (T)fnn_sum_##SFX(dy, n);                                                   \
@@ -111,6 +116,7 @@ static inline void fnn_softmax_bwd_row_##SFX(const T* restrict dy, const T* rest
         T s = (T)fnn_dot_##SFX(dy, y, n);                                                \
         for (j = 0; j < n; ++j) dx[j] = y[j] * (dy[j] - s);                              \
     }                                                                                    \
+    if (via_buf) { fnn_stream_copy_##SFX(dx_out, buf, n); fnn_stream_fence(); }          \
 }
 
 FNN_DEFINE_SOFTMAX_BWD(float, f, fnn_expf_nonpos)

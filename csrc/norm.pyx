@@ -30,9 +30,10 @@ cdef extern from "fnn_norm.h" nogil:
                           int stream)
     Py_ssize_t FNN_STREAM_BYTES
     void fnn_ln_bwd_row_f(const float* dy, const float* x, const float* w, float mean, float rstd,
-                          Py_ssize_t D, float* dx, float* pw, float* pb)
+                          Py_ssize_t D, float* dx, float* pw, float* pb, int stream)
     void fnn_ln_bwd_row_d(const double* dy, const double* x, const double* w, double mean,
-                          double rstd, Py_ssize_t D, double* dx, double* pw, double* pb)
+                          double rstd, Py_ssize_t D, double* dx, double* pw, double* pb,
+                          int stream)
 
 
 cdef inline void _ln_row(const real* x, real* y, const real* w, const real* b, Py_ssize_t D,
@@ -44,11 +45,12 @@ cdef inline void _ln_row(const real* x, real* y, const real* w, const real* b, P
 
 
 cdef inline void _ln_bwd_row(const real* dy, const real* x, const real* w, real mean, real rstd,
-                             Py_ssize_t D, real* dx, real* pw, real* pb) noexcept nogil:
+                             Py_ssize_t D, real* dx, real* pw, real* pb,
+                             bint stream) noexcept nogil:
     if real is float:
-        fnn_ln_bwd_row_f(dy, x, w, mean, rstd, D, dx, pw, pb)
+        fnn_ln_bwd_row_f(dy, x, w, mean, rstd, D, dx, pw, pb, stream)
     else:
-        fnn_ln_bwd_row_d(dy, x, w, mean, rstd, D, dx, pw, pb)
+        fnn_ln_bwd_row_d(dy, x, w, mean, rstd, D, dx, pw, pb, stream)
 
 
 cdef void _ln_fwd(const real* x, real* y, const real* w, const real* b, Py_ssize_t rows,
@@ -105,6 +107,7 @@ cdef void _ln_bwd(const real* dy, const real* x, const real* w, const real* mean
     cdef Py_ssize_t c, r, j, r0, r1
     cdef int nt = _threads_for(rows * D, 1 << 14)
     cdef bint want_params = dw != NULL
+    cdef bint stream = rows * D * <Py_ssize_t>sizeof(real) >= FNN_STREAM_BYTES
     # per-chunk partials of d_weight / d_bias in the input precision (<= CH terms each),
     # summed over chunks in double, in chunk order
     cdef real* part = NULL
@@ -122,7 +125,7 @@ cdef void _ln_bwd(const real* dy, const real* x, const real* w, const real* mean
         pw = part + 2 * c * D if want_params else NULL
         pb = pw + D if want_params else NULL
         for r in range(r0, r1):
-            _ln_bwd_row(dy + r * D, x + r * D, w, mean[r], rstd[r], D, dx + r * D, pw, pb)
+            _ln_bwd_row(dy + r * D, x + r * D, w, mean[r], rstd[r], D, dx + r * D, pw, pb, stream)
     if want_params:
         acc = <double*>calloc(2 * D + 1, sizeof(double))
         for c in range(nch):

@@ -38,9 +38,10 @@ cdef extern from "fnn_softmax.h" nogil:
     void fnn_softmax_row_f(const float* x, float* y, Py_ssize_t n, int logsm, int stream)
     Py_ssize_t FNN_STREAM_BYTES
     void fnn_softmax_row_d(const double* x, double* y, Py_ssize_t n, int logsm)
-    void fnn_softmax_bwd_row_f(const float* dy, const float* y, float* dx, Py_ssize_t n, int logsm)
+    void fnn_softmax_bwd_row_f(const float* dy, const float* y, float* dx, Py_ssize_t n, int logsm,
+                               int stream)
     void fnn_softmax_bwd_row_d(const double* dy, const double* y, double* dx, Py_ssize_t n,
-                               int logsm)
+                               int logsm, int stream)
 
 
 cdef inline void _row_fwd(const real* x, real* y, Py_ssize_t n, bint logsm,
@@ -116,11 +117,11 @@ cdef void _fwd(const real* x, real* y, Py_ssize_t outer, Py_ssize_t n, Py_ssize_
 
 
 cdef inline void _row_bwd(const real* dy, const real* y, real* dx, Py_ssize_t n,
-                          bint logsm) noexcept nogil:
+                          bint logsm, bint stream) noexcept nogil:
     if real is float:
-        fnn_softmax_bwd_row_f(dy, y, dx, n, logsm)
+        fnn_softmax_bwd_row_f(dy, y, dx, n, logsm, stream)
     else:
-        fnn_softmax_bwd_row_d(dy, y, dx, n, logsm)
+        fnn_softmax_bwd_row_d(dy, y, dx, n, logsm, stream)
 
 
 cdef inline void _block_bwd(const real* dy, const real* y, real* dx, Py_ssize_t n,
@@ -149,14 +150,15 @@ cdef void _bwd(const real* dy, const real* y, real* dx, Py_ssize_t outer, Py_ssi
                Py_ssize_t inner, bint logsm) noexcept nogil:
     cdef Py_ssize_t t, o, b, nblk, ntask, nb
     cdef int nt
+    cdef bint stream = outer * n * <Py_ssize_t>sizeof(real) >= FNN_STREAM_BYTES
     if inner == 1:
         nt = _threads_for(outer * n, 1 << 14)
         if nt == 1:
             for o in range(outer):
-                _row_bwd(dy + o * n, y + o * n, dx + o * n, n, logsm)
+                _row_bwd(dy + o * n, y + o * n, dx + o * n, n, logsm, stream)
         else:
             for o in prange(outer, nogil=True, schedule="static", num_threads=nt):
-                _row_bwd(dy + o * n, y + o * n, dx + o * n, n, logsm)
+                _row_bwd(dy + o * n, y + o * n, dx + o * n, n, logsm, stream)
     else:
         nblk = (inner + IB - 1) // IB
         ntask = outer * nblk
