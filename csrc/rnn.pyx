@@ -157,6 +157,95 @@ cdef extern from *:
     }
     FNN_RNN_ROWS(float, f, fnn_rnn_sigmoidf, fnn_rnn_tanhf)
     FNN_RNN_ROWS(double, d, fnn_rnn_sigmoid, tanh)
+
+    /* The per-step recurrent GEMMs on a pre-packed W_hh (float32, AVX2+FMA builds).
+       A BLAS call re-packs its operands on every call: for the per-step GEMMs (B x G*UB x H
+       forward, B x UB x G*H backward) that is a full transposing copy of the thread's
+       slice of W_hh per step, ~20% of the GEMM's time.  Here W_hh is packed ONCE per call
+       into panels of 16 columns (panel p: K rows of 16 floats, zero-padded), and a 6 x 16
+       register tile (12 FMA accumulators) runs over it.  Every output element is the same
+       k-ordered FMA chain whatever tile or thread computes it, so results do not depend on
+       the thread count; C = acc ? C + A P : A P (the product first, as BLAS). */
+    #if defined(__AVX2__) && defined(__FMA__)
+    #include <immintrin.h>
+    #define FNN_RNN_PACKED 1
+    #define FNN_RNN_MK(MR)                                                                   \
+    static inline void fnn_rnn_mk##MR(Py_ssize_t K, const float* restrict A, Py_ssize_t lda,  \
+            const float* restrict P, float* restrict C, Py_ssize_t ldc, int nc, int acc) {    \
+        __m256 c0[MR], c1[MR];                                                              \
+        _Pragma("GCC unroll 8")                                                             \
+        for (int r = 0; r < MR; ++r) { c0[r] = _mm256_setzero_ps(); c1[r] = c0[r]; }        \
+        for (Py_ssize_t k = 0; k < K; ++k) {                                                \
+            __m256 b0 = _mm256_loadu_ps(P + 16 * k), b1 = _mm256_loadu_ps(P + 16 * k + 8);  \
+            _Pragma("GCC unroll 8")                                                         \
+            for (int r = 0; r < MR; ++r) {                                                  \
+                __m256 a = _mm256_broadcast_ss(A + r * lda + k);                            \
+                c0[r] = _mm256_fmadd_ps(a, b0, c0[r]);                                      \
+                c1[r] = _mm256_fmadd_ps(a, b1, c1[r]);                                      \
+            }                                                                               \
+        }                                                                                   \
+        _Pragma("GCC unroll 8")                                                             \
+        for (int r = 0; r < MR; ++r) {                                                      \
+            float* cr = C + r * ldc;                                                        \
+            if (nc == 16) {                                                                 \
+                if (acc) {                                                                  \
+                    c0[r] = _mm256_add_ps(_mm256_loadu_ps(cr), c0[r]);                      \
+                    c1[r] = _mm256_add_ps(_mm256_loadu_ps(cr + 8), c1[r]);                  \
+                }                                                                           \
+                _mm256_storeu_ps(cr, c0[r]);                                                \
+                _mm256_storeu_ps(cr + 8, c1[r]);                                            \
+            } else {                                                                        \
+                float t[16];                                                                \
+                _mm256_storeu_ps(t, c0[r]);                                                 \
+                _mm256_storeu_ps(t + 8, c1[r]);                                             \
+                for (int j = 0; j < nc; ++j) cr[j] = acc ? cr[j] + t[j] : t[j];             \
+            }                                                                               \
+        }                                                                                   \
+    }
+    FNN_RNN_MK(1) FNN_RNN_MK(2) FNN_RNN_MK(3) FNN_RNN_MK(4) FNN_RNN_MK(5) FNN_RNN_MK(6)
+    /* C[M, N] (ldc) (+)= A[M, K] (lda) times the packed (K, N) operand P */
+    static void fnn_rnn_pgemm(Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, const float* A,
+            Py_ssize_t lda, const float* P, float* C, Py_ssize_t ldc, int acc) {
+        for (Py_ssize_t j = 0; j < N; j += 16) {
+            int nc = N - j < 16 ? (int)(N - j) : 16;
+            const float* pj = P + j * K;
+            /* row tiles of 6; a remainder of 1 or 2 rows is merged with the last 6 into
+               tiles of 4 and 4 / 4 and 3 (a 1- or 2-row tile has too few accumulators to
+               hide the FMA latency) */
+            Py_ssize_t r = 0, full = M / 6, rem = M % 6;
+            if (full > 0 && (rem == 1 || rem == 2)) full -= 1;
+            for (Py_ssize_t q = 0; q < full; ++q, r += 6)
+                fnn_rnn_mk6(K, A + r * lda, lda, pj, C + r * ldc + j, ldc, nc, acc);
+            if (M - r >= 7) {
+                fnn_rnn_mk4(K, A + r * lda, lda, pj, C + r * ldc + j, ldc, nc, acc);
+                r += 4;
+            }
+            switch (M - r) {
+                case 5: fnn_rnn_mk5(K, A + r * lda, lda, pj, C + r * ldc + j, ldc, nc, acc); break;
+                case 4: fnn_rnn_mk4(K, A + r * lda, lda, pj, C + r * ldc + j, ldc, nc, acc); break;
+                case 3: fnn_rnn_mk3(K, A + r * lda, lda, pj, C + r * ldc + j, ldc, nc, acc); break;
+                case 2: fnn_rnn_mk2(K, A + r * lda, lda, pj, C + r * ldc + j, ldc, nc, acc); break;
+                case 1: fnn_rnn_mk1(K, A + r * lda, lda, pj, C + r * ldc + j, ldc, nc, acc); break;
+                default: break;
+            }
+        }
+    }
+    #else
+    #define FNN_RNN_PACKED 0
+    static void fnn_rnn_pgemm(Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, const float* A,
+            Py_ssize_t lda, const float* P, float* C, Py_ssize_t ldc, int acc) { }
+    #endif
+    /* Pack the (N, K) operand whose element (j, k) is src[j * sj + k * sk] into panels of
+       16 columns: P[(j / 16) * 16 * K + k * 16 + j % 16], zero beyond N. */
+    static void fnn_rnn_pack(const float* src, Py_ssize_t sj, Py_ssize_t sk, Py_ssize_t N,
+            Py_ssize_t K, float* P) {
+        for (Py_ssize_t j0 = 0; j0 < N; j0 += 16) {
+            float* pp = P + j0 * K;
+            for (Py_ssize_t k = 0; k < K; ++k)
+                for (Py_ssize_t jj = 0; jj < 16; ++jj)
+                    pp[k * 16 + jj] = j0 + jj < N ? src[(j0 + jj) * sj + k * sk] : 0.0f;
+        }
+    }
     """
     void fnn_rnn_barrier() noexcept nogil
     int fnn_rnn_team() noexcept nogil
@@ -184,6 +273,10 @@ cdef extern from *:
     ctypedef struct fnn_philox_out:
         uint32_t v[4]
     fnn_philox_out fnn_philox4x32(uint64_t block, uint64_t offset, uint64_t seed) noexcept nogil
+    int FNN_RNN_PACKED
+    void fnn_rnn_pgemm(Py_ssize_t, Py_ssize_t, Py_ssize_t, const float*, Py_ssize_t, const float*,
+                       float*, Py_ssize_t, int) noexcept nogil
+    void fnn_rnn_pack(const float*, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, float*) noexcept nogil
 
 cdef enum:
     RNN_TANH = 0
@@ -255,6 +348,7 @@ cdef struct Layer:
     void* h0            # (D, B, H)
     void* c0            # (D, B, H) LSTM
     void* whh[2]        # per direction (G*H, H), rows in the kernel's gate order
+    void* whp[2]        # float32: W_hh packed for fnn_rnn_pgemm per unit block, or NULL (BLAS)
     void* bhn[2]        # GRU per direction b_hn (H,)
     void* gh            # GRU forward scratch (D, B, G*H): h_{t-1} W_hh^T
     void* dout          # (T, B, D*H) gradient of out, or a zero row (H,) with lddy = 0
@@ -316,6 +410,12 @@ cdef void _fwd_dir(Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, real* tag) noe
             for u in range(u0, u1):
                 c0 = u * G * UB
                 nu = H - u * UB if H - u * UB < UB else UB
+                if real is float:
+                    if L.whp[d] != NULL:
+                        fnn_rnn_pgemm(B, G * nu, H, hp, ldp,
+                                      <const float*>L.whp[d] + u * _panels(G * UB) * H,
+                                      C + c0, ldc, beta != 0)
+                        continue
                 gemm(False, True, <int>B, <int>(G * nu), <int>H, <real>1, hp, <int>ldp,
                      whh + c0 * H, <int>H, beta, C + c0, <int>ldc)
         for b in range(B):
@@ -405,8 +505,51 @@ cdef void _bwd_dir(Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, real* tag) noe
             for u in range(u0, u1):
                 j0 = u * UB
                 nu = H - j0 if H - j0 < UB else UB
+                if real is float:
+                    if L.whp[d] != NULL:
+                        fnn_rnn_pgemm(B, nu, GH, dght, DGH,
+                                      <const float*>L.whp[d] + u * _panels(UB) * GH,
+                                      dh + j0, H, mode == GRU)
+                        continue
                 gemm(False, False, <int>B, <int>nu, <int>GH, <real>1, dght, <int>DGH, whh + j0,
                      <int>H, <real>(1 if mode == GRU else 0), dh + j0, <int>H)
+
+
+cdef inline Py_ssize_t _panels(Py_ssize_t n) noexcept nogil:
+    """Columns of n rounded up to whole 16-wide panels."""
+    return (n + 15) // 16 * 16
+
+
+cdef bint _packed_on = FNN_RNN_PACKED
+
+
+def _use_packed(bint on):
+    """Route the float32 per-step GEMMs through the pre-packed kernel (default where the
+    build has AVX2+FMA) or through BLAS (tests compare the two).  Returns the old setting."""
+    global _packed_on
+    old = _packed_on
+    _packed_on = on and FNN_RNN_PACKED
+    return old
+
+
+cdef object _pack_whh(cnp.ndarray whh, Py_ssize_t G, Py_ssize_t H, Py_ssize_t UB, bint backward):
+    """W_hh (G*H, H) in kernel row order packed per unit block for fnn_rnn_pgemm:
+    forward block u: columns = its G*nu gate rows, K = H; backward block u: columns = its
+    nu units, K = G*H (the rows).  Block u starts at u * _panels(cols of a full block) * K."""
+    cdef Py_ssize_t NB = (H + UB - 1) // UB, u, j0, nu, GH = G * H
+    cdef Py_ssize_t per = _panels(UB) * GH if backward else _panels(G * UB) * H
+    cdef cnp.ndarray P = np.empty(NB * per, np.float32)
+    cdef const float* w = <const float*>cnp.PyArray_DATA(whh)
+    cdef float* pp = <float*>cnp.PyArray_DATA(P)
+    with nogil:
+        for u in range(NB):
+            j0 = u * UB
+            nu = H - j0 if H - j0 < UB else UB
+            if backward:
+                fnn_rnn_pack(w + j0, 1, H, nu, GH, pp + u * per)
+            else:
+                fnn_rnn_pack(w + G * j0 * H, H, 1, G * nu, H, pp + u * per)
+    return P
 
 
 cdef void _run_team(Layer* L, bint backward, real* tag) noexcept nogil:
@@ -654,6 +797,7 @@ cdef _forward_impl(int mode, x, h0, c0, tuple weights, int L, bint bidirectional
         xp = np.empty((T, B, D * GH), dt)
         xpv = xp.reshape(T * B, D * GH)
         lay.bhn[0] = lay.bhn[1] = NULL
+        lay.whp[0] = lay.whp[1] = NULL
         keep = []
         for d in range(D):
             base = (k * D + d) * nw
@@ -670,7 +814,8 @@ cdef _forward_impl(int mode, x, h0, c0, tuple weights, int L, bint bidirectional
             else:
                 bias = np.zeros(GH, dt)
                 bhn = zeros_h
-            keep.append((wp_ih, wp_hh, bhn))
+            whp = _pack_whh(wp_hh, G, H, UB, False) if f32 and _packed_on else None
+            keep.append((wp_ih, wp_hh, bhn, whp))
             xpv[:, d * GH:(d + 1) * GH] = bias[perm]
             pa = _p(inp)
             pb = _p(wp_ih)
@@ -678,6 +823,7 @@ cdef _forward_impl(int mode, x, h0, c0, tuple weights, int L, bint bidirectional
             with nogil:
                 _gemm_any(f32, False, True, T * B, GH, I, pa, I, pb, I, 1.0, pc, D * GH)
             lay.whh[d] = _p(wp_hh)
+            lay.whp[d] = _p(whp)
             lay.bhn[d] = _p(bhn)
         out = np.empty((T, B, D * H), dt)
         aux = np.empty((T, B, D * H), dt) if mode in (GRU, LSTM) else None
@@ -783,8 +929,12 @@ cdef _backward_impl(d_out, d_h_n, d_c_n, tuple saved):
         lay.aux = _p(aux)
         lay.h0 = _p(h0a[k * nD:(k + 1) * nD])
         lay.c0 = _p(c0a[k * nD:(k + 1) * nD]) if imode == LSTM else NULL
+        lay.whp[0] = lay.whp[1] = NULL
+        whps = []
         for d in range(nD):
             lay.whh[d] = _p(wps[d][1])
+            whps.append(_pack_whh(wps[d][1], G, H, UB, True) if f32 and _packed_on else None)
+            lay.whp[d] = _p(whps[d])
         lay.dout = _p(dy)
         lay.dg = _p(dg)
         lay.dgh = _p(dgh)
