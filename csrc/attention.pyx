@@ -45,8 +45,82 @@ cnp.import_array()
 include "fnn_runtime.pxi"
 include "fnn_gemm.pxi"
 
-cdef extern from "fnn_math.h" nogil:
-    float fnn_expf(float x)
+cdef extern from *:
+    """
+    #include <stddef.h>
+    #include "fnn_math.h"
+    #include "fnn_reduce.h"
+    /* Row helpers of the float score tiles.  exp arguments are s - rowmax or s - lse
+       (<= 0 up to rounding): fnn_expf_nonpos, 8 lanes at a time on AVX2+FMA. */
+
+    /* max over 32 lanes; NaN is skipped (v > m is false for it), -inf for n == 0 */
+    static inline float fnn_att_max_f(const float* x, ptrdiff_t n) {
+        float m[32];
+        for (int k = 0; k < 32; ++k) m[k] = -INFINITY;
+        ptrdiff_t j = 0;
+        for (; j + 32 <= n; j += 32)
+            for (int k = 0; k < 32; ++k) m[k] = x[j + k] > m[k] ? x[j + k] : m[k];
+        for (; j < n; ++j) m[j & 31] = x[j] > m[j & 31] ? x[j] : m[j & 31];
+        float r = m[0];
+        for (int k = 1; k < 32; ++k) r = m[k] > r ? m[k] : r;
+        return r;
+    }
+
+    /* x[j] = exp(x[j] - m) in place (m may be NaN: NaN propagates); returns the sum,
+       32 float lanes per block of FNN_BLOCK folded in double (fnn_reduce.h's scheme) */
+    static inline double fnn_att_exp_sum_f(float* x, float m, ptrdiff_t n) {
+        double total = 0.0;
+        for (ptrdiff_t b0 = 0; b0 < n; b0 += FNN_BLOCK) {
+            ptrdiff_t b1 = b0 + FNN_BLOCK < n ? b0 + FNN_BLOCK : n;
+            float a[32] = {0};
+            ptrdiff_t j = b0;
+    #if defined(FNN_HAVE_AVX2)
+            __m256 vm = _mm256_set1_ps(m);
+            __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+            for (; j + 32 <= b1; j += 32) {
+                __m256 e0 = fnn_exp_nonpos_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), vm));
+                __m256 e1 = fnn_exp_nonpos_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j + 8), vm));
+                __m256 e2 = fnn_exp_nonpos_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j + 16), vm));
+                __m256 e3 = fnn_exp_nonpos_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j + 24), vm));
+                _mm256_storeu_ps(x + j, e0); _mm256_storeu_ps(x + j + 8, e1);
+                _mm256_storeu_ps(x + j + 16, e2); _mm256_storeu_ps(x + j + 24, e3);
+                s0 = _mm256_add_ps(s0, e0); s1 = _mm256_add_ps(s1, e1);
+                s2 = _mm256_add_ps(s2, e2); s3 = _mm256_add_ps(s3, e3);
+            }
+            _mm256_storeu_ps(a, s0); _mm256_storeu_ps(a + 8, s1);
+            _mm256_storeu_ps(a + 16, s2); _mm256_storeu_ps(a + 24, s3);
+    #else
+            for (; j + 32 <= b1; j += 32)
+                for (int k = 0; k < 32; ++k) {
+                    float v = fnn_expf_nonpos(x[j + k] - m);
+                    x[j + k] = v;
+                    a[k] += v;
+                }
+    #endif
+            for (; j < b1; ++j) {
+                float v = fnn_expf_nonpos(x[j] - m);
+                x[j] = v;
+                a[j & 31] += v;
+            }
+            total += FNN_FOLD32(a);
+        }
+        return total;
+    }
+
+    /* x[j] = exp(x[j] - m) in place */
+    static inline void fnn_att_exp_f(float* x, float m, ptrdiff_t n) {
+        ptrdiff_t j = 0;
+    #if defined(FNN_HAVE_AVX2)
+        __m256 vm = _mm256_set1_ps(m);
+        for (; j + 8 <= n; j += 8)
+            _mm256_storeu_ps(x + j, fnn_exp_nonpos_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), vm)));
+    #endif
+        for (; j < n; ++j) x[j] = fnn_expf_nonpos(x[j] - m);
+    }
+    """
+    float fnn_att_max_f(const float* x, Py_ssize_t n) noexcept nogil
+    double fnn_att_exp_sum_f(float* x, float m, Py_ssize_t n) noexcept nogil
+    void fnn_att_exp_f(float* x, float m, Py_ssize_t n) noexcept nogil
 
 cdef extern from "fnn_philox.h" nogil:
     ctypedef struct fnn_philox_out:
@@ -56,15 +130,14 @@ cdef extern from "fnn_philox.h" nogil:
 OPS = ("scaled_dot_product_attention", "scaled_dot_product_attention_backward")
 
 cdef enum:
-    BQ = 128           # query rows per tile (backward)
-    FBQ = 64           # query rows per tile (forward: smaller diagonal waste when causal)
-    BK = 128          # keys per tile (the score tile is BQ x BK, 32 KiB in float32)
     SERIAL_BH = 16    # >= this many (b, h) pairs: one task per pair in backward
 
 
 cdef struct Geo:
     Py_ssize_t B, H, L, S, E, Ev
     Py_ssize_t qb, qld, kb, kld, vb, vld, ob, old   # batch stride and row stride (elements)
+    Py_ssize_t dqb, dqld, dkb, dkld, dvb, dvld      # the same for the gradients (backward)
+    Py_ssize_t fbq, fbk, bq, bk                      # tile sizes (forward, backward); by shape
     Py_ssize_t mmat, mrow, mcol                      # mask: matrix size, row / column strides
     int causal
     int dropout
@@ -72,31 +145,35 @@ cdef struct Geo:
     uint64_t seed, offset
 
 
-cdef inline real _exp(real x) noexcept nogil:
-    if real is float:
-        return fnn_expf(x)
-    else:
-        return exp(x)
-
-
 cdef inline real _rowmax(const real* x, Py_ssize_t n) noexcept nogil:
-    cdef real m8[8]
-    cdef Py_ssize_t c = 0, u
+    """Row maximum; NaN is skipped here (the exp/sum pass carries a NaN score into its
+    row), and a row of only NaN / -inf is told apart by _has_nan."""
+    cdef Py_ssize_t c
     cdef real mx = -INFINITY
-    for u in range(8):
-        m8[u] = -INFINITY
-    # vectorises to max instructions; NaN is skipped here (the exp/sum pass carries a NaN
-    # score into its row), and a row of only NaN / -inf is told apart by _has_nan
-    while c + 8 <= n:
-        for u in range(8):
-            m8[u] = x[c + u] if x[c + u] > m8[u] else m8[u]
-        c += 8
-    for u in range(8):
-        mx = m8[u] if m8[u] > mx else mx
-    while c < n:
+    if real is float:
+        return fnn_att_max_f(x, n)
+    for c in range(n):
         mx = x[c] if x[c] > mx else mx
-        c += 1
     return mx
+
+
+cdef inline double _exp_sum(real* x, Py_ssize_t n, real m) noexcept nogil:
+    """x = exp(x - m) in place; returns the sum (in double)."""
+    cdef Py_ssize_t c
+    if real is float:
+        return fnn_att_exp_sum_f(x, m, n)
+    for c in range(n):
+        x[c] = exp(x[c] - m)
+    return _rowsum(x, n)
+
+
+cdef inline void _exp_shift(real* x, Py_ssize_t n, real m) noexcept nogil:
+    cdef Py_ssize_t c
+    if real is float:
+        fnn_att_exp_f(x, m, n)
+    else:
+        for c in range(n):
+            x[c] = exp(x[c] - m)
 
 
 cdef inline bint _has_nan(const real* x, Py_ssize_t n) noexcept nogil:
@@ -143,10 +220,10 @@ cdef inline double _dot(const real* a, const real* b, Py_ssize_t n) noexcept nog
     return s
 
 
-cdef inline void _mask_tile(real* s, Py_ssize_t nq, Py_ssize_t nk, Py_ssize_t i0, Py_ssize_t j0,
-                            const real* mk, const int64_t* midx, Py_ssize_t bh,
+cdef inline void _mask_tile(real* s, Py_ssize_t ld, Py_ssize_t nq, Py_ssize_t nk, Py_ssize_t i0,
+                            Py_ssize_t j0, const real* mk, const int64_t* midx, Py_ssize_t bh,
                             const Geo* g) noexcept nogil:
-    """Add the mask to a score tile (rows i0.., keys j0..; row stride BK) and set the
+    """Add the mask to a score tile (rows i0.., keys j0..; row stride ld) and set the
     causal -inf above the diagonal."""
     cdef Py_ssize_t r, c, c0
     cdef const real* base
@@ -156,7 +233,7 @@ cdef inline void _mask_tile(real* s, Py_ssize_t nq, Py_ssize_t nk, Py_ssize_t i0
     if mk != NULL:
         base = mk + midx[bh] * g.mmat
         for r in range(nq):
-            row = s + r * BK
+            row = s + r * ld
             mr = base + (i0 + r) * g.mrow
             if g.mcol:
                 mr = mr + j0
@@ -171,13 +248,13 @@ cdef inline void _mask_tile(real* s, Py_ssize_t nq, Py_ssize_t nk, Py_ssize_t i0
             c0 = i0 + r - j0 + 1          # first key after query i0 + r
             if c0 < 0:
                 c0 = 0
-            row = s + r * BK
+            row = s + r * ld
             for c in range(c0, nk):
                 row[c] = -INFINITY
 
 
-cdef inline void _drop_tile(real* p, real* p2, Py_ssize_t nq, Py_ssize_t nk, Py_ssize_t i0,
-                            Py_ssize_t j0, Py_ssize_t bh, const Geo* g) noexcept nogil:
+cdef inline void _drop_tile(real* p, real* p2, Py_ssize_t ld, Py_ssize_t nq, Py_ssize_t nk,
+                            Py_ssize_t i0, Py_ssize_t j0, Py_ssize_t bh, const Geo* g) noexcept nogil:
     """Multiply a tile (and, when p2 != NULL, a second one) by the dropout multipliers
     of weights (bh, i0 + r, j0 + c): Philox element ((bh*L + i)*S + j)."""
     cdef Py_ssize_t r, c
@@ -195,9 +272,9 @@ cdef inline void _drop_tile(real* p, real* p2, Py_ssize_t nq, Py_ssize_t nk, Py_
                 last = blk
             u = <double>(o.v[idx & 3] >> 8) * (1.0 / 16777216.0)
             mlt = keep if u >= g.p else 0
-            p[r * BK + c] = p[r * BK + c] * mlt
+            p[r * ld + c] = p[r * ld + c] * mlt
             if p2 != NULL:
-                p2[r * BK + c] = p2[r * BK + c] * mlt
+                p2[r * ld + c] = p2[r * ld + c] * mlt
             idx += 1
 
 
@@ -218,8 +295,9 @@ cdef void _fwd_block(const real* q, const real* k, const real* v, real* o, real*
     cdef real* ar
     cdef real mx, mnew, al
     cdef double alpha, s, inv
-    if nq > FBQ:
-        nq = FBQ
+    cdef Py_ssize_t BK = g.fbk
+    if nq > g.fbq:
+        nq = g.fbq
     Qp = q + b * g.qb + h * E + i0 * g.qld
     Op = o + b * g.ob + h * Ev + i0 * g.old
     if g.causal and i0 + nq < kend:
@@ -235,7 +313,7 @@ cdef void _fwd_block(const real* q, const real* k, const real* v, real* o, real*
             nk = BK
         gemm(False, True, <int>nq, <int>nk, <int>E, <real>g.scale, Qp, <int>g.qld,
                    Kp + j0 * g.kld, <int>g.kld, 0, sb, BK)
-        _mask_tile(sb, nq, nk, i0, j0, mk, midx, bh, g)
+        _mask_tile(sb, BK, nq, nk, i0, j0, mk, midx, bh, g)
         for r in range(nq):
             row = sb + r * BK
             mx = _rowmax(row, nk)
@@ -248,9 +326,7 @@ cdef void _fwd_block(const real* q, const real* k, const real* v, real* o, real*
                 else:                      # no key of this row may be attended yet
                     memset(row, 0, nk * sizeof(real))
                     continue
-            for c in range(nk):
-                row[c] = _exp(row[c] - mnew)
-            s = _rowsum(row, nk)
+            s = _exp_sum(row, nk, mnew)
             alpha = exp(mrow[r] - mnew)
             lrow[r] = lrow[r] * alpha + s
             mrow[r] = mnew
@@ -260,7 +336,7 @@ cdef void _fwd_block(const real* q, const real* k, const real* v, real* o, real*
                 for c in range(Ev):
                     ar[c] = ar[c] * al
         if g.dropout:
-            _drop_tile(sb, NULL, nq, nk, i0, j0, bh, g)
+            _drop_tile(sb, NULL, BK, nq, nk, i0, j0, bh, g)
         gemm(False, False, <int>nq, <int>Ev, <int>nk, 1, sb, BK, Vp + j0 * g.vld,
                    <int>g.vld, 1, acc, <int>Ev)
         j0 += BK
@@ -280,6 +356,7 @@ cdef void _fwd_block(const real* q, const real* k, const real* v, real* o, real*
 
 cdef void _fwd(const real* q, const real* k, const real* v, real* o, real* lse,
                const real* mk, const int64_t* midx, const Geo* g) noexcept nogil:
+    cdef Py_ssize_t FBQ = g.fbq
     cdef Py_ssize_t nqb = (g.L + FBQ - 1) // FBQ
     cdef Py_ssize_t ntask = g.B * g.H * nqb, t
     cdef int nt = _threads_for(ntask * FBQ * (g.S + 1) * (g.E + g.Ev + 1), 1 << 18)
@@ -292,7 +369,7 @@ cdef void _fwd(const real* q, const real* k, const real* v, real* o, real* lse,
     if nt > ntask:
         nt = <int>ntask
     with parallel(num_threads=nt):
-        sb = <real*>malloc(FBQ * BK * sizeof(real))
+        sb = <real*>malloc(FBQ * g.fbk * sizeof(real))
         acc = <real*>malloc((FBQ * g.Ev + 1) * sizeof(real))
         mrow = <double*>malloc(2 * FBQ * sizeof(double))
         lrow = mrow + FBQ
@@ -308,10 +385,11 @@ cdef void _fwd(const real* q, const real* k, const real* v, real* o, real* lse,
 cdef void _bwd_tile(const real* q, const real* k, const real* v, const real* do_,
                     const real* lse, const real* D, real* dq, real* dk, real* dv,
                     const real* mk, const int64_t* midx, const Geo* g, Py_ssize_t bh,
-                    Py_ssize_t i0, Py_ssize_t j0, bint want_kv, bint want_q,
+                    Py_ssize_t i0, Py_ssize_t j0, int kv_mode, int q_mode,
                     real* sb, real* dp, real* pd) noexcept nogil:
     """One (query block, key block) tile of the backward: recompute P, then the
-    contributions to dV, dK (want_kv) and dQ (want_q)."""
+    contributions to dV, dK (kv_mode) and dQ (q_mode).  Modes: 0 skip, 1 write (the
+    first tile to reach those rows: the gradients need no zeroing), 2 accumulate."""
     cdef Py_ssize_t b = bh // g.H, h = bh % g.H
     cdef Py_ssize_t E = g.E, Ev = g.Ev
     cdef Py_ssize_t nq = g.L - i0, nk = g.S - j0, r, c
@@ -319,6 +397,7 @@ cdef void _bwd_tile(const real* q, const real* k, const real* v, const real* do_
     cdef real* drow
     cdef real lr, dr, sc = <real>g.scale
     cdef const real* pv
+    cdef Py_ssize_t BQ = g.bq, BK = g.bk
     if nq > BQ:
         nq = BQ
     if nk > BK:
@@ -329,15 +408,14 @@ cdef void _bwd_tile(const real* q, const real* k, const real* v, const real* do_
     cdef const real* Vp = v + b * g.vb + h * Ev + j0 * g.vld
     gemm(False, True, <int>nq, <int>nk, <int>E, sc, Qp, <int>g.qld, Kp, <int>g.kld,
                0, sb, BK)
-    _mask_tile(sb, nq, nk, i0, j0, mk, midx, bh, g)
+    _mask_tile(sb, BK, nq, nk, i0, j0, mk, midx, bh, g)
     for r in range(nq):
         row = sb + r * BK
         lr = lse[bh * g.L + i0 + r]
         if lr == -INFINITY:                 # fully masked row: zero weights
             memset(row, 0, nk * sizeof(real))
         else:
-            for c in range(nk):
-                row[c] = _exp(row[c] - lr)
+            _exp_shift(row, nk, lr)
     gemm(False, True, <int>nq, <int>nk, <int>Ev, 1, dOp, <int>g.old, Vp, <int>g.vld,
                0, dp, BK)
     pv = sb
@@ -345,32 +423,33 @@ cdef void _bwd_tile(const real* q, const real* k, const real* v, const real* do_
         for r in range(nq):
             for c in range(nk):
                 pd[r * BK + c] = sb[r * BK + c]
-        _drop_tile(pd, dp, nq, nk, i0, j0, bh, g)
+        _drop_tile(pd, dp, BK, nq, nk, i0, j0, bh, g)
         pv = pd
-    if want_kv:
-        gemm(True, False, <int>nk, <int>Ev, <int>nq, 1, pv, BK, dOp, <int>g.old, 1,
-                   dv + b * g.vb + h * Ev + j0 * g.vld, <int>g.vld)
+    if kv_mode:
+        gemm(True, False, <int>nk, <int>Ev, <int>nq, 1, pv, BK, dOp, <int>g.old, kv_mode - 1,
+                   dv + b * g.dvb + h * Ev + j0 * g.dvld, <int>g.dvld)
     for r in range(nq):
         row = sb + r * BK
         drow = dp + r * BK
         dr = D[bh * g.L + i0 + r]
         for c in range(nk):
             drow[c] = row[c] * (drow[c] - dr) * sc
-    if want_kv:
-        gemm(True, False, <int>nk, <int>E, <int>nq, 1, dp, BK, Qp, <int>g.qld, 1,
-                   dk + b * g.kb + h * E + j0 * g.kld, <int>g.kld)
-    if want_q:
-        gemm(False, False, <int>nq, <int>E, <int>nk, 1, dp, BK, Kp, <int>g.kld, 1,
-                   dq + b * g.qb + h * E + i0 * g.qld, <int>g.qld)
+    if kv_mode:
+        gemm(True, False, <int>nk, <int>E, <int>nq, 1, dp, BK, Qp, <int>g.qld, kv_mode - 1,
+                   dk + b * g.dkb + h * E + j0 * g.dkld, <int>g.dkld)
+    if q_mode:
+        gemm(False, False, <int>nq, <int>E, <int>nk, 1, dp, BK, Kp, <int>g.kld, q_mode - 1,
+                   dq + b * g.dqb + h * E + i0 * g.dqld, <int>g.dqld)
 
 
 cdef void _bwd(const real* q, const real* k, const real* v, const real* o, const real* do_,
                const real* lse, real* D, real* dq, real* dk, real* dv, const real* mk,
                const int64_t* midx, const Geo* g) noexcept nogil:
     cdef Py_ssize_t BH = g.B * g.H, L = g.L, Ev = g.Ev
+    cdef Py_ssize_t BQ = g.bq, BK = g.bk
     cdef Py_ssize_t nqb = (g.L + BQ - 1) // BQ
     cdef Py_ssize_t kmax = g.S
-    cdef Py_ssize_t nkb, t, bh, i, i0, j0, jend, b, h
+    cdef Py_ssize_t nkb, t, bh, i, i0, j0, jend, b, h, istart
     cdef int nt
     cdef real* sb
     cdef real* dp
@@ -403,9 +482,11 @@ cdef void _bwd(const real* q, const real* k, const real* v, const real* o, const
                 j0 = 0
                 while j0 < kmax:
                     i0 = (j0 // BQ) * BQ if g.causal else 0
+                    istart = i0
                     while i0 < L:
                         _bwd_tile(q, k, v, do_, lse, D, dq, dk, dv, mk, midx, g, bh,
-                                        i0, j0, True, True, sb, dp, pd)
+                                  i0, j0, 1 if i0 == istart else 2, 1 if j0 == 0 else 2,
+                                  sb, dp, pd)
                         i0 = i0 + BQ
                     j0 = j0 + BK
             free(sb)
@@ -418,9 +499,10 @@ cdef void _bwd(const real* q, const real* k, const real* v, const real* o, const
                 bh = t // nkb
                 j0 = (t % nkb) * BK
                 i0 = (j0 // BQ) * BQ if g.causal else 0
+                istart = i0
                 while i0 < L:
                     _bwd_tile(q, k, v, do_, lse, D, dq, dk, dv, mk, midx, g, bh,
-                                    i0, j0, True, False, sb, dp, pd)
+                              i0, j0, 1 if i0 == istart else 2, 0, sb, dp, pd)
                     i0 = i0 + BQ
             for t in prange(BH * nqb, schedule="static"):
                 bh = t // nqb
@@ -431,44 +513,98 @@ cdef void _bwd(const real* q, const real* k, const real* v, const real* o, const
                 j0 = 0
                 while j0 < jend:
                     _bwd_tile(q, k, v, do_, lse, D, dq, dk, dv, mk, midx, g, bh,
-                                    i0, j0, False, True, sb, dp, pd)
+                              i0, j0, 0, 1 if j0 == 0 else 2, sb, dp, pd)
                     j0 = j0 + BK
             free(sb)
 
 
 # ---------------------------------------------------------------- Python entry points
+cdef Py_ssize_t _tile_override[4]
+_tile_override[0] = 0
+
+
+def _set_tiles(fbq=0, fbk=0, bq=0, bk=0):
+    """Force the tile sizes (tuning experiments only; 0 = chosen by shape)."""
+    _tile_override[0] = fbq
+    _tile_override[1] = fbk
+    _tile_override[2] = bq
+    _tile_override[3] = bk
+
+
+cdef void _tiles(Geo* g) noexcept:
+    """Tile sizes, by shape only (never by thread count: results stay bit-identical)."""
+    if g.causal:
+        # small forward query blocks waste less of the diagonal tiles
+        g.fbq = 64
+        g.fbk = 128
+        g.bq = 128
+        g.bk = 128
+    else:
+        # no diagonal: bigger tiles, fewer and larger tile GEMMs (less packing per
+        # flop); the backward's two-pass path (few (b, h)) keeps 128 for more tasks
+        g.fbq = 128
+        g.fbk = 256
+        g.bq = 256 if g.B * g.H >= SERIAL_BH else 128
+        g.bk = g.bq
+    if _tile_override[0] > 0:
+        g.fbq = _tile_override[0]
+        g.fbk = _tile_override[1]
+        g.bq = _tile_override[2]
+        g.bk = _tile_override[3]
+
+
+cdef bint _rows_ok(cnp.ndarray a, int row_axis):
+    """True when the kernels can read ``a`` in place: 3-D, aligned, unit stride along
+    the features, the other strides whole non-negative elements, and a row stride BLAS
+    accepts as a leading dimension (>= the row length)."""
+    cdef Py_ssize_t isz = a.itemsize
+    cdef int ax
+    if a.ndim != 3 or not cnp.PyArray_ISALIGNED(a):
+        return False
+    if a.shape[2] > 1 and a.strides[2] != isz:
+        return False
+    for ax in range(2):
+        if a.shape[ax] > 1 and (a.strides[ax] < 0 or a.strides[ax] % isz):
+            return False
+    if a.shape[row_axis] > 1 and a.strides[row_axis] < a.shape[2] * isz:
+        return False
+    return True
+
+
+cdef inline void _strides(cnp.ndarray a, int row_axis, Py_ssize_t* bs,
+                          Py_ssize_t* ld) noexcept:
+    """Batch stride and row stride of ``a`` in elements (a length-1 axis gets a valid
+    value: 0 for the batch, the row length for the rows, as BLAS wants ld >= it)."""
+    cdef Py_ssize_t isz = a.itemsize
+    cdef int bax = 1 - row_axis
+    bs[0] = a.strides[bax] // isz if a.shape[bax] > 1 else 0
+    ld[0] = a.strides[row_axis] // isz if a.shape[row_axis] > 1 else a.shape[2]
+    if ld[0] < 1:
+        ld[0] = 1
+
+
 cdef Geo _geometry(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, int H, bint seq_first,
                    object mask, bint causal, double p, double scale, uint64_t seed,
                    uint64_t offset):
     cdef Geo g
     cdef Py_ssize_t HE = q.shape[2], HEv = v.shape[2]
+    cdef int ra = 0 if seq_first else 1
     g.H = H
     g.E = HE // H
     g.Ev = HEv // H
-    if seq_first:
-        g.L = q.shape[0]
-        g.B = q.shape[1]
-        g.S = k.shape[0]
-        g.qb = HE
-        g.qld = g.B * HE
-        g.kb = HE
-        g.kld = g.B * HE
-        g.vb = HEv
-        g.vld = g.B * HEv
+    g.L = q.shape[ra]
+    g.B = q.shape[1 - ra]
+    g.S = k.shape[ra]
+    _strides(q, ra, &g.qb, &g.qld)
+    _strides(k, ra, &g.kb, &g.kld)
+    _strides(v, ra, &g.vb, &g.vld)
+    if seq_first:                       # out / d_out: C-contiguous
         g.ob = HEv
         g.old = g.B * HEv
     else:
-        g.B = q.shape[0]
-        g.L = q.shape[1]
-        g.S = k.shape[1]
-        g.qb = g.L * HE
-        g.qld = HE
-        g.kb = g.S * HE
-        g.kld = HE
-        g.vb = g.S * HEv
-        g.vld = HEv
         g.ob = g.L * HEv
         g.old = HEv
+    g.dqb, g.dqld, g.dkb, g.dkld, g.dvb, g.dvld = g.qb, g.qld, g.kb, g.kld, g.vb, g.vld
     if mask is not None:
         g.mmat = mask.shape[1] * mask.shape[2]
         g.mrow = mask.shape[2] if mask.shape[1] > 1 else 0
@@ -482,6 +618,7 @@ cdef Geo _geometry(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, int H, bint seq_
     g.scale = scale
     g.seed = seed
     g.offset = offset
+    _tiles(&g)
     return g
 
 
@@ -489,12 +626,43 @@ cdef inline void* _ptr(object a):
     return NULL if a is None else cnp.PyArray_DATA(<cnp.ndarray>a)
 
 
+cdef object _joint_grads(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, bint zero):
+    """(d_q, d_k, d_v) (zeroed when ``zero``) as column blocks of one C-contiguous (.., Fq+Fk+Fv) array
+    when q, k, v are such blocks of one array (the fused QKV projection), else None: the
+    caller then gets the projection's gradient without a concatenation."""
+    cdef Py_ssize_t isz = q.itemsize
+    cdef Py_ssize_t fq = q.shape[2], fk = k.shape[2], W = q.shape[2] + k.shape[2] + v.shape[2]
+    cdef char* pq = <char*>cnp.PyArray_DATA(q)
+    if q.ndim != 3 or k.ndim != 3 or v.ndim != 3:
+        return None
+    if not (q.shape[0] == k.shape[0] == v.shape[0] and q.shape[1] == k.shape[1] == v.shape[1]):
+        return None
+    if <char*>cnp.PyArray_DATA(k) != pq + fq * isz or \
+            <char*>cnp.PyArray_DATA(v) != pq + (fq + fk) * isz:
+        return None
+    cs = (q.shape[1] * W * isz, W * isz, isz)
+    for a in (q, k, v):
+        if tuple((<object>a).strides) != cs:
+            return None
+    j = (np.zeros if zero else np.empty)((q.shape[0], q.shape[1], W), dtype=q.dtype)
+    return j[:, :, :fq], j[:, :, fq:fq + fk], j[:, :, fq + fk:]
+
+
 def scaled_dot_product_attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, int num_heads,
                                  bint seq_first, object mask, object mask_index,
                                  double dropout_p, bint is_causal, double scale, uint64_t seed,
                                  uint64_t offset):
-    """-> (out, saved).  IN q, k, v C-contiguous (B, L|S, H*E|H*Ev) (or sequence-first),
-    one dtype; mask None or additive (M, Lm, Sm) of that dtype with mask_index (B*H,) int64."""
+    """-> (out, saved).  IN q, k, v (B, L|S, H*E|H*Ev) (or sequence-first), one dtype,
+    read in place when their rows are unit-stride (views of a fused projection; others
+    are copied C-contiguous); mask None or additive (M, Lm, Sm) of that dtype with
+    mask_index (B*H,) int64.  OUT out C-contiguous."""
+    cdef int ra = 0 if seq_first else 1
+    if not _rows_ok(q, ra):
+        q = np.ascontiguousarray(q)
+    if not _rows_ok(k, ra):
+        k = np.ascontiguousarray(k)
+    if not _rows_ok(v, ra):
+        v = np.ascontiguousarray(v)
     cdef Geo g = _geometry(q, k, v, num_heads, seq_first, mask, is_causal, dropout_p, scale,
                            seed, offset)
     shape = (g.L, g.B, num_heads * g.Ev) if seq_first else (g.B, g.L, num_heads * g.Ev)
@@ -519,7 +687,9 @@ def scaled_dot_product_attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, in
 
 
 def scaled_dot_product_attention_backward(cnp.ndarray d_out, tuple saved):
-    """-> (d_q, d_k, d_v) in the layouts of q, k, v.  d_out C-contiguous like out."""
+    """-> (d_q, d_k, d_v): views of one array when q, k, v were adjacent column blocks of
+    one C-contiguous array (see _joint_grads), else C-contiguous.  d_out C-contiguous
+    like out."""
     cdef cnp.ndarray q = saved[0], k = saved[1], v = saved[2], out = saved[3], lse = saved[4]
     cdef int H = saved[5]
     cdef bint seq_first = saved[6]
@@ -527,9 +697,30 @@ def scaled_dot_product_attention_backward(cnp.ndarray d_out, tuple saved):
     mask_index = saved[8]
     cdef Geo g = _geometry(q, k, v, H, seq_first, mask, saved[10], saved[9], saved[11],
                            saved[12], saved[13])
-    cdef cnp.ndarray dq = np.zeros_like(q)
-    cdef cnp.ndarray dk = np.zeros_like(k)
-    cdef cnp.ndarray dv = np.zeros_like(v)
+    cdef cnp.ndarray dq, dk, dv
+    cdef int ra = 0 if seq_first else 1
+    # The kernel writes every gradient element it reaches (first tile beta = 0), so the
+    # buffers start empty; only what no tile reaches is zeroed here: everything when
+    # there is no query, key or head, and with is_causal the keys after the last query.
+    cdef bint blank = g.L == 0 or g.S == 0 or g.B * g.H == 0
+    joint = _joint_grads(q, k, v, blank)
+    if joint is not None:
+        dq, dk, dv = joint
+    else:
+        alloc = np.zeros if blank else np.empty
+        dq = alloc((<object>q).shape, dtype=q.dtype)
+        dk = alloc((<object>k).shape, dtype=k.dtype)
+        dv = alloc((<object>v).shape, dtype=v.dtype)
+    if g.causal and g.S > g.L and not blank:
+        if seq_first:
+            dk[g.L:] = 0
+            dv[g.L:] = 0
+        else:
+            dk[:, g.L:] = 0
+            dv[:, g.L:] = 0
+    _strides(dq, ra, &g.dqb, &g.dqld)
+    _strides(dk, ra, &g.dkb, &g.dkld)
+    _strides(dv, ra, &g.dvb, &g.dvld)
     cdef cnp.ndarray D = np.empty(g.B * g.H * g.L, dtype=q.dtype)
     cdef void* pm = _ptr(mask)
     cdef const int64_t* pi = <const int64_t*>_ptr(mask_index)

@@ -186,3 +186,97 @@ def test_zero_length_keys_and_views():
     qt = np.ascontiguousarray(q.transpose(1, 0, 2, 3)).transpose(1, 0, 2, 3)   # strided view
     np.testing.assert_allclose(F.scaled_dot_product_attention(qt, k, v),
                                F.scaled_dot_product_attention(q, k, v), rtol=1e-6)
+
+
+# ---------------------------------------------------------------- fused QKV projections
+def _split_views(qkv, E):
+    return tuple(qkv[..., i * E:(i + 1) * E] for i in range(3))
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize("N,H,T,causal", [
+    (3, 6, 300, False),     # 18 (b, h): one task per pair, 256-row tiles + a partial one
+    (1, 2, 270, False),     # few pairs: two-pass backward
+    (2, 8, 200, True),
+])
+def test_fused_qkv_views_are_read_in_place(batch_first, N, H, T, causal):
+    """q, k, v as column views of one (.., 3E) projection: no copies, gradients come back
+    as the blocks of one array, and everything equals the contiguous path."""
+    from fastnn.functional.attention import joined
+    rng = np.random.default_rng(11)
+    E = 4 * H
+    shape = (N, T, 3 * E) if batch_first else (T, N, 3 * E)
+    qkv = rng.standard_normal(shape).astype(np.float32)
+    do = rng.standard_normal(shape[:2] + (E,)).astype(np.float32)
+    mask, idx = F.attention_mask(None, rng.random((N, T)) < 0.2, N, H, T, T, np.float32)
+    views = _split_views(qkv, E)
+    copies = tuple(np.ascontiguousarray(a) for a in views)
+    o1, c1 = F.multi_head_attention_fwd(*views, H, batch_first, mask, idx, 0.0, causal)
+    assert c1[1][0] is views[0], "the view is read in place"
+    g1 = F.multi_head_attention_bwd(c1, do)
+    j = joined(*g1)
+    assert j is not None and j.shape == qkv.shape
+    o2, c2 = F.multi_head_attention_fwd(*copies, H, batch_first, mask, idx, 0.0, causal)
+    g2 = F.multi_head_attention_bwd(c2, do)
+    assert joined(*g2) is None
+    np.testing.assert_array_equal(o1, o2)
+    for a, b in zip(g1, g2):
+        np.testing.assert_array_equal(a, b)
+    with fastnn.use_backend("reference"):
+        o3, c3 = F.multi_head_attention_fwd(*views, H, batch_first, mask, idx, 0.0, causal)
+        g3 = F.multi_head_attention_bwd(c3, do)
+    for a, b in zip((o1,) + tuple(g1), (o3,) + tuple(g3)):
+        np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5)
+
+
+def test_odd_strides_are_copied():
+    """Views the kernels cannot read in place (zero or negative row strides) are copied."""
+    rng = np.random.default_rng(12)
+    q, k, v = (rng.standard_normal((2, 9, 8)).astype(np.float64) for _ in range(3))
+    do = rng.standard_normal((2, 9, 8))
+    kb = np.broadcast_to(k[:, :1], k.shape)        # row stride 0
+    vr = v[:, ::-1]                                # negative row stride
+    got = F.multi_head_attention_fwd(q, kb, vr, 2, True, None, None, 0.0, True)
+    ref = F.multi_head_attention_fwd(q, np.ascontiguousarray(kb), np.ascontiguousarray(vr),
+                                     2, True, None, None, 0.0, True)
+    np.testing.assert_array_equal(got[0], ref[0])
+    for a, b in zip(F.multi_head_attention_bwd(got[1], do), F.multi_head_attention_bwd(ref[1], do)):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_mha_self_attention_multi_tile_matches_torch(batch_first):
+    """The fused self-attention path at sizes that cross the kernels' tiles, float32,
+    with a key padding mask; and bit-identical at 1 and 2 threads."""
+    torch = pytest.importorskip("torch")
+    import fastnn.nn as nn
+    rng = np.random.default_rng(13)
+    N, T, E, H = 3, 300, 48, 6
+    tm = torch.nn.MultiheadAttention(E, H, batch_first=batch_first)
+    m = nn.MultiheadAttention(E, H, batch_first=batch_first)
+    m.load_state_dict({k: v.detach().numpy().copy() for k, v in tm.state_dict().items()})
+    shape = (N, T, E) if batch_first else (T, N, E)
+    x = rng.standard_normal(shape).astype(np.float32)
+    dy = rng.standard_normal(shape).astype(np.float32)
+    kpm = rng.random((N, T)) < 0.1
+    res = []
+    old = fastnn.get_num_threads()
+    try:
+        for nt in (1, 2):
+            fastnn.set_num_threads(nt)
+            m.zero_grad()
+            y, _ = m(x, x, x, key_padding_mask=kpm)
+            dq, dk, dv = m.backward(dy)
+            res.append((y, dq + dk + dv, m.in_proj_weight.grad.copy(),
+                        m.in_proj_bias.grad.copy(), m.out_proj.weight.grad.copy()))
+    finally:
+        fastnn.set_num_threads(old)
+    for a, b in zip(*res):
+        np.testing.assert_array_equal(a, b)
+    tx = torch.tensor(x, requires_grad=True)
+    ty = tm(tx, tx, tx, key_padding_mask=torch.tensor(kpm), need_weights=False)[0]
+    ty.backward(torch.tensor(dy))
+    want = (ty.detach().numpy(), tx.grad.numpy(), tm.in_proj_weight.grad.numpy(),
+            tm.in_proj_bias.grad.numpy(), tm.out_proj.weight.grad.numpy())
+    for a, b, n in zip(res[0], want, ("y", "dx", "dW_in", "db_in", "dW_out")):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=2e-4, err_msg=n)

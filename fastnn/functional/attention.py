@@ -224,10 +224,13 @@ def multi_head_attention_fwd(q, k, v, num_heads, batch_first, mask=None, mask_in
 
     q (N, L, H*E) if batch_first else (L, N, H*E); k, v likewise with S and H*E / H*Ev.
     mask, mask_index: from ``attention_mask`` (additive, applied together with is_causal).
-    Used by the multi-head layers, which validate their inputs."""
-    q = float_array(q, "query")
-    k = float_array(k, "key")
-    v = float_array(v, "value")
+    Used by the multi-head layers, which validate their inputs.  Host arrays whose
+    feature axis is unit-stride (the q, k, v column blocks of a fused projection) are
+    passed as views: the cpu kernels read them in place, and then return the three
+    gradients as column blocks of one array (see ``joined``)."""
+    q = _feature_rows(q, "query")
+    k = _feature_rows(k, "key")
+    v = _feature_rows(v, "value")
     H = num_heads
     E = q.shape[2] // H
     if mask is not None and not is_device(q):
@@ -242,6 +245,39 @@ def multi_head_attention_fwd(q, k, v, num_heads, batch_first, mask=None, mask_in
     out, saved = be.scaled_dot_product_attention(q, k, v, H, not batch_first, mask, mask_index,
                                                  p, bool(is_causal), sc, seed, offset)
     return out, (be, saved, out.shape, out.dtype)
+
+
+def _feature_rows(x, name):
+    """float_array, except that a 3-D float NumPy view with unit-stride features stays
+    a view (no copy)."""
+    if (type(x) is np.ndarray and x.ndim == 3 and x.dtype in (np.float32, np.float64)
+            and x.dtype.isnative and x.flags.aligned
+            and (x.shape[2] <= 1 or x.strides[2] == x.itemsize)):
+        return x
+    return float_array(x, name)
+
+
+def joined(*blocks):
+    """The array whose adjacent column blocks (last axis) ``blocks`` are, in order,
+    covering it exactly -- or None.  Lets the layers take the gradient of a fused
+    projection as it comes out of the attention kernel instead of concatenating."""
+    if not all(type(b) is np.ndarray for b in blocks):
+        return None
+    base = blocks[0].base
+    if base is None or type(base) is not np.ndarray or not base.flags.c_contiguous:
+        return None
+    if base.ndim != blocks[0].ndim or base.shape[:-1] != blocks[0].shape[:-1]:
+        return None
+    isz = base.itemsize
+    at = base.__array_interface__["data"][0]
+    for b in blocks:
+        if (b.base is not base or b.dtype != base.dtype or b.shape[:-1] != base.shape[:-1]
+                or b.strides != base.strides or b.__array_interface__["data"][0] != at):
+            return None
+        at += b.shape[-1] * isz
+    if at != base.__array_interface__["data"][0] + base.shape[-1] * isz:
+        return None
+    return base
 
 
 def multi_head_attention_bwd(ctx, d_out):

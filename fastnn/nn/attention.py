@@ -12,6 +12,8 @@ import math
 import numpy as np
 
 from .. import functional as F
+from .._validate import is_device
+from ..functional.attention import joined
 from .._validate import float_array, int_arg, same_dtype
 from . import init
 from .dense import Linear
@@ -26,6 +28,23 @@ def _xavier(shape, dt):
     fan_in, fan_out = init.fan_in_out(shape)
     bound = math.sqrt(6.0 / (fan_in + fan_out))
     return init.uniform(shape, -bound, bound, dt)
+
+
+def _split3(qkv, E):
+    """q, k, v of a fused (.., 3E) projection: column views on the host (the cpu kernel
+    reads them in place, and its gradients come back as blocks of one array), copies on
+    the device."""
+    parts = tuple(qkv[..., i * E:(i + 1) * E] for i in range(3))
+    if is_device(qkv):
+        return tuple(np.ascontiguousarray(a) for a in parts)
+    return parts
+
+
+def _join3(dq, dk, dv):
+    """The (.., 3E) gradient of a fused projection from its three blocks (no copy when
+    they already are the blocks of one array)."""
+    j = joined(dq, dk, dv)
+    return j if j is not None else np.concatenate((dq, dk, dv), axis=-1)
 
 
 class MultiheadAttention(Module):
@@ -154,7 +173,7 @@ class MultiheadAttention(Module):
             # self-attention: one (.., 3E) projection GEMM instead of three thin ones
             b = self.in_proj_bias
             qkv, cq = F.linear_fwd(q, self.in_proj_weight.data, None if b is None else b.data)
-            qp, kp_, vp = (np.ascontiguousarray(qkv[..., i * E:(i + 1) * E]) for i in range(3))
+            qp, kp_, vp = _split3(qkv, E)
             ck = cv = None
         else:
             (wq, wk, wv), (bq, bk, bv) = self._weights()
@@ -204,7 +223,7 @@ class MultiheadAttention(Module):
         do = self.out_proj.backward(d)
         dqp, dkp, dvp = F.multi_head_attention_bwd(ca, do)
         if ck is None:                       # fused self-attention projection
-            dx, dw, db = F.linear_bwd(cq, np.concatenate((dqp, dkp, dvp), axis=-1))
+            dx, dw, db = F.linear_bwd(cq, _join3(dqp, dkp, dvp))
             self.in_proj_weight.accumulate_grad(dw)
             if self.in_proj_bias is not None:
                 self.in_proj_bias.accumulate_grad(db)
@@ -256,7 +275,7 @@ class CausalSelfAttention(Module):
                              f"{tuple(x.shape)}")
         d = self.d_model
         qkv = self.c_attn(x)
-        q, k, v = (np.ascontiguousarray(qkv[..., i * d:(i + 1) * d]) for i in range(3))
+        q, k, v = _split3(qkv, d)
         p = self.dropout if self.training else 0.0
         o, ca = F.multi_head_attention_fwd(q, k, v, self.n_heads, True, None, None, p, True)
         self._keep(ca)
@@ -266,7 +285,7 @@ class CausalSelfAttention(Module):
         ca = self._take()
         do = self.c_proj.backward(self.resid_dropout.backward(dy))
         dq, dk, dv = F.multi_head_attention_bwd(ca, do)
-        return self.c_attn.backward(np.concatenate((dq, dk, dv), axis=-1))
+        return self.c_attn.backward(_join3(dq, dk, dv))
 
     def extra_repr(self):
         return f"d_model={self.d_model}, n_heads={self.n_heads}, dropout={self.dropout}"
