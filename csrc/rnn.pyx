@@ -1,9 +1,9 @@
 # Recurrent family: stacked, (bi)directional RNN (tanh / relu), GRU and LSTM with BPTT.
 #
 # One op runs a whole stack (see fastnn/reference/rnn.py for the interface).  Per layer:
-#   forward   one GEMM per direction projects the WHOLE sequence (X W_ih^T + biases) into
-#             the gate buffer; then per time step one GEMM adds h_{t-1} W_hh^T and ONE
-#             fused pointwise pass applies the gates, the cell update and the nonlinearity,
+#   forward   one GEMM per direction projects the WHOLE sequence (X W_ih^T) into the gate
+#             buffer; then per time step one GEMM adds h_{t-1} W_hh^T and ONE fused
+#             pointwise pass adds the biases, applies the gates, the cell update and the nonlinearity,
 #             overwriting the pre-activations with the activations backward needs.
 #   backward  per time step (reversed) ONE fused pointwise pass turns dh (and dc) into the
 #             pre-activation gradients dG_t, then one GEMM gives dh_{t-1} = dG_t W_hh; the
@@ -86,35 +86,39 @@ cdef extern from *:
        Gate k of local unit l is at [k*n + l]; per-unit pointers are offset to the block.
        Distinct buffers (restrict) so the loops vectorise. */
     #define FNN_RNN_ROWS(T, S, SIG, TANH)                                                   \
-    static inline void fnn_lstm_fwd_##S(const T* restrict g, T* restrict a,                 \
-            const T* restrict cp, T* restrict c_out, T* restrict h_out, Py_ssize_t n) {      \
+    static inline void fnn_lstm_fwd_##S(const T* restrict g, const T* restrict bi,          \
+            T* restrict a, const T* restrict cp, T* restrict c_out, T* restrict h_out,      \
+            Py_ssize_t n) {                                                                 \
         for (Py_ssize_t l = 0; l < n; ++l) {                                                \
-            T i = SIG(g[l]), f = SIG(g[n + l]), gg = TANH(g[2 * n + l]);                    \
-            T o = SIG(g[3 * n + l]);                                                        \
+            T i = SIG(g[l] + bi[l]), f = SIG(g[n + l] + bi[n + l]);                         \
+            T gg = TANH(g[2 * n + l] + bi[2 * n + l]), o = SIG(g[3 * n + l] + bi[3 * n + l]); \
             T c = f * cp[l] + i * gg;                                                       \
             a[l] = i; a[n + l] = f; a[2 * n + l] = gg; a[3 * n + l] = o;                    \
             c_out[l] = c;                                                                   \
             h_out[l] = o * TANH(c);                                                         \
         }                                                                                   \
     }                                                                                       \
-    static inline void fnn_gru_fwd_##S(const T* restrict g, const T* restrict gh,            \
-            const T* restrict b_hn, const T* restrict hp, T* restrict a, T* restrict hn_out, \
-            T* restrict h_out, Py_ssize_t n) {                                              \
+    static inline void fnn_gru_fwd_##S(const T* restrict g, const T* restrict bi,            \
+            const T* restrict gh, const T* restrict b_hn, const T* restrict hp, T* restrict a, \
+            T* restrict hn_out, T* restrict h_out, Py_ssize_t n) {                          \
         for (Py_ssize_t l = 0; l < n; ++l) {                                                \
-            T r = SIG(g[l] + gh[l]), z = SIG(g[n + l] + gh[n + l]);                          \
+            T r = SIG(g[l] + bi[l] + gh[l]), z = SIG(g[n + l] + bi[n + l] + gh[n + l]);      \
             T hn = gh[2 * n + l] + b_hn[l];                                                 \
-            T nn = TANH(g[2 * n + l] + r * hn);                                             \
+            T nn = TANH(g[2 * n + l] + bi[2 * n + l] + r * hn);                             \
             a[l] = r; a[n + l] = z; a[2 * n + l] = nn;                                      \
             hn_out[l] = hn;                                                                 \
             h_out[l] = (1 - z) * nn + z * hp[l];                                            \
         }                                                                                   \
     }                                                                                       \
-    static inline void fnn_rnn_fwd_##S(const T* restrict g, T* restrict h_out, int relu,     \
-            Py_ssize_t n) {                                                                 \
+    static inline void fnn_rnn_fwd_##S(const T* restrict g, const T* restrict bi,           \
+            T* restrict h_out, int relu, Py_ssize_t n) {                                    \
         if (relu) {                                                                         \
-            for (Py_ssize_t l = 0; l < n; ++l) h_out[l] = g[l] < 0 ? (T)0 : g[l];            \
+            for (Py_ssize_t l = 0; l < n; ++l) {                                            \
+                T v = g[l] + bi[l];                                                         \
+                h_out[l] = v < 0 ? (T)0 : v;                                                \
+            }                                                                               \
         } else {                                                                            \
-            for (Py_ssize_t l = 0; l < n; ++l) h_out[l] = TANH(g[l]);                       \
+            for (Py_ssize_t l = 0; l < n; ++l) h_out[l] = TANH(g[l] + bi[l]);               \
         }                                                                                   \
     }                                                                                       \
     static inline void fnn_lstm_bwd_##S(const T* restrict a, const T* restrict c,           \
@@ -252,14 +256,16 @@ cdef extern from *:
     int fnn_rnn_tid() noexcept nogil
     float fnn_rnn_sigmoidf(float) noexcept nogil
     float fnn_rnn_tanhf(float) noexcept nogil
-    void fnn_lstm_fwd_f(const float*, float*, const float*, float*, float*, Py_ssize_t) noexcept nogil
-    void fnn_lstm_fwd_d(const double*, double*, const double*, double*, double*, Py_ssize_t) noexcept nogil
-    void fnn_gru_fwd_f(const float*, const float*, const float*, const float*, float*, float*,
-                       float*, Py_ssize_t) noexcept nogil
-    void fnn_gru_fwd_d(const double*, const double*, const double*, const double*, double*,
-                       double*, double*, Py_ssize_t) noexcept nogil
-    void fnn_rnn_fwd_f(const float*, float*, int, Py_ssize_t) noexcept nogil
-    void fnn_rnn_fwd_d(const double*, double*, int, Py_ssize_t) noexcept nogil
+    void fnn_lstm_fwd_f(const float*, const float*, float*, const float*, float*, float*,
+                        Py_ssize_t) noexcept nogil
+    void fnn_lstm_fwd_d(const double*, const double*, double*, const double*, double*, double*,
+                        Py_ssize_t) noexcept nogil
+    void fnn_gru_fwd_f(const float*, const float*, const float*, const float*, const float*,
+                       float*, float*, float*, Py_ssize_t) noexcept nogil
+    void fnn_gru_fwd_d(const double*, const double*, const double*, const double*, const double*,
+                       double*, double*, double*, Py_ssize_t) noexcept nogil
+    void fnn_rnn_fwd_f(const float*, const float*, float*, int, Py_ssize_t) noexcept nogil
+    void fnn_rnn_fwd_d(const double*, const double*, double*, int, Py_ssize_t) noexcept nogil
     void fnn_lstm_bwd_f(const float*, const float*, const float*, const float*, const float*,
                         float*, float*, Py_ssize_t) noexcept nogil
     void fnn_lstm_bwd_d(const double*, const double*, const double*, const double*,
@@ -287,27 +293,29 @@ cdef enum:
 
 # ------------------------------------------------------------------ pointwise rows
 # (the C kernels above; these pick the float or double one)
-cdef inline void _lstm_fwd_row(const real* g, real* a, const real* cp, real* c_out, real* h_out,
-                               Py_ssize_t n) noexcept nogil:
+cdef inline void _lstm_fwd_row(const real* g, const real* bi, real* a, const real* cp,
+                               real* c_out, real* h_out, Py_ssize_t n) noexcept nogil:
     if real is float:
-        fnn_lstm_fwd_f(g, a, cp, c_out, h_out, n)
+        fnn_lstm_fwd_f(g, bi, a, cp, c_out, h_out, n)
     else:
-        fnn_lstm_fwd_d(g, a, cp, c_out, h_out, n)
+        fnn_lstm_fwd_d(g, bi, a, cp, c_out, h_out, n)
 
 
-cdef inline void _gru_fwd_row(const real* g, const real* gh, const real* b_hn, const real* hp,
-                              real* a, real* hn_out, real* h_out, Py_ssize_t n) noexcept nogil:
+cdef inline void _gru_fwd_row(const real* g, const real* bi, const real* gh, const real* b_hn,
+                              const real* hp, real* a, real* hn_out, real* h_out,
+                              Py_ssize_t n) noexcept nogil:
     if real is float:
-        fnn_gru_fwd_f(g, gh, b_hn, hp, a, hn_out, h_out, n)
+        fnn_gru_fwd_f(g, bi, gh, b_hn, hp, a, hn_out, h_out, n)
     else:
-        fnn_gru_fwd_d(g, gh, b_hn, hp, a, hn_out, h_out, n)
+        fnn_gru_fwd_d(g, bi, gh, b_hn, hp, a, hn_out, h_out, n)
 
 
-cdef inline void _rnn_fwd_row(const real* g, real* h_out, bint relu, Py_ssize_t n) noexcept nogil:
+cdef inline void _rnn_fwd_row(const real* g, const real* bi, real* h_out, bint relu,
+                              Py_ssize_t n) noexcept nogil:
     if real is float:
-        fnn_rnn_fwd_f(g, h_out, relu, n)
+        fnn_rnn_fwd_f(g, bi, h_out, relu, n)
     else:
-        fnn_rnn_fwd_d(g, h_out, relu, n)
+        fnn_rnn_fwd_d(g, bi, h_out, relu, n)
 
 
 cdef inline void _lstm_bwd_row(const real* a, const real* c, const real* cp, const real* dy,
@@ -350,6 +358,8 @@ cdef struct Layer:
     void* whh[2]        # per direction (G*H, H), rows in the kernel's gate order
     void* whp[2]        # float32: W_hh packed for fnn_rnn_pgemm per unit block, or NULL (BLAS)
     void* bhn[2]        # GRU per direction b_hn (H,)
+    void* bias[2]       # per direction (G*H,) kernel order: b_ih + b_hh (GRU n gate: b_ih only),
+                        # added by the forward pointwise pass (zeros without bias)
     void* gh            # GRU forward scratch (D, B, G*H): h_{t-1} W_hh^T
     void* dout          # (T, B, D*H) gradient of out, or a zero row (H,) with lddy = 0
     Py_ssize_t lddy
@@ -370,6 +380,7 @@ cdef void _fwd_dir(Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, real* tag) noe
     cdef real* aux = <real*>L.aux
     cdef const real* whh = <const real*>L.whh[d]
     cdef const real* bhn = <const real*>L.bhn[d]
+    cdef const real* bias = <const real*>L.bias[d]
     cdef real* gh = NULL
     cdef const real* hp
     cdef const real* cp = NULL
@@ -426,13 +437,13 @@ cdef void _fwd_dir(Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, real* tag) noe
                 j0 = u * UB
                 nu = H - j0 if H - j0 < UB else UB
                 if mode == LSTM:
-                    _lstm_fwd_row(gt + b * DGH + c0, at + b * DGH + c0, cp + b * ldp + j0,
-                                  arow + j0, orow + j0, nu)
+                    _lstm_fwd_row(gt + b * DGH + c0, bias + c0, at + b * DGH + c0,
+                                  cp + b * ldp + j0, arow + j0, orow + j0, nu)
                 elif mode == GRU:
-                    _gru_fwd_row(gt + b * DGH + c0, gh + b * GH + c0, bhn + j0, hp + b * ldp + j0,
-                                 at + b * DGH + c0, arow + j0, orow + j0, nu)
+                    _gru_fwd_row(gt + b * DGH + c0, bias + c0, gh + b * GH + c0, bhn + j0,
+                                 hp + b * ldp + j0, at + b * DGH + c0, arow + j0, orow + j0, nu)
                 else:
-                    _rnn_fwd_row(gt + b * DGH + c0, orow + j0, relu, nu)
+                    _rnn_fwd_row(gt + b * DGH + c0, bias + c0, orow + j0, relu, nu)
         fnn_rnn_barrier()
 
 
@@ -795,7 +806,6 @@ cdef _forward_impl(int mode, x, h0, c0, tuple weights, int L, bint bidirectional
     for k in range(L):
         I = inp.shape[2]
         xp = np.empty((T, B, D * GH), dt)
-        xpv = xp.reshape(T * B, D * GH)
         lay.bhn[0] = lay.bhn[1] = NULL
         lay.whp[0] = lay.whp[1] = NULL
         keep = []
@@ -815,14 +825,15 @@ cdef _forward_impl(int mode, x, h0, c0, tuple weights, int L, bint bidirectional
                 bias = np.zeros(GH, dt)
                 bhn = zeros_h
             whp = _pack_whh(wp_hh, G, H, UB, False) if f32 and _packed_on else None
-            keep.append((wp_ih, wp_hh, bhn, whp))
-            xpv[:, d * GH:(d + 1) * GH] = bias[perm]
+            bias = np.ascontiguousarray(bias[perm])
+            keep.append((wp_ih, wp_hh, bhn, whp, bias))
             pa = _p(inp)
             pb = _p(wp_ih)
             pc = <char*>_p(xp) + d * GH * (4 if f32 else 8)
             with nogil:
-                _gemm_any(f32, False, True, T * B, GH, I, pa, I, pb, I, 1.0, pc, D * GH)
+                _gemm_any(f32, False, True, T * B, GH, I, pa, I, pb, I, 0.0, pc, D * GH)
             lay.whh[d] = _p(wp_hh)
+            lay.bias[d] = _p(bias)
             lay.whp[d] = _p(whp)
             lay.bhn[d] = _p(bhn)
         out = np.empty((T, B, D * H), dt)
@@ -880,7 +891,7 @@ cdef _backward_impl(d_out, d_h_n, d_c_n, tuple saved):
     cdef Py_ssize_t NB = (H + UB - 1) // UB
     cdef bint f32 = dt == np.float32
     cdef Layer lay
-    cdef cnp.ndarray inp, xp, out, aux, dy, dg, dgh, dh, dc, dx, hprev, dbi, dbh, wp_ih
+    cdef cnp.ndarray inp, xp, out, aux, dy, dg, dgh, dh, dc, dx, dbi, dbh, wp_ih
     cdef Py_ssize_t isz = 4 if f32 else 8
     cdef void *pdg
     cdef void *pdgh
@@ -890,6 +901,10 @@ cdef _backward_impl(d_out, d_h_n, d_c_n, tuple saved):
     cdef void *pdwi
     cdef void *pdwh
     cdef void *pdx
+    cdef void *pdgh0
+    cdef void *pdgh1
+    cdef void *ph0
+    cdef bint has_h0 = has_hx
     perm = _perm(G, H, UB)
     T = layers[0][0].shape[0]
     B = layers[0][0].shape[1]
@@ -946,7 +961,6 @@ cdef _backward_impl(d_out, d_h_n, d_c_n, tuple saved):
             dc0[k * nD:(k + 1) * nD] = dc
         # whole-sequence weight gradients and d_input (rows in the kernel's gate order)
         dx = np.empty((T, B, I), dt)
-        hprev = np.empty((T, B, H), dt)
         dbi = np.empty(nD * GH, dt)
         _colsum_any(f32, dg, T * B, nD * GH, dbi)
         if imode == GRU:
@@ -959,23 +973,30 @@ cdef _backward_impl(d_out, d_h_n, d_c_n, tuple saved):
             wp_ih = wps[d][0]
             dwi = np.empty((GH, I), dt)
             dwh = np.empty((GH, H), dt)
-            if d == 0:
-                hprev[0] = h0a[k * nD]
-                hprev[1:] = out[:T - 1, :, :H]
-            else:
-                hprev[T - 1] = h0a[k * nD + 1]
-                hprev[:T - 1] = out[1:, :, H:]
+            # dW_hh = sum_t dG_t^T h_{t-1}: the steps whose h_{t-1} is an output row, read
+            # in place (no shifted copy), then the h0 step when h0 was given (else zeros)
             pdg = <char*>_p(dg) + d * GH * isz
             pdgh = <char*>_p(dgh) + d * GH * isz
             pin = _p(inp)
-            phv = _p(hprev)
+            if d == 0:
+                pdgh1 = <char*>pdgh + B * nD * GH * isz
+                phv = _p(out)
+                pdgh0 = pdgh
+            else:
+                pdgh1 = pdgh
+                phv = <char*>_p(out) + (B * nD * H + H) * isz
+                pdgh0 = <char*>pdgh + (T - 1) * B * nD * GH * isz
+            ph0 = _p(h0a[k * nD + d])
             pwi = _p(wp_ih)
             pdwi = _p(dwi)
             pdwh = _p(dwh)
             pdx = _p(dx)
             with nogil:
                 _gemm_any(f32, True, False, GH, I, T * B, pdg, nD * GH, pin, I, 0.0, pdwi, I)
-                _gemm_any(f32, True, False, GH, H, T * B, pdgh, nD * GH, phv, H, 0.0, pdwh, H)
+                _gemm_any(f32, True, False, GH, H, (T - 1) * B, pdgh1, nD * GH, phv, nD * H,
+                          0.0, pdwh, H)
+                if has_h0:
+                    _gemm_any(f32, True, False, GH, H, B, pdgh0, nD * GH, ph0, H, 1.0, pdwh, H)
                 _gemm_any(f32, False, False, T * B, I, GH, pdg, nD * GH, pwi, I,
                           1.0 if d else 0.0, pdx, I)
             gw = np.empty_like(dwi)
