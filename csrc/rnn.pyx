@@ -67,12 +67,20 @@ cdef extern from *:
         return 0;
     #endif
     }
-    static inline float fnn_rnn_sigmoidf(float x) { return 1.0f / (1.0f + fnn_expf(-x)); }
+    /* sigmoid from e = exp(-|x|) in (0, 1]: 1 / (1 + e) for x >= 0, e / (1 + e) below; the
+       exponential never overflows, so the cheaper exp of a non-positive argument serves
+       (fnn_math.h; below -87.3 it gives 0, so sigmoid(x < -87.3) = 0 instead of a
+       subnormal).  NaN propagates. */
+    static inline float fnn_rnn_sigmoidf(float x) {
+        float e = fnn_expf_nonpos(-fabsf(x));
+        float s = 1.0f / (1.0f + e);
+        return x >= 0.0f ? s : e * s;
+    }
     /* tanh: Cephes' odd polynomial below 0.625 (no cancellation near 0), else
-       1 - 2 / (exp(2|x|) + 1); selects only, so loops calling it vectorise. */
+       (1 - e) / (1 + e), e = exp(-2|x|); selects only, so loops calling it vectorise. */
     static inline float fnn_rnn_tanhf(float x) {
         float ax = fabsf(x);
-        float e = fnn_expf(-2.0f * ax);
+        float e = fnn_expf_nonpos(-2.0f * ax);
         float big = (1.0f - e) / (1.0f + e);
         float z = x * x;
         float p = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z
