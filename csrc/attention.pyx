@@ -151,9 +151,10 @@ cdef inline real _rowmax(const real* x, Py_ssize_t n) noexcept nogil:
     cdef Py_ssize_t c
     cdef real mx = -INFINITY
     if real is float:
-        return fnn_att_max_f(x, n)
-    for c in range(n):
-        mx = x[c] if x[c] > mx else mx
+        mx = fnn_att_max_f(x, n)
+    else:
+        for c in range(n):
+            mx = x[c] if x[c] > mx else mx
     return mx
 
 
@@ -162,9 +163,10 @@ cdef inline double _exp_sum(real* x, Py_ssize_t n, real m) noexcept nogil:
     cdef Py_ssize_t c
     if real is float:
         return fnn_att_exp_sum_f(x, m, n)
-    for c in range(n):
-        x[c] = exp(x[c] - m)
-    return _rowsum(x, n)
+    else:
+        for c in range(n):
+            x[c] = exp(x[c] - m)
+        return _rowsum(x, n)
 
 
 cdef inline void _exp_shift(real* x, Py_ssize_t n, real m) noexcept nogil:
