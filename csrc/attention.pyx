@@ -121,6 +121,7 @@ cdef extern from *:
     float fnn_att_max_f(const float* x, Py_ssize_t n) noexcept nogil
     double fnn_att_exp_sum_f(float* x, float m, Py_ssize_t n) noexcept nogil
     void fnn_att_exp_f(float* x, float m, Py_ssize_t n) noexcept nogil
+    double fnn_dot_f(const float* x, const float* y, Py_ssize_t n) noexcept nogil
 
 cdef extern from "fnn_philox.h" nogil:
     ctypedef struct fnn_philox_out:
@@ -208,17 +209,20 @@ cdef inline double _dot(const real* a, const real* b, Py_ssize_t n) noexcept nog
     cdef double s8[8]
     cdef Py_ssize_t c = 0, u
     cdef double s = 0.0
-    for u in range(8):
-        s8[u] = 0.0
-    while c + 8 <= n:
+    if real is float:               # float lanes folded in double (fnn_reduce.h)
+        s = fnn_dot_f(a, b, n)
+    else:
         for u in range(8):
-            s8[u] += <double>a[c + u] * b[c + u]
-        c += 8
-    for u in range(8):
-        s += s8[u]
-    while c < n:
-        s += <double>a[c] * b[c]
-        c += 1
+            s8[u] = 0.0
+        while c + 8 <= n:
+            for u in range(8):
+                s8[u] += <double>a[c + u] * b[c + u]
+            c += 8
+        for u in range(8):
+            s += s8[u]
+        while c < n:
+            s += <double>a[c] * b[c]
+            c += 1
     return s
 
 
