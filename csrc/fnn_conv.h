@@ -361,4 +361,215 @@ static inline void fnn_col2im_row_##SFX(T* dst, const T* d, ptrdiff_t o0, ptrdif
 
 FNN_COL_DEFINE(float, f)
 FNN_COL_DEFINE(double, d)
+
+/* ---- direct 3x3 stride-1 convolution, float32, AVX2 + FMA (csrc/conv.pyx).
+ * An implicit GEMM with no packing of the input: the image is copied once, tile by tile
+ * of output rows, into zero-padded planes of width We = OW + 2, and output position
+ * p = oh*We + ow then reads input p + i*We + j for tap (i, j) -- a contiguous vector
+ * over p.  A 4 x 24 register tile (4 output channels x 24 positions, 12 accumulators)
+ * runs over the taps of 16 input channels at a time (their rows stay in L1) with the
+ * weights pre-packed as Ap[o/4][c][tap][4]; results land in ct (O x positions, padded
+ * width) and are copied out.  Positions past OW in a row are computed and dropped.
+ * Sums: bias, then channel by channel, taps in row-major order: fixed by the shapes. */
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define FNN_HAVE_CV3 1
+#define FNN_CV3_NR 16
+static inline void fnn_cv3_tile(const float* restrict A, const float* restrict B,
+                                ptrdiff_t plane, ptrdiff_t We, ptrdiff_t nc,
+                                float* restrict C, ptrdiff_t ldc) {
+    __m256 c00 = _mm256_loadu_ps(C), c01 = _mm256_loadu_ps(C + 8);
+    __m256 c10 = _mm256_loadu_ps(C + ldc), c11 = _mm256_loadu_ps(C + ldc + 8);
+    __m256 c20 = _mm256_loadu_ps(C + 2 * ldc), c21 = _mm256_loadu_ps(C + 2 * ldc + 8);
+    __m256 c30 = _mm256_loadu_ps(C + 3 * ldc), c31 = _mm256_loadu_ps(C + 3 * ldc + 8);
+#define FNN_CV3_TAP(ptr, t)                                                              \
+    do {                                                                                 \
+        const float* bp = (ptr);                                                         \
+        __m256 v0 = _mm256_loadu_ps(bp), v1 = _mm256_loadu_ps(bp + 8), a;                \
+        a = _mm256_broadcast_ss(A + 4 * (t));                                            \
+        c00 = _mm256_fmadd_ps(a, v0, c00); c01 = _mm256_fmadd_ps(a, v1, c01);            \
+        a = _mm256_broadcast_ss(A + 4 * (t) + 1);                                        \
+        c10 = _mm256_fmadd_ps(a, v0, c10); c11 = _mm256_fmadd_ps(a, v1, c11);            \
+        a = _mm256_broadcast_ss(A + 4 * (t) + 2);                                        \
+        c20 = _mm256_fmadd_ps(a, v0, c20); c21 = _mm256_fmadd_ps(a, v1, c21);            \
+        a = _mm256_broadcast_ss(A + 4 * (t) + 3);                                        \
+        c30 = _mm256_fmadd_ps(a, v0, c30); c31 = _mm256_fmadd_ps(a, v1, c31);            \
+    } while (0)
+    for (ptrdiff_t c = 0; c < nc; ++c) {
+        const float* r0 = B + c * plane;
+        const float* r1 = r0 + We;
+        const float* r2 = r1 + We;
+        FNN_CV3_TAP(r0, 0); FNN_CV3_TAP(r0 + 1, 1); FNN_CV3_TAP(r0 + 2, 2);
+        FNN_CV3_TAP(r1, 3); FNN_CV3_TAP(r1 + 1, 4); FNN_CV3_TAP(r1 + 2, 5);
+        FNN_CV3_TAP(r2, 6); FNN_CV3_TAP(r2 + 1, 7); FNN_CV3_TAP(r2 + 2, 8);
+        A += 36;
+    }
+#undef FNN_CV3_TAP
+    _mm256_storeu_ps(C, c00); _mm256_storeu_ps(C + 8, c01);
+    _mm256_storeu_ps(C + ldc, c10); _mm256_storeu_ps(C + ldc + 8, c11);
+    _mm256_storeu_ps(C + 2 * ldc, c20); _mm256_storeu_ps(C + 2 * ldc + 8, c21);
+    _mm256_storeu_ps(C + 3 * ldc, c30); _mm256_storeu_ps(C + 3 * ldc + 8, c31);
+}
+
+/* Rows per tile and the padded rows a tile plane holds (the last 24-position block of a
+ * tile reads up to 24 + 2 positions past its last row). */
+static inline ptrdiff_t fnn_cv3_rows(ptrdiff_t C, ptrdiff_t OW, ptrdiff_t OH) {
+    ptrdiff_t We = OW + 2, r = (1 << 15) / (C * We);
+    if (r < 4) r = 4;
+    return r < OH ? r : OH;
+}
+static inline ptrdiff_t fnn_cv3_plane_rows(ptrdiff_t R, ptrdiff_t OW) {
+    return R + 2 + (26 + OW + 1) / (OW + 2) + 1;
+}
+
+/* xp[c, a, b] = x[c, h0 + a, b - pl] for a < PR, b < We, zero outside x */
+static inline void fnn_cv3_pad_tile(const float* restrict x, float* restrict xp, ptrdiff_t C,
+                                    ptrdiff_t H, ptrdiff_t W, ptrdiff_t We, ptrdiff_t PR,
+                                    ptrdiff_t h0, ptrdiff_t pl) {
+    ptrdiff_t c0 = pl > 0 ? pl : 0, c1 = pl + W < We ? pl + W : We;
+    if (c1 < c0) c1 = c0;
+    for (ptrdiff_t c = 0; c < C; ++c)
+        for (ptrdiff_t a = 0; a < PR; ++a) {
+            float* d = xp + (c * PR + a) * We;
+            ptrdiff_t h = h0 + a, b;
+            if (h < 0 || h >= H) { for (b = 0; b < We; ++b) d[b] = 0.f; continue; }
+            const float* sr = x + (c * H + h) * W - pl;
+            for (b = 0; b < c0; ++b) d[b] = 0.f;
+            for (b = c0; b < c1; ++b) d[b] = sr[b];
+            for (b = c1; b < We; ++b) d[b] = 0.f;
+        }
+}
+
+/* d_weight: acc[o/4, c, i] holds 4 x 3 vectors (output channel o%4, tap column j) of
+ * 8 lanes; += sum over the tile's positions p of dyp[o, p] * xp[c, p + i*We + j], where
+ * dyp is dy on the padded width with zeros past OW (n positions, a multiple of 8). */
+static inline void fnn_cv3_wgrad_tile(const float* restrict dyp, ptrdiff_t ldd,
+                                      const float* restrict xp, ptrdiff_t plane,
+                                      ptrdiff_t We, ptrdiff_t n, ptrdiff_t C, ptrdiff_t O,
+                                      float* restrict acc) {
+    for (ptrdiff_t ob = 0; ob < O; ob += 4) {
+        const float* d0 = dyp + ob * ldd;
+        const float* d1 = d0 + ldd;
+        const float* d2 = d1 + ldd;
+        const float* d3 = d2 + ldd;
+        for (ptrdiff_t c = 0; c < C; ++c)
+            for (ptrdiff_t i = 0; i < 3; ++i) {
+                float* A = acc + (((ob / 4) * C + c) * 3 + i) * 96;
+                const float* xr = xp + c * plane + i * We;
+                __m256 a00 = _mm256_loadu_ps(A), a01 = _mm256_loadu_ps(A + 8);
+                __m256 a02 = _mm256_loadu_ps(A + 16), a10 = _mm256_loadu_ps(A + 24);
+                __m256 a11 = _mm256_loadu_ps(A + 32), a12 = _mm256_loadu_ps(A + 40);
+                __m256 a20 = _mm256_loadu_ps(A + 48), a21 = _mm256_loadu_ps(A + 56);
+                __m256 a22 = _mm256_loadu_ps(A + 64), a30 = _mm256_loadu_ps(A + 72);
+                __m256 a31 = _mm256_loadu_ps(A + 80), a32 = _mm256_loadu_ps(A + 88);
+                for (ptrdiff_t p = 0; p < n; p += 8) {
+                    __m256 x0 = _mm256_loadu_ps(xr + p), x1 = _mm256_loadu_ps(xr + p + 1);
+                    __m256 x2 = _mm256_loadu_ps(xr + p + 2), g;
+                    g = _mm256_loadu_ps(d0 + p);
+                    a00 = _mm256_fmadd_ps(g, x0, a00); a01 = _mm256_fmadd_ps(g, x1, a01);
+                    a02 = _mm256_fmadd_ps(g, x2, a02);
+                    g = _mm256_loadu_ps(d1 + p);
+                    a10 = _mm256_fmadd_ps(g, x0, a10); a11 = _mm256_fmadd_ps(g, x1, a11);
+                    a12 = _mm256_fmadd_ps(g, x2, a12);
+                    g = _mm256_loadu_ps(d2 + p);
+                    a20 = _mm256_fmadd_ps(g, x0, a20); a21 = _mm256_fmadd_ps(g, x1, a21);
+                    a22 = _mm256_fmadd_ps(g, x2, a22);
+                    g = _mm256_loadu_ps(d3 + p);
+                    a30 = _mm256_fmadd_ps(g, x0, a30); a31 = _mm256_fmadd_ps(g, x1, a31);
+                    a32 = _mm256_fmadd_ps(g, x2, a32);
+                }
+                _mm256_storeu_ps(A, a00); _mm256_storeu_ps(A + 8, a01);
+                _mm256_storeu_ps(A + 16, a02); _mm256_storeu_ps(A + 24, a10);
+                _mm256_storeu_ps(A + 32, a11); _mm256_storeu_ps(A + 40, a12);
+                _mm256_storeu_ps(A + 48, a20); _mm256_storeu_ps(A + 56, a21);
+                _mm256_storeu_ps(A + 64, a22); _mm256_storeu_ps(A + 72, a30);
+                _mm256_storeu_ps(A + 80, a31); _mm256_storeu_ps(A + 88, a32);
+            }
+    }
+}
+
+/* One image's d_weight added into acc (see fnn_cv3_wgrad_tile); xp as fnn_cv3_image,
+ * dyp: O * (R * We + 8) floats of scratch. */
+static inline void fnn_cv3_wgrad_image(const float* restrict x, const float* restrict dy,
+                                       float* restrict acc, ptrdiff_t C, ptrdiff_t H,
+                                       ptrdiff_t W, ptrdiff_t O, ptrdiff_t OH, ptrdiff_t OW,
+                                       ptrdiff_t pt, ptrdiff_t pl, float* restrict xp,
+                                       float* restrict dyp) {
+    ptrdiff_t We = OW + 2, R = fnn_cv3_rows(C, OW, OH), PR = fnn_cv3_plane_rows(R, OW);
+    ptrdiff_t ldd = R * We + 8;
+    for (ptrdiff_t r0 = 0; r0 < OH; r0 += R) {
+        ptrdiff_t R1 = r0 + R < OH ? R : OH - r0, n = (R1 * We + 7) / 8 * 8;
+        fnn_cv3_pad_tile(x, xp, C, H, W, We, PR, r0 - pt, pl);
+        for (ptrdiff_t o = 0; o < O; ++o) {
+            float* d = dyp + o * ldd;
+            const float* g = dy + (o * OH + r0) * OW;
+            ptrdiff_t q;
+            for (ptrdiff_t r = 0; r < R1; ++r) {
+                for (q = 0; q < OW; ++q) d[r * We + q] = g[r * OW + q];
+                d[r * We + OW] = 0.f; d[r * We + OW + 1] = 0.f;
+            }
+            for (q = R1 * We; q < n; ++q) d[q] = 0.f;
+        }
+        fnn_cv3_wgrad_tile(dyp, ldd, xp, PR * We, We, n, C, O, acc);
+    }
+}
+
+/* dw[o, c, i, j] = the 8 lanes of acc for (o, c, i, j) added in a fixed tree */
+static inline void fnn_cv3_wgrad_reduce(const float* restrict acc, float* restrict dw,
+                                        ptrdiff_t C, ptrdiff_t O) {
+    for (ptrdiff_t o = 0; o < O; ++o)
+        for (ptrdiff_t c = 0; c < C; ++c)
+            for (ptrdiff_t i = 0; i < 3; ++i)
+                for (ptrdiff_t j = 0; j < 3; ++j) {
+                    const float* a = acc + (((o / 4) * C + c) * 3 + i) * 96 + ((o % 4) * 3 + j) * 8;
+                    dw[((o * C + c) * 3 + i) * 3 + j] =
+                        ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+                }
+}
+
+/* One image: x (C, H, W) -> y (O, OH, OW); xp: C * plane_rows * We floats, ct: O *
+ * (R * We + 24) floats of scratch. */
+static inline void fnn_cv3_image(const float* restrict x, const float* restrict Ap,
+                                 const float* bias, float* restrict y, ptrdiff_t C,
+                                 ptrdiff_t H, ptrdiff_t W, ptrdiff_t O, ptrdiff_t OH,
+                                 ptrdiff_t OW, ptrdiff_t pt, ptrdiff_t pl,
+                                 float* restrict xp, float* restrict ct) {
+    ptrdiff_t We = OW + 2, R = fnn_cv3_rows(C, OW, OH), PR = fnn_cv3_plane_rows(R, OW);
+    ptrdiff_t plane = PR * We, ldc = R * We + 24;
+    for (ptrdiff_t r0 = 0; r0 < OH; r0 += R) {
+        ptrdiff_t R1 = r0 + R < OH ? R : OH - r0, np = R1 * We;
+        fnn_cv3_pad_tile(x, xp, C, H, W, We, PR, r0 - pt, pl);
+        for (ptrdiff_t o = 0; o < O; ++o) {
+            float bo = bias ? bias[o] : 0.f;
+            for (ptrdiff_t q = 0; q < ldc; ++q) ct[o * ldc + q] = bo;
+        }
+        for (ptrdiff_t pb = 0; pb < np; pb += FNN_CV3_NR)
+            for (ptrdiff_t cb = 0; cb < C; cb += 16) {
+                ptrdiff_t nc = C - cb < 16 ? C - cb : 16;
+                for (ptrdiff_t ob = 0; ob < O; ob += 4)
+                    fnn_cv3_tile(Ap + (ob * C + cb * 4) * 9, xp + cb * plane + pb, plane, We,
+                                 nc, ct + ob * ldc + pb, ldc);
+            }
+        for (ptrdiff_t o = 0; o < O; ++o)
+            for (ptrdiff_t oh = 0; oh < R1; ++oh) {
+                const float* sr = ct + o * ldc + oh * We;
+                float* d = y + (o * OH + r0 + oh) * OW;
+                for (ptrdiff_t ow = 0; ow < OW; ++ow) d[ow] = sr[ow];
+            }
+    }
+}
+#else   /* never called: FNN_HAVE_CV3 == 0 keeps the GEMM paths */
+#define FNN_HAVE_CV3 0
+static inline ptrdiff_t fnn_cv3_rows(ptrdiff_t C, ptrdiff_t OW, ptrdiff_t OH) { return 1; }
+static inline ptrdiff_t fnn_cv3_plane_rows(ptrdiff_t R, ptrdiff_t OW) { return 1; }
+static inline void fnn_cv3_image(const float* x, const float* Ap, const float* bias, float* y,
+                                 ptrdiff_t C, ptrdiff_t H, ptrdiff_t W, ptrdiff_t O,
+                                 ptrdiff_t OH, ptrdiff_t OW, ptrdiff_t pt, ptrdiff_t pl,
+                                 float* xp, float* ct) {}
+static inline void fnn_cv3_wgrad_image(const float* x, const float* dy, float* acc, ptrdiff_t C,
+                                       ptrdiff_t H, ptrdiff_t W, ptrdiff_t O, ptrdiff_t OH,
+                                       ptrdiff_t OW, ptrdiff_t pt, ptrdiff_t pl, float* xp,
+                                       float* dyp) {}
+static inline void fnn_cv3_wgrad_reduce(const float* acc, float* dw, ptrdiff_t C, ptrdiff_t O) {}
+#endif
 #endif

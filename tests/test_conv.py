@@ -67,6 +67,7 @@ def test_conv2d_module_matches_torch(cfg, dtype, threads):
     ((6, 16, 20, 20), (24, 16, 3, 3), dict(padding=1)),          # im2col, several tiles
     ((5, 32, 18, 18), (16, 32, 1, 1), {}),                         # 1x1 plain GEMM
     ((6, 24, 21, 20), (24, 1, 3, 3), dict(padding=1, groups=24)),  # depthwise
+    ((3, 64, 30, 20), (8, 64, 3, 3), dict(padding=1)),             # direct 3x3, row tiles
     ((5, 12, 17, 19), (12, 6, 3, 3), dict(padding=2, dilation=2, groups=2, stride=2)),
 ])
 def test_conv2d_bit_identical_across_threads(shape, wshape, kw):

@@ -46,6 +46,13 @@ CASES = [
     _case("conv2d_depthwise_5x5_same_even", (1, 2, 6, 5), (2, 1, 4, 5), groups=2, padding="same"),
     _case("conv2d_depthwise_big_padding", (1, 2, 3, 2), (2, 1, 3, 3), False, groups=2, padding=4),
     _case("conv2d_depthwise_wide", (1, 2, 3, 300), (2, 1, 3, 3), groups=2, padding=(0, 1)),
+    # the direct 3x3 stride-1 kernel (float32 with AVX2: >= 4 input channels, output
+    # channels a multiple of 4): padding 0/1/2 and asymmetric, one-column outputs
+    # (several row tiles per image: tests/test_conv.py, too slow for the cuda simulator)
+    _case("conv2d_3x3_direct", (2, 8, 6, 7), (8, 8, 3, 3), padding=1),
+    _case("conv2d_3x3_direct_valid_narrow", (1, 4, 5, 3), (4, 4, 3, 3), False),
+    _case("conv2d_3x3_direct_pad2", (1, 4, 4, 5), (12, 4, 3, 3), padding=2),
+    _case("conv2d_3x3_direct_pad_pair", (2, 5, 5, 6), (4, 5, 3, 3), padding=(0, 1)),
     _case("conv2d_1x1", (2, 4, 3, 3), (5, 4, 1, 1)),
     _case("conv2d_1x1_stride2", (1, 3, 5, 5), (2, 3, 1, 1), stride=2),
     _case("conv2d_1x1_groups", (1, 4, 2, 3), (6, 2, 1, 1), groups=2),
