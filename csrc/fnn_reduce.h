@@ -38,6 +38,40 @@
         }                                                                                \
     } while (0)
 
+/* FNN_FLOAT_SUM with the 32-element steps on four AVX2 accumulators: VSTEP(acc, j)
+   adds the vector term of elements j .. j+7 into the __m256 acc.  The same lanes hold
+   the same terms as in FNN_FLOAT_SUM (lane k: the elements = k mod 32 of the block),
+   so the two give the same sum; this one keeps the lanes in registers (no zeroed
+   array per block: it matters for short rows). */
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define FNN_FLOAT_SUM_V(n, EXPR, VSTEP, total)                                            \
+    do {                                                                                 \
+        ptrdiff_t _b0;                                                                   \
+        total = 0.0;                                                                     \
+        for (_b0 = 0; _b0 < (n); _b0 += FNN_BLOCK) {                                     \
+            ptrdiff_t _b1 = _b0 + FNN_BLOCK < (n) ? _b0 + FNN_BLOCK : (n);                \
+            float _a[32];                                                                \
+            __m256 _s0 = _mm256_setzero_ps(), _s1 = _s0, _s2 = _s0, _s3 = _s0;           \
+            ptrdiff_t _j = _b0;                                                          \
+            for (; _j + 32 <= _b1; _j += 32) {                                           \
+                VSTEP(_s0, _j); VSTEP(_s1, _j + 8); VSTEP(_s2, _j + 16); VSTEP(_s3, _j + 24); \
+            }                                                                            \
+            _mm256_storeu_ps(_a, _s0); _mm256_storeu_ps(_a + 8, _s1);                    \
+            _mm256_storeu_ps(_a + 16, _s2); _mm256_storeu_ps(_a + 24, _s3);              \
+            for (; _j < _b1; ++_j) { ptrdiff_t i = _j; _a[_j & 31] += (EXPR); }           \
+            total += FNN_FOLD32(_a);                                                     \
+        }                                                                                \
+    } while (0)
+#define FNN_VSTEP_SUM(acc, j) acc = _mm256_add_ps(acc, _mm256_loadu_ps(x + (j)))
+#define FNN_VSTEP_SQDEV(acc, j) do { __m256 _d = _mm256_sub_ps(_mm256_loadu_ps(x + (j)), _vc); \
+                                     acc = _mm256_fmadd_ps(_d, _d, acc); } while (0)
+#define FNN_VSTEP_DOT(acc, j) acc = _mm256_fmadd_ps(_mm256_loadu_ps(x + (j)), _mm256_loadu_ps(y + (j)), acc)
+#define FNN_SUM_F(n, EXPR, VSTEP, total) FNN_FLOAT_SUM_V(n, EXPR, VSTEP, total)
+#else
+#define FNN_SUM_F(n, EXPR, VSTEP, total) FNN_FLOAT_SUM(n, EXPR, total)
+#endif
+
 #define FNN_DOUBLE_SUM(n, EXPR, total)                                                    \
     do {                                                                                 \
         double _a[16] = {0};                                                             \
@@ -49,11 +83,15 @@
     } while (0)
 
 static inline double fnn_sum_f(const float* x, ptrdiff_t n) {
-    double t; FNN_FLOAT_SUM(n, x[i], t); return t;
+    double t; FNN_SUM_F(n, x[i], FNN_VSTEP_SUM, t); return t;
 }
 static inline double fnn_sumsq_dev_f(const float* x, ptrdiff_t n, double c) {
     /* the deviations are formed in float: x and c = mean are within the row's range */
-    float cf = (float)c; double t; FNN_FLOAT_SUM(n, (x[i] - cf) * (x[i] - cf), t);
+    float cf = (float)c; double t;
+#if defined(__AVX2__) && defined(__FMA__)
+    __m256 _vc = _mm256_set1_ps(cf);
+#endif
+    FNN_SUM_F(n, (x[i] - cf) * (x[i] - cf), FNN_VSTEP_SQDEV, t);
     if (!(t <= 1e300)) {
         /* a float square overflowed (|x - mean| > 1.8e19) or the row holds inf/NaN:
            redo the row in double (rare, so the fast path above stays float) */
@@ -62,7 +100,7 @@ static inline double fnn_sumsq_dev_f(const float* x, ptrdiff_t n, double c) {
     return t;
 }
 static inline double fnn_dot_f(const float* x, const float* y, ptrdiff_t n) {
-    double t; FNN_FLOAT_SUM(n, x[i] * y[i], t); return t;
+    double t; FNN_SUM_F(n, x[i] * y[i], FNN_VSTEP_DOT, t); return t;
 }
 static inline double fnn_sum_d(const double* x, ptrdiff_t n) {
     double t; FNN_DOUBLE_SUM(n, x[i], t); return t;

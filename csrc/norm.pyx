@@ -19,7 +19,7 @@ cnp.import_array()
 
 include "fnn_runtime.pxi"
 
-OPS = ("layer_norm", "layer_norm_backward")
+OPS = ("layer_norm", "layer_norm_backward", "layer_norm_infer")
 
 
 cdef extern from "fnn_norm.h" nogil:
@@ -97,6 +97,40 @@ def layer_norm(cnp.ndarray x, object weight, object bias, Py_ssize_t D, double e
                             <const double*>pw, <const double*>pb, rows, D, eps,
                             <double*>cnp.PyArray_DATA(stats), <double*>cnp.PyArray_DATA(stats) + rows)
     return y, (x, weight, bias is not None, stats, D)
+
+
+cdef enum:
+    _STACK_ROWS = 64    # layer_norm_infer keeps the statistics of this many rows on the stack
+
+
+def layer_norm_infer(cnp.ndarray x, object weight, object bias, Py_ssize_t D, double eps):
+    """layer_norm_infer(x, weight, bias, D, eps) -> y: layer_norm's output alone
+    (inference-only).  Same arguments and kernel as layer_norm; the per-row statistics
+    go to scratch memory instead of a saved array -- the small-call latency path."""
+    cdef Py_ssize_t rows = cnp.PyArray_SIZE(x) // D if D else 0
+    cdef cnp.ndarray y = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(x), cnp.PyArray_DIMS(x),
+                                           cnp.PyArray_TYPE(x), 0)
+    cdef double stack[2 * _STACK_ROWS]
+    cdef void* scratch = <void*>stack
+    if rows > _STACK_ROWS:
+        scratch = malloc(2 * rows * sizeof(double))
+        if scratch == NULL:
+            raise MemoryError()
+    cdef void* pw = _ptr(weight)
+    cdef void* pb = _ptr(bias)
+    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
+        with nogil:
+            _ln_fwd[float](<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(y),
+                           <const float*>pw, <const float*>pb, rows, D, eps,
+                           <float*>scratch, <float*>scratch + rows)
+    else:
+        with nogil:
+            _ln_fwd[double](<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(y),
+                            <const double*>pw, <const double*>pb, rows, D, eps,
+                            <double*>scratch, <double*>scratch + rows)
+    if scratch != <void*>stack:
+        free(scratch)
+    return y
 
 
 cdef void _ln_bwd(const real* dy, const real* x, const real* w, const real* mean,

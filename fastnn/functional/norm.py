@@ -78,5 +78,5 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
                 and (bias is None or bias.shape == (D,))):
             be = host_backend()
             if be is not None:
-                return be.layer_norm(x, weight, bias, D, eps)[0]
+                return be.layer_norm_infer(x, weight, bias, D, eps)
     return layer_norm_fwd(x, normalized_shape, weight, bias, eps)[0]

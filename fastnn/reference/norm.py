@@ -3,7 +3,7 @@ import numpy as np
 
 from ._util import cast, f64
 
-OPS = ("layer_norm", "layer_norm_backward")
+OPS = ("layer_norm", "layer_norm_backward", "layer_norm_infer")
 
 
 def layer_norm(x, weight, bias, D, eps):
@@ -37,3 +37,8 @@ def layer_norm_backward(dy, saved):
     if db is not None:
         db = cast(db.reshape(weight.shape if weight is not None else (D,)), x)
     return cast(dx.reshape(x.shape), x), dw, db
+
+
+def layer_norm_infer(x, weight, bias, D, eps):
+    """layer_norm's output alone (inference-only: returns just y, saves nothing)."""
+    return layer_norm(x, weight, bias, D, eps)[0]
