@@ -12,10 +12,10 @@
 #   * direct 3x3 stride 1 (float32, AVX2 builds; groups 1, output channels a multiple of
 #     4): an implicit GEMM in fnn_conv.h that reads the input through zero-padded row
 #     tiles instead of packing a column matrix (OpenBLAS packs every operand on every
-#     call: ~7% of the time at 64 channels), 4 x 16 register tiles over 16-channel blocks.
-#     Its d_weight twin sums dy * shifted input rows in vector lanes per image chunk.
-#     16x64x56x56 -> 64, one thread: forward 48 -> 44 ms (86% of sgemm), fwd+bwd 153 ->
-#     135 ms.
+#     call: ~7% of the time at 64 channels), 6 x 16 register tiles (4 x 16 for the last
+#     output channels) over 16-channel blocks.  Its d_weight twin sums dy * shifted input
+#     rows in vector lanes per image chunk.  16x64x56x56 -> 64, one thread: forward
+#     48 -> 43.5 ms (~89% of sgemm), fwd+bwd 153 -> 132 ms.
 #   * backward with stride 1: d_input is the forward convolution of dy with the flipped,
 #     transposed weights (padding dilation*(k-1) - padding), so it runs on the forward
 #     kernels above instead of d_col GEMM + col2im.
@@ -65,6 +65,7 @@ cdef extern from "fnn_conv.h" nogil:
     void fnn_col2im_row_f(float* dst, const float* d, Py_ssize_t o0, Py_ssize_t o1, Py_ssize_t s)
     void fnn_col2im_row_d(double* dst, const double* d, Py_ssize_t o0, Py_ssize_t o1, Py_ssize_t s)
     int FNN_HAVE_CV3
+    Py_ssize_t fnn_cv3_o6(Py_ssize_t O)
     Py_ssize_t fnn_cv3_rows(Py_ssize_t C, Py_ssize_t OW, Py_ssize_t OH)
     Py_ssize_t fnn_cv3_plane_rows(Py_ssize_t R, Py_ssize_t OW)
     void fnn_cv3_image(const float* x, const float* Ap, const float* bias, float* y, Py_ssize_t C,
@@ -663,12 +664,24 @@ def conv2d(cnp.ndarray x, cnp.ndarray weight, object bias, tuple stride, tuple p
     return y, (x, weight, bias is not None, stride, padding, dilation, groups)
 
 
+cdef cnp.ndarray _pack_cv3(cnp.ndarray weight, Py_ssize_t O, Py_ssize_t C):
+    cdef Py_ssize_t o6 = fnn_cv3_o6(O)
+    w = (<object>weight).reshape(O, C, 9)
+    parts = []
+    if o6 > 0:
+        parts.append(w[:o6].reshape(o6 // 6, 6, C, 9).transpose(0, 2, 3, 1).ravel())
+    if O > o6:
+        parts.append(w[o6:].reshape((O - o6) // 4, 4, C, 9).transpose(0, 2, 3, 1).ravel())
+    return np.ascontiguousarray(np.concatenate(parts))
+
+
 cdef _conv_fwd_call(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, Geo* g, int nt,
                     bint f32):
     cdef cnp.ndarray ap
     if f32 and _cv3_ok(g):
-        # weights packed for the direct kernel: ap[o // 4, c, i*3 + j, o % 4] = w[o, c, i, j]
-        ap = np.ascontiguousarray((<object>weight).reshape(g.O // 4, 4, g.C, 9).transpose(0, 2, 3, 1))
+        # weights packed for the direct kernel, by blocks of 6 then 4 output channels:
+        # block [o0, o0 + m) holds w[o0 + r, c, i, j] at (c, i*3 + j, r)
+        ap = _pack_cv3(weight, g.O, g.C)
         with nogil:
             _fwd_cv3(<const float*>cnp.PyArray_DATA(x), <const float*>cnp.PyArray_DATA(ap),
                      <const float*>pb, <float*>cnp.PyArray_DATA(y), g, nt)

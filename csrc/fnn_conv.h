@@ -411,6 +411,55 @@ static inline void fnn_cv3_tile(const float* restrict A, const float* restrict B
     _mm256_storeu_ps(C + 3 * ldc, c30); _mm256_storeu_ps(C + 3 * ldc + 8, c31);
 }
 
+/* the same over 6 output channels: 12 accumulators hide the FMA latency better */
+static inline void fnn_cv3_tile6(const float* restrict A, const float* restrict B,
+                                 ptrdiff_t plane, ptrdiff_t We, ptrdiff_t nc,
+                                 float* restrict C, ptrdiff_t ldc) {
+    __m256 c00 = _mm256_loadu_ps(C), c01 = _mm256_loadu_ps(C + 8);
+    __m256 c10 = _mm256_loadu_ps(C + ldc), c11 = _mm256_loadu_ps(C + ldc + 8);
+    __m256 c20 = _mm256_loadu_ps(C + 2 * ldc), c21 = _mm256_loadu_ps(C + 2 * ldc + 8);
+    __m256 c30 = _mm256_loadu_ps(C + 3 * ldc), c31 = _mm256_loadu_ps(C + 3 * ldc + 8);
+    __m256 c40 = _mm256_loadu_ps(C + 4 * ldc), c41 = _mm256_loadu_ps(C + 4 * ldc + 8);
+    __m256 c50 = _mm256_loadu_ps(C + 5 * ldc), c51 = _mm256_loadu_ps(C + 5 * ldc + 8);
+#define FNN_CV3_TAP6(ptr, t)                                                             \
+    do {                                                                                 \
+        const float* bp = (ptr);                                                         \
+        __m256 v0 = _mm256_loadu_ps(bp), v1 = _mm256_loadu_ps(bp + 8), a;                \
+        a = _mm256_broadcast_ss(A + 6 * (t));                                            \
+        c00 = _mm256_fmadd_ps(a, v0, c00); c01 = _mm256_fmadd_ps(a, v1, c01);            \
+        a = _mm256_broadcast_ss(A + 6 * (t) + 1);                                        \
+        c10 = _mm256_fmadd_ps(a, v0, c10); c11 = _mm256_fmadd_ps(a, v1, c11);            \
+        a = _mm256_broadcast_ss(A + 6 * (t) + 2);                                        \
+        c20 = _mm256_fmadd_ps(a, v0, c20); c21 = _mm256_fmadd_ps(a, v1, c21);            \
+        a = _mm256_broadcast_ss(A + 6 * (t) + 3);                                        \
+        c30 = _mm256_fmadd_ps(a, v0, c30); c31 = _mm256_fmadd_ps(a, v1, c31);            \
+        a = _mm256_broadcast_ss(A + 6 * (t) + 4);                                        \
+        c40 = _mm256_fmadd_ps(a, v0, c40); c41 = _mm256_fmadd_ps(a, v1, c41);            \
+        a = _mm256_broadcast_ss(A + 6 * (t) + 5);                                        \
+        c50 = _mm256_fmadd_ps(a, v0, c50); c51 = _mm256_fmadd_ps(a, v1, c51);            \
+    } while (0)
+    for (ptrdiff_t c = 0; c < nc; ++c) {
+        const float* r0 = B + c * plane;
+        const float* r1 = r0 + We;
+        const float* r2 = r1 + We;
+        FNN_CV3_TAP6(r0, 0); FNN_CV3_TAP6(r0 + 1, 1); FNN_CV3_TAP6(r0 + 2, 2);
+        FNN_CV3_TAP6(r1, 3); FNN_CV3_TAP6(r1 + 1, 4); FNN_CV3_TAP6(r1 + 2, 5);
+        FNN_CV3_TAP6(r2, 6); FNN_CV3_TAP6(r2 + 1, 7); FNN_CV3_TAP6(r2 + 2, 8);
+        A += 54;
+    }
+#undef FNN_CV3_TAP6
+    _mm256_storeu_ps(C, c00); _mm256_storeu_ps(C + 8, c01);
+    _mm256_storeu_ps(C + ldc, c10); _mm256_storeu_ps(C + ldc + 8, c11);
+    _mm256_storeu_ps(C + 2 * ldc, c20); _mm256_storeu_ps(C + 2 * ldc + 8, c21);
+    _mm256_storeu_ps(C + 3 * ldc, c30); _mm256_storeu_ps(C + 3 * ldc + 8, c31);
+    _mm256_storeu_ps(C + 4 * ldc, c40); _mm256_storeu_ps(C + 4 * ldc + 8, c41);
+    _mm256_storeu_ps(C + 5 * ldc, c50); _mm256_storeu_ps(C + 5 * ldc + 8, c51);
+}
+
+/* Output channels [0, o6) go in blocks of 6, the rest (a multiple of 4) in blocks of 4:
+ * o6 = the largest multiple of 12 <= O (6a + 4b = O with a even, O % 4 == 0). */
+static inline ptrdiff_t fnn_cv3_o6(ptrdiff_t O) { return O / 12 * 12; }
+
 /* Rows per tile and the padded rows a tile plane holds (the last 24-position block of a
  * tile reads up to 24 + 2 positions past its last row). */
 static inline ptrdiff_t fnn_cv3_rows(ptrdiff_t C, ptrdiff_t OW, ptrdiff_t OH) {
@@ -546,7 +595,11 @@ static inline void fnn_cv3_image(const float* restrict x, const float* restrict 
         for (ptrdiff_t pb = 0; pb < np; pb += FNN_CV3_NR)
             for (ptrdiff_t cb = 0; cb < C; cb += 16) {
                 ptrdiff_t nc = C - cb < 16 ? C - cb : 16;
-                for (ptrdiff_t ob = 0; ob < O; ob += 4)
+                ptrdiff_t ob = 0, o6 = fnn_cv3_o6(O);
+                for (; ob < o6; ob += 6)
+                    fnn_cv3_tile6(Ap + (ob * C + cb * 6) * 9, xp + cb * plane + pb, plane, We,
+                                  nc, ct + ob * ldc + pb, ldc);
+                for (; ob < O; ob += 4)
                     fnn_cv3_tile(Ap + (ob * C + cb * 4) * 9, xp + cb * plane + pb, plane, We,
                                  nc, ct + ob * ldc + pb, ldc);
             }
@@ -560,6 +613,7 @@ static inline void fnn_cv3_image(const float* restrict x, const float* restrict 
 }
 #else   /* never called: FNN_HAVE_CV3 == 0 keeps the GEMM paths */
 #define FNN_HAVE_CV3 0
+static inline ptrdiff_t fnn_cv3_o6(ptrdiff_t O) { return 0; }
 static inline ptrdiff_t fnn_cv3_rows(ptrdiff_t C, ptrdiff_t OW, ptrdiff_t OH) { return 1; }
 static inline ptrdiff_t fnn_cv3_plane_rows(ptrdiff_t R, ptrdiff_t OW) { return 1; }
 static inline void fnn_cv3_image(const float* x, const float* Ap, const float* bias, float* y,

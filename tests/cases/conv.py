@@ -49,7 +49,7 @@ CASES = [
     # the direct 3x3 stride-1 kernel (float32 with AVX2: >= 4 input channels, output
     # channels a multiple of 4): padding 0/1/2 and asymmetric, one-column outputs
     # (several row tiles per image: tests/test_conv.py, too slow for the cuda simulator)
-    _case("conv2d_3x3_direct", (2, 8, 6, 7), (8, 8, 3, 3), padding=1),
+    _case("conv2d_3x3_direct", (2, 8, 6, 7), (16, 8, 3, 3), padding=1),
     _case("conv2d_3x3_direct_valid_narrow", (1, 4, 5, 3), (4, 4, 3, 3), False),
     _case("conv2d_3x3_direct_pad2", (1, 4, 4, 5), (12, 4, 3, 3), padding=2),
     _case("conv2d_3x3_direct_pad_pair", (2, 5, 5, 6), (4, 5, 3, 3), padding=(0, 1)),
