@@ -53,7 +53,10 @@ cdef inline Py_ssize_t _rows(cnp.ndarray x):
 # fastnn's OpenMP threads, and BLAS is held to one thread meanwhile (no stacked pools).
 cdef enum:
     _MIN_BLOCK_ROWS = 256
+    _MIN_SPLIT_ROWS = 128    # rows of a block when a short C is split in two or three
+    _MIN_BLOCK_COLS = 64
     _MAX_BLOCKS = 16
+    _MAX_COL_BLOCKS = 8
     _SERIAL_MACS = 131072    # below this OpenBLAS never threads: call it directly
 
 
@@ -64,21 +67,47 @@ cdef inline int _nblocks(Py_ssize_t M) noexcept nogil:
     return <int>(nb if nb < _MAX_BLOCKS else _MAX_BLOCKS)
 
 
-cdef void _gemm_rows(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, real beta,
-                     const real* A, Py_ssize_t lda, const real* B, Py_ssize_t ldb,
-                     real* C, Py_ssize_t ldc, int nblk, int nt) noexcept nogil:
-    """C[M, N] = op(A) op(B) + beta C, the rows of C in ``nblk`` fixed blocks."""
+cdef inline void _split(Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, int* bm, int* bn) noexcept nogil:
+    """Fixed blocks of C (M x N) for a big GEMM, from the shape alone (so results do not
+    depend on the thread count): row blocks of >= 256 rows; a C with fewer rows (the
+    weight gradient of a narrow layer: M = out_features) in blocks of >= 128 rows, or
+    else in column blocks of >= 64 columns -- so it runs on every thread too."""
+    cdef Py_ssize_t nb
+    bm[0] = 1
+    bn[0] = 1
+    if M * N * K <= _SERIAL_MACS:
+        return
+    bm[0] = _nblocks(M)
+    if bm[0] >= 2:
+        return
+    nb = M // _MIN_SPLIT_ROWS
+    if nb >= 2:
+        bm[0] = <int>nb
+        return
+    nb = N // _MIN_BLOCK_COLS
+    if nb >= 2:
+        bn[0] = <int>(nb if nb < _MAX_COL_BLOCKS else _MAX_COL_BLOCKS)
+
+
+cdef void _gemm_blocks(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, real beta,
+                       const real* A, Py_ssize_t lda, const real* B, Py_ssize_t ldb,
+                       real* C, Py_ssize_t ldc, int bm, int bn, int nt) noexcept nogil:
+    """C[M, N] = op(A) op(B) + beta C in bm x bn fixed blocks of C, each one
+    single-threaded BLAS call, the blocks shared out over ``nt`` threads."""
     cdef int b
-    cdef Py_ssize_t m0, m1
-    if nblk <= 1:
+    cdef Py_ssize_t m0, m1, n0, n1
+    if bm * bn <= 1:
         gemm(ta, tb, <int>M, <int>N, <int>K, <real>1.0, A, <int>lda, B, <int>ldb, beta, C, <int>ldc)
         return
-    for b in prange(nblk, schedule="static", num_threads=nt):
-        m0 = (M * b) // nblk
-        m1 = (M * (b + 1)) // nblk
-        gemm(ta, tb, <int>(m1 - m0), <int>N, <int>K, <real>1.0,
-             (A + m0) if ta else (A + m0 * lda), <int>lda, B, <int>ldb, beta,
-             C + m0 * ldc, <int>ldc)
+    for b in prange(bm * bn, schedule="static", num_threads=nt):
+        m0 = (M * (b // bn)) // bm
+        m1 = (M * (b // bn + 1)) // bm
+        n0 = (N * (b % bn)) // bn
+        n1 = (N * (b % bn + 1)) // bn
+        gemm(ta, tb, <int>(m1 - m0), <int>(n1 - n0), <int>K, <real>1.0,
+             (A + m0) if ta else (A + m0 * lda), <int>lda,
+             (B + n0 * ldb) if tb else (B + n0), <int>ldb, beta,
+             C + m0 * ldc + n0, <int>ldc)
 
 
 cdef object _blas_guard(Py_ssize_t M, Py_ssize_t N, Py_ssize_t K):
@@ -114,28 +143,29 @@ def linear(cnp.ndarray x, cnp.ndarray weight, object bias):
     # workers); measured 2-4x slower GEMMs on a 2-core machine.  They are memory-bound
     # and small next to the GEMM, and their chunking does not depend on nt.
     cdef int nt = 1
-    cdef int nblk = _nblocks(rows) if rows * n_out * n_in > _SERIAL_MACS else 1
-    cdef int nt_g = nblk if nblk < _num_threads else _num_threads
+    cdef int bm, bn
+    _split(rows, n_out, n_in, &bm, &bn)
+    cdef int nt_g = bm * bn if bm * bn < _num_threads else _num_threads
     if x.dtype == np.float32:
         if bias is not None:
             b = bias
             _fill_bias(<float*>cnp.PyArray_DATA(y), <const float*>cnp.PyArray_DATA(b), rows, n_out, nt)
         with _blas_guard(rows, n_out, n_in):
             with nogil:
-                _gemm_rows[float](False, True, rows, n_out, n_in, 1.0 if bias is not None else 0.0,
+                _gemm_blocks[float](False, True, rows, n_out, n_in, 1.0 if bias is not None else 0.0,
                                   <const float*>cnp.PyArray_DATA(x), n_in,
                                   <const float*>cnp.PyArray_DATA(weight), n_in,
-                                  <float*>cnp.PyArray_DATA(y), n_out, nblk, nt_g)
+                                  <float*>cnp.PyArray_DATA(y), n_out, bm, bn, nt_g)
     else:
         if bias is not None:
             b = bias
             _fill_bias(<double*>cnp.PyArray_DATA(y), <const double*>cnp.PyArray_DATA(b), rows, n_out, nt)
         with _blas_guard(rows, n_out, n_in):
             with nogil:
-                _gemm_rows[double](False, True, rows, n_out, n_in, 1.0 if bias is not None else 0.0,
+                _gemm_blocks[double](False, True, rows, n_out, n_in, 1.0 if bias is not None else 0.0,
                                    <const double*>cnp.PyArray_DATA(x), n_in,
                                    <const double*>cnp.PyArray_DATA(weight), n_in,
-                                   <double*>cnp.PyArray_DATA(y), n_out, nblk, nt_g)
+                                   <double*>cnp.PyArray_DATA(y), n_out, bm, bn, nt_g)
     return y, (x, weight, bias is not None)
 
 
@@ -181,22 +211,22 @@ def linear_backward(cnp.ndarray dy, tuple saved):
     # workers); measured 2-4x slower GEMMs on a 2-core machine.  They are memory-bound
     # and small next to the GEMM, and their chunking does not depend on nt.
     cdef int nt = 1
-    cdef bint big = rows * n_out * n_in > _SERIAL_MACS
-    cdef int nblk_x = _nblocks(rows) if big else 1
-    cdef int nblk_w = _nblocks(n_out) if big else 1
-    cdef int nt_x = nblk_x if nblk_x < _num_threads else _num_threads
-    cdef int nt_w = nblk_w if nblk_w < _num_threads else _num_threads
+    cdef int bm_x, bn_x, bm_w, bn_w
+    _split(rows, n_in, n_out, &bm_x, &bn_x)
+    _split(n_out, n_in, rows, &bm_w, &bn_w)
+    cdef int nt_x = bm_x * bn_x if bm_x * bn_x < _num_threads else _num_threads
+    cdef int nt_w = bm_w * bn_w if bm_w * bn_w < _num_threads else _num_threads
     if x.dtype == np.float32:
         with _blas_guard(rows, n_out, n_in):
             with nogil:
-                _gemm_rows[float](False, False, rows, n_in, n_out, 0.0,
-                                <const float*>cnp.PyArray_DATA(dy), n_out,
-                                <const float*>cnp.PyArray_DATA(w), n_in,
-                                <float*>cnp.PyArray_DATA(dx), n_in, nblk_x, nt_x)
-                _gemm_rows[float](True, False, n_out, n_in, rows, 0.0,
-                                <const float*>cnp.PyArray_DATA(dy), n_out,
-                                <const float*>cnp.PyArray_DATA(x), n_in,
-                                <float*>cnp.PyArray_DATA(dw), n_in, nblk_w, nt_w)
+                _gemm_blocks[float](False, False, rows, n_in, n_out, 0.0,
+                                  <const float*>cnp.PyArray_DATA(dy), n_out,
+                                  <const float*>cnp.PyArray_DATA(w), n_in,
+                                  <float*>cnp.PyArray_DATA(dx), n_in, bm_x, bn_x, nt_x)
+                _gemm_blocks[float](True, False, n_out, n_in, rows, 0.0,
+                                  <const float*>cnp.PyArray_DATA(dy), n_out,
+                                  <const float*>cnp.PyArray_DATA(x), n_in,
+                                  <float*>cnp.PyArray_DATA(dw), n_in, bm_w, bn_w, nt_w)
         with nogil:
             if has_bias:
                 _col_sum[float](<const float*>cnp.PyArray_DATA(dy), rows, n_out,
@@ -204,14 +234,14 @@ def linear_backward(cnp.ndarray dy, tuple saved):
     else:
         with _blas_guard(rows, n_out, n_in):
             with nogil:
-                _gemm_rows[double](False, False, rows, n_in, n_out, 0.0,
-                                <const double*>cnp.PyArray_DATA(dy), n_out,
-                                <const double*>cnp.PyArray_DATA(w), n_in,
-                                <double*>cnp.PyArray_DATA(dx), n_in, nblk_x, nt_x)
-                _gemm_rows[double](True, False, n_out, n_in, rows, 0.0,
-                                <const double*>cnp.PyArray_DATA(dy), n_out,
-                                <const double*>cnp.PyArray_DATA(x), n_in,
-                                <double*>cnp.PyArray_DATA(dw), n_in, nblk_w, nt_w)
+                _gemm_blocks[double](False, False, rows, n_in, n_out, 0.0,
+                                  <const double*>cnp.PyArray_DATA(dy), n_out,
+                                  <const double*>cnp.PyArray_DATA(w), n_in,
+                                  <double*>cnp.PyArray_DATA(dx), n_in, bm_x, bn_x, nt_x)
+                _gemm_blocks[double](True, False, n_out, n_in, rows, 0.0,
+                                  <const double*>cnp.PyArray_DATA(dy), n_out,
+                                  <const double*>cnp.PyArray_DATA(x), n_in,
+                                  <double*>cnp.PyArray_DATA(dw), n_in, bm_w, bn_w, nt_w)
         with nogil:
             if has_bias:
                 _col_sum[double](<const double*>cnp.PyArray_DATA(dy), rows, n_out,

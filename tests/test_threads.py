@@ -89,6 +89,31 @@ def test_same_result_for_any_set_num_threads(op, dtype, restore_threads):
     _compare_thread_counts(op, dtype, fastnn.set_num_threads)
 
 
+@pytest.mark.parametrize("shape", [(1024, 512, 128), (1024, 128, 384), (300, 200, 96),
+                                   (64, 4096, 1000)], ids=str)
+def test_linear_gemm_blocks_same_result_for_any_thread_count(shape, restore_threads):
+    """The GEMM splits of linear (row blocks, short-C row blocks, column blocks of a
+    narrow layer's weight gradient) depend on the shape only: bit-identical results."""
+    import fastnn.functional as F
+    rows, n_in, n_out = shape
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((rows, n_in)).astype(np.float32)
+    w = rng.standard_normal((n_out, n_in)).astype(np.float32)
+    b = rng.standard_normal(n_out).astype(np.float32)
+    dy = rng.standard_normal((rows, n_out)).astype(np.float32)
+    res = {}
+    for n in (1, 2, 3):
+        fastnn.set_num_threads(n)
+        y, ctx = F.linear_fwd(x, w, b)
+        res[n] = (y,) + tuple(F.linear_bwd(ctx, dy))
+    for n in (2, 3):
+        for a, c in zip(res[n], res[1]):
+            np.testing.assert_array_equal(a, c)
+    y64 = x.astype(np.float64) @ w.T.astype(np.float64) + b
+    np.testing.assert_allclose(res[1][0], y64, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(res[1][2], dy.T.astype(np.float64) @ x, rtol=1e-4, atol=1e-2)
+
+
 # ------------------------------------------------------------------ thread safety
 def _build(spec, dtype, seed):
     """Built in the main thread: parameter init draws from fastnn's one global generator
