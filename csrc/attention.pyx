@@ -55,14 +55,30 @@ cdef extern from *:
 
     /* max over 32 lanes; NaN is skipped (v > m is false for it), -inf for n == 0 */
     static inline float fnn_att_max_f(const float* x, ptrdiff_t n) {
+        ptrdiff_t j = 0;
+        float r = -INFINITY;
+    #if defined(FNN_HAVE_AVX2)
+        /* max_ps(v, m) is v > m ? v : m: a NaN v leaves m */
+        __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
+        for (; j + 32 <= n; j += 32) {
+            m0 = _mm256_max_ps(_mm256_loadu_ps(x + j), m0);
+            m1 = _mm256_max_ps(_mm256_loadu_ps(x + j + 8), m1);
+            m2 = _mm256_max_ps(_mm256_loadu_ps(x + j + 16), m2);
+            m3 = _mm256_max_ps(_mm256_loadu_ps(x + j + 24), m3);
+        }
+        m0 = _mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3));
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m0), _mm256_extractf128_ps(m0, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        r = _mm_cvtss_f32(h);
+    #else
         float m[32];
         for (int k = 0; k < 32; ++k) m[k] = -INFINITY;
-        ptrdiff_t j = 0;
         for (; j + 32 <= n; j += 32)
             for (int k = 0; k < 32; ++k) m[k] = x[j + k] > m[k] ? x[j + k] : m[k];
-        for (; j < n; ++j) m[j & 31] = x[j] > m[j & 31] ? x[j] : m[j & 31];
-        float r = m[0];
-        for (int k = 1; k < 32; ++k) r = m[k] > r ? m[k] : r;
+        for (int k = 0; k < 32; ++k) r = m[k] > r ? m[k] : r;
+    #endif
+        for (; j < n; ++j) r = x[j] > r ? x[j] : r;
         return r;
     }
 
@@ -72,9 +88,10 @@ cdef extern from *:
         double total = 0.0;
         for (ptrdiff_t b0 = 0; b0 < n; b0 += FNN_BLOCK) {
             ptrdiff_t b1 = b0 + FNN_BLOCK < n ? b0 + FNN_BLOCK : n;
-            float a[32] = {0};
+            float a[32];
             ptrdiff_t j = b0;
     #if defined(FNN_HAVE_AVX2)
+            /* a[] is set whole by the stores below (no zeroing pass per row) */
             __m256 vm = _mm256_set1_ps(m);
             __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
             for (; j + 32 <= b1; j += 32) {
@@ -90,6 +107,7 @@ cdef extern from *:
             _mm256_storeu_ps(a, s0); _mm256_storeu_ps(a + 8, s1);
             _mm256_storeu_ps(a + 16, s2); _mm256_storeu_ps(a + 24, s3);
     #else
+            for (int k = 0; k < 32; ++k) a[k] = 0.0f;
             for (; j + 32 <= b1; j += 32)
                 for (int k = 0; k < 32; ++k) {
                     float v = fnn_expf_nonpos(x[j + k] - m);
