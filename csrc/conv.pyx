@@ -759,7 +759,8 @@ def conv2d_backward(cnp.ndarray dy, tuple saved):
         nt = _threads_for(flops, 1 << 18)
         if nt > nch:
             nt = <int>nch
-        if f32 and tdx and _cv3_ok(&g):
+        # the direct d_weight keeps 8 lanes per weight per thread: not for huge layers
+        if f32 and tdx and _cv3_ok(&g) and g.O * g.C * 72 * 4 <= (16 << 20):
             with nogil:
                 _wgrad_cv3(<const float*>cnp.PyArray_DATA(x), <const float*>cnp.PyArray_DATA(dy),
                            <float*>cnp.PyArray_DATA(part), nch, per, &g, nt)
