@@ -9,6 +9,8 @@
 # with scale = w*rstd, shift = b - mean*scale per channel.
 # Backward: one pass for sum(dy) and sum(dy*(x-mean)) per channel (same units), then
 # one fused pass dx = a*dy + k*(x - mean) + c0.  Running statistics are updated in place.
+# Both reductions share one driver (_channel_sums) and both elementwise passes another
+# (_per_channel); the shells are written once over the fused type `real`.
 cimport cython
 cimport numpy as cnp
 from cython.parallel cimport prange
@@ -37,181 +39,134 @@ cdef enum:
     PLANE_MIN = 64      # planes at least this long are units of their own
     ROW_CHUNK = 4096    # elements per row chunk otherwise
 
+cdef enum:              # what _per_channel writes
+    AFFINE = 0          # out = x * a[c] + c0[c]
+    BWD_TRAIN = 1       # out = a[c] * g + kk[c] * (x - m[c]) + c0[c]
+    BWD_EVAL = 2        # out = a[c] * g
+
 
 cdef inline Py_ssize_t _rows_per_chunk(Py_ssize_t row) noexcept nogil:
     cdef Py_ssize_t r = ROW_CHUNK // row if row > 0 else 1
     return r if r > 0 else 1
 
 
-cdef void _moments(const real* x, Py_ssize_t N, Py_ssize_t C, Py_ssize_t S,
-                   const double* shift, double* s_out, double* q_out) noexcept nogil:
-    """s_out[c] = sum(x - shift[c]), q_out[c] = sum((x - shift[c])^2) over n and s."""
-    cdef Py_ssize_t u, n, c, k, r0, r1, R, nch
-    cdef double s, q, d
-    cdef double* part
-    cdef int nt = _threads_for(N * C * S, 1 << 15)
-    if S >= PLANE_MIN:
-        part = <double*>malloc(2 * N * C * sizeof(double))
-        for u in prange(N * C, nogil=True, schedule="static", num_threads=nt):
-            c = u % C
-            if real is float:
-                fnn_cv_moments_f(<const float*>x + u * S, S, shift[c], &part[2 * u], &part[2 * u + 1])
-            else:
-                fnn_cv_moments_d(<const double*>x + u * S, S, shift[c], &part[2 * u], &part[2 * u + 1])
-        for c in range(C):
-            s = 0.0
-            q = 0.0
-            for n in range(N):
-                s = s + part[2 * (n * C + c)]
-                q = q + part[2 * (n * C + c) + 1]
-            s_out[c] = s
-            q_out[c] = q
-        free(part)
+cdef inline void _plane_sums(const real* g, const real* x, Py_ssize_t S, double center,
+                             double* a, double* b, bint grad) noexcept nogil:
+    """One (n, c) plane's pair of sums into a[0], b[0] (see _channel_sums)."""
+    if grad:
+        if real is float:
+            fnn_cv_gsums_f(<const float*>g, <const float*>x, S, center, a, b)
+        else:
+            fnn_cv_gsums_d(<const double*>g, <const double*>x, S, center, a, b)
+    elif real is float:
+        fnn_cv_moments_f(<const float*>x, S, center, a, b)
     else:
-        R = _rows_per_chunk(C * S)
-        nch = (N + R - 1) // R
-        part = <double*>malloc(2 * nch * C * sizeof(double) + 1)
-        memset(part, 0, 2 * nch * C * sizeof(double))
-        for u in prange(nch, nogil=True, schedule="static", num_threads=nt):
-            r0 = u * R
-            r1 = r0 + R
-            if r1 > N:
-                r1 = N
-            for n in range(r0, r1):
-                for c in range(C):
-                    for k in range(S):
-                        d = x[(n * C + c) * S + k] - shift[c]
-                        part[2 * (u * C + c)] += d
-                        part[2 * (u * C + c) + 1] += d * d
+        fnn_cv_moments_d(<const double*>x, S, center, a, b)
+
+
+cdef inline void _row_sums(const real* g, const real* x, Py_ssize_t C, Py_ssize_t S,
+                           const double* center, double* part, bint grad) noexcept nogil:
+    """One row of (N, C*S): channel c's pair of sums added to part[2c], part[2c + 1]."""
+    cdef Py_ssize_t c, k
+    cdef double d, gg
+    if grad:
         for c in range(C):
-            s = 0.0
-            q = 0.0
-            for u in range(nch):
-                s = s + part[2 * (u * C + c)]
-                q = q + part[2 * (u * C + c) + 1]
-            s_out[c] = s
-            q_out[c] = q
-        free(part)
-
-
-cdef void _gsums(const real* g, const real* x, Py_ssize_t N, Py_ssize_t C, Py_ssize_t S,
-                 const double* mean, double* s_out, double* p_out) noexcept nogil:
-    """s_out[c] = sum(g), p_out[c] = sum(g * (x - mean[c])) over n and s."""
-    cdef Py_ssize_t u, n, c, k, r0, r1, R, nch, i
-    cdef double s, p, gg
-    cdef double* part
-    cdef int nt = _threads_for(N * C * S, 1 << 15)
-    if S >= PLANE_MIN:
-        part = <double*>malloc(2 * N * C * sizeof(double))
-        for u in prange(N * C, nogil=True, schedule="static", num_threads=nt):
-            c = u % C
-            if real is float:
-                fnn_cv_gsums_f(<const float*>g + u * S, <const float*>x + u * S, S, mean[c],
-                               &part[2 * u], &part[2 * u + 1])
-            else:
-                fnn_cv_gsums_d(<const double*>g + u * S, <const double*>x + u * S, S, mean[c],
-                               &part[2 * u], &part[2 * u + 1])
-        for c in range(C):
-            s = 0.0
-            p = 0.0
-            for n in range(N):
-                s = s + part[2 * (n * C + c)]
-                p = p + part[2 * (n * C + c) + 1]
-            s_out[c] = s
-            p_out[c] = p
-        free(part)
-    else:
-        R = _rows_per_chunk(C * S)
-        nch = (N + R - 1) // R
-        part = <double*>malloc(2 * nch * C * sizeof(double) + 1)
-        memset(part, 0, 2 * nch * C * sizeof(double))
-        for u in prange(nch, nogil=True, schedule="static", num_threads=nt):
-            r0 = u * R
-            r1 = r0 + R
-            if r1 > N:
-                r1 = N
-            for n in range(r0, r1):
-                for c in range(C):
-                    for k in range(S):
-                        i = (n * C + c) * S + k
-                        gg = g[i]
-                        part[2 * (u * C + c)] += gg
-                        part[2 * (u * C + c) + 1] += gg * (x[i] - mean[c])
-        for c in range(C):
-            s = 0.0
-            p = 0.0
-            for u in range(nch):
-                s = s + part[2 * (u * C + c)]
-                p = p + part[2 * (u * C + c) + 1]
-            s_out[c] = s
-            p_out[c] = p
-        free(part)
-
-
-cdef void _affine(const real* x, real* y, Py_ssize_t N, Py_ssize_t C, Py_ssize_t S,
-                  const real* a, const real* b) noexcept nogil:
-    """y = x * a[c] + b[c]."""
-    cdef Py_ssize_t u, c, k, n
-    cdef real aa, bb
-    cdef const real* xp
-    cdef real* yp
-    cdef int nt = _threads_for(N * C * S, 1 << 15)
-    if S >= PLANE_MIN:
-        for u in prange(N * C, nogil=True, schedule="static", num_threads=nt):
-            c = u % C
-            aa = a[c]
-            bb = b[c]
-            xp = x + u * S
-            yp = y + u * S
             for k in range(S):
-                yp[k] = xp[k] * aa + bb
+                gg = g[c * S + k]
+                part[2 * c] += gg
+                part[2 * c + 1] += gg * (x[c * S + k] - center[c])
     else:
-        for n in prange(N, nogil=True, schedule="static", num_threads=nt):
-            for c in range(C):
-                aa = a[c]
-                bb = b[c]
-                xp = x + (n * C + c) * S
-                yp = y + (n * C + c) * S
-                for k in range(S):
-                    yp[k] = xp[k] * aa + bb
+        for c in range(C):
+            for k in range(S):
+                d = x[c * S + k] - center[c]
+                part[2 * c] += d
+                part[2 * c + 1] += d * d
 
 
-cdef void _bwd_apply(const real* g, const real* x, real* dx, Py_ssize_t N, Py_ssize_t C,
-                     Py_ssize_t S, const real* a, const real* kk, const real* m,
-                     const real* c0, bint training) noexcept nogil:
-    """dx = a[c] * g + kk[c] * (x - m[c]) + c0[c] in training; dx = a[c] * g in eval (x
-    does not enter, so a NaN in x does not reach dx -- as in the reference and torch)."""
-    cdef Py_ssize_t u, c, k, n, o
-    cdef real aa, k2, mm, cc
+cdef void _channel_sums(const real* g, const real* x, Py_ssize_t N, Py_ssize_t C,
+                        Py_ssize_t S, const double* center, double* a_out, double* b_out,
+                        bint grad) noexcept nogil:
+    """Per channel c, over n and s, with d = x - center[c]:
+    grad:     a_out[c] = sum(g), b_out[c] = sum(g * d);
+    not grad: a_out[c] = sum(d), b_out[c] = sum(d * d)   (g unused, may be NULL).
+    Each unit sums into its own slot; the slots are added in unit order."""
+    cdef Py_ssize_t u, n, c, units, R = _rows_per_chunk(C * S)
+    cdef double a, b
+    cdef double* part
     cdef int nt = _threads_for(N * C * S, 1 << 15)
     if S >= PLANE_MIN:
+        units = N
+        part = <double*>malloc(2 * N * C * sizeof(double))
         for u in prange(N * C, nogil=True, schedule="static", num_threads=nt):
-            c = u % C
+            _plane_sums(g + u * S if grad else NULL, x + u * S, S, center[u % C],
+                        &part[2 * u], &part[2 * u + 1], grad)
+    else:
+        units = (N + R - 1) // R
+        part = <double*>malloc(2 * units * C * sizeof(double) + 1)
+        memset(part, 0, 2 * units * C * sizeof(double))
+        for u in prange(units, nogil=True, schedule="static", num_threads=nt):
+            for n in range(u * R, min(u * R + R, N)):
+                _row_sums(g + n * C * S if grad else NULL, x + n * C * S, C, S, center,
+                          part + 2 * u * C, grad)
+    for c in range(C):
+        a = 0.0
+        b = 0.0
+        for u in range(units):
+            a = a + part[2 * (u * C + c)]
+            b = b + part[2 * (u * C + c) + 1]
+        a_out[c] = a
+        b_out[c] = b
+    free(part)
+
+
+cdef inline void _channels(const real* g, const real* x, real* out, Py_ssize_t C,
+                           Py_ssize_t S, const real* a, const real* kk, const real* m,
+                           const real* c0, int mode) noexcept nogil:
+    """C consecutive segments of S elements, segment c with channel values a[c] .. c0[c]."""
+    cdef Py_ssize_t c, k
+    cdef real aa, k2, mm, cc
+    if mode == AFFINE:
+        for c in range(C):
+            aa = a[c]
+            cc = c0[c]
+            for k in range(S):
+                out[c * S + k] = x[c * S + k] * aa + cc
+    elif mode == BWD_TRAIN:
+        for c in range(C):
             aa = a[c]
             k2 = kk[c]
             mm = m[c]
             cc = c0[c]
+            for k in range(S):
+                out[c * S + k] = aa * g[c * S + k] + k2 * (x[c * S + k] - mm) + cc
+    else:
+        for c in range(C):
+            aa = a[c]
+            for k in range(S):
+                out[c * S + k] = aa * g[c * S + k]
+
+
+cdef void _per_channel(const real* g, const real* x, real* out, Py_ssize_t N, Py_ssize_t C,
+                       Py_ssize_t S, const real* a, const real* kk, const real* m,
+                       const real* c0, int mode) noexcept nogil:
+    """out over every (n, c) segment of S elements as `mode` says (the enum above): one
+    plane a unit when planes are long, one row of C planes otherwise.  In BWD_EVAL x does
+    not enter, so a NaN in x does not reach dx -- as in the reference and torch; kk and m
+    are read in BWD_TRAIN only (NULL otherwise), g not in AFFINE."""
+    cdef Py_ssize_t u, n, c, o
+    cdef bint train = mode == BWD_TRAIN
+    cdef int nt = _threads_for(N * C * S, 1 << 15)
+    if S >= PLANE_MIN:
+        for u in prange(N * C, nogil=True, schedule="static", num_threads=nt):
+            c = u % C
             o = u * S
-            if training:
-                for k in range(S):
-                    dx[o + k] = aa * g[o + k] + k2 * (x[o + k] - mm) + cc
-            else:
-                for k in range(S):
-                    dx[o + k] = aa * g[o + k]
+            _channels(g + o if mode != AFFINE else NULL, x + o, out + o, 1, S, a + c,
+                      kk + c if train else NULL, m + c if train else NULL, c0 + c, mode)
     else:
         for n in prange(N, nogil=True, schedule="static", num_threads=nt):
-            for c in range(C):
-                aa = a[c]
-                k2 = kk[c]
-                mm = m[c]
-                cc = c0[c]
-                o = (n * C + c) * S
-                if training:
-                    for k in range(S):
-                        dx[o + k] = aa * g[o + k] + k2 * (x[o + k] - mm) + cc
-                else:
-                    for k in range(S):
-                        dx[o + k] = aa * g[o + k]
+            o = n * C * S
+            _channels(g + o if mode != AFFINE else NULL, x + o, out + o, C, S, a, kk, m, c0,
+                      mode)
 
 
 def batch_norm(cnp.ndarray x, object running_mean, object running_var, object weight,
@@ -219,6 +174,16 @@ def batch_norm(cnp.ndarray x, object running_mean, object running_var, object we
     """batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)
     -> (y, saved).  x (N, C, *) C-contiguous; the per-channel vectors are C-contiguous
     (C,) arrays of x's dtype or None.  Training updates running_mean / running_var in place."""
+    if x.dtype == np.float32:
+        return _batch_norm(<const float*>cnp.PyArray_DATA(x), x, running_mean, running_var,
+                           weight, bias, training, momentum, eps)
+    return _batch_norm(<const double*>cnp.PyArray_DATA(x), x, running_mean, running_var,
+                       weight, bias, training, momentum, eps)
+
+
+cdef tuple _batch_norm(const real* xd, cnp.ndarray x, object running_mean,
+                       object running_var, object weight, object bias, bint training,
+                       double momentum, double eps):
     cdef Py_ssize_t N = x.shape[0], C = x.shape[1]
     cdef Py_ssize_t S = x.size // (N * C) if N * C > 0 else 0
     cdef Py_ssize_t M = N * S, c
@@ -236,12 +201,8 @@ def batch_norm(cnp.ndarray x, object running_mean, object running_var, object we
     if training:
         if M > 0:
             shift = np.array(xf[0, :, 0], dtype=np.float64)   # a copy: x may be read-only
-        if x.dtype == np.float32:
-            with nogil:
-                _moments[float](<const float*>cnp.PyArray_DATA(x), N, C, S, &shift[0], &s[0], &q[0])
-        else:
-            with nogil:
-                _moments[double](<const double*>cnp.PyArray_DATA(x), N, C, S, &shift[0], &s[0], &q[0])
+        with nogil:
+            _channel_sums(<const real*>NULL, xd, N, C, S, &shift[0], &s[0], &q[0], False)
         for c in range(C):
             mu = s[c] / M
             var = q[c] / M - mu * mu
@@ -263,31 +224,24 @@ def batch_norm(cnp.ndarray x, object running_mean, object running_var, object we
         rstd[:] = 1.0 / np.sqrt(np.asarray(running_var, dtype=np.float64) + eps)
     scale = rstd if wd is None else wd * rstd
     sh = -mean * scale if bd is None else bd - mean * scale
-    a = scale.astype(x.dtype)
-    b = sh.astype(x.dtype)
-    if x.dtype == np.float32:
-        _affine_call_f(x, y, N, C, S, a, b)
-    else:
-        _affine_call_d(x, y, N, C, S, a, b)
+    cdef cnp.ndarray a = scale.astype(x.dtype)
+    cdef cnp.ndarray b = sh.astype(x.dtype)
+    with nogil:
+        _per_channel(<const real*>NULL, xd, <real*>cnp.PyArray_DATA(y), N, C, S,
+                     <const real*>cnp.PyArray_DATA(a), <const real*>NULL, <const real*>NULL,
+                     <const real*>cnp.PyArray_DATA(b), AFFINE)
     return y, (x, weight, bias is not None, mean, rstd, training)
-
-
-cdef _affine_call_f(cnp.ndarray x, cnp.ndarray y, Py_ssize_t N, Py_ssize_t C, Py_ssize_t S,
-                    cnp.ndarray a, cnp.ndarray b):
-    with nogil:
-        _affine[float](<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(y), N, C, S,
-                       <const float*>cnp.PyArray_DATA(a), <const float*>cnp.PyArray_DATA(b))
-
-
-cdef _affine_call_d(cnp.ndarray x, cnp.ndarray y, Py_ssize_t N, Py_ssize_t C, Py_ssize_t S,
-                    cnp.ndarray a, cnp.ndarray b):
-    with nogil:
-        _affine[double](<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(y), N, C, S,
-                        <const double*>cnp.PyArray_DATA(a), <const double*>cnp.PyArray_DATA(b))
 
 
 def batch_norm_backward(cnp.ndarray dy, tuple saved):
     """-> (d_input, d_weight or None, d_bias or None)."""
+    cdef cnp.ndarray x = saved[0]
+    if x.dtype == np.float32:
+        return _batch_norm_backward(<const float*>cnp.PyArray_DATA(x), dy, saved)
+    return _batch_norm_backward(<const double*>cnp.PyArray_DATA(x), dy, saved)
+
+
+cdef tuple _batch_norm_backward(const real* xd, cnp.ndarray dy, tuple saved):
     cdef cnp.ndarray x = saved[0]
     weight = saved[1]
     cdef bint has_bias = saved[2]
@@ -299,16 +253,10 @@ def batch_norm_backward(cnp.ndarray dy, tuple saved):
     cdef cnp.ndarray dx = np.empty_like(x)
     cdef double[::1] s = np.zeros(C, dtype=np.float64), p = np.zeros(C, dtype=np.float64)
     cdef double[::1] mv = mean
-    if x.dtype == np.float32:
-        with nogil:
-            _gsums[float](<const float*>cnp.PyArray_DATA(dy), <const float*>cnp.PyArray_DATA(x),
-                          N, C, S, &mv[0] if C > 0 else NULL, &s[0] if C > 0 else NULL,
-                          &p[0] if C > 0 else NULL)
-    else:
-        with nogil:
-            _gsums[double](<const double*>cnp.PyArray_DATA(dy), <const double*>cnp.PyArray_DATA(x),
-                           N, C, S, &mv[0] if C > 0 else NULL, &s[0] if C > 0 else NULL,
-                           &p[0] if C > 0 else NULL)
+    cdef const real* dyd = <const real*>cnp.PyArray_DATA(dy)
+    with nogil:
+        _channel_sums(dyd, xd, N, C, S, &mv[0] if C > 0 else NULL, &s[0] if C > 0 else NULL,
+                      &p[0] if C > 0 else NULL, True)
     sa = np.asarray(s)
     pa = np.asarray(p)
     w = np.ones(C) if weight is None else np.asarray(weight, dtype=np.float64)
@@ -324,21 +272,11 @@ def batch_norm_backward(cnp.ndarray dy, tuple saved):
     cdef cnp.ndarray k_r = kk.astype(x.dtype)
     cdef cnp.ndarray m_r = mean.astype(x.dtype)
     cdef cnp.ndarray c_r = c0.astype(x.dtype)
-    if x.dtype == np.float32:
-        with nogil:
-            _bwd_apply[float](<const float*>cnp.PyArray_DATA(dy), <const float*>cnp.PyArray_DATA(x),
-                              <float*>cnp.PyArray_DATA(dx), N, C, S,
-                              <const float*>cnp.PyArray_DATA(a_r), <const float*>cnp.PyArray_DATA(k_r),
-                              <const float*>cnp.PyArray_DATA(m_r), <const float*>cnp.PyArray_DATA(c_r),
-                              training)
-    else:
-        with nogil:
-            _bwd_apply[double](<const double*>cnp.PyArray_DATA(dy), <const double*>cnp.PyArray_DATA(x),
-                               <double*>cnp.PyArray_DATA(dx), N, C, S,
-                               <const double*>cnp.PyArray_DATA(a_r),
-                               <const double*>cnp.PyArray_DATA(k_r),
-                               <const double*>cnp.PyArray_DATA(m_r),
-                               <const double*>cnp.PyArray_DATA(c_r), training)
+    with nogil:
+        _per_channel(dyd, xd, <real*>cnp.PyArray_DATA(dx), N, C, S,
+                     <const real*>cnp.PyArray_DATA(a_r), <const real*>cnp.PyArray_DATA(k_r),
+                     <const real*>cnp.PyArray_DATA(m_r), <const real*>cnp.PyArray_DATA(c_r),
+                     BWD_TRAIN if training else BWD_EVAL)
     dw = (pa * rstd).astype(x.dtype) if weight is not None else None
     db = sa.astype(x.dtype) if has_bias else None
     return dx, dw, db
