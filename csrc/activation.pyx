@@ -14,6 +14,8 @@ cimport numpy as cnp
 from cython.parallel cimport prange
 from libc.stdint cimport uint64_t
 
+from fnn_blas cimport real
+
 import numpy as np
 
 cnp.import_array()
@@ -94,19 +96,37 @@ cdef inline cnp.ndarray _empty_like(cnp.ndarray x):
     return cnp.PyArray_EMPTY(cnp.PyArray_NDIM(x), cnp.PyArray_DIMS(x), cnp.PyArray_TYPE(x), 0)
 
 
+cdef inline void _act(int op, const real* a, const real* b, real* o, Py_ssize_t n,
+                      const double* p) noexcept nogil:
+    if real is float:
+        fnn_act_f(op, a, b, o, n, p)
+    else:
+        fnn_act_d(op, a, b, o, n, p)
+
+
+cdef void _ew_run(int op, const real* a, const real* b, real* o, Py_ssize_t n, int nt,
+                  const double* p) noexcept nogil:
+    """o = kernel op over a (and b, or NULL), one chunk per thread."""
+    cdef Py_ssize_t i0, i1
+    cdef int t
+    if nt == 1:
+        _act(op, a, b, o, n, p)
+    else:
+        for t in prange(nt, schedule="static", num_threads=nt):
+            i0 = _chunk(n, nt, t)
+            i1 = _chunk(n, nt, t + 1)
+            _act(op, a + i0, (b + i0) if b != NULL else NULL, o + i0, i1 - i0, p)
+
+
 cdef cnp.ndarray _ew(int op, cnp.ndarray a, cnp.ndarray b, cnp.ndarray out, Py_ssize_t grain,
                      double p0=0.0, double p1=0.0, double p2=0.0):
     """out = kernel op over a (and b); a fresh array when out is None."""
     cdef double p[3]
-    cdef Py_ssize_t n = cnp.PyArray_SIZE(a), i0, i1
-    cdef int nt, t
-    cdef bint has_b = b is not None
-    cdef const float* af
-    cdef const float* bf = NULL
-    cdef float* of
-    cdef const double* ad
-    cdef const double* bd = NULL
-    cdef double* od
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(a)
+    cdef int nt
+    cdef const void* pa
+    cdef const void* pb = NULL
+    cdef void* po
     p[0] = p0
     p[1] = p1
     p[2] = p2
@@ -115,32 +135,16 @@ cdef cnp.ndarray _ew(int op, cnp.ndarray a, cnp.ndarray b, cnp.ndarray out, Py_s
     if n == 0:
         return out
     nt = _threads_for(n, grain)
+    pa = cnp.PyArray_DATA(a)
+    po = cnp.PyArray_DATA(out)
+    if b is not None:
+        pb = cnp.PyArray_DATA(b)
     if cnp.PyArray_TYPE(a) == cnp.NPY_FLOAT:
-        af = <const float*>cnp.PyArray_DATA(a)
-        of = <float*>cnp.PyArray_DATA(out)
-        if has_b:
-            bf = <const float*>cnp.PyArray_DATA(b)
         with nogil:
-            if nt == 1:
-                fnn_act_f(op, af, bf, of, n, p)
-            else:
-                for t in prange(nt, schedule="static", num_threads=nt):
-                    i0 = _chunk(n, nt, t)
-                    i1 = _chunk(n, nt, t + 1)
-                    fnn_act_f(op, af + i0, (bf + i0) if has_b else NULL, of + i0, i1 - i0, p)
+            _ew_run(op, <const float*>pa, <const float*>pb, <float*>po, n, nt, p)
     else:
-        ad = <const double*>cnp.PyArray_DATA(a)
-        od = <double*>cnp.PyArray_DATA(out)
-        if has_b:
-            bd = <const double*>cnp.PyArray_DATA(b)
         with nogil:
-            if nt == 1:
-                fnn_act_d(op, ad, bd, od, n, p)
-            else:
-                for t in prange(nt, schedule="static", num_threads=nt):
-                    i0 = _chunk(n, nt, t)
-                    i1 = _chunk(n, nt, t + 1)
-                    fnn_act_d(op, ad + i0, (bd + i0) if has_b else NULL, od + i0, i1 - i0, p)
+            _ew_run(op, <const double*>pa, <const double*>pb, <double*>po, n, nt, p)
     return out
 
 
@@ -183,38 +187,56 @@ cdef tuple _prelu_view(cnp.ndarray x, cnp.ndarray weight):
     return c, max(inner, 1)
 
 
+cdef void _prelu_fwd(const real* x, const real* w, real* y, Py_ssize_t n, Py_ssize_t C,
+                     Py_ssize_t inner, int nt) noexcept nogil:
+    cdef Py_ssize_t e0, e1
+    cdef int t
+    for t in prange(nt, schedule="static", num_threads=nt):
+        e0 = _chunk(n, nt, t)
+        e1 = _chunk(n, nt, t + 1)
+        if real is float:
+            fnn_prelu_fwd_f(x, w, y, e0, e1, C, inner)
+        else:
+            fnn_prelu_fwd_d(x, w, y, e0, e1, C, inner)
+
+
 def prelu(cnp.ndarray x, cnp.ndarray weight):
     """prelu(x, weight) -> (y, saved); weight (1 or C,) broadcast on dim 1."""
-    cdef Py_ssize_t n = cnp.PyArray_SIZE(x), C, inner, e0, e1
-    cdef int nt = _threads_for(n, GRAIN_MEM), t
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(x), C, inner
+    cdef int nt = _threads_for(n, GRAIN_MEM)
     C, inner = _prelu_view(x, weight)
     cdef cnp.ndarray y = _empty_like(x)
     if n == 0:
         return y, (x, weight)
-    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
-        with nogil:
-            for t in prange(nt, schedule="static", num_threads=nt):
-                e0 = _chunk(n, nt, t)
-                e1 = _chunk(n, nt, t + 1)
-                fnn_prelu_fwd_f(<const float*>cnp.PyArray_DATA(x),
-                                <const float*>cnp.PyArray_DATA(weight),
-                                <float*>cnp.PyArray_DATA(y), e0, e1, C, inner)
-    else:
-        with nogil:
-            for t in prange(nt, schedule="static", num_threads=nt):
-                e0 = _chunk(n, nt, t)
-                e1 = _chunk(n, nt, t + 1)
-                fnn_prelu_fwd_d(<const double*>cnp.PyArray_DATA(x),
-                                <const double*>cnp.PyArray_DATA(weight),
-                                <double*>cnp.PyArray_DATA(y), e0, e1, C, inner)
+    with nogil:
+        if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
+            _prelu_fwd(<const float*>cnp.PyArray_DATA(x), <const float*>cnp.PyArray_DATA(weight),
+                       <float*>cnp.PyArray_DATA(y), n, C, inner, nt)
+        else:
+            _prelu_fwd(<const double*>cnp.PyArray_DATA(x), <const double*>cnp.PyArray_DATA(weight),
+                       <double*>cnp.PyArray_DATA(y), n, C, inner, nt)
     return y, (x, weight)
+
+
+cdef void _prelu_bwd(const real* dy, const real* x, const real* w, real* dx, double* part,
+                     Py_ssize_t n, Py_ssize_t C, Py_ssize_t inner, Py_ssize_t blk,
+                     Py_ssize_t nb, int nt) noexcept nogil:
+    """Block b (elements [b blk, (b + 1) blk)) leaves its d_weight partials in part[b C:]."""
+    cdef Py_ssize_t b, e0, e1
+    for b in prange(nb, schedule="static", num_threads=nt):
+        e0 = b * blk
+        e1 = min(n, e0 + blk)
+        if real is float:
+            fnn_prelu_bwd_f(dy, x, w, dx, part + b * C, e0, e1, C, inner)
+        else:
+            fnn_prelu_bwd_d(dy, x, w, dx, part + b * C, e0, e1, C, inner)
 
 
 def prelu_backward(cnp.ndarray dy, tuple saved):
     """-> (d_input, d_weight).  d_weight: per-block partial sums in double (blocks of a
     size fixed by the shape), summed in block order: the same bits for any thread count."""
     cdef cnp.ndarray x = saved[0], weight = saved[1]
-    cdef Py_ssize_t n = cnp.PyArray_SIZE(x), C, inner, blk, nb, b, e0, e1
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(x), C, inner, blk, nb
     C, inner = _prelu_view(x, weight)
     blk = max(<Py_ssize_t>PRELU_BLOCK, C)
     nb = (n + blk - 1) // blk
@@ -222,54 +244,53 @@ def prelu_backward(cnp.ndarray dy, tuple saved):
     cdef cnp.ndarray part = np.empty(nb * C, dtype=np.float64)
     cdef double* pp = <double*>cnp.PyArray_DATA(part)
     cdef int nt = _threads_for(nb, 1)
-    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
-        with nogil:
-            for b in prange(nb, schedule="static", num_threads=nt):
-                e0 = b * blk
-                e1 = min(n, e0 + blk)
-                fnn_prelu_bwd_f(<const float*>cnp.PyArray_DATA(dy), <const float*>cnp.PyArray_DATA(x),
-                                <const float*>cnp.PyArray_DATA(weight), <float*>cnp.PyArray_DATA(dx),
-                                pp + b * C, e0, e1, C, inner)
-    else:
-        with nogil:
-            for b in prange(nb, schedule="static", num_threads=nt):
-                e0 = b * blk
-                e1 = min(n, e0 + blk)
-                fnn_prelu_bwd_d(<const double*>cnp.PyArray_DATA(dy), <const double*>cnp.PyArray_DATA(x),
-                                <const double*>cnp.PyArray_DATA(weight), <double*>cnp.PyArray_DATA(dx),
-                                pp + b * C, e0, e1, C, inner)
+    with nogil:
+        if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
+            _prelu_bwd(<const float*>cnp.PyArray_DATA(dy), <const float*>cnp.PyArray_DATA(x),
+                       <const float*>cnp.PyArray_DATA(weight), <float*>cnp.PyArray_DATA(dx), pp,
+                       n, C, inner, blk, nb, nt)
+        else:
+            _prelu_bwd(<const double*>cnp.PyArray_DATA(dy), <const double*>cnp.PyArray_DATA(x),
+                       <const double*>cnp.PyArray_DATA(weight), <double*>cnp.PyArray_DATA(dx), pp,
+                       n, C, inner, blk, nb, nt)
     dw = part.reshape(nb, C).sum(axis=0).astype(weight.dtype).reshape(np.shape(weight))
     return dx, dw
 
 
 # ---------------------------------------------------------------- rrelu
+cdef void _rrelu(const real* x, real* y, real* noise, Py_ssize_t n, double lower,
+                 double upper, uint64_t seed, uint64_t offset, int nt) noexcept nogil:
+    cdef Py_ssize_t i0, i1
+    cdef int t
+    for t in prange(nt, schedule="static", num_threads=nt):
+        i0 = _chunk(n, nt, t)
+        i1 = _chunk(n, nt, t + 1)
+        if real is float:
+            fnn_rrelu_f(x, y, noise, i0, i1, lower, upper, seed, offset)
+        else:
+            fnn_rrelu_d(x, y, noise, i0, i1, lower, upper, seed, offset)
+
+
 def rrelu(cnp.ndarray x, double lower, double upper, bint training, seed, offset, out):
     """rrelu(x, lower, upper, training, seed, offset, out) -> (y, saved).  Training: the
     slope of element i is lower + (upper - lower) u_i (Philox, (seed, offset, i)) where
     x <= 0, and the per-element factors are saved; eval: leaky_relu((lower + upper) / 2)."""
     if not training:
         return leaky_relu(x, (lower + upper) / 2.0, out)
-    cdef Py_ssize_t n = cnp.PyArray_SIZE(x), i0, i1
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(x)
     cdef uint64_t s = <uint64_t>seed, off = <uint64_t>offset
-    cdef int nt = _threads_for(n, GRAIN_MATH), t
+    cdef int nt = _threads_for(n, GRAIN_MATH)
     cdef cnp.ndarray noise = _empty_like(x)
     cdef cnp.ndarray y = _empty_like(x) if out is None else out
     if n == 0:
         return y, noise
-    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
-        with nogil:
-            for t in prange(nt, schedule="static", num_threads=nt):
-                i0 = _chunk(n, nt, t)
-                i1 = _chunk(n, nt, t + 1)
-                fnn_rrelu_f(<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(y),
-                            <float*>cnp.PyArray_DATA(noise), i0, i1, lower, upper, s, off)
-    else:
-        with nogil:
-            for t in prange(nt, schedule="static", num_threads=nt):
-                i0 = _chunk(n, nt, t)
-                i1 = _chunk(n, nt, t + 1)
-                fnn_rrelu_d(<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(y),
-                            <double*>cnp.PyArray_DATA(noise), i0, i1, lower, upper, s, off)
+    with nogil:
+        if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
+            _rrelu(<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(y),
+                   <float*>cnp.PyArray_DATA(noise), n, lower, upper, s, off, nt)
+        else:
+            _rrelu(<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(y),
+                   <double*>cnp.PyArray_DATA(noise), n, lower, upper, s, off, nt)
     return y, noise
 
 
