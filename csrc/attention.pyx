@@ -565,11 +565,12 @@ cdef void _tiles(Geo* g) noexcept:
         g.bk = 128
     else:
         # no diagonal: bigger tiles, fewer and larger tile GEMMs (less packing per
-        # flop); the backward's two-pass path (few (b, h)) keeps 128 for more tasks
-        g.fbq = 128
-        g.fbk = 256
+        # flop: K and V are packed once per 256 query rows); with few (b, h) pairs
+        # smaller query blocks keep more tasks for the threads
         g.bq = 256 if g.B * g.H >= SERIAL_BH else 128
         g.bk = g.bq
+        g.fbq = g.bq
+        g.fbk = 256
     if _tile_override[0] > 0:
         g.fbq = _tile_override[0]
         g.fbk = _tile_override[1]
