@@ -26,7 +26,8 @@
 #     row (3x3 unrolled).  Backward with stride 1: d_input is the correlation of the
 #     zero-padded dy with the flipped taps (each dx row written once, no zeroing and
 #     scatter), and d_weight / d_bias come from one pass over the plane with float lanes
-#     folded into double every <= 256 elements.  Other strides scatter tap by tap.
+#     folded into double every <= 256 elements (3x3; other kernels and strides scatter
+#     tap by tap).
 #     16x128x56x56 3x3, one thread: forward 12.5 -> 6.1 ms, backward 30 -> 11 ms.
 # Threads: with several images and threads, the images (backward: fixed chunks of
 # images) are spread over OpenMP threads and every GEMM runs single-threaded (the shell
@@ -86,16 +87,13 @@ cdef extern from "fnn_conv.h" nogil:
                           double* y, Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sw,
                           Py_ssize_t dh, Py_ssize_t dw)
     void fnn_dw_dx_row_f(const float* gp, Py_ssize_t ldg, const float* w, float* d, Py_ssize_t W,
-                         Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t dh, Py_ssize_t dw, int accumulate)
-    void fnn_dw_dx_row_d(const double* gp, Py_ssize_t ldg, const double* w, double* d,
-                         Py_ssize_t W, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t dh, Py_ssize_t dw,
                          int accumulate)
+    void fnn_dw_dx_row_d(const double* gp, Py_ssize_t ldg, const double* w, double* d,
+                         Py_ssize_t W, int accumulate)
     void fnn_dw_wgrad_f(const float* g, const float* xp, Py_ssize_t ldx, Py_ssize_t OH,
-                        Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
-                        Py_ssize_t dh, Py_ssize_t dw, double* acc)
+                        Py_ssize_t OW, double* acc)
     void fnn_dw_wgrad_d(const double* g, const double* xp, Py_ssize_t ldx, Py_ssize_t OH,
-                        Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
-                        Py_ssize_t dh, Py_ssize_t dw, double* acc)
+                        Py_ssize_t OW, double* acc)
 
 OPS = ("conv2d", "conv2d_backward")
 
@@ -525,9 +523,9 @@ cdef void _dw_bwd_plane(const real* x, const real* w, const real* gy, real* dx,
 cdef void _dw_bwd_s1(const real* x, const real* w, const real* gy, real* dx, double* dwp,
                      double* dbp, real* xp, real* gp, double* acc, Geo* g, Py_ssize_t n,
                      Py_ssize_t c) noexcept nogil:
-    """Stride 1, input plane (n, c): d_input as a correlation of the zero-padded gy with
-    the flipped taps (each dx row written once, in registers), and every output plane's
-    d_weight / d_bias partials from the padded input, one pass over its rows."""
+    """3x3, stride 1, dilation 1, input plane (n, c): d_input as a correlation of the
+    zero-padded gy with the flipped taps (each dx row written once, in registers), and
+    every output plane's d_weight / d_bias partials from the padded input, one pass."""
     cdef Py_ssize_t m, o, oh, ih, t, k, mult = g.O // g.C, K = g.kh * g.kw, Hx, Wx
     cdef Py_ssize_t Hg = g.H + g.dh * (g.kh - 1), Wg = g.W + g.dw * (g.kw - 1)
     cdef const real* gyo
@@ -542,16 +540,14 @@ cdef void _dw_bwd_s1(const real* x, const real* w, const real* gy, real* dx, dou
         _pad_plane(gp, Hg, Wg, gyo, g.OH, g.OW, g.dh * (g.kh - 1) - g.pt, g.dw * (g.kw - 1) - g.pl)
         for ih in range(g.H):
             if real is float:
-                fnn_dw_dx_row_f(gp + ih * Wg, Wg, wo, dxp + ih * g.W, g.W, g.kh, g.kw, g.dh, g.dw,
-                                m > 0)
+                fnn_dw_dx_row_f(gp + ih * Wg, Wg, wo, dxp + ih * g.W, g.W, m > 0)
             else:
-                fnn_dw_dx_row_d(gp + ih * Wg, Wg, wo, dxp + ih * g.W, g.W, g.kh, g.kw, g.dh, g.dw,
-                                m > 0)
+                fnn_dw_dx_row_d(gp + ih * Wg, Wg, wo, dxp + ih * g.W, g.W, m > 0)
         memset(acc, 0, (K + 1) * 8 * sizeof(double))
         if real is float:
-            fnn_dw_wgrad_f(gyo, xp, Wx, g.OH, g.OW, g.kh, g.kw, 1, 1, g.dh, g.dw, acc)
+            fnn_dw_wgrad_f(gyo, xp, Wx, g.OH, g.OW, acc)
         else:
-            fnn_dw_wgrad_d(gyo, xp, Wx, g.OH, g.OW, g.kh, g.kw, 1, 1, g.dh, g.dw, acc)
+            fnn_dw_wgrad_d(gyo, xp, Wx, g.OH, g.OW, acc)
         for t in range(K):
             dwp[(n * g.O + o) * K + t] = _tree8(acc + t * 8)
         if dbp != NULL:
@@ -568,7 +564,10 @@ cdef void _dw_bwd(const real* x, const real* w, const real* gy, real* dx, double
     cdef Py_ssize_t u, n, c, m, o, mult = g.O // g.C, K = g.kh * g.kw, Hx, Wx
     cdef Py_ssize_t xs = g.H * g.W, ys = g.OH * g.OW
     cdef Py_ssize_t Hg = g.H + g.dh * (g.kh - 1), Wg = g.W + g.dw * (g.kw - 1)
-    cdef bint s1 = g.sh == 1 and g.sw == 1
+    # the unrolled 3x3 kernels; other stride-1 kernels were slower through the padded
+    # planes than the tap-by-tap scatter below (5x5: 19 vs 13 ms at 16x64x28x28)
+    cdef bint s1 = (g.sh == 1 and g.sw == 1 and g.kh == 3 and g.kw == 3 and g.dh == 1
+                    and g.dw == 1)
     cdef real* xp = NULL
     cdef real* gp = NULL
     cdef double* acc = NULL

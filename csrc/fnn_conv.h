@@ -161,21 +161,27 @@ static inline void fnn_avg_hrow_##SFX(const T* v, T* y, const T* dv, ptrdiff_t O
         }                                                                                \
     }                                                                                    \
 }                                                                                        \
-/* backward, horizontal: hb[u] = sum of gz[o + 1] over the windows o covering padded  \
- * column u (gz[0] and gz past the last output are zero), u in [0, L) */               \
-static inline void fnn_avg_hscatter_##SFX(const T* gz, T* hb, ptrdiff_t L, ptrdiff_t OW, \
+/* backward, horizontal: hb[u] = sum of g[o] over the windows o covering padded column  \
+ * u, u in [0, L), in increasing o; g has >= kw zeros before it and after g[OW - 1] */  \
+static inline void fnn_avg_hscatter_##SFX(const T* g, T* hb, ptrdiff_t L, ptrdiff_t OW,  \
                                           ptrdiff_t kw, ptrdiff_t sw) {                  \
     ptrdiff_t m, o, j;                                                                   \
     if (kw == 3 && sw == 2) {                                                            \
-        for (m = 0; 2 * m < L; ++m) {                                                    \
-            hb[2 * m] = gz[m] + gz[m + 1]; hb[2 * m + 1] = gz[m + 1];                    \
-        }                                                                                \
+        for (m = 0; 2 * m < L; ++m) { hb[2 * m] = g[m - 1] + g[m]; hb[2 * m + 1] = g[m]; } \
     } else if (kw == 2 && sw == 2) {                                                     \
-        for (m = 0; 2 * m < L; ++m) { hb[2 * m] = gz[m + 1]; hb[2 * m + 1] = gz[m + 1]; } \
+        for (m = 0; 2 * m < L; ++m) { hb[2 * m] = g[m]; hb[2 * m + 1] = g[m]; }          \
+    } else if (kw == 3 && sw == 1) {                                                     \
+        for (m = 0; m < L; ++m) hb[m] = (g[m - 2] + g[m - 1]) + g[m];                    \
+    } else if (sw == 1) {                                                                \
+        for (m = 0; m < L; ++m) {                                                        \
+            T acc = g[m - kw + 1];                                                       \
+            for (j = 1; j < kw; ++j) acc += g[m - kw + 1 + j];                           \
+            hb[m] = acc;                                                                 \
+        }                                                                                \
     } else {                                                                             \
         for (m = 0; m < L; ++m) hb[m] = 0;                                               \
         for (o = 0; o < OW; ++o)                                                         \
-            for (j = 0; j < kw; ++j) hb[o * sw + j] += gz[o + 1];                        \
+            for (j = 0; j < kw; ++j) hb[o * sw + j] += g[o];                             \
     }                                                                                    \
 }
 
@@ -223,103 +229,63 @@ static inline void fnn_dw_fwd_row_##SFX(const T* restrict xp, ptrdiff_t ldx,    
             else { for (o = 0; o < OW; ++o) y[o] += wv * src[o * sw]; }                  \
         }                                                                                \
 }                                                                                        \
-/* stride-1 d_input row: d[w] (+)= sum_ij w[i, j] * gp[(kh-1-i)*dh rows, w + (kw-1-j)*dw]  \
- * over the padded gy (row stride ldg), taps in output order (oh, then ow ascending) */  \
+/* 3x3 stride-1 d_input row: d[w] (+)= sum_ij w[i, j] * gp[2 - i rows, w + 2 - j] over  \
+ * the padded gy (row stride ldg), taps in output order (oh, then ow ascending) */       \
 static inline void fnn_dw_dx_row_##SFX(const T* restrict gp, ptrdiff_t ldg,             \
                                        const T* restrict w, T* restrict d, ptrdiff_t W,  \
-                                       ptrdiff_t kh, ptrdiff_t kw, ptrdiff_t dh,         \
-                                       ptrdiff_t dw, int accumulate) {                   \
-    ptrdiff_t o, r, c;                                                                   \
-    if (kh == 3 && kw == 3 && dh == 1 && dw == 1) {                                      \
-        const T* restrict r0 = gp; const T* restrict r1 = gp + ldg;                      \
-        const T* restrict r2 = gp + 2 * ldg;                                             \
-        const T w0 = w[8], w1 = w[7], w2 = w[6], w3 = w[5], w4 = w[4], w5 = w[3];        \
-        const T w6 = w[2], w7 = w[1], w8 = w[0];                                         \
-        if (!accumulate) for (o = 0; o < W; ++o) {                                       \
-            T s = w0 * r0[o]; s += w1 * r0[o + 1]; s += w2 * r0[o + 2];                  \
-            s += w3 * r1[o]; s += w4 * r1[o + 1]; s += w5 * r1[o + 2];                   \
-            s += w6 * r2[o]; s += w7 * r2[o + 1]; s += w8 * r2[o + 2];                   \
-            d[o] = s;                                                                    \
-        } else for (o = 0; o < W; ++o) {                                                 \
-            T s = d[o];                                                                  \
-            s += w0 * r0[o]; s += w1 * r0[o + 1]; s += w2 * r0[o + 2];                   \
-            s += w3 * r1[o]; s += w4 * r1[o + 1]; s += w5 * r1[o + 2];                   \
-            s += w6 * r2[o]; s += w7 * r2[o + 1]; s += w8 * r2[o + 2];                   \
-            d[o] = s;                                                                    \
-        }                                                                                \
-        return;                                                                          \
+                                       int accumulate) {                                 \
+    const T* restrict r0 = gp; const T* restrict r1 = gp + ldg;                          \
+    const T* restrict r2 = gp + 2 * ldg;                                                 \
+    const T w0 = w[8], w1 = w[7], w2 = w[6], w3 = w[5], w4 = w[4], w5 = w[3];            \
+    const T w6 = w[2], w7 = w[1], w8 = w[0];                                             \
+    ptrdiff_t o;                                                                         \
+    if (!accumulate) for (o = 0; o < W; ++o) {                                           \
+        T s = w0 * r0[o]; s += w1 * r0[o + 1]; s += w2 * r0[o + 2];                      \
+        s += w3 * r1[o]; s += w4 * r1[o + 1]; s += w5 * r1[o + 2];                       \
+        s += w6 * r2[o]; s += w7 * r2[o + 1]; s += w8 * r2[o + 2];                       \
+        d[o] = s;                                                                        \
+    } else for (o = 0; o < W; ++o) {                                                     \
+        T s = d[o];                                                                      \
+        s += w0 * r0[o]; s += w1 * r0[o + 1]; s += w2 * r0[o + 2];                       \
+        s += w3 * r1[o]; s += w4 * r1[o + 1]; s += w5 * r1[o + 2];                       \
+        s += w6 * r2[o]; s += w7 * r2[o + 1]; s += w8 * r2[o + 2];                       \
+        d[o] = s;                                                                        \
     }                                                                                    \
-    if (!accumulate) for (o = 0; o < W; ++o) d[o] = 0;                                   \
-    for (r = 0; r < kh; ++r)                                                             \
-        for (c = 0; c < kw; ++c) {                                                       \
-            const T wv = w[(kh - 1 - r) * kw + (kw - 1 - c)];                            \
-            const T* restrict src = gp + r * dh * ldg + c * dw;                          \
-            for (o = 0; o < W; ++o) d[o] += wv * src[o];                                 \
-        }                                                                                \
 }                                                                                        \
-/* d_weight (and d_bias) of one output plane: acc[t*8 + k] += lane k of sum g[oh, ow] * \
- * xp[oh*sh + tap t row, ow*sw + tap t column] (t < kh*kw; t = kh*kw: sum g).  Lanes   \
+/* 3x3 stride-1 d_weight (and d_bias) of one output plane: acc[t*8 + k] += lane k of    \
+ * sum g[oh, ow] * xp[oh + tap t row, ow + tap t column] (t < 9; t = 9: sum g).  Lanes   \
  * of T over blocks of whole rows (at most 256 elements, or one row), folded into the \
  * double acc after each block: the order depends on the shapes only. */                \
 static inline void fnn_dw_wgrad_##SFX(const T* restrict g, const T* restrict xp,        \
                                       ptrdiff_t ldx, ptrdiff_t OH, ptrdiff_t OW,         \
-                                      ptrdiff_t kh, ptrdiff_t kw, ptrdiff_t sh,          \
-                                      ptrdiff_t sw, ptrdiff_t dh, ptrdiff_t dw,          \
                                       double* restrict acc) {                            \
-    ptrdiff_t h0, h1, h, o, k, t, K = kh * kw;                                           \
+    ptrdiff_t h0, h1, h, o, k, t;                                                        \
     ptrdiff_t R = OW > 0 && 256 / OW > 1 ? 256 / OW : 1;                                 \
     for (h0 = 0; h0 < OH; h0 = h1) {                                                     \
+        T a[10][8];                                                                      \
         h1 = h0 + R < OH ? h0 + R : OH;                                                  \
-        if (kh == 3 && kw == 3 && dh == 1 && dw == 1 && sw == 1) {                       \
-            T a[10][8];                                                                  \
-            for (t = 0; t < 10; ++t) for (k = 0; k < 8; ++k) a[t][k] = 0;                \
-            for (h = h0; h < h1; ++h) {                                                  \
-                const T* restrict gr = g + h * OW;                                       \
-                const T* restrict r0 = xp + h * sh * ldx;                                \
-                const T* restrict r1 = r0 + ldx; const T* restrict r2 = r1 + ldx;        \
-                for (o = 0; o + 8 <= OW; o += 8)                                         \
-                    for (k = 0; k < 8; ++k) {                                            \
-                        const T v = gr[o + k]; const ptrdiff_t q = o + k;                \
-                        a[0][k] += v * r0[q]; a[1][k] += v * r0[q + 1]; a[2][k] += v * r0[q + 2]; \
-                        a[3][k] += v * r1[q]; a[4][k] += v * r1[q + 1]; a[5][k] += v * r1[q + 2]; \
-                        a[6][k] += v * r2[q]; a[7][k] += v * r2[q + 1]; a[8][k] += v * r2[q + 2]; \
-                        a[9][k] += v;                                                    \
-                    }                                                                    \
-                for (; o < OW; ++o) {                                                    \
-                    const T v = gr[o]; k = o & 7;                                        \
-                    a[0][k] += v * r0[o]; a[1][k] += v * r0[o + 1]; a[2][k] += v * r0[o + 2]; \
-                    a[3][k] += v * r1[o]; a[4][k] += v * r1[o + 1]; a[5][k] += v * r1[o + 2]; \
-                    a[6][k] += v * r2[o]; a[7][k] += v * r2[o + 1]; a[8][k] += v * r2[o + 2]; \
+        for (t = 0; t < 10; ++t) for (k = 0; k < 8; ++k) a[t][k] = 0;                    \
+        for (h = h0; h < h1; ++h) {                                                      \
+            const T* restrict gr = g + h * OW;                                           \
+            const T* restrict r0 = xp + h * ldx;                                         \
+            const T* restrict r1 = r0 + ldx; const T* restrict r2 = r1 + ldx;            \
+            for (o = 0; o + 8 <= OW; o += 8)                                             \
+                for (k = 0; k < 8; ++k) {                                                \
+                    const T v = gr[o + k]; const ptrdiff_t q = o + k;                    \
+                    a[0][k] += v * r0[q]; a[1][k] += v * r0[q + 1]; a[2][k] += v * r0[q + 2]; \
+                    a[3][k] += v * r1[q]; a[4][k] += v * r1[q + 1]; a[5][k] += v * r1[q + 2]; \
+                    a[6][k] += v * r2[q]; a[7][k] += v * r2[q + 1]; a[8][k] += v * r2[q + 2]; \
                     a[9][k] += v;                                                        \
                 }                                                                        \
+            for (; o < OW; ++o) {                                                        \
+                const T v = gr[o]; k = o & 7;                                            \
+                a[0][k] += v * r0[o]; a[1][k] += v * r0[o + 1]; a[2][k] += v * r0[o + 2]; \
+                a[3][k] += v * r1[o]; a[4][k] += v * r1[o + 1]; a[5][k] += v * r1[o + 2]; \
+                a[6][k] += v * r2[o]; a[7][k] += v * r2[o + 1]; a[8][k] += v * r2[o + 2]; \
+                a[9][k] += v;                                                            \
             }                                                                            \
-            for (t = 0; t < 10; ++t) for (k = 0; k < 8; ++k) acc[t * 8 + k] += (double)a[t][k]; \
-            continue;                                                                    \
         }                                                                                \
-        for (t = 0; t <= K; ++t) {                                                       \
-            T a[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                           \
-            for (h = h0; h < h1; ++h) {                                                  \
-                const T* restrict gr = g + h * OW;                                       \
-                const T* restrict src = xp + h * sh * ldx;                               \
-                if (t == K) {                                                            \
-                    for (o = 0; o + 8 <= OW; o += 8)                                     \
-                        for (k = 0; k < 8; ++k) a[k] += gr[o + k];                       \
-                    for (; o < OW; ++o) a[o & 7] += gr[o];                               \
-                    continue;                                                            \
-                }                                                                        \
-                src += (t / kw) * dh * ldx + (t % kw) * dw;                              \
-                if (sw == 1) {                                                           \
-                    for (o = 0; o + 8 <= OW; o += 8)                                     \
-                        for (k = 0; k < 8; ++k) a[k] += gr[o + k] * src[o + k];          \
-                    for (; o < OW; ++o) a[o & 7] += gr[o] * src[o];                      \
-                } else {                                                                 \
-                    for (o = 0; o + 8 <= OW; o += 8)                                     \
-                        for (k = 0; k < 8; ++k) a[k] += gr[o + k] * src[(o + k) * sw];   \
-                    for (; o < OW; ++o) a[o & 7] += gr[o] * src[o * sw];                 \
-                }                                                                        \
-            }                                                                            \
-            for (k = 0; k < 8; ++k) acc[t * 8 + k] += (double)a[k];                      \
-        }                                                                                \
+        for (t = 0; t < 10; ++t) for (k = 0; k < 8; ++k) acc[t * 8 + k] += (double)a[t][k]; \
     }                                                                                    \
 }                                                                                        \
 /* dst (rows x cols) = src shifted down by top and right by left, zero outside src    \

@@ -334,11 +334,11 @@ cdef void _avg_plane_bwd(const real* g, real* d, real* gz, real* hb, real* dv, P
         _div_row(dv, oh, OW, kh, sh, ph, H, include_pad, override, cf)
         gr = g + oh * OW
         for ow in range(OW):
-            gz[ow + 1] = gr[ow] / dv[ow] if dv[ow] != 0 else 0
+            gz[kw + ow] = gr[ow] / dv[ow] if dv[ow] != 0 else 0
         if real is float:
-            fnn_avg_hscatter_f(gz, hb + oh * L, L, OW, kw, sw)
+            fnn_avg_hscatter_f(gz + kw, hb + oh * L, L, OW, kw, sw)
         else:
-            fnn_avg_hscatter_d(gz, hb + oh * L, L, OW, kw, sw)
+            fnn_avg_hscatter_d(gz + kw, hb + oh * L, L, OW, kw, sw)
     for ih in range(H):
         # output rows whose window [oh*sh - ph, oh*sh - ph + kh) holds ih
         a = ih + ph - kh + 1
@@ -366,8 +366,8 @@ cdef void _avg_bwd(const real* g, real* dx, Py_ssize_t P, Py_ssize_t H, Py_ssize
     cdef double* cf = _col_factors(OW, kw, sw, pw, W, include_pad)
     cdef Py_ssize_t L = _padded_width(W, OW, kw, sw, pw)
     with nogil, parallel(num_threads=nt):
-        # gz: the divided output row behind one zero, zeros after it
-        gz = <real*>calloc(OW + L + 2 * kw + 8, sizeof(real))
+        # gz: the divided output row behind kw zeros, zeros after it
+        gz = <real*>calloc(OW + L + 3 * kw + 8, sizeof(real))
         hb = <real*>malloc((OH * L + 8) * sizeof(real))
         dv = <real*>malloc((OW + 8) * sizeof(real))
         for p in prange(P, schedule="static"):

@@ -44,4 +44,9 @@ CASES = [
     _avg("avg_pool2d_ceil_exclude", (1, 2, 8, 7), (3, 2), 2, 1, True, False),
     _avg("avg_pool2d_divisor", (1, 2, 6, 7), (2, 3), (2, 2), (1, 1), False, True, 5),
     _avg("avg_pool2d_overlap", (1, 2, 5, 6), 3, 1, 1),
+    # the separable kernels' other column cases: stride 1 with a wide window, stride 3,
+    # and stride 1 with ceil_mode windows past the padding
+    _avg("avg_pool2d_wide_s1", (1, 2, 6, 9), (2, 4), 1, (1, 2)),
+    _avg("avg_pool2d_s3_exclude", (2, 1, 8, 10), 4, 3, 2, False, False),
+    _avg("avg_pool2d_k3_s1_ceil", (1, 2, 5, 5), 3, (2, 1), 1, True),
 ]
