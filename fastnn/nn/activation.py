@@ -9,13 +9,23 @@ __all__ = ["ReLU", "LeakyReLU", "PReLU", "RReLU", "ELU", "SELU", "CELU", "GELU",
 
 
 class _Elementwise(Module):
-    """An activation with no parameters: forward/backward through an F op pair."""
+    """An activation with no parameters: forward/backward through an F op pair.
+
+    ``_fields`` names the attributes that follow x in the forward op's arguments, in
+    order; the repr shows them as name=value (``inplace`` only when True, last)."""
 
     _fwd = None
     _bwd = None
+    _fields = ()
 
     def _args(self):
-        return ()
+        return tuple(getattr(self, name) for name in self._fields)
+
+    def extra_repr(self):
+        parts = [f"{name}={getattr(self, name)}" for name in self._fields if name != "inplace"]
+        if "inplace" in self._fields and self.inplace:
+            parts.append("inplace=True")
+        return ", ".join(parts)
 
     def forward(self, x):
         y, ctx = type(self)._fwd(x, *self._args())
@@ -27,15 +37,11 @@ class _Elementwise(Module):
 
 
 class _Inplace(_Elementwise):
+    _fields = ("inplace",)
+
     def __init__(self, inplace=False):
         super().__init__()
         self.inplace = F.activation._bool(inplace, "inplace")
-
-    def _args(self):
-        return (self.inplace,)
-
-    def extra_repr(self):
-        return "inplace=True" if self.inplace else ""
 
 
 class ReLU(_Inplace):
@@ -46,16 +52,11 @@ class ReLU(_Inplace):
 class LeakyReLU(_Inplace):
     _fwd = staticmethod(F.leaky_relu_fwd)
     _bwd = staticmethod(F.leaky_relu_bwd)
+    _fields = ("negative_slope", "inplace")
 
     def __init__(self, negative_slope=0.01, inplace=False):
         super().__init__(inplace)
         self.negative_slope = F.activation._leaky_args(negative_slope, self.inplace)[0]
-
-    def _args(self):
-        return (self.negative_slope, self.inplace)
-
-    def extra_repr(self):
-        return f"negative_slope={self.negative_slope}" + (", inplace=True" if self.inplace else "")
 
 
 class PReLU(Module):
@@ -93,6 +94,7 @@ class RReLU(_Inplace):
     fixed slope (lower + upper) / 2."""
 
     _bwd = staticmethod(F.rrelu_bwd)
+    _fields = ("lower", "upper", "inplace")    # the repr's (forward also passes training)
 
     def __init__(self, lower=1.0 / 8, upper=1.0 / 3, inplace=False):
         super().__init__(inplace)
@@ -106,24 +108,16 @@ class RReLU(_Inplace):
         self._keep(ctx)
         return y
 
-    def extra_repr(self):
-        return f"lower={self.lower}, upper={self.upper}" + (", inplace=True" if self.inplace else "")
-
 
 class ELU(_Inplace):
     _fwd = staticmethod(F.elu_fwd)
     _bwd = staticmethod(F.elu_bwd)
+    _fields = ("alpha", "inplace")
 
     def __init__(self, alpha=1.0, inplace=False):
         super().__init__(inplace)
         self.alpha = F.activation._real(alpha, "alpha")
         F.activation._elu_check_inplace(self.alpha, 1.0, 1.0, self.inplace)
-
-    def _args(self):
-        return (self.alpha, self.inplace)
-
-    def extra_repr(self):
-        return f"alpha={self.alpha}" + (", inplace=True" if self.inplace else "")
 
 
 class SELU(_Inplace):
@@ -144,15 +138,13 @@ class CELU(ELU):
 class GELU(_Elementwise):
     _fwd = staticmethod(F.gelu_fwd)
     _bwd = staticmethod(F.gelu_bwd)
+    _fields = ("approximate",)
 
     def __init__(self, approximate="none"):
         super().__init__()
         if approximate not in ("none", "tanh"):
             raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
         self.approximate = approximate
-
-    def _args(self):
-        return (self.approximate,)
 
     def extra_repr(self):
         return f"approximate={self.approximate!r}"
@@ -166,6 +158,7 @@ class SiLU(_Inplace):
 class Softplus(_Elementwise):
     _fwd = staticmethod(F.softplus_fwd)
     _bwd = staticmethod(F.softplus_bwd)
+    _fields = ("beta", "threshold")
 
     def __init__(self, beta=1.0, threshold=20.0):
         super().__init__()
@@ -175,12 +168,6 @@ class Softplus(_Elementwise):
             raise ValueError("Softplus: beta must not be 0")
         if self.threshold < 0:
             raise ValueError(f"Softplus: threshold must be >= 0, got {self.threshold}")
-
-    def _args(self):
-        return (self.beta, self.threshold)
-
-    def extra_repr(self):
-        return f"beta={self.beta}, threshold={self.threshold}"
 
 
 class Sigmoid(_Elementwise):
@@ -196,16 +183,11 @@ class Tanh(_Elementwise):
 class Softmax(_Elementwise):
     _fwd = staticmethod(F.softmax_fwd)
     _bwd = staticmethod(F.softmax_bwd)
+    _fields = ("dim",)
 
     def __init__(self, dim=-1):
         super().__init__()
         self.dim = dim
-
-    def _args(self):
-        return (self.dim,)
-
-    def extra_repr(self):
-        return f"dim={self.dim}"
 
 
 class Softmin(Softmax):
