@@ -18,6 +18,13 @@ class _Elementwise(Module):
     _bwd = None
     _fields = ()
 
+    def __init_subclass__(cls, op=None, **kwargs):
+        # class X(_Elementwise, op="x"): forward/backward through F.x_fwd / F.x_bwd
+        super().__init_subclass__(**kwargs)
+        if op is not None:
+            cls._fwd = staticmethod(getattr(F, op + "_fwd"))
+            cls._bwd = staticmethod(getattr(F, op + "_bwd"))
+
     def _args(self):
         return tuple(getattr(self, name) for name in self._fields)
 
@@ -44,14 +51,11 @@ class _Inplace(_Elementwise):
         self.inplace = F.activation._bool(inplace, "inplace")
 
 
-class ReLU(_Inplace):
-    _fwd = staticmethod(F.relu_fwd)
-    _bwd = staticmethod(F.relu_bwd)
+class ReLU(_Inplace, op="relu"):
+    pass
 
 
-class LeakyReLU(_Inplace):
-    _fwd = staticmethod(F.leaky_relu_fwd)
-    _bwd = staticmethod(F.leaky_relu_bwd)
+class LeakyReLU(_Inplace, op="leaky_relu"):
     _fields = ("negative_slope", "inplace")
 
     def __init__(self, negative_slope=0.01, inplace=False):
@@ -89,11 +93,10 @@ def _full(shape, value, dtype):
     return a
 
 
-class RReLU(_Inplace):
+class RReLU(_Inplace, op="rrelu"):
     """Training: slopes ~ U(lower, upper) per element (fastnn.manual_seed); eval: the
     fixed slope (lower + upper) / 2."""
 
-    _bwd = staticmethod(F.rrelu_bwd)
     _fields = ("lower", "upper", "inplace")    # the repr's (forward also passes training)
 
     def __init__(self, lower=1.0 / 8, upper=1.0 / 3, inplace=False):
@@ -109,9 +112,7 @@ class RReLU(_Inplace):
         return y
 
 
-class ELU(_Inplace):
-    _fwd = staticmethod(F.elu_fwd)
-    _bwd = staticmethod(F.elu_bwd)
+class ELU(_Inplace, op="elu"):
     _fields = ("alpha", "inplace")
 
     def __init__(self, alpha=1.0, inplace=False):
@@ -120,24 +121,18 @@ class ELU(_Inplace):
         F.activation._elu_check_inplace(self.alpha, 1.0, 1.0, self.inplace)
 
 
-class SELU(_Inplace):
-    _fwd = staticmethod(F.selu_fwd)
-    _bwd = staticmethod(F.selu_bwd)
+class SELU(_Inplace, op="selu"):
+    pass
 
 
-class CELU(ELU):
-    _fwd = staticmethod(F.celu_fwd)
-    _bwd = staticmethod(F.celu_bwd)
-
+class CELU(ELU, op="celu"):
     def __init__(self, alpha=1.0, inplace=False):
         super().__init__(alpha, inplace)
         if self.alpha == 0:
             raise ValueError("CELU: alpha must not be 0 (the formula divides by alpha)")
 
 
-class GELU(_Elementwise):
-    _fwd = staticmethod(F.gelu_fwd)
-    _bwd = staticmethod(F.gelu_bwd)
+class GELU(_Elementwise, op="gelu"):
     _fields = ("approximate",)
 
     def __init__(self, approximate="none"):
@@ -150,14 +145,11 @@ class GELU(_Elementwise):
         return f"approximate={self.approximate!r}"
 
 
-class SiLU(_Inplace):
-    _fwd = staticmethod(F.silu_fwd)
-    _bwd = staticmethod(F.silu_bwd)
+class SiLU(_Inplace, op="silu"):
+    pass
 
 
-class Softplus(_Elementwise):
-    _fwd = staticmethod(F.softplus_fwd)
-    _bwd = staticmethod(F.softplus_bwd)
+class Softplus(_Elementwise, op="softplus"):
     _fields = ("beta", "threshold")
 
     def __init__(self, beta=1.0, threshold=20.0):
@@ -170,19 +162,15 @@ class Softplus(_Elementwise):
             raise ValueError(f"Softplus: threshold must be >= 0, got {self.threshold}")
 
 
-class Sigmoid(_Elementwise):
-    _fwd = staticmethod(F.sigmoid_fwd)
-    _bwd = staticmethod(F.sigmoid_bwd)
+class Sigmoid(_Elementwise, op="sigmoid"):
+    pass
 
 
-class Tanh(_Elementwise):
-    _fwd = staticmethod(F.tanh_fwd)
-    _bwd = staticmethod(F.tanh_bwd)
+class Tanh(_Elementwise, op="tanh"):
+    pass
 
 
-class Softmax(_Elementwise):
-    _fwd = staticmethod(F.softmax_fwd)
-    _bwd = staticmethod(F.softmax_bwd)
+class Softmax(_Elementwise, op="softmax"):
     _fields = ("dim",)
 
     def __init__(self, dim=-1):
@@ -190,11 +178,9 @@ class Softmax(_Elementwise):
         self.dim = dim
 
 
-class Softmin(Softmax):
-    _fwd = staticmethod(F.softmin_fwd)
-    _bwd = staticmethod(F.softmin_bwd)
+class Softmin(Softmax, op="softmin"):
+    pass
 
 
-class LogSoftmax(Softmax):
-    _fwd = staticmethod(F.log_softmax_fwd)
-    _bwd = staticmethod(F.log_softmax_bwd)
+class LogSoftmax(Softmax, op="log_softmax"):
+    pass
