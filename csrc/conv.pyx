@@ -1,7 +1,7 @@
 # Conv family: conv2d (NCHW cross-correlation; stride, asymmetric zero padding,
 # dilation, groups) forward and backward.
 #
-# Three kernels:
+# Kernels:
 #   * general: im2col + BLAS GEMM per image and group, y_n[g] = W_g @ col_g with
 #     col (C/G*kH*kW, OH*OW) built in L2-sized tiles of output rows; backward
 #     d_col = W_g^T @ dy_n[g] scattered back by col2im, d_W += dy_n[g] @ col_g^T.
@@ -14,7 +14,8 @@
 #     tiles instead of packing a column matrix (OpenBLAS packs every operand on every
 #     call: ~7% of the time at 64 channels), 6 x 16 register tiles (4 x 16 for the last
 #     output channels) over 16-channel blocks.  Its d_weight twin sums dy * shifted input
-#     rows in vector lanes per image chunk.  16x64x56x56 -> 64, one thread: forward
+#     rows in vector lanes per image chunk (8 lanes per weight per thread, so only up
+#     to 16 MiB of them; larger layers take the GEMM path).  16x64x56x56 -> 64, one thread: forward
 #     48 -> 43.5 ms (~89% of sgemm), fwd+bwd 153 -> 132 ms.
 #   * backward with stride 1: d_input is the forward convolution of dy with the flipped,
 #     transposed weights (padding dilation*(k-1) - padding), so it runs on the forward
