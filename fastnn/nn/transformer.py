@@ -47,8 +47,55 @@ def _activation(activation):
     return activation
 
 
-class _FFMixin:
-    """linear2(dropout(activation(linear1(x)))), then dropout_k (torch's _ff_block)."""
+class _TorchLayer(Module):
+    """What torch's encoder and decoder layers share: the submodules in torch's order
+    (self_attn[, multihead_attn], linear1, dropout, linear2, norm1..k, dropout1..k for k
+    sublayers), the self-attention sublayer (dropout1) and the feed-forward block
+    linear2(dropout(activation(linear1(x)))) with its output dropout (torch's _sa_block
+    and _ff_block)."""
+
+    def _build(self, sublayers, d_model, nhead, dim_feedforward, dropout, activation,
+               layer_norm_eps, batch_first, norm_first, bias, dtype):
+        d = int_arg(d_model, "d_model", 1)
+        dff = int_arg(dim_feedforward, "dim_feedforward", 1)
+        eps = positive_float(layer_norm_eps, "layer_norm_eps")
+        self.activation = _activation(activation)
+        self.batch_first = bool(batch_first)
+        self.norm_first = bool(norm_first)
+        self.self_attn = MultiheadAttention(d, nhead, dropout=dropout, bias=bias,
+                                            batch_first=batch_first, dtype=dtype)
+        if sublayers == 3:
+            self.multihead_attn = MultiheadAttention(d, nhead, dropout=dropout, bias=bias,
+                                                     batch_first=batch_first, dtype=dtype)
+        self.linear1 = Linear(d, dff, bias=bias, dtype=dtype)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dff, d, bias=bias, dtype=dtype)
+        for k in range(1, sublayers + 1):
+            setattr(self, f"norm{k}", LayerNorm(d, eps=eps, bias=bias, dtype=dtype))
+        for k in range(1, sublayers + 1):
+            setattr(self, f"dropout{k}", Dropout(dropout))
+
+    def _residual(self, x, norm, sublayer):
+        """x + sublayer(norm(x)) when norm_first, else norm(x + sublayer(x))."""
+        if self.norm_first:
+            return x + sublayer(norm(x))
+        return norm(x + sublayer(x))
+
+    def _residual_back(self, dy, norm, sublayer_back):
+        """_residual's backward: the input gradient of the residual branch and the norm."""
+        if self.norm_first:
+            return dy + norm.backward(sublayer_back(dy))
+        d = norm.backward(dy)
+        return d + sublayer_back(d)
+
+    def _sa(self, x, mask, kpm, is_causal):
+        y = self.self_attn(x, x, x, key_padding_mask=kpm, attn_mask=mask,
+                           is_causal=is_causal)[0]
+        return self.dropout1(y)
+
+    def _sa_back(self, dy):
+        dq, dk, dv = self.self_attn.backward(self.dropout1.backward(dy))
+        return dq + dk + dv
 
     def _ff(self, x, out_dropout):
         act_fwd = _ACT[self.activation][0]
@@ -64,7 +111,7 @@ class _FFMixin:
         return self.linear1.backward(act_bwd(actx, dh))
 
 
-class TransformerEncoderLayer(_FFMixin, Module):
+class TransformerEncoderLayer(_TorchLayer):
     """torch.nn.TransformerEncoderLayer: self_attn, linear1, dropout, linear2, norm1, norm2,
     dropout1, dropout2; norm_first both ways; activation "relu" or "gelu".
     forward(src, src_mask=None, src_key_padding_mask=None, is_causal=False); backward -> d_src."""
@@ -73,54 +120,23 @@ class TransformerEncoderLayer(_FFMixin, Module):
                  layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True,
                  dtype=None):
         super().__init__()
-        d = int_arg(d_model, "d_model", 1)
-        dff = int_arg(dim_feedforward, "dim_feedforward", 1)
-        eps = positive_float(layer_norm_eps, "layer_norm_eps")
-        self.activation = _activation(activation)
-        self.batch_first = bool(batch_first)
-        self.norm_first = bool(norm_first)
-        self.self_attn = MultiheadAttention(d, nhead, dropout=dropout, bias=bias,
-                                            batch_first=batch_first, dtype=dtype)
-        self.linear1 = Linear(d, dff, bias=bias, dtype=dtype)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dff, d, bias=bias, dtype=dtype)
-        self.norm1 = LayerNorm(d, eps=eps, bias=bias, dtype=dtype)
-        self.norm2 = LayerNorm(d, eps=eps, bias=bias, dtype=dtype)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
-
-    def _sa(self, x, mask, kpm, is_causal):
-        y = self.self_attn(x, x, x, key_padding_mask=kpm, attn_mask=mask,
-                           is_causal=is_causal)[0]
-        return self.dropout1(y)
-
-    def _sa_back(self, dy):
-        dq, dk, dv = self.self_attn.backward(self.dropout1.backward(dy))
-        return dq + dk + dv
+        self._build(2, d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps,
+                    batch_first, norm_first, bias, dtype)
 
     def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False):
-        x = src
-        if self.norm_first:
-            x = x + self._sa(self.norm1(x), src_mask, src_key_padding_mask, is_causal)
-            x = x + self._ff(self.norm2(x), self.dropout2)
-        else:
-            x = self.norm1(x + self._sa(x, src_mask, src_key_padding_mask, is_causal))
-            x = self.norm2(x + self._ff(x, self.dropout2))
+        x = self._residual(src, self.norm1,
+                           lambda h: self._sa(h, src_mask, src_key_padding_mask, is_causal))
+        x = self._residual(x, self.norm2, lambda h: self._ff(h, self.dropout2))
         self._keep(True)
         return x
 
     def backward(self, dy):
         self._take()
-        if self.norm_first:
-            dx = dy + self.norm2.backward(self._ff_back(dy, self.dropout2))
-            return dx + self.norm1.backward(self._sa_back(dx))
-        d = self.norm2.backward(dy)
-        dx = d + self._ff_back(d, self.dropout2)
-        d = self.norm1.backward(dx)
-        return d + self._sa_back(d)
+        dx = self._residual_back(dy, self.norm2, lambda d: self._ff_back(d, self.dropout2))
+        return self._residual_back(dx, self.norm1, self._sa_back)
 
 
-class TransformerDecoderLayer(_FFMixin, Module):
+class TransformerDecoderLayer(_TorchLayer):
     """torch.nn.TransformerDecoderLayer: self_attn, multihead_attn, linear1, dropout, linear2,
     norm1..3, dropout1..3; norm_first both ways; activation "relu" or "gelu".
     forward(tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
@@ -131,34 +147,8 @@ class TransformerDecoderLayer(_FFMixin, Module):
                  layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True,
                  dtype=None):
         super().__init__()
-        d = int_arg(d_model, "d_model", 1)
-        dff = int_arg(dim_feedforward, "dim_feedforward", 1)
-        eps = positive_float(layer_norm_eps, "layer_norm_eps")
-        self.activation = _activation(activation)
-        self.batch_first = bool(batch_first)
-        self.norm_first = bool(norm_first)
-        self.self_attn = MultiheadAttention(d, nhead, dropout=dropout, bias=bias,
-                                            batch_first=batch_first, dtype=dtype)
-        self.multihead_attn = MultiheadAttention(d, nhead, dropout=dropout, bias=bias,
-                                                 batch_first=batch_first, dtype=dtype)
-        self.linear1 = Linear(d, dff, bias=bias, dtype=dtype)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dff, d, bias=bias, dtype=dtype)
-        self.norm1 = LayerNorm(d, eps=eps, bias=bias, dtype=dtype)
-        self.norm2 = LayerNorm(d, eps=eps, bias=bias, dtype=dtype)
-        self.norm3 = LayerNorm(d, eps=eps, bias=bias, dtype=dtype)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
-        self.dropout3 = Dropout(dropout)
-
-    def _sa(self, x, mask, kpm, is_causal):
-        y = self.self_attn(x, x, x, key_padding_mask=kpm, attn_mask=mask,
-                           is_causal=is_causal)[0]
-        return self.dropout1(y)
-
-    def _sa_back(self, dy):
-        dq, dk, dv = self.self_attn.backward(self.dropout1.backward(dy))
-        return dq + dk + dv
+        self._build(3, d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps,
+                    batch_first, norm_first, bias, dtype)
 
     def _mha(self, x, mem, mask, kpm, is_causal):
         y = self.multihead_attn(x, mem, mem, key_padding_mask=kpm, attn_mask=mask,
@@ -171,31 +161,24 @@ class TransformerDecoderLayer(_FFMixin, Module):
 
     def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
                 memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False):
-        x = tgt
-        if self.norm_first:
-            x = x + self._sa(self.norm1(x), tgt_mask, tgt_key_padding_mask, tgt_is_causal)
-            x = x + self._mha(self.norm2(x), memory, memory_mask, memory_key_padding_mask,
-                              memory_is_causal)
-            x = x + self._ff(self.norm3(x), self.dropout3)
-        else:
-            x = self.norm1(x + self._sa(x, tgt_mask, tgt_key_padding_mask, tgt_is_causal))
-            x = self.norm2(x + self._mha(x, memory, memory_mask, memory_key_padding_mask,
-                                         memory_is_causal))
-            x = self.norm3(x + self._ff(x, self.dropout3))
+        x = self._residual(tgt, self.norm1,
+                           lambda h: self._sa(h, tgt_mask, tgt_key_padding_mask, tgt_is_causal))
+        x = self._residual(x, self.norm2,
+                           lambda h: self._mha(h, memory, memory_mask, memory_key_padding_mask,
+                                               memory_is_causal))
+        x = self._residual(x, self.norm3, lambda h: self._ff(h, self.dropout3))
         self._keep(True)
         return x
 
     def backward(self, dy):
         self._take()
-        if self.norm_first:
-            dx2 = dy + self.norm3.backward(self._ff_back(dy, self.dropout3))
-            dq, dmem = self._mha_back(dx2)
-            dx1 = dx2 + self.norm2.backward(dq)
-            return dx1 + self.norm1.backward(self._sa_back(dx1)), dmem
-        d = self.norm3.backward(dy)
-        dx2 = d + self._ff_back(d, self.dropout3)
-        d = self.norm2.backward(dx2)
-        dq, dmem = self._mha_back(d)
-        dx1 = d + dq
-        d = self.norm1.backward(dx1)
-        return d + self._sa_back(d), dmem
+        dmem = []
+
+        def mha_back(d):
+            dq, dm = self._mha_back(d)
+            dmem.append(dm)
+            return dq
+
+        dx2 = self._residual_back(dy, self.norm3, lambda d: self._ff_back(d, self.dropout3))
+        dx1 = self._residual_back(dx2, self.norm2, mha_back)
+        return self._residual_back(dx1, self.norm1, self._sa_back), dmem[0]
