@@ -195,34 +195,46 @@ def _backward(d_out, d_h_n, d_c_n, saved):
             cast(dc0, x) if c0 is not None else None, tuple(dweights))
 
 
-def rnn(x, h0, weights, nonlinearity, num_layers, bidirectional, batch_first, dropout, train,
-        seed, offset):
-    y, h_n, _, saved = _forward("rnn_" + nonlinearity, x, h0, None, weights, num_layers,
-                                bidirectional, batch_first, dropout, train, seed, offset)
-    return (y, h_n), saved
+def stack_ops(forward, backward):
+    """The six public ops over a backend's whole-stack pair (the cuda backend builds its
+    ops here too): ``forward(mode, x, h0, c0, weights, num_layers, bidirectional,
+    batch_first, dropout, train, seed, offset) -> (y, h_n, c_n, saved)`` with mode
+    "rnn_tanh" / "rnn_relu" / "gru" / "lstm", and ``backward(d_out, d_h_n, d_c_n, saved)
+    -> (dx, dh0, dc0, d_weights)``.  The ops report the pair's module as their own."""
+
+    def rnn(x, h0, weights, nonlinearity, num_layers, bidirectional, batch_first, dropout,
+            train, seed, offset):
+        y, h_n, _, saved = forward("rnn_" + nonlinearity, x, h0, None, weights, num_layers,
+                                   bidirectional, batch_first, dropout, train, seed, offset)
+        return (y, h_n), saved
+
+    def rnn_backward(d_out, d_h_n, saved):
+        dx, dh0, _, dw = backward(d_out, d_h_n, None, saved)
+        return dx, dh0, dw
+
+    def gru(x, h0, weights, num_layers, bidirectional, batch_first, dropout, train, seed,
+            offset):
+        y, h_n, _, saved = forward("gru", x, h0, None, weights, num_layers, bidirectional,
+                                   batch_first, dropout, train, seed, offset)
+        return (y, h_n), saved
+
+    def gru_backward(d_out, d_h_n, saved):
+        return rnn_backward(d_out, d_h_n, saved)
+
+    def lstm(x, h0, c0, weights, num_layers, bidirectional, batch_first, dropout, train, seed,
+             offset):
+        y, h_n, c_n, saved = forward("lstm", x, h0, c0, weights, num_layers, bidirectional,
+                                     batch_first, dropout, train, seed, offset)
+        return (y, h_n, c_n), saved
+
+    def lstm_backward(d_out, d_h_n, d_c_n, saved):
+        return backward(d_out, d_h_n, d_c_n, saved)
+
+    ops = (rnn, rnn_backward, gru, gru_backward, lstm, lstm_backward)
+    for fn in ops:
+        fn.__module__ = forward.__module__
+        fn.__qualname__ = fn.__name__
+    return ops
 
 
-def rnn_backward(d_out, d_h_n, saved):
-    dx, dh0, _, dw = _backward(d_out, d_h_n, None, saved)
-    return dx, dh0, dw
-
-
-def gru(x, h0, weights, num_layers, bidirectional, batch_first, dropout, train, seed, offset):
-    y, h_n, _, saved = _forward("gru", x, h0, None, weights, num_layers, bidirectional,
-                                batch_first, dropout, train, seed, offset)
-    return (y, h_n), saved
-
-
-def gru_backward(d_out, d_h_n, saved):
-    dx, dh0, _, dw = _backward(d_out, d_h_n, None, saved)
-    return dx, dh0, dw
-
-
-def lstm(x, h0, c0, weights, num_layers, bidirectional, batch_first, dropout, train, seed, offset):
-    y, h_n, c_n, saved = _forward("lstm", x, h0, c0, weights, num_layers, bidirectional,
-                                  batch_first, dropout, train, seed, offset)
-    return (y, h_n, c_n), saved
-
-
-def lstm_backward(d_out, d_h_n, d_c_n, saved):
-    return _backward(d_out, d_h_n, d_c_n, saved)
+rnn, rnn_backward, gru, gru_backward, lstm, lstm_backward = stack_ops(_forward, _backward)

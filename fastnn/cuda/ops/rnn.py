@@ -21,6 +21,7 @@ import numpy as np
 from .. import _kit
 from .._gemm import gemm
 from .._kit import THREADS, U8, cuda, kernel, philox4x32
+from ...reference.rnn import stack_ops
 from .conv import _swap01
 
 OPS = ("rnn", "rnn_backward", "gru", "gru_backward", "lstm", "lstm_backward")
@@ -299,34 +300,5 @@ def _backward(d_out, d_h_n, d_c_n, saved):
             tuple(dweights))
 
 
-def rnn(x, h0, weights, nonlinearity, num_layers, bidirectional, batch_first, dropout, train,
-        seed, offset):
-    y, h_n, _, saved = _forward("rnn_" + nonlinearity, x, h0, None, weights, num_layers,
-                                bidirectional, batch_first, dropout, train, seed, offset)
-    return (y, h_n), saved
-
-
-def rnn_backward(d_out, d_h_n, saved):
-    dx, dh0, _, dw = _backward(d_out, d_h_n, None, saved)
-    return dx, dh0, dw
-
-
-def gru(x, h0, weights, num_layers, bidirectional, batch_first, dropout, train, seed, offset):
-    y, h_n, _, saved = _forward("gru", x, h0, None, weights, num_layers, bidirectional,
-                                batch_first, dropout, train, seed, offset)
-    return (y, h_n), saved
-
-
-def gru_backward(d_out, d_h_n, saved):
-    dx, dh0, _, dw = _backward(d_out, d_h_n, None, saved)
-    return dx, dh0, dw
-
-
-def lstm(x, h0, c0, weights, num_layers, bidirectional, batch_first, dropout, train, seed, offset):
-    y, h_n, c_n, saved = _forward("lstm", x, h0, c0, weights, num_layers, bidirectional,
-                                  batch_first, dropout, train, seed, offset)
-    return (y, h_n, c_n), saved
-
-
-def lstm_backward(d_out, d_h_n, d_c_n, saved):
-    return _backward(d_out, d_h_n, d_c_n, saved)
+# the public ops: the reference's wrappers over this file's whole-stack pair
+rnn, rnn_backward, gru, gru_backward, lstm, lstm_backward = stack_ops(_forward, _backward)
