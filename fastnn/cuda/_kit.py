@@ -222,6 +222,34 @@ else:  # pragma: no cover - needs a GPU
         return r
 
 
+@per_dtype
+def welford(dt):
+    """Device functions ``(step, combine)`` of the block statistics of the norm kernels:
+    ``cnt, mu, m2 = step(v, cnt, mu, m2)`` is one thread's Welford update (start from
+    ``0, T(0), T(0)``); ``mean, ss = combine(cnt, mu, m2, n, sbuf)`` merges every thread's
+    (count, mean, M2) exactly with Chan's formula through two block sums: the mean of the
+    block's ``n`` values and their sum of squared deviations (no cancellation at any n).
+    Every thread of the block calls ``combine`` (it synchronises)."""
+    T = dt.type
+
+    @cuda.jit(device=True)
+    def step(v, cnt, mu, m2):
+        cnt += 1
+        d = v - mu
+        mu += d / T(cnt)
+        m2 += d * (v - mu)
+        return cnt, mu, m2
+
+    @cuda.jit(device=True)
+    def combine(cnt, mu, m2, n, sbuf):
+        fc = T(cnt)
+        mean = block_sum(fc * mu, sbuf) / T(n)
+        dm = mu - mean
+        return mean, block_sum(m2 + fc * dm * dm, sbuf)
+
+    return step, combine
+
+
 # ------------------------------------------------------------------ device arrays
 def dtype_of(a):
     return np.dtype(a.dtype)
@@ -525,6 +553,13 @@ def rowsum(x2):
 
 def shared_type(dtype):
     return numba_type(dtype)
+
+
+def scalars(dt):
+    """``(NT, T, zero, one)`` a per-dtype kernel factory closes over: the numba type of
+    its shared buffers, the scalar type and its typed 0 and 1."""
+    T = np.dtype(dt).type
+    return shared_type(dt), T, T(0), T(1)
 
 
 # ------------------------------------------------------------------ Philox4x32-10

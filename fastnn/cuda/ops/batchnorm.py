@@ -18,10 +18,8 @@ OPS = ("batch_norm", "batch_norm_backward")
 
 @_kit.per_dtype
 def _kernels(dt):
-    NT = _kit.shared_type(dt)
-    T = dt.type
-    zero = T(0)
-    one = T(1)
+    NT, T, zero, one = _kit.scalars(dt)
+    step, combine = _kit.welford(dt)
 
     @kernel
     def fwd(x, rm, rv, w, b, y, mean, rstd, N, C, S, eps, training, has_rm, has_rv, has_w,
@@ -37,15 +35,9 @@ def _kernels(dt):
                 m2 = zero
                 for e in range(t, M, B):
                     n = e // S
-                    v = x[n, c, e - n * S]
-                    cnt += 1
-                    d = v - mu
-                    mu += d / T(cnt)
-                    m2 += d * (v - mu)
-                fc = T(cnt)
-                mean_c = block_sum(fc * mu, sbuf) / T(M)
-                dm = mu - mean_c
-                var = block_sum(m2 + fc * dm * dm, sbuf) / T(M)
+                    cnt, mu, m2 = step(x[n, c, e - n * S], cnt, mu, m2)
+                mean_c, ss = combine(cnt, mu, m2, M, sbuf)
+                var = ss / T(M)
             else:
                 mean_c = rm[c]
                 var = rv[c]
@@ -105,15 +97,18 @@ def _kernels(dt):
     return fwd, bwd
 
 
+def _ncs(x):
+    """(dtype, shape, N, C, S) of x seen as (N, C, S)."""
+    shape = _kit.shape_of(x)
+    return _kit.dtype_of(x), shape, shape[0], shape[1], _kit.numel(shape[2:])
+
+
 def batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps):
     host = []
     rm = _kit.inplace_target(running_mean, "running_mean", host)
     rv = _kit.inplace_target(running_var, "running_var", host)
     x, w, b = _kit.dev(x), _kit.dev(weight), _kit.dev(bias)
-    dt = _kit.dtype_of(x)
-    shape = _kit.shape_of(x)
-    N, C = shape[0], shape[1]
-    S = _kit.numel(shape[2:])
+    dt, shape, N, C, S = _ncs(x)
     y = _kit.empty(shape, dt)
     mean = _kit.empty((C,), dt)
     rstd = _kit.empty((C,), dt)
@@ -135,10 +130,7 @@ def batch_norm(x, running_mean, running_var, weight, bias, training, momentum, e
 def batch_norm_backward(dy, saved):
     x, w, has_bias, mean, rstd, training = saved
     dy = _kit.dev(dy)
-    dt = _kit.dtype_of(x)
-    shape = _kit.shape_of(x)
-    N, C = shape[0], shape[1]
-    S = _kit.numel(shape[2:])
+    dt, shape, N, C, S = _ncs(x)
     dx = _kit.empty(shape, dt)
     dw = _kit.empty((C,), dt)
     db = _kit.empty((C,), dt)

@@ -21,64 +21,71 @@ OPS = ("layer_norm", "layer_norm_backward", "layer_norm_infer")
 
 @_kit.per_dtype
 def _kernels(dt):
-    NT = _kit.shared_type(dt)
-    T = dt.type
-    zero = T(0)
-    one = T(1)
+    NT, T, zero, one = _kit.scalars(dt)
+    step, combine = _kit.welford(dt)
+
+    @cuda.jit(device=True)
+    def row_moments(x, r, D, sbuf):
+        """(mean, sum of squared deviations) of row r (the whole block calls it)."""
+        cnt = 0
+        mu = zero
+        m2 = zero
+        for j in range(cuda.threadIdx.x, D, cuda.blockDim.x):
+            cnt, mu, m2 = step(x[r, j], cnt, mu, m2)
+        return combine(cnt, mu, m2, D, sbuf)
+
+    @cuda.jit(device=True)
+    def normalise_row(x, w, b, y, r, D, mean_r, scale, has_w, has_b):
+        """y[r] = (x[r] - mean_r) * scale [* w] [+ b], this thread's elements."""
+        for j in range(cuda.threadIdx.x, D, cuda.blockDim.x):
+            v = (x[r, j] - mean_r) * scale
+            if has_w:
+                v = v * w[j]
+            if has_b:
+                v = v + b[j]
+            y[r, j] = v
+
+    @cuda.jit(device=True)
+    def g_at(dy, w, r, j, has_w):
+        """The gradient reaching the normalised value: dy [* w]."""
+        g = dy[r, j]
+        if has_w:
+            g = g * w[j]
+        return g
+
+    @cuda.jit(device=True)
+    def row_g_sums(dy, x, w, r, D, mu, scale, has_w, sbuf):
+        """Block sums over row r of g and of g * ((x - mu) * scale)."""
+        s1 = zero
+        s2 = zero
+        for j in range(cuda.threadIdx.x, D, cuda.blockDim.x):
+            g = g_at(dy, w, r, j, has_w)
+            s1 += g
+            s2 += g * ((x[r, j] - mu) * scale)
+        return block_sum(s1, sbuf), block_sum(s2, sbuf)
 
     @kernel
     def fwd(x, w, b, y, mean, rstd, R, D, eps, has_w, has_b):
         sbuf = cuda.shared.array(SBUF, NT)
-        t = cuda.threadIdx.x
-        B = cuda.blockDim.x
         for r in range(cuda.blockIdx.x, R, cuda.gridDim.x):
-            cnt = 0
-            mu = zero
-            m2 = zero
-            for j in range(t, D, B):
-                cnt += 1
-                v = x[r, j]
-                d = v - mu
-                mu += d / T(cnt)
-                m2 += d * (v - mu)
-            fc = T(cnt)
-            mean_r = block_sum(fc * mu, sbuf) / T(D)
-            dm = mu - mean_r
-            var = block_sum(m2 + fc * dm * dm, sbuf) / T(D)
-            rs = one / math.sqrt(var + eps)
-            if t == 0:
+            mean_r, ss = row_moments(x, r, D, sbuf)
+            rs = one / math.sqrt(ss / T(D) + eps)
+            if cuda.threadIdx.x == 0:
                 mean[r] = mean_r
                 rstd[r] = rs
-            for j in range(t, D, B):
-                v = (x[r, j] - mean_r) * rs
-                if has_w:
-                    v = v * w[j]
-                if has_b:
-                    v = v + b[j]
-                y[r, j] = v
+            normalise_row(x, w, b, y, r, D, mean_r, rs, has_w, has_b)
 
     @kernel
     def bwd(dy, x, w, mean, rstd, dx, R, D, has_w):
         sbuf = cuda.shared.array(SBUF, NT)
-        t = cuda.threadIdx.x
-        B = cuda.blockDim.x
         for r in range(cuda.blockIdx.x, R, cuda.gridDim.x):
             mu = mean[r]
             rs = rstd[r]
-            s1 = zero
-            s2 = zero
-            for j in range(t, D, B):
-                g = dy[r, j]
-                if has_w:
-                    g = g * w[j]
-                s1 += g
-                s2 += g * ((x[r, j] - mu) * rs)
-            s1 = block_sum(s1, sbuf) / T(D)
-            s2 = block_sum(s2, sbuf) / T(D)
-            for j in range(t, D, B):
-                g = dy[r, j]
-                if has_w:
-                    g = g * w[j]
+            s1, s2 = row_g_sums(dy, x, w, r, D, mu, rs, has_w, sbuf)
+            s1 = s1 / T(D)
+            s2 = s2 / T(D)
+            for j in range(cuda.threadIdx.x, D, cuda.blockDim.x):
+                g = g_at(dy, w, r, j, has_w)
                 dx[r, j] = rs * (g - s1 - (x[r, j] - mu) * rs * s2)
 
     @kernel
@@ -101,61 +108,30 @@ def _kernels(dt):
     def std_fwd(x, w, b, y, mean, std, rinv, R, D, eps, has_w, has_b):
         # the Annotated Transformer's norm: (x - mean) / (unbiased std + eps)
         sbuf = cuda.shared.array(SBUF, NT)
-        t = cuda.threadIdx.x
-        B = cuda.blockDim.x
         for r in range(cuda.blockIdx.x, R, cuda.gridDim.x):
-            cnt = 0
-            mu = zero
-            m2 = zero
-            for j in range(t, D, B):
-                cnt += 1
-                v = x[r, j]
-                d = v - mu
-                mu += d / T(cnt)
-                m2 += d * (v - mu)
-            fc = T(cnt)
-            mean_r = block_sum(fc * mu, sbuf) / T(D)
-            dm = mu - mean_r
-            sd = math.sqrt(block_sum(m2 + fc * dm * dm, sbuf) / T(D - 1))
+            mean_r, ss = row_moments(x, r, D, sbuf)
+            sd = math.sqrt(ss / T(D - 1))
             ri = one / (sd + eps)
-            if t == 0:
+            if cuda.threadIdx.x == 0:
                 mean[r] = mean_r
                 std[r] = sd
                 rinv[r] = ri
-            for j in range(t, D, B):
-                v = (x[r, j] - mean_r) * ri
-                if has_w:
-                    v = v * w[j]
-                if has_b:
-                    v = v + b[j]
-                y[r, j] = v
+            normalise_row(x, w, b, y, r, D, mean_r, ri, has_w, has_b)
 
     @kernel
     def std_bwd(dy, x, w, mean, std, rinv, dx, R, D, has_w):
         sbuf = cuda.shared.array(SBUF, NT)
-        t = cuda.threadIdx.x
-        B = cuda.blockDim.x
         for r in range(cuda.blockIdx.x, R, cuda.gridDim.x):
             mu = mean[r]
             sd = std[r]
             ri = rinv[r]
-            s1 = zero
-            s2 = zero
-            for j in range(t, D, B):
-                g = dy[r, j]
-                if has_w:
-                    g = g * w[j]
-                s1 += g
-                s2 += g * (x[r, j] - mu)
-            s1 = block_sum(s1, sbuf) / T(D)
-            s2 = block_sum(s2, sbuf)
+            s1, s2 = row_g_sums(dy, x, w, r, D, mu, one, has_w, sbuf)   # (x - mu) * 1 exact
+            s1 = s1 / T(D)
             coef = zero
             if sd != zero:
                 coef = ri * ri * s2 / (T(D - 1) * sd)
-            for j in range(t, D, B):
-                g = dy[r, j]
-                if has_w:
-                    g = g * w[j]
+            for j in range(cuda.threadIdx.x, D, cuda.blockDim.x):
+                g = g_at(dy, w, r, j, has_w)
                 dx[r, j] = ri * (g - s1) - coef * (x[r, j] - mu)
 
     return fwd, bwd, param_partial, std_fwd, std_bwd
