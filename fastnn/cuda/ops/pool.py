@@ -20,13 +20,37 @@ def _kernels(dt):
     T = dt.type
     zero = T(0)
 
+    @cuda.jit(device=True)
+    def at(e, rows, cols):
+        """(plane, row, col) of flat index e over planes of rows x cols."""
+        r = e // cols
+        return r // rows, r % rows, e % cols
+
+    @cuda.jit(device=True)
+    def _divisor(p, s, pad, k, n_in):
+        start = p * s - pad
+        end = min(start + k, n_in + pad)
+        full = end - start
+        valid = min(end, n_in) - max(start, 0)
+        return full, valid
+
+    @cuda.jit(device=True)
+    def avg_div(p, q, H, W, kh, kw, sh, sw, ph, pw, include_pad, override):
+        """(divisor of output (p, q), whether its window holds any input element)."""
+        fh, vh = _divisor(p, sh, ph, kh, H)
+        fw, vw = _divisor(q, sw, pw, kw, W)
+        if override > 0:
+            div = T(override)
+        elif include_pad:
+            div = T(fh * fw)
+        else:
+            div = T(vh * vw)
+        return div, vh > 0 and vw > 0
+
     @kernel
     def max_fwd(x, y, idx, total, H, W, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw):
         for e in range(cuda.grid(1), total, cuda.gridsize(1)):
-            q = e % OW
-            r = e // OW
-            p = r % OH
-            nc = r // OH
+            nc, p, q = at(e, OH, OW)
             best = zero
             arg = -1
             for i in range(kh):
@@ -47,12 +71,28 @@ def _kernels(dt):
             idx[nc, p, q] = arg
 
     @kernel
-    def max_bwd(dy, idx, dx, total, H, W, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw):
+    def avg_fwd(x, y, total, H, W, OH, OW, kh, kw, sh, sw, ph, pw, include_pad, override):
         for e in range(cuda.grid(1), total, cuda.gridsize(1)):
-            w = e % W
-            r = e // W
-            h = r % H
-            nc = r // H
+            nc, p, q = at(e, OH, OW)
+            s = zero
+            for i in range(kh):
+                h = p * sh - ph + i
+                if h < 0 or h >= H:
+                    continue
+                for j in range(kw):
+                    w = q * sw - pw + j
+                    if w >= 0 and w < W:
+                        s += x[nc, h, w]
+            div, nonempty = avg_div(p, q, H, W, kh, kw, sh, sw, ph, pw, include_pad, override)
+            y[nc, p, q] = s / div if nonempty else zero
+
+    @kernel
+    def bwd(dy, idx, dx, total, H, W, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw, is_max,
+            include_pad, override):
+        # both pools: the outputs whose windows hold input (h, w), in a fixed order; max
+        # takes those whose argmax it is, avg each one's share (avg: dilation 1, idx unused)
+        for e in range(cuda.grid(1), total, cuda.gridsize(1)):
+            nc, h, w = at(e, H, W)
             me = h * W + w
             s = zero
             for i in range(kh):
@@ -67,79 +107,18 @@ def _kernels(dt):
                     if tq < 0 or tq % sw != 0:
                         continue
                     q = tq // sw
-                    if q < OW and idx[nc, p, q] == me:
-                        s += dy[nc, p, q]
-            dx[nc, h, w] = s
-
-    @cuda.jit(device=True)
-    def _divisor(p, s, pad, k, n_in):
-        start = p * s - pad
-        end = min(start + k, n_in + pad)
-        full = end - start
-        valid = min(end, n_in) - max(start, 0)
-        return full, valid
-
-    @kernel
-    def avg_fwd(x, y, total, H, W, OH, OW, kh, kw, sh, sw, ph, pw, include_pad, override):
-        for e in range(cuda.grid(1), total, cuda.gridsize(1)):
-            q = e % OW
-            r = e // OW
-            p = r % OH
-            nc = r // OH
-            s = zero
-            for i in range(kh):
-                h = p * sh - ph + i
-                if h < 0 or h >= H:
-                    continue
-                for j in range(kw):
-                    w = q * sw - pw + j
-                    if w >= 0 and w < W:
-                        s += x[nc, h, w]
-            fh, vh = _divisor(p, sh, ph, kh, H)
-            fw, vw = _divisor(q, sw, pw, kw, W)
-            if vh <= 0 or vw <= 0:
-                y[nc, p, q] = zero
-            elif override > 0:
-                y[nc, p, q] = s / T(override)
-            elif include_pad:
-                y[nc, p, q] = s / T(fh * fw)
-            else:
-                y[nc, p, q] = s / T(vh * vw)
-
-    @kernel
-    def avg_bwd(dy, dx, total, H, W, OH, OW, kh, kw, sh, sw, ph, pw, include_pad, override):
-        for e in range(cuda.grid(1), total, cuda.gridsize(1)):
-            w = e % W
-            r = e // W
-            h = r % H
-            nc = r // H
-            s = zero
-            for i in range(kh):
-                tp = h + ph - i
-                if tp < 0 or tp % sh != 0:
-                    continue
-                p = tp // sh
-                if p >= OH:
-                    continue
-                for j in range(kw):
-                    tq = w + pw - j
-                    if tq < 0 or tq % sw != 0:
-                        continue
-                    q = tq // sw
                     if q >= OW:
                         continue
-                    fh, vh = _divisor(p, sh, ph, kh, H)
-                    fw, vw = _divisor(q, sw, pw, kw, W)
-                    if override > 0:
-                        div = T(override)
-                    elif include_pad:
-                        div = T(fh * fw)
+                    if is_max:
+                        if idx[nc, p, q] == me:
+                            s += dy[nc, p, q]
                     else:
-                        div = T(vh * vw)
-                    s += dy[nc, p, q] / div
+                        div, _ = avg_div(p, q, H, W, kh, kw, sh, sw, ph, pw, include_pad,
+                                         override)
+                        s += dy[nc, p, q] / div
             dx[nc, h, w] = s
 
-    return max_fwd, max_bwd, avg_fwd, avg_bwd
+    return max_fwd, avg_fwd, bwd
 
 
 def _planes(a, shape):
@@ -163,8 +142,9 @@ def max_pool2d(x, kernel, stride, padding, dilation, out_hw):
     return y, (idx, (N, C, H, W), tuple(kernel), tuple(stride), tuple(padding), tuple(dilation))
 
 
-def max_pool2d_backward(dy, saved):
-    idx, shape, kernel, stride, padding, dilation = saved
+def _backward(dy, idx, shape, kernel, stride, padding, dilation, is_max, include_pad,
+              override):
+    """dx (N, C, H, W) of either pool: one thread per input element (the bwd kernel)."""
     dy = _kit.dev(dy)
     dt = _kit.dtype_of(dy)
     N, C, H, W = shape
@@ -172,11 +152,16 @@ def max_pool2d_backward(dy, saved):
     dx = _kit.empty(shape, dt)
     total = N * C * H * W
     if total:
-        max_bwd = _kernels(dt)[1]
-        max_bwd[_kit.blocks_for(total), THREADS](
-            _planes(dy, (N, C, OH, OW)), _planes(idx, (N, C, OH, OW)), _planes(dx, shape), total,
-            H, W, OH, OW, *kernel, *stride, *padding, *dilation)
+        idx = _kit.empty((1, 1, 1), np.int64) if idx is None else _planes(idx, (N, C, OH, OW))
+        _kernels(dt)[2][_kit.blocks_for(total), THREADS](
+            _planes(dy, (N, C, OH, OW)), idx, _planes(dx, shape), total, H, W, OH, OW, *kernel,
+            *stride, *padding, *dilation, is_max, include_pad, override)
     return dx
+
+
+def max_pool2d_backward(dy, saved):
+    idx, shape, kernel, stride, padding, dilation = saved
+    return _backward(dy, idx, shape, kernel, stride, padding, dilation, True, False, 0)
 
 
 def avg_pool2d(x, kernel, stride, padding, out_hw, count_include_pad, divisor_override):
@@ -188,7 +173,7 @@ def avg_pool2d(x, kernel, stride, padding, out_hw, count_include_pad, divisor_ov
     total = N * C * OH * OW
     override = int(divisor_override) if divisor_override else 0
     if total:
-        avg_fwd = _kernels(dt)[2]
+        avg_fwd = _kernels(dt)[1]
         avg_fwd[_kit.blocks_for(total), THREADS](
             _planes(x, (N, C, H, W)), _planes(y, (N, C, OH, OW)), total, H, W, OH, OW, *kernel,
             *stride, *padding, bool(count_include_pad), override)
@@ -198,15 +183,5 @@ def avg_pool2d(x, kernel, stride, padding, out_hw, count_include_pad, divisor_ov
 
 def avg_pool2d_backward(dy, saved):
     shape, kernel, stride, padding, include_pad, override = saved
-    dy = _kit.dev(dy)
-    dt = _kit.dtype_of(dy)
-    N, C, H, W = shape
-    OH, OW = _kit.shape_of(dy)[2:]
-    dx = _kit.empty(shape, dt)
-    total = N * C * H * W
-    if total:
-        avg_bwd = _kernels(dt)[3]
-        avg_bwd[_kit.blocks_for(total), THREADS](
-            _planes(dy, (N, C, OH, OW)), _planes(dx, shape), total, H, W, OH, OW, *kernel,
-            *stride, *padding, include_pad, override)
-    return dx
+    return _backward(dy, None, shape, kernel, stride, padding, (1, 1), False, include_pad,
+                     override)
