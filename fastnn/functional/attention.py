@@ -241,6 +241,9 @@ def multi_head_attention_fwd(q, k, v, num_heads, batch_first, mask=None, mask_in
     p = _check_p(dropout_p)
     sc = _check_scale(scale, E)
     be = dispatch(q, k, v)
+    if be.name == "cuda":                  # host views go to the device C-contiguous
+        q, k, v = (float_array(a, n) if not is_device(a) else a
+                   for a, n in ((q, "query"), (k, "key"), (v, "value")))
     seed, offset = _random.next_offset() if p > 0 else (0, 0)
     out, saved = be.scaled_dot_product_attention(q, k, v, H, not batch_first, mask, mask_index,
                                                  p, bool(is_causal), sc, seed, offset)

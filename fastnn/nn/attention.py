@@ -12,9 +12,8 @@ import math
 import numpy as np
 
 from .. import functional as F
-from .._validate import is_device
+from .._validate import float_array, int_arg, is_device, same_dtype
 from ..functional.attention import joined
-from .._validate import float_array, int_arg, same_dtype
 from . import init
 from .dense import Linear
 from .dropout import Dropout
