@@ -280,3 +280,21 @@ def test_mha_self_attention_multi_tile_matches_torch(batch_first):
             tm.in_proj_bias.grad.numpy(), tm.out_proj.weight.grad.numpy())
     for a, b, n in zip(res[0], want, ("y", "dx", "dW_in", "db_in", "dW_out")):
         np.testing.assert_allclose(a, b, rtol=1e-3, atol=2e-4, err_msg=n)
+
+
+def test_fused_qkv_views_on_the_cuda_backend():
+    """Host column views handed to the cuda backend (in force) give the cpu results."""
+    if "cuda" not in fastnn.available_backends():
+        pytest.skip("the cuda backend (numba-cuda or the simulator) is not available here")
+    from fastnn.cuda import to_numpy
+    rng = np.random.default_rng(14)
+    qkv = rng.standard_normal((2, 5, 24))
+    views = _split_views(qkv, 8)
+    do = rng.standard_normal((2, 5, 8))
+    o1, c1 = F.multi_head_attention_fwd(*views, 2, True, None, None, 0.0, True)
+    g1 = F.multi_head_attention_bwd(c1, do)
+    with fastnn.use_backend("cuda"):
+        o2, c2 = F.multi_head_attention_fwd(*views, 2, True, None, None, 0.0, True)
+        g2 = F.multi_head_attention_bwd(c2, do)
+    for a, b in zip((o2,) + tuple(g2), (o1,) + tuple(g1)):
+        np.testing.assert_allclose(to_numpy(a), b, rtol=1e-10, atol=1e-12)
