@@ -189,15 +189,12 @@ cdef tuple _prelu_view(cnp.ndarray x, cnp.ndarray weight):
 
 cdef void _prelu_fwd(const real* x, const real* w, real* y, Py_ssize_t n, Py_ssize_t C,
                      Py_ssize_t inner, int nt) noexcept nogil:
-    cdef Py_ssize_t e0, e1
     cdef int t
     for t in prange(nt, schedule="static", num_threads=nt):
-        e0 = _chunk(n, nt, t)
-        e1 = _chunk(n, nt, t + 1)
         if real is float:
-            fnn_prelu_fwd_f(x, w, y, e0, e1, C, inner)
+            fnn_prelu_fwd_f(x, w, y, _chunk(n, nt, t), _chunk(n, nt, t + 1), C, inner)
         else:
-            fnn_prelu_fwd_d(x, w, y, e0, e1, C, inner)
+            fnn_prelu_fwd_d(x, w, y, _chunk(n, nt, t), _chunk(n, nt, t + 1), C, inner)
 
 
 def prelu(cnp.ndarray x, cnp.ndarray weight):
