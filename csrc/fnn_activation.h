@@ -37,7 +37,7 @@ static inline double fnn_gauss_cdf_d(double x, double* gauss) {
 static void fnn_act_##SFX(int op, const T* a, const T* b, T* o, ptrdiff_t n,             \
                           const double* p) {                                             \
     ptrdiff_t i;                                                                         \
-    const T zero = 0, one = 1, half = (T)0.5;                                            \
+    const T zero = 0, one = 1;                                                           \
     switch (op) {                                                                        \
     case FNN_RELU_FWD:                                                                   \
         FNN_SIMD for (i = 0; i < n; ++i) { T v = a[i]; o[i] = v < zero ? zero : v; }     \
