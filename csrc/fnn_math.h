@@ -69,10 +69,12 @@ static inline float fnn_expf(float x) {
    bits of the result (exp(r) in [0.7, 1.42], n in [-126, 0]: the field stays normal).
    Below -87.3 (exp < 1.2e-38, the smallest normal float) the result is 0: a subnormal
    exp flushes to zero, invisible next to the row's maximum term exp(0) = 1 that every
-   such sum contains.  exp(-inf) = 0, NaN propagates; d > 0 is outside the contract
-   (clamped to 0).  fnn_exp_nonpos_ps is the same computation on 8 lanes (AVX2+FMA);
-   the scalar form serves the other builds and the loop tails. */
-#define FNN_EXPNP_C1 1.000000000e+00f
+   such sum contains.  exp(-inf) = 0, NaN propagates.  A slightly positive d (s - lse
+   after rounding) is fine; d > 88 is outside the contract.  The polynomial
+   1 + r + C2 r^2 + ... + C6 r^6 (the fit's r coefficient is 1) goes by Estrin's scheme:
+   the exp loops are latency-bound, and its chain is 4 operations instead of 6.
+   fnn_exp_nonpos_ps is the same computation on 8 lanes (AVX2+FMA); the scalar form
+   serves the other builds and the loop tails. */
 #define FNN_EXPNP_C2 4.999999106e-01f
 #define FNN_EXPNP_C3 1.666641980e-01f
 #define FNN_EXPNP_C4 4.166822508e-02f
@@ -80,20 +82,19 @@ static inline float fnn_expf(float x) {
 #define FNN_EXPNP_C6 1.383684576e-03f
 #define FNN_EXPNP_LO (-87.3f)
 static inline float fnn_expf_nonpos(float d) {
-    float dc = d > 0.0f ? 0.0f : d;
-    int under = dc < FNN_EXPNP_LO;
-    dc = under ? FNN_EXPNP_LO : dc;
+    int under = d < FNN_EXPNP_LO;
+    float dc = under ? FNN_EXPNP_LO : d;
     float t = dc * 1.44269504088896341f + 12582912.0f;   /* round(d log2 e) + 1.5 * 2^23 */
     float n = t - 12582912.0f;
     float r = dc - n * 0.693359375f;
     r = r - n * -2.12194440e-4f;
-    float p = FNN_EXPNP_C6;
-    p = p * r + FNN_EXPNP_C5;
-    p = p * r + FNN_EXPNP_C4;
-    p = p * r + FNN_EXPNP_C3;
-    p = p * r + FNN_EXPNP_C2;
-    p = p * r + FNN_EXPNP_C1;
-    p = p * r + 1.0f;
+    /* Estrin's scheme: a shorter dependency chain than Horner (the exp loops are
+       latency-bound), same accuracy */
+    float r2 = r * r;
+    float a = FNN_EXPNP_C3 * r + FNN_EXPNP_C2;
+    float b = FNN_EXPNP_C5 * r + FNN_EXPNP_C4;
+    b = FNN_EXPNP_C6 * r2 + b;
+    float p = (b * r2 + a) * r2 + (r + 1.0f);
     /* the low mantissa bits of t hold n (two's complement): t's exponent is fixed */
     float e = fnn_bits2f(fnn_f2bits(p) + (int32_t)((uint32_t)fnn_f2bits(t) << 23));
     return under ? 0.0f : e;
@@ -105,20 +106,18 @@ static inline float fnn_expf_nonpos(float d) {
 static inline __m256 fnn_exp_nonpos_ps(__m256 d) {
     const __m256 lo = _mm256_set1_ps(FNN_EXPNP_LO);
     __m256 under = _mm256_cmp_ps(d, lo, _CMP_LT_OQ);          /* false for NaN */
-    __m256 dc = _mm256_min_ps(_mm256_set1_ps(0.0f), d);        /* NaN d -> d */
-    dc = _mm256_max_ps(lo, dc);
+    __m256 dc = _mm256_max_ps(lo, d);                          /* NaN d -> d */
     __m256 t = _mm256_fmadd_ps(dc, _mm256_set1_ps(1.44269504088896341f),
                                _mm256_set1_ps(12582912.0f));
     __m256 n = _mm256_sub_ps(t, _mm256_set1_ps(12582912.0f));
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), dc);
     r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(FNN_EXPNP_C6);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(FNN_EXPNP_C5));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(FNN_EXPNP_C4));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(FNN_EXPNP_C3));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(FNN_EXPNP_C2));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(FNN_EXPNP_C1));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256 r2 = _mm256_mul_ps(r, r);
+    __m256 a = _mm256_fmadd_ps(_mm256_set1_ps(FNN_EXPNP_C3), r, _mm256_set1_ps(FNN_EXPNP_C2));
+    __m256 b = _mm256_fmadd_ps(_mm256_set1_ps(FNN_EXPNP_C5), r, _mm256_set1_ps(FNN_EXPNP_C4));
+    b = _mm256_fmadd_ps(_mm256_set1_ps(FNN_EXPNP_C6), r2, b);
+    __m256 p = _mm256_fmadd_ps(_mm256_fmadd_ps(b, r2, a), r2,
+                               _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     __m256i e = _mm256_add_epi32(_mm256_castps_si256(p),
                                  _mm256_slli_epi32(_mm256_castps_si256(t), 23));
     return _mm256_andnot_ps(under, _mm256_castsi256_ps(e));

@@ -24,7 +24,10 @@ static inline void fnn_ln_normalise_##SFX(const T* restrict x, T* restrict y,   
 }                                                                                        \
 static inline void fnn_ln_fwd_row_##SFX(const T* x, T* y, const T* w, const T* b,        \
                                         ptrdiff_t D, double eps, T* mean_out, T* rstd_out, \
-                                        int stream) {                                    \
+                                        int stream, const T* next) {                     \
+    /* the next row is requested now and arrives while this one is computed */           \
+    if (next)                                                                            \
+        for (ptrdiff_t k = 0; k < D; k += 64 / (ptrdiff_t)sizeof(T)) __builtin_prefetch(next + k); \
     double m = D > 0 ? fnn_sum_##SFX(x, D) / (double)D : 0.0;                            \
     double var = D > 0 ? fnn_sumsq_dev_##SFX(x, D, m) / (double)D : 0.0;                 \
     T mf = (T)m, rf = (T)(1.0 / sqrt(var + eps));                                        \

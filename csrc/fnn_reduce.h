@@ -134,6 +134,38 @@ static inline T fnn_max_##SFX(const T* x, ptrdiff_t n) {                        
 }
 
 #include <math.h>
+#if defined(__AVX2__) && defined(__FMA__)
+/* the same result on max_ps (one operation a vector) with NaNs tracked on the side:
+   max_ps(v, m) keeps m when v is NaN, so a NaN is remembered in `nan` instead */
+#define fnn_max_f fnn_max_f_generic
 FNN_DEFINE_REDUCE(float, f)
+#undef fnn_max_f
+static inline float fnn_max_f(const float* x, ptrdiff_t n) {
+    __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
+    __m256 nan = _mm256_setzero_ps();
+    ptrdiff_t j = 0;
+    for (; j + 32 <= n; j += 32) {
+        __m256 v0 = _mm256_loadu_ps(x + j), v1 = _mm256_loadu_ps(x + j + 8);
+        __m256 v2 = _mm256_loadu_ps(x + j + 16), v3 = _mm256_loadu_ps(x + j + 24);
+        m0 = _mm256_max_ps(v0, m0); m1 = _mm256_max_ps(v1, m1);
+        m2 = _mm256_max_ps(v2, m2); m3 = _mm256_max_ps(v3, m3);
+        nan = _mm256_or_ps(nan, _mm256_or_ps(_mm256_cmp_ps(v0, v1, _CMP_UNORD_Q),
+                                             _mm256_cmp_ps(v2, v3, _CMP_UNORD_Q)));
+    }
+    float m[8];
+    _mm256_storeu_ps(m, _mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
+    if (_mm256_movemask_ps(nan)) return NAN;
+    float r = -INFINITY;
+    for (int k = 0; k < 8; ++k) r = m[k] > r ? m[k] : r;
+    for (; j < n; ++j) {
+        float v = x[j];
+        if (v != v) return v;
+        r = v > r ? v : r;
+    }
+    return r;
+}
+#else
+FNN_DEFINE_REDUCE(float, f)
+#endif
 FNN_DEFINE_REDUCE(double, d)
 #endif

@@ -1,12 +1,11 @@
 /* Softmax row kernels over n contiguous elements (the inner == 1 case).
  *
- * Forward: max; e = exp(x - max) into a row buffer with the sum in 32 float lanes
- * (fnn_reduce.h's lane structure, blocks folded in double); then one pass writes
- * y = e / sum (or x - lse for log-softmax).  The exponentials are fnn_expf_nonpos
- * (x - max <= 0), 8 lanes at a time with AVX2+FMA.  When the output is large
- * (`stream`, chosen by the caller) the final pass uses non-temporal stores: the output
- * does not fit in cache anyway, and streaming it skips the read-for-ownership of every
- * output line (a third less memory traffic). */
+ * Forward: max; e = exp(x - max) into y with the sum in 32 float lanes (fnn_reduce.h's
+ * lane structure, blocks folded in double), the next row prefetched meanwhile; then
+ * y *= 1 / sum (or y = x - lse for log-softmax).  The exponentials are fnn_expf_nonpos
+ * (x - max <= 0), 8 lanes at a time with AVX2+FMA.  Backward: memory-bound, so a large
+ * d_input (`stream`, chosen by the caller) goes out with non-temporal stores
+ * (fnn_stream.h): no read-for-ownership of every output line. */
 #ifndef FNN_SOFTMAX_H
 #define FNN_SOFTMAX_H
 #include <math.h>
@@ -16,13 +15,13 @@
 #include "fnn_reduce.h"
 #include "fnn_stream.h"
 
-/* rows up to this many elements use a stack buffer for the streamed forward */
+/* rows up to this many elements use a stack buffer for the streamed backward */
 #define FNN_SM_ROWBUF 4096
 
 /* e[j] = exp(x[j] - m) (stored when e != NULL); returns sum_j e[j], 32 float lanes per
    block of FNN_BLOCK folded in double -- the same sum fnn_sum_f(e, n) would give */
 static inline double fnn_exp_shift_sum_f(const float* restrict x, float m, float* restrict e,
-                                         ptrdiff_t n) {
+                                         ptrdiff_t n, const float* pf) {
     double total = 0.0;
     for (ptrdiff_t b0 = 0; b0 < n; b0 += FNN_BLOCK) {
         ptrdiff_t b1 = b0 + FNN_BLOCK < n ? b0 + FNN_BLOCK : n;
@@ -32,6 +31,7 @@ static inline double fnn_exp_shift_sum_f(const float* restrict x, float m, float
         __m256 vm = _mm256_set1_ps(m);
         __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
         for (; j + 32 <= b1; j += 32) {
+            if (pf) { __builtin_prefetch(pf + j); __builtin_prefetch(pf + j + 16); }
             __m256 e0 = fnn_exp_nonpos_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), vm));
             __m256 e1 = fnn_exp_nonpos_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j + 8), vm));
             __m256 e2 = fnn_exp_nonpos_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j + 16), vm));
@@ -64,25 +64,21 @@ static inline double fnn_exp_shift_sum_f(const float* restrict x, float m, float
     return total;
 }
 
-/* one float row; stream: write y with non-temporal stores (rows of up to FNN_SM_ROWBUF
-   elements go through a stack buffer, longer ones through y itself) */
+/* one float row; next: a row to prefetch meanwhile (NULL: none).  The row is bound by
+   the exponentials, not by memory, so y gets plain stores and stays in cache. */
 static inline void fnn_softmax_row_f(const float* restrict x, float* restrict y, ptrdiff_t n,
-                                     int logsm, int stream) {
+                                     int logsm, const float* next) {
     float m = fnn_max_f(x, n);
+    ptrdiff_t j;
     if (logsm) {
-        double s = fnn_exp_shift_sum_f(x, m, NULL, n);
+        double s = fnn_exp_shift_sum_f(x, m, NULL, n, next);
         float lse = (float)((double)m + log(s));
-        fnn_affine_out_f(y, x, n, 1.0f, -lse, stream);
-    } else if (stream && n <= FNN_SM_ROWBUF) {
-        float buf[FNN_SM_ROWBUF];
-        double s = fnn_exp_shift_sum_f(x, m, buf, n);
-        fnn_affine_out_f(y, buf, n, (float)(1.0 / s), 0.0f, 1);
+        for (j = 0; j < n; ++j) y[j] = x[j] - lse;
     } else {
-        double s = fnn_exp_shift_sum_f(x, m, y, n);
+        double s = fnn_exp_shift_sum_f(x, m, y, n, next);
         float inv = (float)(1.0 / s);
-        for (ptrdiff_t j = 0; j < n; ++j) y[j] *= inv;
+        for (j = 0; j < n; ++j) y[j] *= inv;
     }
-    if (stream) fnn_stream_fence();
 }
 
 /* double rows: libm exp, the accuracy path */

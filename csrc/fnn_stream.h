@@ -18,31 +18,17 @@
 
 /* outputs at least this large are written with non-temporal stores */
 #define FNN_STREAM_BYTES ((ptrdiff_t)16 << 20)
-/* y[j] = src[j] * a + c for j < n (a = 1 makes it the exact src[j] + c); non-temporal
-   stores when stream */
-static inline void fnn_affine_out_f(float* restrict y, const float* restrict src, ptrdiff_t n,
-                                    float a, float c, int stream) {
+/* y[0:n] = src[0:n], the aligned body with non-temporal stores */
+static inline void fnn_stream_copy_f(float* restrict y, const float* restrict src, ptrdiff_t n) {
     ptrdiff_t j = 0;
 #if defined(FNN_HAVE_AVX2)
-    if (stream) {
-        for (; j < n && ((uintptr_t)(y + j) & 31); ++j) y[j] = src[j] * a + c;
-        __m256 va = _mm256_set1_ps(a), vc = _mm256_set1_ps(c);
-        for (; j + 8 <= n; j += 8)
-            _mm256_stream_ps(y + j, _mm256_fmadd_ps(_mm256_loadu_ps(src + j), va, vc));
-    }
+    for (; j < n && ((uintptr_t)(y + j) & 31); ++j) y[j] = src[j];
+    for (; j + 8 <= n; j += 8) _mm256_stream_ps(y + j, _mm256_loadu_ps(src + j));
 #elif defined(__SSE2__)
-    if (stream) {
-        for (; j < n && ((uintptr_t)(y + j) & 15); ++j) y[j] = src[j] * a + c;
-        __m128 va = _mm_set1_ps(a), vc = _mm_set1_ps(c);
-        for (; j + 4 <= n; j += 4)
-            _mm_stream_ps(y + j, _mm_add_ps(_mm_mul_ps(_mm_loadu_ps(src + j), va), vc));
-    }
+    for (; j < n && ((uintptr_t)(y + j) & 15); ++j) y[j] = src[j];
+    for (; j + 4 <= n; j += 4) _mm_stream_ps(y + j, _mm_loadu_ps(src + j));
 #endif
-    for (; j < n; ++j) y[j] = src[j] * a + c;
-}
-
-static inline void fnn_stream_copy_f(float* restrict y, const float* restrict src, ptrdiff_t n) {
-    fnn_affine_out_f(y, src, n, 1.0f, 0.0f, 1);
+    for (; j < n; ++j) y[j] = src[j];
 }
 
 static inline void fnn_stream_copy_d(double* restrict y, const double* restrict src, ptrdiff_t n) {

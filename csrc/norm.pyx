@@ -24,10 +24,11 @@ OPS = ("layer_norm", "layer_norm_backward", "layer_norm_infer")
 
 cdef extern from "fnn_norm.h" nogil:
     void fnn_ln_fwd_row_f(const float* x, float* y, const float* w, const float* b, Py_ssize_t D,
-                          double eps, float* mean_out, float* rstd_out, int stream)
+                          double eps, float* mean_out, float* rstd_out, int stream,
+                          const float* next)
     void fnn_ln_fwd_row_d(const double* x, double* y, const double* w, const double* b,
                           Py_ssize_t D, double eps, double* mean_out, double* rstd_out,
-                          int stream)
+                          int stream, const double* next)
     Py_ssize_t FNN_STREAM_BYTES
     void fnn_ln_bwd_row_f(const float* dy, const float* x, const float* w, float mean, float rstd,
                           Py_ssize_t D, float* dx, float* pw, float* pb, int stream)
@@ -37,11 +38,12 @@ cdef extern from "fnn_norm.h" nogil:
 
 
 cdef inline void _ln_row(const real* x, real* y, const real* w, const real* b, Py_ssize_t D,
-                         double eps, real* mean_out, real* rstd_out, bint stream) noexcept nogil:
+                         double eps, real* mean_out, real* rstd_out, bint stream,
+                         const real* nxt) noexcept nogil:
     if real is float:
-        fnn_ln_fwd_row_f(x, y, w, b, D, eps, mean_out, rstd_out, stream)
+        fnn_ln_fwd_row_f(x, y, w, b, D, eps, mean_out, rstd_out, stream, nxt)
     else:
-        fnn_ln_fwd_row_d(x, y, w, b, D, eps, mean_out, rstd_out, stream)
+        fnn_ln_fwd_row_d(x, y, w, b, D, eps, mean_out, rstd_out, stream, nxt)
 
 
 cdef inline void _ln_bwd_row(const real* dy, const real* x, const real* w, real mean, real rstd,
@@ -57,14 +59,17 @@ cdef void _ln_fwd(const real* x, real* y, const real* w, const real* b, Py_ssize
                   Py_ssize_t D, double eps, real* mean, real* rstd) noexcept nogil:
     cdef Py_ssize_t r
     cdef int nt = _threads_for(rows * D, 1 << 14)
-    # a large output goes out with non-temporal stores (fnn_stream.h)
+    # a large output goes out with non-temporal stores (fnn_stream.h), and the next row
+    # is prefetched (a large input is memory-bound)
     cdef bint stream = rows * D * <Py_ssize_t>sizeof(real) >= FNN_STREAM_BYTES
     if nt == 1:
         for r in range(rows):
-            _ln_row(x + r * D, y + r * D, w, b, D, eps, mean + r, rstd + r, stream)
+            _ln_row(x + r * D, y + r * D, w, b, D, eps, mean + r, rstd + r, stream,
+                    x + (r + 1) * D if stream and r + 1 < rows else NULL)
     else:
         for r in prange(rows, nogil=True, schedule="static", num_threads=nt):
-            _ln_row(x + r * D, y + r * D, w, b, D, eps, mean + r, rstd + r, stream)
+            _ln_row(x + r * D, y + r * D, w, b, D, eps, mean + r, rstd + r, stream,
+                    x + (r + 1) * D if stream and r + 1 < rows else NULL)
 
 
 cdef inline void * _ptr(object a):

@@ -2,7 +2,7 @@
 #
 # The input is seen as (outer, n, inner) with the reduction over n.  inner == 1 (the
 # last axis) is a row kernel: max, exp+sum, scale -- three sweeps over a row that stays
-# in cache, so memory sees one read and one write (non-temporal for a large float output).  inner > 1 runs the same sweeps
+# in cache, so memory sees one read and one write.  inner > 1 runs the same sweeps
 # over blocks of up to IB columns of the inner axis, vectorised along it, so no
 # transposed copy is made.  exp is fnn_expf_nonpos (every argument is x - max <= 0); sums are in double.
 cimport cython
@@ -35,7 +35,7 @@ cdef inline real _exp(real x) noexcept nogil:
 
 
 cdef extern from "fnn_softmax.h" nogil:
-    void fnn_softmax_row_f(const float* x, float* y, Py_ssize_t n, int logsm, int stream)
+    void fnn_softmax_row_f(const float* x, float* y, Py_ssize_t n, int logsm, const float* next)
     Py_ssize_t FNN_STREAM_BYTES
     void fnn_softmax_row_d(const double* x, double* y, Py_ssize_t n, int logsm)
     void fnn_softmax_bwd_row_f(const float* dy, const float* y, float* dx, Py_ssize_t n, int logsm,
@@ -45,9 +45,10 @@ cdef extern from "fnn_softmax.h" nogil:
 
 
 cdef inline void _row_fwd(const real* x, real* y, Py_ssize_t n, bint logsm,
-                          bint stream) noexcept nogil:
+                          const real* nxt) noexcept nogil:
+    # nxt: the next row of this thread, prefetched during this row's exp pass
     if real is float:
-        fnn_softmax_row_f(x, y, n, logsm, stream)
+        fnn_softmax_row_f(x, y, n, logsm, nxt)
     else:
         fnn_softmax_row_d(x, y, n, logsm)
 
@@ -93,16 +94,16 @@ cdef void _fwd(const real* x, real* y, Py_ssize_t outer, Py_ssize_t n, Py_ssize_
                bint logsm) noexcept nogil:
     cdef Py_ssize_t t, o, b, nblk, ntask, nb
     cdef int nt
-    # a large output goes out with non-temporal stores (fnn_softmax.h)
-    cdef bint stream = outer * n * <Py_ssize_t>sizeof(real) >= FNN_STREAM_BYTES
+    # The forward is bound by the exponentials, not by memory: plain stores (streaming
+    # measured slower here), and the next row is prefetched while this one computes.
     if inner == 1:
         nt = _threads_for(outer * n, 1 << 14)
         if nt == 1:
             for o in range(outer):
-                _row_fwd(x + o * n, y + o * n, n, logsm, stream)
+                _row_fwd(x + o * n, y + o * n, n, logsm, x + (o + 1) * n if o + 1 < outer else NULL)
         else:
             for o in prange(outer, nogil=True, schedule="static", num_threads=nt):
-                _row_fwd(x + o * n, y + o * n, n, logsm, stream)
+                _row_fwd(x + o * n, y + o * n, n, logsm, x + (o + 1) * n if o + 1 < outer else NULL)
     else:
         nblk = (inner + IB - 1) // IB
         ntask = outer * nblk
