@@ -50,6 +50,7 @@ cdef extern from *:
     #include <stddef.h>
     #include "fnn_math.h"
     #include "fnn_reduce.h"
+    #include "fnn_softmax.h"
     /* Row helpers of the float score tiles.  exp arguments are s - rowmax or s - lse
        (<= 0 up to rounding): fnn_expf_nonpos, 8 lanes at a time on AVX2+FMA. */
 
@@ -83,46 +84,9 @@ cdef extern from *:
     }
 
     /* x[j] = exp(x[j] - m) in place (m may be NaN: NaN propagates); returns the sum,
-       32 float lanes per block of FNN_BLOCK folded in double (fnn_reduce.h's scheme) */
+       32 float lanes per block of FNN_BLOCK folded in double: softmax's row pass */
     static inline double fnn_att_exp_sum_f(float* x, float m, ptrdiff_t n) {
-        double total = 0.0;
-        for (ptrdiff_t b0 = 0; b0 < n; b0 += FNN_BLOCK) {
-            ptrdiff_t b1 = b0 + FNN_BLOCK < n ? b0 + FNN_BLOCK : n;
-            float a[32];
-            ptrdiff_t j = b0;
-    #if defined(FNN_HAVE_AVX2)
-            /* a[] is set whole by the stores below (no zeroing pass per row) */
-            __m256 vm = _mm256_set1_ps(m);
-            __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-            for (; j + 32 <= b1; j += 32) {
-                __m256 e0 = fnn_exp_nonpos_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), vm));
-                __m256 e1 = fnn_exp_nonpos_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j + 8), vm));
-                __m256 e2 = fnn_exp_nonpos_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j + 16), vm));
-                __m256 e3 = fnn_exp_nonpos_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j + 24), vm));
-                _mm256_storeu_ps(x + j, e0); _mm256_storeu_ps(x + j + 8, e1);
-                _mm256_storeu_ps(x + j + 16, e2); _mm256_storeu_ps(x + j + 24, e3);
-                s0 = _mm256_add_ps(s0, e0); s1 = _mm256_add_ps(s1, e1);
-                s2 = _mm256_add_ps(s2, e2); s3 = _mm256_add_ps(s3, e3);
-            }
-            _mm256_storeu_ps(a, s0); _mm256_storeu_ps(a + 8, s1);
-            _mm256_storeu_ps(a + 16, s2); _mm256_storeu_ps(a + 24, s3);
-    #else
-            for (int k = 0; k < 32; ++k) a[k] = 0.0f;
-            for (; j + 32 <= b1; j += 32)
-                for (int k = 0; k < 32; ++k) {
-                    float v = fnn_expf_nonpos(x[j + k] - m);
-                    x[j + k] = v;
-                    a[k] += v;
-                }
-    #endif
-            for (; j < b1; ++j) {
-                float v = fnn_expf_nonpos(x[j] - m);
-                x[j] = v;
-                a[j & 31] += v;
-            }
-            total += FNN_FOLD32(a);
-        }
-        return total;
+        return fnn_exp_shift_sum_f(x, m, x, n, NULL);
     }
 
     /* x[j] = exp(x[j] - m) in place */

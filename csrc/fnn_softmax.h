@@ -18,10 +18,11 @@
 /* rows up to this many elements use a stack buffer for the streamed backward */
 #define FNN_SM_ROWBUF 4096
 
-/* e[j] = exp(x[j] - m) (stored when e != NULL); returns sum_j e[j], 32 float lanes per
-   block of FNN_BLOCK folded in double -- the same sum fnn_sum_f(e, n) would give */
-static inline double fnn_exp_shift_sum_f(const float* restrict x, float m, float* restrict e,
-                                         ptrdiff_t n, const float* pf) {
+/* e[j] = exp(x[j] - m) (stored when e != NULL; e == x is allowed: in place); returns
+   sum_j e[j], 32 float lanes per block of FNN_BLOCK folded in double -- the same sum
+   fnn_sum_f(e, n) would give.  pf: a row to prefetch meanwhile (NULL: none). */
+static inline double fnn_exp_shift_sum_f(const float* x, float m, float* e, ptrdiff_t n,
+                                         const float* pf) {
     double total = 0.0;
     for (ptrdiff_t b0 = 0; b0 < n; b0 += FNN_BLOCK) {
         ptrdiff_t b1 = b0 + FNN_BLOCK < n ? b0 + FNN_BLOCK : n;
