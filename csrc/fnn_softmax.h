@@ -60,7 +60,11 @@ static inline double fnn_exp_shift_sum_f(const float* x, float m, float* e, ptrd
             if (e) e[j] = v;
             a[j & 31] += v;
         }
+#if defined(FNN_HAVE_AVX2)
+        total += fnn_fold32_avx(a);
+#else
         total += FNN_FOLD32(a);
+#endif
     }
     return total;
 }
