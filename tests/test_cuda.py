@@ -20,6 +20,7 @@ if "cuda" not in fastnn.available_backends():  # pragma: no cover - numba-cuda n
                 allow_module_level=True)
 
 from fastnn.cuda import _gemm, _kit  # noqa: E402
+from fastnn.cuda import _runtime  # noqa: E402
 from fastnn.cuda._runtime import cuda  # noqa: E402
 
 DT = [np.float32, np.float64]
@@ -507,3 +508,44 @@ def test_dlpack_only_cuda_tensors_need_cupy():
             return np.arange(3.0)
 
     np.testing.assert_array_equal(fastnn.to_numpy(fastnn.to_device(HostDLPack())), [0, 1, 2])
+
+
+@pytest.mark.skipif(not _runtime.SIM, reason="a simulator-only hazard")
+def test_simulator_kernel_error_leaves_no_running_threads():
+    """A kernel that raises in one thread: its other threads are finished before the
+    error reaches the caller, so the next launch sees its own blockDim and shared
+    memory (the simulator alone would leave them running)."""
+    import threading
+    import time
+    from fastnn.cuda._runtime import numba_type
+
+    @cuda.jit
+    def bad(out):
+        buf = cuda.shared.array(64, numba_type(np.float64))
+        t = cuda.threadIdx.x
+        if t == 0:
+            raise ValueError("boom")
+        for _ in range(2000):              # the others keep writing shared memory
+            buf[t] = -1.0
+        out[t] = 1.0
+
+    @cuda.jit
+    def good(out):
+        buf = cuda.shared.array(64, numba_type(np.float64))
+        t = cuda.threadIdx.x
+        buf[t] = t + 1.0
+        cuda.syncthreads()
+        if t == 0:
+            s = 0.0
+            for i in range(cuda.blockDim.x):
+                s += buf[i]
+            out[0] = s
+
+    out = cuda.to_device(np.zeros(32))
+    with pytest.raises(ValueError, match="boom"):
+        bad[1, 32](out)
+    from numba.cuda.simulator import kernel as sim_kernel
+    assert not [t for t in threading.enumerate() if isinstance(t, sim_kernel.BlockThread)]
+    res = cuda.to_device(np.zeros(1))
+    good[1, 8](res)
+    assert res.copy_to_host()[0] == 36.0

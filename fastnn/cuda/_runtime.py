@@ -21,6 +21,31 @@ if SIM:
     from numba.cuda.simulator.cudadrv import devicearray as _sim_devicearray
     _sim_devicearray.FakeCUDAArray.shape = property(lambda self: tuple(self._ary.shape))
 
+    # When one simulated thread raises, the simulator's BlockManager flags the block's
+    # other threads to abort and re-raises at once, without waiting for them.  Those
+    # threads run on until their next syncthreads (or to the end) and, while they do,
+    # keep the kernel module's `cuda` global swapped to their block's fake module
+    # (the swap is reference-counted): the next launch then gets the stale module --
+    # its blockDim and its shared arrays, still being written by the leftovers.  Seen
+    # as rare, order-dependent garbage in block reductions after a test that expects a
+    # kernel error.  Here the failing block's threads are joined before the error goes
+    # on, so a launch never overlaps the remains of the previous one (as on a GPU).
+    import threading as _threading
+    from numba.cuda.simulator import kernel as _sim_kernel
+    _block_run = _sim_kernel.BlockManager.run
+
+    def _block_run_joined(self, grid_point, *args):
+        before = set(_threading.enumerate())
+        try:
+            return _block_run(self, grid_point, *args)
+        except BaseException:
+            for t in set(_threading.enumerate()) - before:
+                if isinstance(t, _sim_kernel.BlockThread):
+                    t.join(timeout=60)
+            raise
+
+    _sim_kernel.BlockManager.run = _block_run_joined
+
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 
