@@ -61,9 +61,12 @@ cdef enum:
 
 
 cdef inline int _nblocks(Py_ssize_t M) noexcept nogil:
+    """Row blocks of >= 256 rows, an even count when more than one (balanced on 2 and 4
+    threads), at most 16."""
     cdef Py_ssize_t nb = M // _MIN_BLOCK_ROWS
-    if nb < 1:
+    if nb < 2:
         return 1
+    nb = nb & ~1
     return <int>(nb if nb < _MAX_BLOCKS else _MAX_BLOCKS)
 
 
@@ -80,11 +83,11 @@ cdef inline void _split(Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, int* bm, int* 
     bm[0] = _nblocks(M)
     if bm[0] >= 2:
         return
-    nb = M // _MIN_SPLIT_ROWS
+    nb = (M // _MIN_SPLIT_ROWS) & ~1     # an even count: balanced on 2 (and 4) threads
     if nb >= 2:
         bm[0] = <int>nb
         return
-    nb = N // _MIN_BLOCK_COLS
+    nb = (N // _MIN_BLOCK_COLS) & ~1
     if nb >= 2:
         bn[0] = <int>(nb if nb < _MAX_COL_BLOCKS else _MAX_COL_BLOCKS)
 
