@@ -41,6 +41,23 @@ def _load_host_floats():
 host_floats = _load_host_floats()
 
 
+def _python_norm_fast_args(x, normalized_shape, weight, bias, eps):
+    return -1
+
+
+def _load_norm_fast_args():
+    try:
+        from .cpu import shell_module
+        return shell_module().norm_fast_args
+    except (ImportError, AttributeError):
+        return _python_norm_fast_args
+
+
+# norm_fast_args(x, normalized_shape, weight, bias, eps) -> D >= 0 when F.layer_norm may
+# take its fast path (see _shell.pyx), -1 otherwise.
+norm_fast_args = _load_norm_fast_args()
+
+
 def float_array(x, name):
     """``x`` as a C-contiguous, aligned float32/float64 array (device arrays pass through)."""
     if type(x) is np.ndarray:

@@ -35,3 +35,32 @@ def test_fast_path_falls_back_for_other_inputs():
     xt = rng.standard_normal((10, 6)).astype(np.float32).T
     want = ref.layer_norm(np.ascontiguousarray(xt), None, None, 10, 1e-5)[0]
     np.testing.assert_allclose(F.layer_norm(xt, (10,)), want, rtol=1e-5, atol=1e-5)
+
+
+def test_fast_path_test_accepts_and_refuses():
+    """norm_fast_args: D for the plain case; -1 whenever the full validation must run
+    (which then raises or normalises exactly as before)."""
+    from fastnn._validate import norm_fast_args
+    x = np.zeros((4, 6), np.float32)
+    w = np.ones(6, np.float32)
+    assert norm_fast_args(x, 6, w, None, 1e-5) == 6
+    assert norm_fast_args(x, (6,), None, w, 1e-5) == 6
+    refused = [
+        (x, (2, 3), w, None, 1e-5),                    # several dims
+        (x, 5, w, None, 1e-5),                         # wrong size
+        (x, True, None, None, 1e-5),                   # bool is not a size
+        (x, 6, w, None, 0.0),                          # eps <= 0
+        (x, 6, w, None, 1),                            # eps not a float
+        (x, 6, w.astype(np.float64), None, 1e-5),      # mixed dtypes
+        (x, 6, np.ones(5, np.float32), None, 1e-5),    # weight of the wrong size
+        (x, 6, None, np.ones((1, 6), np.float32), 1e-5),
+        (x.T, 4, None, None, 1e-5),                    # not C-contiguous
+        (x.astype(np.int32), 6, None, None, 1e-5),
+        (np.float32(1.0), 1, None, None, 1e-5),
+    ]
+    for args in refused:
+        assert norm_fast_args(*args) == -1, args
+    with pytest.raises(ValueError):
+        F.layer_norm(x, 5)
+    with pytest.raises(ValueError):
+        F.layer_norm(x, 6, eps=0.0)

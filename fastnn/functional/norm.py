@@ -2,7 +2,7 @@
 import numbers
 
 from .._backend import dispatch, host_backend
-from .._validate import float_array, host_floats, positive_float, same_dtype
+from .._validate import float_array, norm_fast_args, positive_float, same_dtype
 from ._core import grad_in, make_ctx
 
 __all__ = ["layer_norm", "layer_norm_fwd", "layer_norm_bwd", "normalized_shape_tuple"]
@@ -68,15 +68,10 @@ def layer_norm_bwd(ctx, dy):
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     """y = (x - mean) / sqrt(var + eps) * weight + bias over the trailing dims (biased var)."""
     # Fast path (one trailing dim, contiguous float arrays of one dtype, host backend):
-    # a few flag tests instead of the full validation, for small per-call latency.
-    D = normalized_shape
-    if type(D) is tuple and len(D) == 1:
-        D = D[0]
-    if type(D) is int and type(eps) is float and eps > 0.0 and host_floats(x, weight, bias):
-        shape = x.shape
-        if (shape and shape[-1] == D and (weight is None or weight.shape == (D,))
-                and (bias is None or bias.shape == (D,))):
-            be = host_backend()
-            if be is not None:
-                return be.layer_norm_infer(x, weight, bias, D, eps)
+    # one compiled test instead of the full validation, for small per-call latency.
+    D = norm_fast_args(x, normalized_shape, weight, bias, eps)
+    if D >= 0:
+        be = host_backend()
+        if be is not None:
+            return be.layer_norm_infer(x, weight, bias, D, eps)
     return layer_norm_fwd(x, normalized_shape, weight, bias, eps)[0]
