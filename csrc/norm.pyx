@@ -89,19 +89,25 @@ def layer_norm(cnp.ndarray x, object weight, object bias, Py_ssize_t D, double e
     sdims[0] = 2
     sdims[1] = rows
     cdef cnp.ndarray stats = cnp.PyArray_EMPTY(2, sdims, cnp.PyArray_TYPE(x), 0)
+    _ln_fwd_arrays(x, y, weight, bias, rows, D, eps, cnp.PyArray_DATA(stats))
+    return y, (x, weight, bias is not None, stats, D)
+
+
+cdef void _ln_fwd_arrays(cnp.ndarray x, cnp.ndarray y, object weight, object bias,
+                         Py_ssize_t rows, Py_ssize_t D, double eps, void* stats):
+    """_ln_fwd on x's dtype; stats: 2 * rows values of that dtype (mean, then rstd)."""
     cdef void* pw = _ptr(weight)
     cdef void* pb = _ptr(bias)
     if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
         with nogil:
             _ln_fwd[float](<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(y),
                            <const float*>pw, <const float*>pb, rows, D, eps,
-                           <float*>cnp.PyArray_DATA(stats), <float*>cnp.PyArray_DATA(stats) + rows)
+                           <float*>stats, <float*>stats + rows)
     else:
         with nogil:
             _ln_fwd[double](<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(y),
                             <const double*>pw, <const double*>pb, rows, D, eps,
-                            <double*>cnp.PyArray_DATA(stats), <double*>cnp.PyArray_DATA(stats) + rows)
-    return y, (x, weight, bias is not None, stats, D)
+                            <double*>stats, <double*>stats + rows)
 
 
 cdef enum:
@@ -121,18 +127,7 @@ def layer_norm_infer(cnp.ndarray x, object weight, object bias, Py_ssize_t D, do
         scratch = malloc(2 * rows * sizeof(double))
         if scratch == NULL:
             raise MemoryError()
-    cdef void* pw = _ptr(weight)
-    cdef void* pb = _ptr(bias)
-    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
-        with nogil:
-            _ln_fwd[float](<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(y),
-                           <const float*>pw, <const float*>pb, rows, D, eps,
-                           <float*>scratch, <float*>scratch + rows)
-    else:
-        with nogil:
-            _ln_fwd[double](<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(y),
-                            <const double*>pw, <const double*>pb, rows, D, eps,
-                            <double*>scratch, <double*>scratch + rows)
+    _ln_fwd_arrays(x, y, weight, bias, rows, D, eps, scratch)
     if scratch != <void*>stack:
         free(scratch)
     return y
