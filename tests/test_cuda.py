@@ -549,3 +549,41 @@ def test_simulator_kernel_error_leaves_no_running_threads():
     res = cuda.to_device(np.zeros(1))
     good[1, 8](res)
     assert res.copy_to_host()[0] == 36.0
+
+
+@pytest.mark.skipif(not _runtime.SIM, reason="a simulator-only race")
+def test_simulator_shared_array_is_one_per_block(monkeypatch):
+    """Every thread of a block gets the same cuda.shared.array even when a thread switch
+    falls between the simulator's lookup and its store (forced here by a slow
+    allocation); unpatched, the threads got separate, uninitialised arrays and a block
+    reduction summed garbage -- the rare wrong d_bias element 0 seen in full runs."""
+    import time
+    from numba.cuda.simulator import kernelapi
+    from fastnn.cuda._runtime import numba_type
+
+    class SlowNumpy:
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        @staticmethod
+        def empty(*a, **k):
+            time.sleep(0.002)            # lets the other simulated threads run
+            return np.empty(*a, **k)
+
+    monkeypatch.setattr(kernelapi, "np", SlowNumpy())
+
+    @cuda.jit
+    def k(out):
+        buf = cuda.shared.array(64, numba_type(np.float64))
+        t = cuda.threadIdx.x
+        buf[t] = t + 1.0
+        cuda.syncthreads()
+        if t == 0:
+            s = 0.0
+            for i in range(cuda.blockDim.x):
+                s += buf[i]
+            out[cuda.blockIdx.x] = s
+
+    out = cuda.to_device(np.zeros(2))
+    k[2, 16](out)
+    np.testing.assert_array_equal(out.copy_to_host(), np.full(2, 16 * 17 / 2))

@@ -14,6 +14,9 @@ from .._backend import Backend, collect_ops
 SIM = bool(numba.config.ENABLE_CUDASIM)
 
 if SIM:
+    import sys as _sys
+    import threading as _threading
+
     # On a GPU a device array's .shape is a plain tuple; the simulator's is a FakeShape
     # that refuses negative indices (x.shape[k] with k < 0), which would make host code that runs
     # on a GPU fail only under the simulator.  Give host code the GPU's behaviour (the
@@ -21,16 +24,43 @@ if SIM:
     from numba.cuda.simulator.cudadrv import devicearray as _sim_devicearray
     _sim_devicearray.FakeCUDAArray.shape = property(lambda self: tuple(self._ary.shape))
 
+    # The simulator's cuda.shared.array looks the array up in a per-launch dict and,
+    # when it is missing, creates and stores it -- unlocked.  All threads of the first
+    # block reach it at once; a thread switch between the lookup and the store (numpy's
+    # allocation can let one happen) gives two threads two different "shared" arrays,
+    # one of them uninitialised, and the block reduction reads garbage: seen as a rare
+    # wrong element 0 of a row sum (later blocks reuse the stored array).  On a GPU
+    # there is one array per block; here the lookup-or-create is made atomic.
+    from numba.cuda.simulator import kernelapi as _sim_kernelapi
+    _shared_lock = _threading.Lock()
+    _shared_array = _sim_kernelapi.FakeCUDAShared.array
+
+    def _locked_shared_array(self, shape, dtype, alignment=None):
+        if shape == 0 or alignment is not None:   # dynamic shared memory; or the error
+            return _shared_array(self, shape, dtype, alignment)
+        from numba.core import types as _types
+        from numba.np import numpy_support as _ns
+        if isinstance(dtype, _types.Type):
+            dtype = _ns.as_dtype(dtype)
+        caller = _sys._getframe(1)
+        key = (caller.f_code.co_filename, caller.f_lineno)   # the simulator's own key
+        with _shared_lock:
+            res = self._allocations.get(key)
+            if res is None:
+                res = _sim_kernelapi.np.empty(shape, dtype)
+                self._allocations[key] = res
+        return res
+
+    _sim_kernelapi.FakeCUDAShared.array = _locked_shared_array
+
     # When one simulated thread raises, the simulator's BlockManager flags the block's
     # other threads to abort and re-raises at once, without waiting for them.  Those
     # threads run on until their next syncthreads (or to the end) and, while they do,
     # keep the kernel module's `cuda` global swapped to their block's fake module
     # (the swap is reference-counted): the next launch then gets the stale module --
-    # its blockDim and its shared arrays, still being written by the leftovers.  Seen
-    # as rare, order-dependent garbage in block reductions after a test that expects a
-    # kernel error.  Here the failing block's threads are joined before the error goes
-    # on, so a launch never overlaps the remains of the previous one (as on a GPU).
-    import threading as _threading
+    # its blockDim and its shared arrays, still being written by the leftovers.  Here
+    # the failing block's threads are joined before the error goes on, so a launch
+    # never overlaps the remains of the previous one (as on a GPU).
     from numba.cuda.simulator import kernel as _sim_kernel
     _block_run = _sim_kernel.BlockManager.run
 
