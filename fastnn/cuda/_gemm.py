@@ -157,10 +157,11 @@ def gemm_batched(a, b, ta=False, tb=False, bias=None):
         return out
     has_bias = bias is not None
     bias_arg = bias if has_bias else _kit.empty((1,), dt)
-    # Under the simulator every GEMM takes the thread-per-output kernel: the tiled one's
-    # shared-memory __syncthreads barriers gave sporadic wrong tiles in the simulator's
-    # threaded scheduler (seen as rare, order-dependent test failures), and speed there
-    # means nothing.  A real GPU keeps the tiled kernel.
+    # Under the simulator GEMMs take the thread-per-output kernel (a tiled block is 256
+    # Python threads; speed there means nothing).  The tiled kernel, which a real GPU
+    # runs, is checked under the simulator by tests/test_cuda.py's tiled-GEMM test (its
+    # sporadic wrong tiles were the simulator's unlocked shared-array creation, fixed
+    # in _runtime).
     if (_kit.SIM and not SIM_TILED[0]) or M * N * K <= SMALL:
         n = Z * M * N
         small[_kit.blocks_for(n), _kit.THREADS](a, b, out, bias_arg, M, N, K, int(ta), int(tb),
