@@ -22,6 +22,7 @@ cnp.import_array()
 
 include "fnn_runtime.pxi"
 include "fnn_gemm.pxi"
+include "fnn_colsum.pxi"
 
 OPS = ("linear", "linear_backward")
 
@@ -172,34 +173,6 @@ def linear(cnp.ndarray x, cnp.ndarray weight, object bias):
     return y, (x, weight, bias is not None)
 
 
-cdef void _col_sum(const real* dy, Py_ssize_t rows, Py_ssize_t n, real* out, int nt) noexcept nogil:
-    """out[j] = sum_r dy[r, j]: fixed chunks of rows (independent of nt), chunk partials
-    in double, summed in chunk order -> deterministic at any thread count."""
-    cdef Py_ssize_t CH = 256
-    cdef Py_ssize_t nch = (rows + CH - 1) // CH
-    cdef Py_ssize_t c, r, j, r0, r1
-    cdef double* part = <double*>malloc(nch * n * sizeof(double)) if nch > 0 else NULL
-    cdef double* acc
-    if nch > 0 and part == NULL:
-        return
-    memset(part, 0, nch * n * sizeof(double))
-    for c in prange(nch, nogil=True, schedule="static", num_threads=nt):
-        acc = part + c * n
-        r0 = c * CH
-        r1 = r0 + CH
-        if r1 > rows:
-            r1 = rows
-        for r in range(r0, r1):
-            for j in range(n):
-                acc[j] += dy[r * n + j]
-    for c in range(1, nch):
-        for j in range(n):
-            part[j] += part[c * n + j]
-    for j in range(n):
-        out[j] = <real>part[j] if nch > 0 else 0
-    free(part)
-
-
 def linear_backward(cnp.ndarray dy, tuple saved):
     """linear_backward(dy, saved) -> (d_input, d_weight, d_bias or None).  dy C-contiguous."""
     cdef cnp.ndarray x = saved[0], w = saved[1]
@@ -233,7 +206,7 @@ def linear_backward(cnp.ndarray dy, tuple saved):
         with nogil:
             if has_bias:
                 _col_sum[float](<const float*>cnp.PyArray_DATA(dy), rows, n_out,
-                                <float*>cnp.PyArray_DATA(db), nt)
+                                <float*>cnp.PyArray_DATA(db), nt, 256)
     else:
         with _blas_guard(rows, n_out, n_in):
             with nogil:
@@ -248,5 +221,5 @@ def linear_backward(cnp.ndarray dy, tuple saved):
         with nogil:
             if has_bias:
                 _col_sum[double](<const double*>cnp.PyArray_DATA(dy), rows, n_out,
-                                 <double*>cnp.PyArray_DATA(db), nt)
+                                 <double*>cnp.PyArray_DATA(db), nt, 256)
     return dx, dw, db

@@ -37,6 +37,7 @@ cnp.import_array()
 
 include "fnn_runtime.pxi"
 include "fnn_gemm.pxi"
+include "fnn_colsum.pxi"
 
 OPS = ("rnn", "rnn_backward", "gru", "gru_backward", "lstm", "lstm_backward")
 
@@ -608,38 +609,6 @@ cdef void _run_layer(Layer* L, bint backward, int team, real* tag) noexcept nogi
 
 
 # ------------------------------------------------------------------ helpers
-cdef void _colsum(const real* a, Py_ssize_t rows, Py_ssize_t n, real* out, int nt) noexcept nogil:
-    """out[j] = sum_r a[r, j] over fixed row chunks (in double), added in chunk order."""
-    cdef Py_ssize_t CH = 128
-    cdef Py_ssize_t nch = (rows + CH - 1) // CH
-    cdef Py_ssize_t c, r, j, r0, r1
-    cdef double* part
-    cdef double* acc
-    if nch == 0:
-        for j in range(n):
-            out[j] = 0
-        return
-    part = <double*>malloc(nch * n * sizeof(double))
-    if part == NULL:
-        return
-    memset(part, 0, nch * n * sizeof(double))
-    for c in prange(nch, nogil=True, schedule="static", num_threads=nt):
-        acc = part + c * n
-        r0 = c * CH
-        r1 = r0 + CH
-        if r1 > rows:
-            r1 = rows
-        for r in range(r0, r1):
-            for j in range(n):
-                acc[j] += a[r * n + j]
-    for c in range(1, nch):
-        for j in range(n):
-            part[j] += part[c * n + j]
-    for j in range(n):
-        out[j] = <real>part[j]
-    free(part)
-
-
 cdef void _dropout(const real* x, real* y, Py_ssize_t n, uint64_t base, uint64_t seed,
                    uint64_t offset, double p, int nt) noexcept nogil:
     """y = x * m, m = 1/(1-p) where the Philox uniform of element base + i is >= p, else 0.
@@ -764,9 +733,9 @@ cdef _colsum_any(bint f32, cnp.ndarray a, Py_ssize_t rows, Py_ssize_t n, cnp.nda
     cdef void* po = _p(out)
     with nogil:
         if f32:
-            _colsum[float](<const float*>pa, rows, n, <float*>po, nt)
+            _col_sum[float](<const float*>pa, rows, n, <float*>po, nt, 128)
         else:
-            _colsum[double](<const double*>pa, rows, n, <double*>po, nt)
+            _col_sum[double](<const double*>pa, rows, n, <double*>po, nt, 128)
 
 
 # ------------------------------------------------------------------ the stack
