@@ -510,6 +510,25 @@ def test_dlpack_only_cuda_tensors_need_cupy():
     np.testing.assert_array_equal(fastnn.to_numpy(fastnn.to_device(HostDLPack())), [0, 1, 2])
 
 
+def _block_sum_kernel():
+    """A kernel whose block b writes sum_t (t + 1) over its threads, through one shared
+    array, to out[b]: (n + 1) n / 2 for n threads when shared memory is shared."""
+    from fastnn.cuda._runtime import numba_type
+
+    @cuda.jit
+    def block_sum(out):
+        buf = cuda.shared.array(64, numba_type(np.float64))
+        t = cuda.threadIdx.x
+        buf[t] = t + 1.0
+        cuda.syncthreads()
+        if t == 0:
+            s = 0.0
+            for i in range(cuda.blockDim.x):
+                s += buf[i]
+            out[cuda.blockIdx.x] = s
+    return block_sum
+
+
 @pytest.mark.skipif(not _runtime.SIM, reason="a simulator-only hazard")
 def test_simulator_kernel_error_leaves_no_running_threads():
     """A kernel that raises in one thread: its other threads are finished before the
@@ -529,25 +548,13 @@ def test_simulator_kernel_error_leaves_no_running_threads():
             buf[t] = -1.0
         out[t] = 1.0
 
-    @cuda.jit
-    def good(out):
-        buf = cuda.shared.array(64, numba_type(np.float64))
-        t = cuda.threadIdx.x
-        buf[t] = t + 1.0
-        cuda.syncthreads()
-        if t == 0:
-            s = 0.0
-            for i in range(cuda.blockDim.x):
-                s += buf[i]
-            out[0] = s
-
     out = cuda.to_device(np.zeros(32))
     with pytest.raises(ValueError, match="boom"):
         bad[1, 32](out)
     from numba.cuda.simulator import kernel as sim_kernel
     assert not [t for t in threading.enumerate() if isinstance(t, sim_kernel.BlockThread)]
     res = cuda.to_device(np.zeros(1))
-    good[1, 8](res)
+    _block_sum_kernel()[1, 8](res)
     assert res.copy_to_host()[0] == 36.0
 
 
@@ -559,7 +566,6 @@ def test_simulator_shared_array_is_one_per_block(monkeypatch):
     reduction summed garbage -- the rare wrong d_bias element 0 seen in full runs."""
     import time
     from numba.cuda.simulator import kernelapi
-    from fastnn.cuda._runtime import numba_type
 
     class SlowNumpy:
         def __getattr__(self, name):
@@ -572,20 +578,8 @@ def test_simulator_shared_array_is_one_per_block(monkeypatch):
 
     monkeypatch.setattr(kernelapi, "np", SlowNumpy())
 
-    @cuda.jit
-    def k(out):
-        buf = cuda.shared.array(64, numba_type(np.float64))
-        t = cuda.threadIdx.x
-        buf[t] = t + 1.0
-        cuda.syncthreads()
-        if t == 0:
-            s = 0.0
-            for i in range(cuda.blockDim.x):
-                s += buf[i]
-            out[cuda.blockIdx.x] = s
-
     out = cuda.to_device(np.zeros(2))
-    k[2, 16](out)
+    _block_sum_kernel()[2, 16](out)
     np.testing.assert_array_equal(out.copy_to_host(), np.full(2, 16 * 17 / 2))
 
 
