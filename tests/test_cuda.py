@@ -181,13 +181,14 @@ def test_philox_known_answer_on_device():
 def test_dropout_mask_is_bit_identical_to_cpu_and_reference(dt):
     x = np.ones((3, 37), dt)
     masks = {}
-    for be in ("reference", "cpu", "cuda"):
+    host = [be for be in ("cpu",) if be in fastnn.available_backends()]   # cpu: when built
+    for be in ["reference", *host, "cuda"]:
         fastnn.manual_seed(123)
         with fastnn.use_backend(be):
             y, ctx = F.dropout_fwd(x if be != "cuda" else _kit.dev(x), 0.3)
             dx = F.dropout_bwd(ctx, np.ones_like(x) if be != "cuda" else _kit.dev(np.ones_like(x)))
         masks[be] = (fastnn.to_numpy(y), fastnn.to_numpy(dx))
-    for be in ("cpu", "cuda"):
+    for be in (*host, "cuda"):
         np.testing.assert_array_equal(masks[be][0], masks["reference"][0])
         np.testing.assert_array_equal(masks[be][1], masks["reference"][1])
     assert 0 < (masks["cuda"][0] == 0).sum() < x.size
@@ -257,9 +258,12 @@ def test_numpy_inputs_on_the_cuda_backend_give_device_outputs():
     np.testing.assert_allclose(fastnn.to_numpy(dw), np.ones((2, 3)) @ x, rtol=1e-5)
 
 
-def test_device_inputs_run_on_cuda_whatever_backend_is_in_force():
+@pytest.mark.parametrize("be", ["reference", "cpu"])
+def test_device_inputs_run_on_cuda_whatever_backend_is_in_force(be):
+    if be not in fastnn.available_backends():
+        pytest.skip(f"the {be} backend is not built here (python setup.py build_ext --inplace)")
     x = _kit.dev(np.linspace(-2, 2, 12).reshape(3, 4))
-    with fastnn.use_backend("cpu"):
+    with fastnn.use_backend(be):
         y = F.softmax(x, dim=0)
     assert _on_device(y)
     ref = np.exp(np.linspace(-2, 2, 12).reshape(3, 4))

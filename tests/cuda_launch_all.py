@@ -1,37 +1,44 @@
-"""Every kernel of the cuda backend is compiled and launched, for float32 and float64.
+"""Launch every kernel of the cuda backend at least once, for float32 and float64.
 
-The file is named to sort after tests/test_ops.py: in a full run the shared harness has
-already launched nearly every kernel on the cuda backend, and this test only runs what is
-left (the cases of families whose kernels were not reached yet).  Run alone, it drives
-those cases itself.
+Used by tests/test_cuda_launches.py (every kernel compiles and runs under the simulator)
+and by tools/ptx_gate.py (which records the argument types of each launch so that every
+kernel can be compiled to PTX for real GPUs without one).  Every ops module is imported
+first, so the set of kernels to launch never depends on which tests ran before.
 """
+import importlib
 import os
+import pkgutil
 import sys
 
 import numpy as np
-import pytest
 
-import fastnn
-
-if "cuda" not in fastnn.available_backends():  # pragma: no cover - numba-cuda not installed
-    pytest.skip("the cuda backend (numba-cuda or its simulator) is not available here",
-                allow_module_level=True)
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import test_cuda as tc  # noqa: E402
-from fastnn.cuda import _kit  # noqa: E402
-
-DT = tc.DT
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
 
 
-def test_every_kernel_is_compiled_and_launched():
-    """Build every kernel for float32 and float64 and run op cases on the cuda backend
-    until each has been launched (kernels launched by earlier tests count too)."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+def import_every_family():
+    """Import fastnn.cuda._gemm and every fastnn.cuda.ops module (their kernel factories
+    register themselves in _kit.FACTORIES on import)."""
+    import fastnn.cuda.ops as pkg
+    from fastnn.cuda import _gemm  # noqa: F401
+    for info in pkgutil.iter_modules(pkg.__path__):
+        importlib.import_module(f"fastnn.cuda.ops.{info.name}")
+
+
+def launch_every_kernel():
+    """Build every kernel for both dtypes and run op cases on the cuda backend until each
+    has been launched (kernels launched earlier in the process count too).  Returns the
+    names never launched (empty when all is well)."""
+    import test_cuda as tc
     from cases import all_cases, all_module_cases
     from harness import random_like, run_case
     from test_ops import _run_module
-    for f in _kit.FACTORIES:
+    from fastnn.cuda import _gemm, _kit
+
+    DT = tc.DT
+    import_every_family()
+    for f in list(_kit.FACTORIES):
         for dt in DT:
             f(dt)
     # pieces that only specific inputs reach
@@ -45,7 +52,6 @@ def test_every_kernel_is_compiled_and_launched():
         tc.test_noncontiguous_device_inputs_are_copied(nd)
     for dt in DT:
         tc.test_gemm_matches_numpy(((5, 7), (7, 3)), False, False, dt)
-        from fastnn.cuda import _gemm
         _gemm.SIM_TILED[0] = True   # the tiled kernel (real GPUs) is launched here
         try:
             tc.test_gemm_matches_numpy(((9, 13), (13, 7)), False, False, dt)
@@ -99,4 +105,4 @@ def test_every_kernel_is_compiled_and_launched():
                     random_like(np.random.default_rng(9), out)
                 _run_module(case, "cuda", dt, inputs, d)
             run(one)
-    assert not missing(), f"kernels never launched: {missing()}"
+    return missing()
