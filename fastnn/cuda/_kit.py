@@ -19,6 +19,7 @@ Design notes
 """
 import functools
 import sys
+import types
 
 import numpy as np
 
@@ -110,6 +111,12 @@ def all_kernels():
 def kernel(fn):
     """Decorator: a launch-recording ``cuda.jit`` kernel."""
     return _Kernel(fn)
+
+
+def named(**kernels):
+    """What a kernel factory returns: its kernels by name (``_kernels(dt).fwd``), never
+    by tuple position."""
+    return types.SimpleNamespace(**kernels)
 
 
 def per_dtype(factory):

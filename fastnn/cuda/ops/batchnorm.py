@@ -94,7 +94,7 @@ def _kernels(dt):
                 else:
                     dx[n, c, s] = g * rs
 
-    return fwd, bwd
+    return _kit.named(fwd=fwd, bwd=bwd)
 
 
 def _ncs(x):
@@ -114,7 +114,7 @@ def batch_norm(x, running_mean, running_var, weight, bias, training, momentum, e
     rstd = _kit.empty((C,), dt)
     if N * C * S:
         M = N * S
-        fwd, _ = _kernels(dt)
+        fwd = _kernels(dt).fwd
         dummy = _kit.empty((1,), dt)
         T = dt.type
         fwd[_kit.row_blocks(C), ROW_THREADS](
@@ -135,7 +135,7 @@ def batch_norm_backward(dy, saved):
     dw = _kit.empty((C,), dt)
     db = _kit.empty((C,), dt)
     if N * C * S:
-        _, bwd = _kernels(dt)
+        bwd = _kernels(dt).bwd
         g = (N, C, S)
         bwd[_kit.row_blocks(C), ROW_THREADS](
             _kit.reshape(dy, g), _kit.reshape(x, g), _kit.empty((1,), dt) if w is None else w,

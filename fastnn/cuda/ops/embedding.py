@@ -37,7 +37,7 @@ def _kernels(dt):
             r = rows[u]
             dw[r, c] = zero if r == pad else s
 
-    return gather, scatter_rows
+    return _kit.named(gather=gather, scatter_rows=scatter_rows)
 
 
 def embedding(idx, weight, padding_idx):
@@ -48,7 +48,7 @@ def embedding(idx, weight, padding_idx):
     n = _kit.numel(ishape)
     out = _kit.empty((n, dim), dt)
     if n * dim:
-        _kernels(dt)[0][_kit.blocks_for(n * dim), THREADS](_kit.flat(idx), w, out, n * dim, dim)
+        _kernels(dt).gather[_kit.blocks_for(n * dim), THREADS](_kit.flat(idx), w, out, n * dim, dim)
     return _kit.reshape(out, ishape + (dim,)), (idx, num, padding_idx)
 
 
@@ -68,7 +68,7 @@ def embedding_backward(dy, saved):
     rows, starts = np.unique(sorted_idx, return_index=True)
     starts = np.append(starts, n).astype(np.int64)
     total = len(rows) * dim
-    _kernels(dt)[1][_kit.blocks_for(total), THREADS](
+    _kernels(dt).scatter_rows[_kit.blocks_for(total), THREADS](
         _kit.reshape(dy, (n, dim)), _kit.dev(order.astype(np.int64)), _kit.dev(starts),
         _kit.dev(rows.astype(np.int64)), dw, total, dim, -1 if padding_idx is None else padding_idx)
     return dw

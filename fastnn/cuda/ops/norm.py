@@ -134,7 +134,8 @@ def _kernels(dt):
                 g = g_at(dy, w, r, j, has_w)
                 dx[r, j] = ri * (g - s1) - coef * (x[r, j] - mu)
 
-    return fwd, bwd, param_partial, std_fwd, std_bwd
+    return _kit.named(fwd=fwd, bwd=bwd, param_partial=param_partial, std_fwd=std_fwd,
+                      std_bwd=std_bwd)
 
 
 def layer_norm(x, weight, bias, D, eps):
@@ -147,7 +148,7 @@ def layer_norm(x, weight, bias, D, eps):
     mean = _kit.empty((R,), dt)
     rstd = _kit.empty((R,), dt)
     if n:
-        fwd = _kernels(dt)[0]
+        fwd = _kernels(dt).fwd
         dummy = _kit.empty((1,), dt)
         fwd[_kit.row_blocks(R), ROW_THREADS](
             _kit.reshape(x, (R, D)), dummy if weight is None else _kit.flat(weight),
@@ -183,15 +184,15 @@ def _norm_backward(dy, x, weight, has_bias, mean, rstd, D, std):
         db = _kit.empty((D,), dt)
     if n:
         ks = _kernels(dt)
-        param_partial = ks[2]
+        param_partial = ks.param_partial
         dy2 = _kit.reshape(dy, (R, D))
         x2 = _kit.reshape(x, (R, D))
         w = _kit.empty((1,), dt) if weight is None else _kit.flat(weight)
         if std is None:
-            ks[1][_kit.row_blocks(R), ROW_THREADS](dy2, x2, w, mean, rstd, _kit.reshape(dx, (R, D)),
+            ks.bwd[_kit.row_blocks(R), ROW_THREADS](dy2, x2, w, mean, rstd, _kit.reshape(dx, (R, D)),
                                                    R, D, weight is not None)
         else:
-            ks[4][_kit.row_blocks(R), ROW_THREADS](dy2, x2, w, mean, std, rstd,
+            ks.std_bwd[_kit.row_blocks(R), ROW_THREADS](dy2, x2, w, mean, std, rstd,
                                                    _kit.reshape(dx, (R, D)), R, D,
                                                    weight is not None)
         if need_params:

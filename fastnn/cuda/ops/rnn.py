@@ -161,7 +161,7 @@ def _kernels(dt):
                 r = r3
             dst[e] = src[e] * scale if (r >> U8) >= thr else zero
 
-    return cell_fwd, cell_bwd, prev_states, drop
+    return _kit.named(cell_fwd=cell_fwd, cell_bwd=cell_bwd, prev_states=prev_states, drop=drop)
 
 
 def _copy_into(dst, src):
@@ -177,7 +177,7 @@ def _dropout(ks, a, k, n4, drop):
     if n:
         thr = np.uint64(math.ceil(p * 16777216.0))
         scale = _kit.dtype_of(a).type(0.0 if p >= 1.0 else 1.0 / (1.0 - p))
-        ks[3][_kit.blocks_for(n), THREADS](_kit.flat(a), _kit.flat(out), n, k * n4, thr, scale,
+        ks.drop[_kit.blocks_for(n), THREADS](_kit.flat(a), _kit.flat(out), n, k * n4, thr, scale,
                                            *_kit.philox_args(seed, offset))
     return out
 
@@ -220,7 +220,7 @@ def _forward(mode, x, h0, c0, weights, L, bidirectional, batch_first, p, train, 
             for t in (range(T) if d == 0 else range(T - 1, -1, -1)):
                 hh = gemm(hp, w_hh, tb=True, bias=b_hh)
                 if B * H:
-                    ks[0][_kit.blocks_for(B * H), THREADS](xp, hh, hp, cp, out, acts, aux, t, B, H,
+                    ks.cell_fwd[_kit.blocks_for(B * H), THREADS](xp, hh, hp, cp, out, acts, aux, t, B, H,
                                                            d * H, _MODE[mode])
             _copy_into(h_n[k * D + d], hp)
             _copy_into(c_n[k * D + d], cp)
@@ -267,7 +267,7 @@ def _backward(d_out, d_h_n, d_c_n, saved):
             hk = h0[k * D + d] if h0 is not None else _kit.empty((1, 1), dt)
             ck = c0[k * D + d] if c0 is not None else _kit.empty((1, 1), dt)
             if T * B * H:
-                ks[2][_kit.blocks_for(T * B * H), THREADS](
+                ks.prev_states[_kit.blocks_for(T * B * H), THREADS](
                     out, aux, hk, ck, hprev, cprev, T, B, H, d * H, d == 1, h0 is not None,
                     c0 is not None, lstm)
             gx = _kit.empty((T, B, G * H), dt)
@@ -275,7 +275,7 @@ def _backward(d_out, d_h_n, d_c_n, saved):
             direct = _kit.empty((B, H), dt)
             for t in (range(T - 1, -1, -1) if d == 0 else range(T)):
                 if B * H:
-                    ks[1][_kit.blocks_for(B * H), THREADS](
+                    ks.cell_bwd[_kit.blocks_for(B * H), THREADS](
                         dy, out, acts, aux, hprev, cprev, dh, dc, gx, gh, direct, t, B, H, d * H,
                         _MODE[mode])
                 dh = gemm(gh[t], w_hh)

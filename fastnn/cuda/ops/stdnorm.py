@@ -25,7 +25,7 @@ def std_layer_norm(x, a, b, D, eps):
     rinv = _kit.empty((R,), dt)
     if n:
         dummy = _kit.empty((1,), dt)
-        _kernels(dt)[3][_kit.row_blocks(R), ROW_THREADS](
+        _kernels(dt).std_fwd[_kit.row_blocks(R), ROW_THREADS](
             _kit.reshape(x, (R, D)), dummy if a is None else _kit.flat(a),
             dummy if b is None else _kit.flat(b), _kit.reshape(y, (R, D)), mean, std, rinv,
             R, D, dt.type(eps), a is not None, b is not None)
