@@ -608,3 +608,62 @@ def test_tiled_gemm_matches_numpy(M, N, K, ta, tb, Z, dt):
     finally:
         _gemm.SIM_TILED[0] = False
     np.testing.assert_allclose(got, want, **_tol(dt))
+
+
+# ------------------------------------------------------------------ flash attention
+_ATTN_CASES = {
+    # name: (B, L, S, E, Ev, mask kind, causal, dropout p)
+    "causal_L_ne_S": (2, 5, 7, 3, 4, None, True, 0.0),
+    "bool_mask_with_a_dead_row": (1, 4, 6, 5, 3, "dead", False, 0.0),
+    "float_mask_and_dropout": (2, 3, 9, 4, 4, "float", False, 0.3),
+    "causal_dropout_more_keys_than_threads": (1, 3, 70, 2, 3, None, True, 0.2),
+    "head_dims_past_one_pass": (1, 2, 3, 4 * _kit.ROW_THREADS + 3, 4 * _kit.ROW_THREADS + 1,
+                                None, False, 0.0),
+}
+
+
+@pytest.mark.parametrize("dt", DT, ids=DT_IDS)
+@pytest.mark.parametrize("name", sorted(_ATTN_CASES))
+def test_flash_attention_matches_reference(name, dt):
+    """The cuda kernels (online softmax, weights recomputed in backward) against the
+    reference's materialised weights: masks, a fully masked row, causal with L != S,
+    dropout (same Philox masks), key tiles past one block, head dims past one pass."""
+    B, L, S, E, Ev, mask_kind, causal, p = _ATTN_CASES[name]
+    rng = np.random.default_rng(7)
+    q, k = rng.standard_normal((B, L, E)).astype(dt), rng.standard_normal((B, S, E)).astype(dt)
+    v, dy = rng.standard_normal((B, S, Ev)).astype(dt), rng.standard_normal((B, L, Ev)).astype(dt)
+    mask = None
+    if mask_kind == "dead":
+        mask = rng.random((L, S)) > 0.4
+        mask[1] = False                                   # row 1 sees no key
+    elif mask_kind == "float":
+        mask = rng.standard_normal((B, 1, S)).astype(dt)
+    res = {}
+    for be in ("reference", "cuda"):
+        fastnn.manual_seed(11)
+        with fastnn.use_backend(be):
+            args = [q, k, v] if be == "reference" else [_kit.dev(a) for a in (q, k, v)]
+            out, ctx = F.scaled_dot_product_attention_fwd(*args, attn_mask=mask, dropout_p=p,
+                                                          is_causal=causal)
+            grads = F.scaled_dot_product_attention_bwd(ctx, dy if be == "reference" else _kit.dev(dy))
+        res[be] = [fastnn.to_numpy(a) for a in (out, *grads)]
+    for a, b in zip(res["cuda"], res["reference"]):
+        np.testing.assert_allclose(a, b, **_tol(dt))
+    if mask_kind == "dead":
+        assert not res["cuda"][0][:, 1].any()             # zero output, not NaN
+
+
+def test_flash_attention_keeps_no_score_matrix():
+    """What forward keeps for backward is O(L + S) per head: no L x S array."""
+    L = S = 48
+    x = _kit.dev(np.ones((2, L, 8), np.float32))
+    with fastnn.use_backend("cuda"):
+        _, ctx = F.scaled_dot_product_attention_fwd(x, x, x, is_causal=True)
+
+    def arrays(o):
+        if isinstance(o, (tuple, list)):
+            for e in o:
+                yield from arrays(e)
+        elif hasattr(o, "copy_to_host"):
+            yield o
+    assert max(int(np.prod(a.shape)) for a in arrays(ctx)) < L * S

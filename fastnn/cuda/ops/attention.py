@@ -1,24 +1,25 @@
-"""Attention family on the GPU: scaled dot-product attention over heads.
+"""Attention family on the GPU: scaled dot-product attention over heads, flash-style.
 
 Layouts as the reference: q (B, L, H*E) or, seq_first, (L, B, H*E); heads interleaved
-in the feature dim.  The device path:
+in the feature dim.  Heads are gathered once into Q (BH, L, E), K (BH, S, E),
+V (BH, S, Ev) (one kernel each); the L x S weights are never materialised:
 
-  split heads -> Q (BH, L, E), K (BH, S, E), V (BH, S, Ev)       (one gather kernel each)
-  scores = Q K^T                          batched GEMM (cuBLAS through CuPy, or tiled)
-  P = safe softmax(scale * scores + mask + causal)   one block per row; a fully masked
-      row gets zero weights; dropout multiplies by the Philox mask of element
-      ((bh*L + i)*S + j) -- the reference's numbering, so masks match the cpu backend
-  out = (P * mask) V                      batched GEMM, then merge heads
-Backward: dV = Pd^T dO, dP = dO V^T (GEMMs); dS = P (dP*m - rowsum(dP*m*P)) * scale in
-one row kernel (mask regenerated from Philox); dQ = dS K, dK = dS^T Q (GEMMs).
-The L x S weights are materialised (batched-GEMM attention, not a fused flash kernel).
+  forward   one block per query row: key tiles of one key per thread, an online softmax
+            (running max and sum, the output rescaled as the max grows), the output row in
+            registers; saves the row's log-sum-exp (LSE).  O(L + S) memory per head.
+  backward  D_i = dO_i . O_i; the weights are recomputed from LSE.  dQ: one block per
+            query row (dS_ij = P_ij (dP_ij - D_i) scale summed against k_j); dK, dV: one
+            block per key row, summing over query rows -- each block owns its output
+            rows, so no atomics and the same bits on every run.
+Masks, causal (top-left) and dropout as the reference; dropout's mask is regenerated from
+Philox element ((bh*L + i)*S + j) wherever a weight is needed, so the masks match the
+cpu backend.  A row whose every key is masked gets zero weights (LSE = -inf).
 """
 import math
 
 import numpy as np
 
 from .. import _kit
-from .._gemm import gemm_batched
 from .._kit import (ROW_THREADS, SBUF, THREADS, U8, block_max, block_sum, cuda, kernel,
                     philox4x32)
 
@@ -30,6 +31,7 @@ def _kernels(dt):
     T = dt.type
     NT = _kit.shared_type(dt)
     zero = T(0)
+    one = T(1)
     ninf = T(-np.inf)
     U64 = np.uint64
     M3 = U64(3)
@@ -82,10 +84,35 @@ def _kernels(dt):
                 b = r // L
                 dst[b, l, f] = src[b * H + h, l, e]
 
+    @cuda.jit(device=True)
+    def score(Q, K, bh, i, j, E, scale, mask, mi, mrow, Sm, has_mask):
+        # scale * q_i . k_j (+ the additive mask): one element of the score row
+        s = zero
+        for e in range(E):
+            s += Q[bh, i, e] * K[bh, j, e]
+        s *= scale
+        if has_mask:
+            s += mask[mi, mrow, j if Sm > 1 else 0]
+        return s
+
+    @cuda.jit(device=True)
+    def drop_scale(on, e, thr, dscale, off_lo, off_hi, k0, k1):
+        # the dropout multiplier of weight e: 1 without dropout, else 0 or 1/(1-p)
+        if not on:
+            return one
+        if keep(e, thr, off_lo, off_hi, k0, k1):
+            return dscale
+        return zero
+
     @kernel
-    def softmax_fwd(sc, P, Pd, mask, midx, BH, L, S, Lm, Sm, scale, has_mask, causal,
-                    has_drop, thr, dscale, off_lo, off_hi, k0, k1):
+    def flash_fwd(Q, K, V, O, LSE, mask, midx, BH, L, S, E, Ev, Lm, Sm, scale, has_mask,
+                  causal, has_drop, thr, dscale, off_lo, off_hi, k0, k1):
+        # One block per query row (grid-stride): its keys in tiles of one key per thread,
+        # an online softmax (running max m and sum l), the output row accumulated in four
+        # registers per thread (features e0 + t + c*B).  Rows with more than 4*B output
+        # features take several passes.  LSE[row] = m + log(l) (-inf for a dead row).
         sbuf = cuda.shared.array(SBUF, NT)
+        pbuf = cuda.shared.array(ROW_THREADS, NT)
         t = cuda.threadIdx.x
         B = cuda.blockDim.x
         for r in range(cuda.blockIdx.x, BH * L, cuda.gridDim.x):
@@ -93,57 +120,209 @@ def _kernels(dt):
             i = r - bh * L
             mi = midx[bh] if has_mask else 0
             mrow = i if Lm > 1 else 0
-            m = ninf
-            for j in range(t, S, B):
-                s = sc[bh, i, j] * scale
-                if has_mask:
-                    s += mask[mi, mrow, j if Sm > 1 else 0]
-                if causal and j > i:
+            send = min(S, i + 1) if causal else S
+            for e0 in range(0, max(Ev, 1), 4 * B):
+                m = ninf
+                l = zero
+                a0 = zero
+                a1 = zero
+                a2 = zero
+                a3 = zero
+                for j0 in range(0, send, B):
+                    j = j0 + t
                     s = ninf
-                sc[bh, i, j] = s
-                m = max(m, s)
-            m = block_max(m, sbuf)
-            dead = m == ninf
-            tot = zero
-            if not dead:
-                for j in range(t, S, B):
-                    tot += math.exp(sc[bh, i, j] - m)
-            tot = block_sum(tot, sbuf)
-            for j in range(t, S, B):
-                p = zero
-                if not dead:
-                    p = math.exp(sc[bh, i, j] - m) / tot
-                P[bh, i, j] = p
-                if has_drop:
-                    if keep(r * S + j, thr, off_lo, off_hi, k0, k1):
-                        Pd[bh, i, j] = p * dscale
-                    else:
-                        Pd[bh, i, j] = zero
+                    if j < send:
+                        s = score(Q, K, bh, i, j, E, scale, mask, mi, mrow, Sm, has_mask)
+                    mn = max(m, block_max(s, sbuf))
+                    p = zero
+                    if s != ninf:
+                        p = math.exp(s - mn)
+                    tile = block_sum(p, sbuf)
+                    if mn != ninf:              # uniform over the block
+                        corr = zero if m == ninf else math.exp(m - mn)
+                        l = l * corr + tile
+                        a0 *= corr
+                        a1 *= corr
+                        a2 *= corr
+                        a3 *= corr
+                        m = mn
+                    pbuf[t] = p * drop_scale(has_drop and j < send, r * S + j, thr, dscale,
+                                             off_lo, off_hi, k0, k1)
+                    cuda.syncthreads()
+                    for jj in range(min(B, send - j0)):
+                        w = pbuf[jj]
+                        e = e0 + t
+                        if e < Ev:
+                            a0 += w * V[bh, j0 + jj, e]
+                        if e + B < Ev:
+                            a1 += w * V[bh, j0 + jj, e + B]
+                        if e + 2 * B < Ev:
+                            a2 += w * V[bh, j0 + jj, e + 2 * B]
+                        if e + 3 * B < Ev:
+                            a3 += w * V[bh, j0 + jj, e + 3 * B]
+                    cuda.syncthreads()
+                inv = one / l if l > zero else zero
+                e = e0 + t
+                if e < Ev:
+                    O[bh, i, e] = a0 * inv
+                if e + B < Ev:
+                    O[bh, i, e + B] = a1 * inv
+                if e + 2 * B < Ev:
+                    O[bh, i, e + 2 * B] = a2 * inv
+                if e + 3 * B < Ev:
+                    O[bh, i, e + 3 * B] = a3 * inv
+                if e0 == 0 and t == 0:
+                    LSE[r] = m + math.log(l) if l > zero else ninf
 
     @kernel
-    def softmax_bwd(dP, P, BH, L, S, scale, has_drop, thr, dscale, off_lo, off_hi, k0, k1):
-        # in place: dP <- P * (dP*m - sum_j dP*m*P) * scale
+    def flash_bwd_q(Q, K, V, O, dO, LSE, Dsum, dQ, mask, midx, BH, L, S, E, Ev, Lm, Sm, scale,
+                    has_mask, causal, has_drop, thr, dscale, off_lo, off_hi, k0, k1):
+        # Per query row: D = dO . O (= sum_j P dP with dropout too), then over key tiles
+        # the weights recomputed from LSE, dS = P (dP - D) scale, dQ_row = sum_j dS_j k_j.
         sbuf = cuda.shared.array(SBUF, NT)
+        pbuf = cuda.shared.array(ROW_THREADS, NT)
         t = cuda.threadIdx.x
         B = cuda.blockDim.x
         for r in range(cuda.blockIdx.x, BH * L, cuda.gridDim.x):
             bh = r // L
             i = r - bh * L
-            s = zero
-            for j in range(t, S, B):
-                g = dP[bh, i, j]
-                if has_drop:
-                    if keep(r * S + j, thr, off_lo, off_hi, k0, k1):
-                        g = g * dscale
-                    else:
-                        g = zero
-                    dP[bh, i, j] = g
-                s += g * P[bh, i, j]
-            s = block_sum(s, sbuf)
-            for j in range(t, S, B):
-                dP[bh, i, j] = P[bh, i, j] * (dP[bh, i, j] - s) * scale
+            mi = midx[bh] if has_mask else 0
+            mrow = i if Lm > 1 else 0
+            send = min(S, i + 1) if causal else S
+            d = zero
+            for e in range(t, Ev, B):
+                d += dO[bh, i, e] * O[bh, i, e]
+            d = block_sum(d, sbuf)
+            if t == 0:
+                Dsum[r] = d
+            lse = LSE[r]
+            for e0 in range(0, max(E, 1), 4 * B):
+                a0 = zero
+                a1 = zero
+                a2 = zero
+                a3 = zero
+                for j0 in range(0, send, B):
+                    j = j0 + t
+                    ds = zero
+                    if j < send and lse != ninf:
+                        s = score(Q, K, bh, i, j, E, scale, mask, mi, mrow, Sm, has_mask)
+                        if s != ninf:
+                            dp = zero
+                            for e in range(Ev):
+                                dp += dO[bh, i, e] * V[bh, j, e]
+                            dp *= drop_scale(has_drop, r * S + j, thr, dscale, off_lo, off_hi,
+                                             k0, k1)
+                            ds = math.exp(s - lse) * (dp - d) * scale
+                    pbuf[t] = ds
+                    cuda.syncthreads()
+                    for jj in range(min(B, send - j0)):
+                        w = pbuf[jj]
+                        e = e0 + t
+                        if e < E:
+                            a0 += w * K[bh, j0 + jj, e]
+                        if e + B < E:
+                            a1 += w * K[bh, j0 + jj, e + B]
+                        if e + 2 * B < E:
+                            a2 += w * K[bh, j0 + jj, e + 2 * B]
+                        if e + 3 * B < E:
+                            a3 += w * K[bh, j0 + jj, e + 3 * B]
+                    cuda.syncthreads()
+                e = e0 + t
+                if e < E:
+                    dQ[bh, i, e] = a0
+                if e + B < E:
+                    dQ[bh, i, e + B] = a1
+                if e + 2 * B < E:
+                    dQ[bh, i, e + 2 * B] = a2
+                if e + 3 * B < E:
+                    dQ[bh, i, e + 3 * B] = a3
 
-    return split_heads, merge_heads, softmax_fwd, softmax_bwd
+    @kernel
+    def flash_bwd_kv(Q, K, V, dO, LSE, Dsum, dK, dV, mask, midx, BH, L, S, E, Ev, Lm, Sm,
+                     scale, has_mask, causal, has_drop, thr, dscale, off_lo, off_hi, k0, k1):
+        # Per key row j (no atomics: each block owns its dK/dV rows): over query tiles the
+        # weight P_ij and dS_ij recomputed, dV_j = sum_i Pd_ij dO_i, dK_j = sum_i dS_ij q_i.
+        pbuf = cuda.shared.array(ROW_THREADS, NT)
+        gbuf = cuda.shared.array(ROW_THREADS, NT)
+        t = cuda.threadIdx.x
+        B = cuda.blockDim.x
+        for r in range(cuda.blockIdx.x, BH * S, cuda.gridDim.x):
+            bh = r // S
+            j = r - bh * S
+            mi = midx[bh] if has_mask else 0
+            istart = min(j, L) if causal else 0
+            for e0 in range(0, max(E, Ev, 1), 4 * B):
+                c0 = zero
+                c1 = zero
+                c2 = zero
+                c3 = zero
+                g0 = zero
+                g1 = zero
+                g2 = zero
+                g3 = zero
+                for i0 in range(istart, L, B):
+                    i = i0 + t
+                    pd = zero
+                    ds = zero
+                    if i < L:
+                        row = bh * L + i
+                        lse = LSE[row]
+                        if lse != ninf:
+                            s = score(Q, K, bh, i, j, E, scale, mask, mi, i if Lm > 1 else 0,
+                                      Sm, has_mask)
+                            if s != ninf:
+                                p = math.exp(s - lse)
+                                z = drop_scale(has_drop, row * S + j, thr, dscale, off_lo,
+                                               off_hi, k0, k1)
+                                dp = zero
+                                for e in range(Ev):
+                                    dp += dO[bh, i, e] * V[bh, j, e]
+                                pd = p * z
+                                ds = p * (dp * z - Dsum[row]) * scale
+                    pbuf[t] = pd
+                    gbuf[t] = ds
+                    cuda.syncthreads()
+                    for ii in range(min(B, L - i0)):
+                        w = pbuf[ii]
+                        g = gbuf[ii]
+                        e = e0 + t
+                        if e < Ev:
+                            c0 += w * dO[bh, i0 + ii, e]
+                        if e + B < Ev:
+                            c1 += w * dO[bh, i0 + ii, e + B]
+                        if e + 2 * B < Ev:
+                            c2 += w * dO[bh, i0 + ii, e + 2 * B]
+                        if e + 3 * B < Ev:
+                            c3 += w * dO[bh, i0 + ii, e + 3 * B]
+                        if e < E:
+                            g0 += g * Q[bh, i0 + ii, e]
+                        if e + B < E:
+                            g1 += g * Q[bh, i0 + ii, e + B]
+                        if e + 2 * B < E:
+                            g2 += g * Q[bh, i0 + ii, e + 2 * B]
+                        if e + 3 * B < E:
+                            g3 += g * Q[bh, i0 + ii, e + 3 * B]
+                    cuda.syncthreads()
+                e = e0 + t
+                if e < Ev:
+                    dV[bh, j, e] = c0
+                if e + B < Ev:
+                    dV[bh, j, e + B] = c1
+                if e + 2 * B < Ev:
+                    dV[bh, j, e + 2 * B] = c2
+                if e + 3 * B < Ev:
+                    dV[bh, j, e + 3 * B] = c3
+                if e < E:
+                    dK[bh, j, e] = g0
+                if e + B < E:
+                    dK[bh, j, e + B] = g1
+                if e + 2 * B < E:
+                    dK[bh, j, e + 2 * B] = g2
+                if e + 3 * B < E:
+                    dK[bh, j, e + 3 * B] = g3
+
+    return _kit.named(split_heads=split_heads, merge_heads=merge_heads, flash_fwd=flash_fwd,
+                      flash_bwd_q=flash_bwd_q, flash_bwd_kv=flash_bwd_kv)
 
 
 def _split(x, H, seq_first):
@@ -155,7 +334,7 @@ def _split(x, H, seq_first):
     out = _kit.empty((B * H, L, E), dt)
     total = B * H * L * E
     if total:
-        _kernels(dt)[0][_kit.blocks_for(total), THREADS](x, out, total, B, L, H, E, seq_first)
+        _kernels(dt).split_heads[_kit.blocks_for(total), THREADS](x, out, total, B, L, H, E, seq_first)
     return out
 
 
@@ -166,7 +345,7 @@ def _merge(y, B, H, seq_first):
     out = _kit.empty(shape, dt)
     total = B * L * H * E
     if total:
-        _kernels(dt)[1][_kit.blocks_for(total), THREADS](y, out, total, B, L, H, E, seq_first)
+        _kernels(dt).merge_heads[_kit.blocks_for(total), THREADS](y, out, total, B, L, H, E, seq_first)
     return out
 
 
@@ -179,6 +358,14 @@ def _drop_args(dt, p, seed, offset):
     return (False, z, dt.type(0), z, z, z, z)
 
 
+def _mask_args(mask, mask_index, dt):
+    if mask is not None:
+        mask_d, midx = _kit.dev(mask), _kit.dev(mask_index)
+        _, Lm, Sm = _kit.shape_of(mask_d)
+        return mask_d, midx, Lm, Sm
+    return _kit.empty((1, 1, 1), dt), _kit.empty((1,), np.int64), 1, 1
+
+
 def scaled_dot_product_attention(q, k, v, num_heads, seq_first, mask, mask_index, dropout_p,
                                  is_causal, scale, seed, offset):
     H = int(num_heads)
@@ -187,37 +374,35 @@ def scaled_dot_product_attention(q, k, v, num_heads, seq_first, mask, mask_index
     B = shape_q[1] if seq_first else shape_q[0]
     Q, K, V = _split(q, H, seq_first), _split(k, H, seq_first), _split(v, H, seq_first)
     BH, L, E = _kit.shape_of(Q)
-    S = _kit.shape_of(K)[1]
-    scores = gemm_batched(Q, K, tb=True)                       # (BH, L, S)
-    P = _kit.empty((BH, L, S), dt)
+    S, Ev = _kit.shape_of(K)[1], _kit.shape_of(V)[2]
+    O = _kit.empty((BH, L, Ev), dt)
+    LSE = _kit.empty((BH * L,), dt)
+    masks = _mask_args(mask, mask_index, dt)
+    flags = (dt.type(scale), mask is not None, bool(is_causal))
     drop = _drop_args(dt, dropout_p, seed, offset)
-    Pd = _kit.empty((BH, L, S), dt) if drop[0] else P
-    if BH * L * S:
-        if mask is not None:
-            mask_d, midx = _kit.dev(mask), _kit.dev(mask_index)
-            _, Lm, Sm = _kit.shape_of(mask_d)
-        else:
-            mask_d, midx = _kit.empty((1, 1, 1), dt), _kit.empty((1,), np.int64)
-            Lm = Sm = 1
-        _kernels(dt)[2][_kit.row_blocks(BH * L), ROW_THREADS](
-            scores, P, Pd, mask_d, midx, BH, L, S, Lm, Sm, dt.type(scale), mask is not None,
-            bool(is_causal), *drop)
-    out = _merge(gemm_batched(Pd, V), B, H, seq_first)         # (BH, L, Ev) -> layout
-    saved = (Q, K, V, P, Pd, B, H, seq_first, dropout_p, scale, seed, offset)
-    return out, saved
+    if BH * L:
+        _kernels(dt).flash_fwd[_kit.row_blocks(BH * L), ROW_THREADS](
+            Q, K, V, O, LSE, masks[0], masks[1], BH, L, S, E, Ev, masks[2], masks[3], *flags,
+            *drop)
+    out = _merge(O, B, H, seq_first)
+    return out, (Q, K, V, O, LSE, masks, flags, drop, B, H, seq_first)
 
 
 def scaled_dot_product_attention_backward(d_out, saved):
-    Q, K, V, P, Pd, B, H, seq_first, p, scale, seed, offset = saved
+    Q, K, V, O, LSE, masks, flags, drop, B, H, seq_first = saved
     dt = _kit.dtype_of(Q)
-    BH, L, S = _kit.shape_of(P)
+    BH, L, E = _kit.shape_of(Q)
+    S, Ev = _kit.shape_of(K)[1], _kit.shape_of(V)[2]
     dO = _split(d_out, H, seq_first)                           # (BH, L, Ev)
-    dV = gemm_batched(Pd, dO, ta=True)                         # (BH, S, Ev)
-    dP = gemm_batched(dO, V, tb=True)                          # (BH, L, S)
-    if BH * L * S:
-        _kernels(dt)[3][_kit.row_blocks(BH * L), ROW_THREADS](
-            dP, P, BH, L, S, dt.type(scale), *_drop_args(dt, p, seed, offset))
-    dQ = gemm_batched(dP, K)                                   # (BH, L, E)
-    dK = gemm_batched(dP, Q, ta=True)                          # (BH, S, E)
+    dQ, dK, dV = _kit.empty((BH, L, E), dt), _kit.empty((BH, S, E), dt), _kit.empty((BH, S, Ev), dt)
+    Dsum = _kit.empty((max(BH * L, 1),), dt)
+    ks = _kernels(dt)
+    geometry = (masks[0], masks[1], BH, L, S, E, Ev, masks[2], masks[3])
+    if BH * L:
+        ks.flash_bwd_q[_kit.row_blocks(BH * L), ROW_THREADS](
+            Q, K, V, O, dO, LSE, Dsum, dQ, *geometry, *flags, *drop)
+    if BH * S:
+        ks.flash_bwd_kv[_kit.row_blocks(BH * S), ROW_THREADS](
+            Q, K, V, dO, LSE, Dsum, dK, dV, *geometry, *flags, *drop)
     return (_merge(dQ, B, H, seq_first), _merge(dK, B, H, seq_first),
             _merge(dV, B, H, seq_first))
