@@ -165,6 +165,30 @@ def test_ddp_world_size_one_matches_the_plain_model():
     ddp.remove_hooks()
 
 
+class _PartlyUsed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.used = nn.Linear(3, 2)
+        self.unused = nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.used(x)
+
+    def backward(self, d):
+        return self.used.backward(d)
+
+
+def test_ddp_leaves_parameters_no_rank_used_without_a_gradient():
+    pytest.importorskip("mpi4py.MPI", reason="mpi4py (with an MPI library) is not installed")
+    model = _PartlyUsed()
+    ddp = dist.DistributedDataParallel(model, bucket_mb=25)     # one bucket with both layers
+    x = np.ones((4, 3), np.float32)
+    ddp.backward(np.ones((4, 2), np.float32) + 0 * ddp(x))
+    assert model.used.weight.grad is not None and model.used.weight.grad.dtype == np.float32
+    assert model.unused.weight.grad is None and model.unused.bias.grad is None
+    np.testing.assert_allclose(model.used.bias.grad, [4, 4])
+
+
 class _null:
     def __enter__(self):
         return self

@@ -18,7 +18,9 @@ How the averaging overlaps backward (the design PyTorch's DDP popularised):
   of collectives whatever the timing; all are waited on before backward returns, and the
   sums are divided by the world size in the gradient's own dtype (float32 gradients are
   reduced in float32).  Buckets whose parameters got no backward this step (unused
-  parameters) are reduced with zeros where a rank has no gradient.
+  parameters) are started at the end, with zeros where a rank has no gradient; one extra
+  slot per parameter counts the ranks that had one, so a parameter no rank used keeps
+  ``grad = None`` (the optimizer skips it, as it would in one process).
 * MPICH progresses a non-blocking collective only inside MPI calls, so each hook also
   tests the outstanding requests: that is what moves the bytes while backward computes.
 
@@ -212,8 +214,9 @@ def shard(n, epoch=0, seed=0, comm=None):
 
     Every rank draws the same permutation of ``range(n)`` from ``(seed, epoch)`` and takes
     every world-th entry from its rank on: the shards are disjoint, together cover every
-    sample exactly once, and differ in length by at most one.  Pass a new ``epoch`` each
-    epoch for a new order."""
+    sample exactly once, and differ in length by at most one: run the same number of steps
+    on every rank (e.g. ``n // world // batch``), since every step is a collective.  Pass a
+    new ``epoch`` each epoch for a new order."""
     n = int_arg(n, "n", 0)
     epoch = int_arg(epoch, "epoch", 0)
     seed = int_arg(seed, "seed", 0)
@@ -378,14 +381,17 @@ class DistributedDataParallel(Module):
             self._MPI.Request.Testall(pending)
 
     def _start(self, b):
-        buf = np.empty(b.numel, dtype=b.dtype)
-        for p, off in zip(b.params, b.offsets):
+        buf = np.empty(b.numel + len(b.params), dtype=b.dtype)
+        has = buf[b.numel:]                 # 1 where this rank has a gradient
+        for i, (p, off) in enumerate(zip(b.params, b.offsets)):
             g = p.grad
             n = int(p.size)
             if g is None:
                 buf[off:off + n] = 0
+                has[i] = 0
             else:
                 buf[off:off + n] = _host(g).reshape(-1)
+                has[i] = 1
         MPI = self._MPI
         b.buf = buf
         b.req = self.comm.Iallreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
@@ -406,9 +412,13 @@ class DistributedDataParallel(Module):
         nbytes = 0
         for b in buckets:
             buf = b.buf
+            has = buf[b.numel:]
             np.divide(buf, buf.dtype.type(world), out=buf)
             nbytes += buf.nbytes
-            for p, off in zip(b.params, b.offsets):
+            for i, (p, off) in enumerate(zip(b.params, b.offsets)):
+                if has[i] == 0:
+                    p.grad = None
+                    continue
                 g = buf[off:off + int(p.size)].reshape(p.shape)
                 p.grad = g if type(p.data) is np.ndarray else _to_device(g)
         st = self.stats
