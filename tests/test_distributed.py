@@ -162,7 +162,17 @@ def test_ddp_world_size_one_matches_the_plain_model():
         np.testing.assert_allclose(p.grad, q.grad, rtol=1e-12, atol=1e-14)
     assert ddp.stats["reductions"] == 1 and ddp.stats["early"] >= 1
     assert "DistributedDataParallel(world_size=1" in repr(ddp)
-    ddp.remove_hooks()
+    # the model's hooks do not keep a discarded wrapper alive (it would go on reducing)
+    import weakref
+    gone = weakref.ref(ddp)
+    del ddp
+    assert gone() is None
+    ddp2 = dist.DistributedDataParallel(model)
+    ddp2.backward(np.ones((6, 3)) + 0 * ddp2(x))
+    assert ddp2.stats["reductions"] == 1
+    ddp2.remove_hooks()
+    model.backward(np.ones((6, 3)) + 0 * model(x))
+    assert ddp2.stats["reductions"] == 1
 
 
 class _PartlyUsed(nn.Module):

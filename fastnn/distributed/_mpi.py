@@ -32,6 +32,7 @@ import contextlib
 import os
 import sys
 import time
+import weakref
 
 import numpy as np
 
@@ -289,9 +290,16 @@ class DistributedDataParallel(Module):
         d["_sync"] = True
         d["stats"] = {"reductions": 0, "buckets": 0, "early": 0, "bytes": 0, "wait_s": 0.0}
         self._reset_step()
-        hooks = [m.register_full_backward_hook(self._on_backward) for m, _ in holders]
+        # the hooks hold the wrapper weakly: a discarded wrapper stops reducing
+        on_backward = weakref.WeakMethod(self._on_backward)
+
+        def hook(m, grad_input, grad_output):
+            f = on_backward()
+            return None if f is None else f(m, grad_input, grad_output)
+
+        hooks = [m.register_full_backward_hook(hook) for m, _ in holders]
         if id(module) not in self._holders:     # the root's hook finishes the step
-            hooks.append(module.register_full_backward_hook(self._on_backward))
+            hooks.append(module.register_full_backward_hook(hook))
         d["_hooks"] = hooks
 
     @staticmethod
