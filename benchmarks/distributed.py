@@ -6,7 +6,7 @@
 
 The GPT training benchmark's config (fastnn/bench/train.py: vocab 65, d_model 128, 4
 layers, 4 heads, block 64, batch 16 = 1,024 tokens per step, AdamW).  One process trains
-on the whole batch with 2 kernel threads; the data-parallel run has each of 2 ranks
+on the whole batch with 2 kernel threads (and, for scale, with 1); the data-parallel run has each of 2 ranks
 (1 thread each) train on 8 of the 16 rows, its gradients averaged by
 DistributedDataParallel.  Reported per configuration: tokens/s (median step), and for
 DDP the share of step time rank 0 spends waiting for the allreduces to finish after its
@@ -112,7 +112,8 @@ def main(argv=None):
         raise SystemExit("needs mpiexec on PATH (pip install mpi4py mpich)")
     me = [sys.executable, os.path.abspath(__file__), "--worker", "--steps", str(args.steps),
           "--warmup", str(args.warmup)]
-    configs = [("1 rank x 2 threads", me + ["--threads", "2"])]
+    configs = [("1 rank x 2 threads", me + ["--threads", "2"]),
+               ("1 rank x 1 thread (scale reference)", me + ["--threads", "1"])]
     for b in args.bucket_mb:
         configs.append((f"2 ranks x 1 thread, bucket {b:g} MB",
                         [mpiexec, "-n", "2"] + me + ["--threads", "1", "--ddp-bucket", str(b)]))
