@@ -6,8 +6,8 @@
 
 The GPT training benchmark's config (fastnn/bench/train.py: vocab 65, d_model 128, 4
 layers, 4 heads, block 64, batch 16 = 1,024 tokens per step, AdamW).  One process trains
-on the whole batch with 2 kernel threads (and, for scale, with 1); the data-parallel run has each of 2 ranks
-(1 thread each) train on 8 of the 16 rows, its gradients averaged by
+on the whole batch with 2 kernel threads (and, for scale, with 1); the data-parallel run
+has each of 2 ranks (1 thread each) train on 8 of the 16 rows, its gradients averaged by
 DistributedDataParallel.  Reported per configuration: tokens/s (median step), and for
 DDP the share of step time rank 0 spends waiting for the allreduces to finish after its
 backward (communication not hidden behind backward, plus waiting for the slower rank),
@@ -87,7 +87,8 @@ def worker(args):
                "tokens_per_s": BATCH * T / med, "wait_share": sum(waits) / sum(times)}
         if ddp is not None:
             res["buckets"] = len(ddp._buckets)
-            res["buckets_started_in_backward"] = ddp.stats["early"] / max(ddp.stats["reductions"], 1)
+            res["buckets_started_in_backward"] = (ddp.stats["early"]
+                                                  / max(ddp.stats["reductions"], 1))
         sys.stdout.write("RESULT " + json.dumps(res) + "\n")
         sys.stdout.flush()
 

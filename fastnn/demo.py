@@ -288,6 +288,7 @@ def run(args, out=sys.stdout):
         net = dist.DistributedDataParallel(model)
         dist.broadcast_parameters(model)
     save = save_checkpoint if rank == 0 else (lambda *a: None)
+    ranks = f" x {world} ranks" if world > 1 else ""
     total = args.steps
     sched = get_cosine_schedule_with_warmup(opt, min(args.warmup, total), max(total, 1),
                                             min_lr_ratio=0.1)
@@ -299,7 +300,7 @@ def run(args, out=sys.stdout):
     print(f"fastnn demo: char-level GPT, {model.num_parameters():,} parameters "
           f"(vocab {config.vocab_size}, d_model {config.d_model}, {config.n_layer} layers, "
           f"{config.n_head} heads, block {config.block_size}), batch {args.batch_size}, "
-          f"{fastnn.get_num_threads()} threads{f' x {world} ranks' if world > 1 else ''}, backend {fastnn.get_backend()}", file=out)
+          f"{fastnn.get_num_threads()} threads{ranks}, backend {fastnn.get_backend()}", file=out)
     print(f"text: {os.path.basename(args.text)}, {len(text):,} characters", file=out)
     if step:
         print(f"resumed from {args.checkpoint} at step {step}", file=out)
@@ -325,7 +326,8 @@ def run(args, out=sys.stdout):
             model.zero_grad()
             if world > 1:   # every rank draws the same batch and trains on its own rows
                 rows = slice(rank * len(x) // world, (rank + 1) * len(x) // world)
-                loss = dist.get_comm().allreduce(loss_and_grad(net, crit, x[rows], y[rows])) / world
+                loss = loss_and_grad(net, crit, x[rows], y[rows])
+                loss = dist.get_comm().allreduce(loss) / world     # the whole batch's loss
             else:
                 loss = loss_and_grad(net, crit, x, y)
             if not math.isfinite(loss):

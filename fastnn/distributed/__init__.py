@@ -19,5 +19,5 @@ from ._mpi import (DistributedDataParallel, broadcast_parameters, get_comm, init
                    launcher_world_size, shard)
 from ._dask import predict_dask  # noqa: F401
 
-__all__ = ["init", "get_comm", "launcher_world_size", "DistributedDataParallel", "broadcast_parameters", "shard",
-           "predict_dask"]
+__all__ = ["init", "get_comm", "launcher_world_size", "DistributedDataParallel",
+           "broadcast_parameters", "shard", "predict_dask"]

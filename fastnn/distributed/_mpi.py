@@ -39,7 +39,8 @@ import numpy as np
 from .._validate import int_arg, positive_float
 from ..nn.module import Module
 
-__all__ = ["init", "get_comm", "launcher_world_size", "DistributedDataParallel", "broadcast_parameters", "shard"]
+__all__ = ["init", "get_comm", "launcher_world_size", "DistributedDataParallel",
+           "broadcast_parameters", "shard"]
 
 _INSTALL = "pip install 'fastnn[mpi]'"
 _state = {"comm": None, "abort_hook": False}
