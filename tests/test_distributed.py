@@ -269,6 +269,9 @@ def test_predict_dask_bad_arguments():
         dist.predict_dask(_mlp(), da.zeros((4, 6), chunks=2), 2)   # wrong width: caught now
 
 
+# the scheduler's HTTP server binds 127.0.0.1 (the cluster's host), on 8787 or, when
+# another cluster has that port, on another one with this warning
+@pytest.mark.filterwarnings("ignore:Port .* is already in use")
 def test_predict_dask_on_a_local_cluster_of_two_processes():
     da = pytest.importorskip("dask.array")
     distributed = pytest.importorskip("distributed")
