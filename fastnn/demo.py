@@ -221,6 +221,19 @@ def restore_optimizer(opt, arrays, meta):
 
 
 # ---------------------------------------------------------------------- the run
+def _data_parallel(args):
+    """(rank, world): (0, 1), or the MPI job's when ``mpiexec -n N`` started the demo."""
+    from .distributed import launcher_world_size
+    if launcher_world_size() <= 1:
+        return 0, 1
+    from . import distributed as dist
+    rank, world = dist.init()
+    if args.batch_size % world:
+        raise SystemExit(f"fastnn demo: --batch-size ({args.batch_size}) must be a multiple of "
+                         f"the number of ranks ({world})")
+    return rank, world
+
+
 def run(args, out=sys.stdout):
     import fastnn
     from fastnn import nn, optim
@@ -233,6 +246,10 @@ def run(args, out=sys.stdout):
     for name in ("steps", "batch_size", "block_size", "n_layer", "n_head", "d_model"):
         if getattr(args, name) < (0 if name == "steps" else 1):
             raise SystemExit(f"fastnn demo: --{name.replace('_', '-')} must be positive")
+    rank, world = _data_parallel(args)
+    if rank:        # every rank runs the same program; rank 0 alone prints and saves
+        out = open(os.devnull, "w")
+        args.quiet = True
     fastnn.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     with open(args.text, encoding="utf-8") as f:
@@ -265,6 +282,13 @@ def run(args, out=sys.stdout):
         for g in opt.param_groups:
             g["lr"] = args.lr
             g.pop("initial_lr", None)
+    net = model
+    if world > 1:
+        from . import distributed as dist
+        net = dist.DistributedDataParallel(model)
+        dist.broadcast_parameters(model)
+    save = save_checkpoint if rank == 0 else (lambda *a: None)
+    ranks = f" x {world} ranks" if world > 1 else ""
     total = args.steps
     sched = get_cosine_schedule_with_warmup(opt, min(args.warmup, total), max(total, 1),
                                             min_lr_ratio=0.1)
@@ -276,7 +300,7 @@ def run(args, out=sys.stdout):
     print(f"fastnn demo: char-level GPT, {model.num_parameters():,} parameters "
           f"(vocab {config.vocab_size}, d_model {config.d_model}, {config.n_layer} layers, "
           f"{config.n_head} heads, block {config.block_size}), batch {args.batch_size}, "
-          f"{fastnn.get_num_threads()} threads, backend {fastnn.get_backend()}", file=out)
+          f"{fastnn.get_num_threads()} threads{ranks}, backend {fastnn.get_backend()}", file=out)
     print(f"text: {os.path.basename(args.text)}, {len(text):,} characters", file=out)
     if step:
         print(f"resumed from {args.checkpoint} at step {step}", file=out)
@@ -300,7 +324,12 @@ def run(args, out=sys.stdout):
             t0 = time.perf_counter()
             x, y = data.batch("train", args.batch_size, args.block_size, rng)
             model.zero_grad()
-            loss = loss_and_grad(model, crit, x, y)
+            if world > 1:   # every rank draws the same batch and trains on its own rows
+                rows = slice(rank * len(x) // world, (rank + 1) * len(x) // world)
+                loss = loss_and_grad(net, crit, x[rows], y[rows])
+                loss = dist.get_comm().allreduce(loss) / world     # the whole batch's loss
+            else:
+                loss = loss_and_grad(net, crit, x, y)
             if not math.isfinite(loss):
                 raise FloatingPointError(f"the loss became {loss} at step {step}")
             if args.grad_clip > 0:
@@ -312,11 +341,11 @@ def run(args, out=sys.stdout):
             ema = loss if ema is None else 0.9 * ema + 0.1 * loss
             bar.update(step, ema, tokens_per_step / max(time.perf_counter() - t0, 1e-9))
             if args.save_every and step % args.save_every == 0 and step < total:
-                save_checkpoint(args.checkpoint, model, opt, step, total, data)
+                save(args.checkpoint, model, opt, step, total, data)
     except KeyboardInterrupt:
         bar.close()
         print(f"\ninterrupted at step {step}; saving {args.checkpoint}", file=out)
-        save_checkpoint(args.checkpoint, model, opt, step, total, data)
+        save(args.checkpoint, model, opt, step, total, data)
         raise SystemExit(130)
     bar.close()
     elapsed = time.perf_counter() - t_run
@@ -328,7 +357,7 @@ def run(args, out=sys.stdout):
           f"{val0:.4f} -> {val1:.4f}", file=out)
     print(f"--- sample after training (step {step}) ---\n{sample(model, data, args, rng)}\n---",
           file=out)
-    save_checkpoint(args.checkpoint, model, opt, step, total, data)
+    save(args.checkpoint, model, opt, step, total, data)
     print(f"checkpoint saved to {args.checkpoint} (continue with --resume --steps N)", file=out)
     return {"step": step, "losses": losses, "val_before": val0, "val_after": val1,
             "tokens_per_s": tps}

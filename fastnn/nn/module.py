@@ -1,17 +1,29 @@
-"""Module base: parameters, the forward/backward cache, containers, state dicts.
+"""Module base: parameters, the forward/backward caches, containers, state dicts.
 
-A module's forward in training mode keeps one ``ctx`` (what its backward needs);
-``backward(d_out)`` consumes it, accumulates parameter gradients into ``p.grad``
-(like torch) and returns the gradient w.r.t. the input(s).  A second forward before
-backward replaces the cache; a second backward without a forward is an error.
+Every training-mode forward of a module pushes one cache (what its backward needs) on
+that module's stack; ``backward(d_out)`` uses the newest one, accumulates parameter
+gradients into ``p.grad`` (like torch) and returns the gradient w.r.t. the input(s).
+So a module called twice (weight sharing, siamese towers, a block applied twice) is
+backpropagated last-call-first, as the chain rule walks the graph, and gets exactly the
+gradients of two separate calls.  ``Module.call`` returns a handle on one call's caches
+for out-of-order backward.  Nothing is kept in ``eval()`` mode or inside
+``fastnn.no_grad()``.
+
+Every subclass's ``backward`` is wrapped once, when the class is created
+(``__init_subclass__``): the cache it used is popped only when it returns, so a backward
+that raises (a wrong gradient shape or dtype) leaves the cache for the corrected call;
+then the module's backward hooks run.
 """
+import functools
 from collections import OrderedDict, namedtuple
 
 import numpy as np
 
+from .._grad import _tls
 from .._validate import F32, F64
 
-__all__ = ["Parameter", "Module", "Sequential", "ModuleList", "IncompatibleKeys"]
+__all__ = ["Parameter", "Module", "Sequential", "ModuleList", "IncompatibleKeys", "CallHandle",
+           "RemovableHandle"]
 
 IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
@@ -78,17 +90,96 @@ def _to_host(a):
     return cuda.to_numpy(a)
 
 
+def _wrap_backward(fn):
+    """``fn`` (a subclass's backward) that pops the cache it used only when it returns,
+    then runs the backward hooks.  A super().backward() call from inside a backward of
+    the same module passes straight through (the outermost call owns the pop)."""
+
+    @functools.wraps(fn)
+    def backward(self, *grads, **kwargs):
+        d = self.__dict__
+        if d["_in_backward"]:
+            return fn(self, *grads, **kwargs)
+        d["_in_backward"] = True
+        d["_taken"] = False
+        try:
+            out = fn(self, *grads, **kwargs)
+        finally:
+            d["_in_backward"] = False
+        if d["_taken"]:
+            d["_ctx"].pop()
+            d["_taken"] = False
+        hooks = d["_backward_hooks"]
+        if hooks:
+            out = self._run_backward_hooks(out, grads)
+        return out
+
+    backward._fastnn_wrapped = True
+    return backward
+
+
+class RemovableHandle:
+    """What ``register_full_backward_hook`` returns: ``.remove()`` unregisters the hook."""
+
+    _next_id = 0
+
+    def __init__(self, hooks):
+        self._hooks = hooks
+        self.id = RemovableHandle._next_id
+        RemovableHandle._next_id += 1
+
+    def remove(self):
+        self._hooks.pop(self.id, None)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
 class Module:
     """Base class.  Subclasses define ``forward`` and ``backward``."""
 
     training = True
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        bw = cls.__dict__.get("backward")
+        if callable(bw) and not getattr(bw, "_fastnn_wrapped", False):
+            cls.backward = _wrap_backward(bw)
+
     def __init__(self):
-        object.__setattr__(self, "_parameters", OrderedDict())
-        object.__setattr__(self, "_buffers", OrderedDict())
-        object.__setattr__(self, "_modules", OrderedDict())
-        object.__setattr__(self, "training", True)
-        object.__setattr__(self, "_ctx", None)
+        d = self.__dict__
+        d["_parameters"] = OrderedDict()
+        d["_buffers"] = OrderedDict()
+        d["_modules"] = OrderedDict()
+        d["training"] = True
+        self._reset_call_state()
+
+    def _reset_call_state(self):
+        """No caches, no backward in progress, no hooks (a fresh or unpickled module)."""
+        d = self.__dict__
+        d["_ctx"] = []                   # one cache per pending training-mode call, newest last
+        d["_taken"] = False              # the running backward used the newest cache
+        d["_in_backward"] = False
+        d.setdefault("_backward_hooks", OrderedDict())
+
+    # ------------------------------------------------------------ pickling / copying
+    def __getstate__(self):
+        """The module without its caches or hooks: caches are per call (and may hold device
+        buffers or large activations), hooks belong to the process that registered them."""
+        state = self.__dict__.copy()
+        state["_ctx"] = []
+        state["_taken"] = False
+        state["_in_backward"] = False
+        state["_backward_hooks"] = OrderedDict()
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        if "_in_backward" not in state:     # pickled by an older fastnn
+            self._reset_call_state()
 
     # ------------------------------------------------------------ registration
     def __setattr__(self, name, value):
@@ -141,20 +232,71 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} does not define backward")
 
     def _keep(self, ctx):
-        """Keep ``ctx`` for backward when training (forward calls this)."""
+        """Push ``ctx`` for backward when training and grad mode is on (forward calls this)."""
         if self.training:
-            object.__setattr__(self, "_ctx", ctx)
+            rec = _tls.rec
+            if rec is None:
+                self._ctx.append(ctx)
+            elif rec is not False:           # inside Module.call: remember it for the handle
+                self._ctx.append(ctx)
+                rec.append((self, ctx))
 
     def _take(self):
-        """The cache of the last training-mode forward; consumed by backward."""
-        ctx = self._ctx
-        if ctx is None:
+        """The newest pending call's cache; the backward wrapper pops it when backward returns."""
+        st = self._ctx
+        if not st:
             raise RuntimeError(
                 f"{type(self).__name__}.backward() needs a preceding forward in training mode "
-                f"(call model.train() and run forward first; each backward consumes that "
-                f"forward's cache)")
-        object.__setattr__(self, "_ctx", None)
-        return ctx
+                f"(call model.train() and run forward outside fastnn.no_grad(); each backward "
+                f"consumes one forward's cache, newest first)")
+        d = self.__dict__
+        if d["_taken"]:
+            raise RuntimeError(f"{type(self).__name__}.backward() took its cache twice")
+        d["_taken"] = True
+        return st[-1]
+
+    def _pending_calls(self):
+        """How many training-mode calls of this module still wait for their backward."""
+        return len(self._ctx)
+
+    def call(self, *args, **kwargs):
+        """``self(*args, **kwargs)`` plus a ``CallHandle`` on this call's caches (its own and
+        every submodule's): ``out, h = m.call(x)``; later ``h.backward(d_out)`` backpropagates
+        exactly this call, whatever calls came after it."""
+        rec = _tls.rec
+        if rec is False:
+            return self(*args, **kwargs), CallHandle(self, [])
+        mine = []
+        _tls.rec = mine
+        try:
+            out = self(*args, **kwargs)
+        finally:
+            _tls.rec = rec
+        if rec is not None:              # a call inside another call's recording
+            rec.extend(mine)
+        return out, CallHandle(self, mine)
+
+    def register_full_backward_hook(self, hook):
+        """``hook(module, grad_input, grad_output)`` runs after each successful backward of this
+        module, when its parameter gradients have been accumulated.  ``grad_input``: the
+        gradients backward returns, as a tuple; ``grad_output``: the gradients it was given,
+        as a tuple.  A hook may return a new ``grad_input`` tuple (replacing what backward
+        returns) or None.  Returns a handle whose ``.remove()`` unregisters the hook."""
+        if not callable(hook):
+            raise TypeError(f"hook must be callable, got {type(hook).__name__}")
+        hooks = self._backward_hooks
+        h = RemovableHandle(hooks)
+        hooks[h.id] = hook
+        return h
+
+    def _run_backward_hooks(self, out, grads):
+        single = not isinstance(out, tuple)
+        grad_input = (out,) if single else out
+        for hook in tuple(self._backward_hooks.values()):
+            res = hook(self, grad_input, grads)
+            if res is not None:
+                grad_input = tuple(res) if isinstance(res, (tuple, list)) else (res,)
+        return grad_input[0] if single and len(grad_input) == 1 else grad_input
 
     # ------------------------------------------------------------ traversal
     def children(self):
@@ -206,7 +348,7 @@ class Module:
         for m in self.modules():
             object.__setattr__(m, "training", bool(mode))
             if not mode:
-                object.__setattr__(m, "_ctx", None)
+                m._ctx.clear()
         return self
 
     def eval(self):
@@ -313,7 +455,7 @@ class Module:
             for name, b in list(m._buffers.items()):
                 if b is not None and getattr(b, "dtype", None) is not None and np.dtype(b.dtype).kind == "f":
                     m.register_buffer(name, conv(b), name not in m.__dict__.get("_non_persistent", ()))
-            object.__setattr__(m, "_ctx", None)
+            m._ctx.clear()
         return self
 
     def float(self):
@@ -376,9 +518,11 @@ class Sequential(Module):
     def forward(self, x):
         for m in self._modules.values():
             x = m(x)
+        self._keep(None)     # a marker: one pending call (what _pending_calls counts)
         return x
 
     def backward(self, dy):
+        self._take()
         for m in reversed(list(self._modules.values())):
             dy = m.backward(dy)
         return dy
@@ -414,3 +558,73 @@ class ModuleList(Module):
         if isinstance(i, slice):
             return ModuleList(mods[i])
         return mods[i]
+
+
+class CallHandle:
+    """One training-mode call of a module (from ``Module.call``): the caches that call pushed
+    on the module and on each submodule.  ``backward(*grads)`` backpropagates exactly that
+    call (moving its caches to the top of each stack first), so calls can be
+    backpropagated in any order; ``release()`` drops the call's caches without a backward.
+    A handle is used once."""
+
+    __slots__ = ("module", "_entries")
+
+    def __init__(self, module, entries):
+        self.module = module
+        self._entries = entries          # [(module, cache)] in push order
+
+    @property
+    def pending(self):
+        """True while this call's caches wait for a backward (or release)."""
+        return bool(self._entries)
+
+    def _locate(self, what):
+        """{module: [stack indices of this call's caches]}; raises if any is gone."""
+        if not self._entries:
+            raise RuntimeError(f"this call of {type(self.module).__name__} was already "
+                               f"backpropagated or released (a handle is used once)")
+        where = {}
+        for m, ctx in self._entries:
+            taken = where.setdefault(m, [])
+            st = m._ctx
+            for i in range(len(st) - 1, -1, -1):
+                if st[i] is ctx and i not in taken:
+                    taken.append(i)
+                    break
+            else:
+                raise RuntimeError(
+                    f"cannot {what} this call of {type(self.module).__name__}: a cache of its "
+                    f"{type(m).__name__} was already consumed (by a plain backward, eval() or "
+                    f"another handle)")
+        return where
+
+    def backward(self, *grads, **kwargs):
+        """``module.backward(*grads, **kwargs)`` for exactly this call."""
+        where = self._locate("backpropagate")
+        saved = {m: list(m._ctx) for m in where}
+        for m, idx in where.items():
+            st = m._ctx
+            mine = [st[i] for i in sorted(idx)]
+            keep = set(idx)
+            st[:] = [c for i, c in enumerate(st) if i not in keep] + mine
+        try:
+            out = self.module.backward(*grads, **kwargs)
+        except BaseException:
+            # Nothing consumed (the usual case: a bad gradient rejected up front): put every
+            # stack back in its order, so plain last-call-first backward still holds.
+            for m, before in saved.items():
+                if len(m._ctx) == len(before):
+                    m._ctx[:] = before
+            raise
+        self._entries = []
+        return out
+
+    def release(self):
+        """Drop this call's caches without a backward (e.g. a forward whose output is unused)."""
+        if not self._entries:
+            return
+        where = self._locate("release")
+        for m, idx in where.items():
+            keep = set(idx)
+            m._ctx[:] = [c for i, c in enumerate(m._ctx) if i not in keep]
+        self._entries = []

@@ -30,9 +30,12 @@ class TransformerBlock(Module):
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
+        x = x + self.mlp(self.ln_2(x))
+        self._keep(None)     # a marker: one pending call (what _pending_calls counts)
+        return x
 
     def backward(self, dy):
+        self._take()
         dx = dy + self.ln_2.backward(self.mlp.backward(dy))
         return dx + self.ln_1.backward(self.attn.backward(dx))
 
@@ -100,13 +103,12 @@ class _TorchLayer(Module):
     def _ff(self, x, out_dropout):
         act_fwd = _ACT[self.activation][0]
         h, actx = act_fwd(self.linear1(x))
-        self._ff_ctx = actx
+        self._keep(actx)     # the layer's own cache: its activation's (one per call)
         return out_dropout(self.linear2(self.dropout(h)))
 
     def _ff_back(self, dy, out_dropout):
         act_bwd = _ACT[self.activation][1]
-        actx = self._ff_ctx
-        self._ff_ctx = None
+        actx = self._take()
         dh = self.dropout.backward(self.linear2.backward(out_dropout.backward(dy)))
         return self.linear1.backward(act_bwd(actx, dh))
 
@@ -127,11 +129,9 @@ class TransformerEncoderLayer(_TorchLayer):
         x = self._residual(src, self.norm1,
                            lambda h: self._sa(h, src_mask, src_key_padding_mask, is_causal))
         x = self._residual(x, self.norm2, lambda h: self._ff(h, self.dropout2))
-        self._keep(True)
         return x
 
     def backward(self, dy):
-        self._take()
         dx = self._residual_back(dy, self.norm2, lambda d: self._ff_back(d, self.dropout2))
         return self._residual_back(dx, self.norm1, self._sa_back)
 
@@ -167,11 +167,9 @@ class TransformerDecoderLayer(_TorchLayer):
                            lambda h: self._mha(h, memory, memory_mask, memory_key_padding_mask,
                                                memory_is_causal))
         x = self._residual(x, self.norm3, lambda h: self._ff(h, self.dropout3))
-        self._keep(True)
         return x
 
     def backward(self, dy):
-        self._take()
         dmem = []
 
         def mha_back(d):

@@ -1,0 +1,386 @@
+"""Modules in real pipelines (issue 13, the module and checkpoint half): a module called
+several times keeps one cache per call and is backpropagated last-call-first; a rejected
+backward keeps its cache; no_grad; backward hooks; per-call handles; pickling without
+caches; optimizer and scheduler state through fastnn.save / fastnn.load; the umask."""
+import copy
+import pickle
+import threading
+
+import numpy as np
+import pytest
+
+import fastnn
+from fastnn import nn
+
+R = np.random.default_rng
+
+
+def _grads(m):
+    return {k: p.grad.copy() for k, p in m.named_parameters() if p.grad is not None}
+
+
+def _backward_after(m, other, *grads):
+    """m.backward(*grads) accumulating onto ``other``'s gradients: two separate copies of a
+    module backpropagated in the same order as one module's two calls, so the oracle adds
+    every gradient contribution in the same order (bit-for-bit, even for a parameter used
+    several times per call)."""
+    for p, q in zip(m.parameters(), other.parameters()):
+        p.grad = None if q.grad is None else q.grad.copy()
+    return m.backward(*grads)
+
+
+def _assert_same_grads(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def _twice(make, x1, x2, d1, d2, order=(2, 1)):
+    """(dx1, dx2, grads) of one module called on x1 then x2 and backpropagated in ``order``,
+    and the same from two separate copies of it (the oracle: summed parameter gradients)."""
+    f = make()
+    a, b = copy.deepcopy(f), copy.deepcopy(f)
+    f(x1)
+    f(x2)
+    dx = {}
+    for i in order:
+        dx[i] = f.backward(d2 if i == 2 else d1)
+    assert f._pending_calls() == 0
+    a(x1)
+    b(x2)
+    first, second = (b, a) if order == (2, 1) else (a, b)
+    ref = {}
+    ref[2 if first is b else 1] = first.backward(d2 if first is b else d1)
+    ref[1 if first is b else 2] = _backward_after(second, first, d1 if first is b else d2)
+    return dx, (ref[1], ref[2]), _grads(f), _grads(second)
+
+
+# ----------------------------------------------------------------------------- module reuse
+def _linear():
+    fastnn.manual_seed(0)
+    return nn.Linear(6, 5, dtype=np.float64)
+
+
+def _seq_shared_block():
+    fastnn.manual_seed(0)
+    blk = nn.Sequential(nn.Linear(6, 6, dtype=np.float64), nn.GELU(), nn.LayerNorm(6, dtype=np.float64))
+    return nn.Sequential(blk, nn.Tanh(), blk, nn.Linear(6, 5, dtype=np.float64))
+
+
+def _transformer_block():
+    fastnn.manual_seed(0)
+    return nn.TransformerBlock(6, 2, dtype=np.float64)
+
+
+def _encoder_layer():
+    fastnn.manual_seed(0)
+    return nn.TransformerEncoderLayer(6, 2, dim_feedforward=8, dropout=0.0, batch_first=True,
+                                      dtype=np.float64)
+
+
+@pytest.mark.parametrize("make", [_linear, _seq_shared_block, _transformer_block, _encoder_layer],
+                         ids=["linear", "shared-block", "gpt-block", "encoder-layer"])
+def test_two_calls_backpropagate_like_two_copies(make):
+    rng = R(1)
+    shape = (2, 3, 6)
+    x1, x2 = rng.standard_normal(shape), rng.standard_normal(shape)
+    y = make()(x1)
+    d1, d2 = rng.standard_normal(y.shape), rng.standard_normal(y.shape)
+    dx, ref, g, gref = _twice(make, x1, x2, d1, d2)
+    np.testing.assert_array_equal(dx[1], ref[0])
+    np.testing.assert_array_equal(dx[2], ref[1])
+    _assert_same_grads(g, gref)
+
+
+def test_shared_block_in_sequential_matches_unshared_copy():
+    """The same block applied twice in a Sequential gets the gradient of two blocks with the
+    same weights: the summed gradients of the two positions."""
+    seq = _seq_shared_block()
+    blk = seq[0]
+    b1, b2 = copy.deepcopy(blk), copy.deepcopy(blk)
+    unshared = nn.Sequential(b1, nn.Tanh(), b2, copy.deepcopy(seq[3]))
+    rng = R(2)
+    x = rng.standard_normal((4, 6))
+    y = seq(x)
+    np.testing.assert_array_equal(y, unshared(x))
+    d = rng.standard_normal(y.shape)
+    np.testing.assert_array_equal(seq.backward(d), unshared.backward(d))
+    for (k, p), q1, q2 in zip(blk.named_parameters(), b1.parameters(), b2.parameters()):
+        np.testing.assert_array_equal(p.grad, q1.grad + q2.grad, err_msg=k)
+
+
+def test_siamese_pair():
+    fastnn.manual_seed(3)
+    tower = nn.Sequential(nn.Linear(5, 8, dtype=np.float64), nn.ReLU(), nn.Linear(8, 4, dtype=np.float64))
+    ta, tb = copy.deepcopy(tower), copy.deepcopy(tower)
+    rng = R(3)
+    xa, xb = rng.standard_normal((3, 5)), rng.standard_normal((3, 5))
+    ea, eb = tower(xa), tower(xb)
+    d = ea - eb                          # gradient of 0.5 * |ea - eb|^2
+    dxb = tower.backward(-d)            # last call first
+    dxa = tower.backward(d)
+    np.testing.assert_array_equal(dxa, (ta(xa), ta.backward(d))[1])
+    np.testing.assert_array_equal(dxb, (tb(xb), tb.backward(-d))[1])
+    for p, qa, qb in zip(tower.parameters(), ta.parameters(), tb.parameters()):
+        np.testing.assert_array_equal(p.grad, qa.grad + qb.grad)
+
+
+def test_gpt_tied_head_called_twice():
+    from fastnn.models import GPT
+    fastnn.manual_seed(4)
+    m = GPT(vocab_size=11, block_size=8, n_layer=2, n_head=2, d_model=8, dtype=np.float64)
+    assert m.lm_head is None             # tied: the head is the embedding matrix
+    rng = R(4)
+    i1, i2 = rng.integers(0, 11, (2, 5)), rng.integers(0, 11, (2, 5))
+    a, b = copy.deepcopy(m), copy.deepcopy(m)
+    l1, l2 = m(i1), m(i2)
+    d1, d2 = rng.standard_normal(l1.shape), rng.standard_normal(l2.shape)
+    m.backward(d2)
+    m.backward(d1)
+    b(i2)
+    b.backward(d2)
+    a(i1)
+    _backward_after(a, b, d1)
+    _assert_same_grads(_grads(m), _grads(a))
+    assert all(mm._pending_calls() == 0 for mm in m.modules())
+
+
+def test_bert_encoder_called_twice():
+    from fastnn.models import BertEncoder
+    fastnn.manual_seed(5)
+    m = BertEncoder(vocab_size=13, hidden_size=8, num_hidden_layers=2, num_attention_heads=2,
+                    intermediate_size=12, max_position_embeddings=8, hidden_dropout_prob=0.0,
+                    attention_probs_dropout_prob=0.0, dtype=np.float64)
+    rng = R(5)
+    i1, i2 = rng.integers(0, 13, (2, 4)), rng.integers(0, 13, (2, 4))
+    d1, d2 = rng.standard_normal((2, 4, 8)), rng.standard_normal((2, 4, 8))
+    a, b = copy.deepcopy(m), copy.deepcopy(m)
+    m(i1)
+    m(i2)
+    assert m._pending_calls() == 2
+    m.backward(d2)
+    m.backward(d1)
+    b(i2)
+    b.backward(d2)
+    a(i1)
+    _backward_after(a, b, d1)
+    _assert_same_grads(_grads(m), _grads(a))
+
+
+def test_lstm_called_twice():
+    fastnn.manual_seed(6)
+    make = lambda: copy.deepcopy(lstm)  # noqa: E731
+    lstm = nn.LSTM(3, 4, num_layers=2, dtype=np.float64)
+    rng = R(6)
+    x1, x2 = rng.standard_normal((5, 2, 3)), rng.standard_normal((5, 2, 3))
+    d1, d2 = rng.standard_normal((5, 2, 4)), rng.standard_normal((5, 2, 4))
+
+    class Out(nn.Module):            # the output sequence only, so _twice can drive it
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, x):
+            return self.m(x)[0]
+
+        def backward(self, d):
+            return self.m.backward(d)
+
+    dx, ref, g, gref = _twice(lambda: Out(make()), x1, x2, d1, d2)
+    np.testing.assert_array_equal(dx[1], ref[0])
+    np.testing.assert_array_equal(dx[2], ref[1])
+    _assert_same_grads(g, gref)
+
+
+def test_more_backwards_than_calls_is_an_error():
+    f = _linear()
+    x = R(7).standard_normal((2, 6))
+    f(x)
+    f(x)
+    f.backward(np.ones((2, 5)))
+    f.backward(np.ones((2, 5)))
+    with pytest.raises(RuntimeError, match="preceding forward"):
+        f.backward(np.ones((2, 5)))
+
+
+# ----------------------------------------------------------------------------- per-call handles
+def test_call_handle_backpropagates_out_of_order():
+    seq = _seq_shared_block()
+    ref1, ref2 = copy.deepcopy(seq), copy.deepcopy(seq)
+    rng = R(8)
+    x1, x2 = rng.standard_normal((3, 6)), rng.standard_normal((3, 6))
+    d1, d2 = rng.standard_normal((3, 5)), rng.standard_normal((3, 5))
+    y1, h1 = seq.call(x1)
+    y2, h2 = seq.call(x2)
+    np.testing.assert_array_equal(y1, ref1(x1))
+    assert h1.pending and h2.pending
+    dx1 = h1.backward(d1)                # the first call first: against the stack order
+    dx2 = h2.backward(d2)
+    assert not h1.pending and seq._pending_calls() == 0
+    np.testing.assert_array_equal(dx1, ref1.backward(d1))
+    np.testing.assert_array_equal(dx2, (ref2(x2), _backward_after(ref2, ref1, d2))[1])
+    _assert_same_grads(_grads(seq), _grads(ref2))
+    with pytest.raises(RuntimeError, match="used once"):
+        h1.backward(d1)
+
+
+def test_call_handle_release_and_failed_backward_keeps_order():
+    f = _linear()
+    ref = copy.deepcopy(f)
+    rng = R(9)
+    x1, x2, x3 = (rng.standard_normal((2, 6)) for _ in range(3))
+    f(x1)
+    _, h2 = f.call(x2)
+    f(x3)
+    with pytest.raises(ValueError):
+        h2.backward(np.ones((2, 4)))     # rejected: the stack keeps its order
+    h2.release()
+    assert f._pending_calls() == 2
+    d = rng.standard_normal((2, 5))
+    ref(x1)
+    np.testing.assert_array_equal(f.backward(d), (ref(x3), ref.backward(d))[1])
+    np.testing.assert_array_equal(f.backward(d), ref.backward(d))
+
+
+def test_plain_backward_then_stale_handle_is_an_error():
+    f = _linear()
+    x = R(10).standard_normal((2, 6))
+    _, h = f.call(x)
+    f.backward(np.ones((2, 5)))
+    with pytest.raises(RuntimeError, match="already consumed"):
+        h.backward(np.ones((2, 5)))
+
+
+# ----------------------------------------------------------------------------- failed backward
+@pytest.mark.parametrize("bad", [np.ones((2, 4)), np.ones((2, 5), np.float32), np.ones((3, 5))],
+                         ids=["shape", "dtype", "batch"])
+def test_rejected_backward_keeps_the_cache(bad):
+    f = _linear()
+    ref = copy.deepcopy(f)
+    x = R(11).standard_normal((2, 6))
+    f(x)
+    with pytest.raises((ValueError, TypeError)):
+        f.backward(bad)
+    assert f._pending_calls() == 1
+    d = np.ones((2, 5))
+    np.testing.assert_array_equal(f.backward(d), (ref(x), ref.backward(d))[1])
+    _assert_same_grads(_grads(f), _grads(ref))
+
+
+def test_rejected_backward_keeps_container_caches():
+    m = _transformer_block()
+    ref = copy.deepcopy(m)
+    x = R(12).standard_normal((2, 3, 6))
+    m(x)
+    with pytest.raises((ValueError, TypeError)):
+        m.backward(np.ones((2, 3, 5)))
+    assert all(mm._pending_calls() == 1 for mm in m.modules() if mm._ctx or mm is m)
+    d = np.ones((2, 3, 6))
+    np.testing.assert_array_equal(m.backward(d), (ref(x), ref.backward(d))[1])
+
+
+def test_user_subclass_backward_and_super_call_are_wrapped():
+    class Scaled(nn.Linear):
+        def backward(self, dy):
+            return super().backward(2 * dy)
+
+    fastnn.manual_seed(0)
+    f = Scaled(3, 2, dtype=np.float64)
+    x = np.ones((1, 3))
+    f(x)
+    f(x)
+    f.backward(np.ones((1, 2)))          # super().backward inside: one pop, not two
+    assert f._pending_calls() == 1
+
+
+# ----------------------------------------------------------------------------- no_grad / eval
+def test_no_grad_keeps_no_cache_and_is_per_thread():
+    f = _linear()
+    x = np.ones((2, 6))
+    assert fastnn.is_grad_enabled()
+    with fastnn.no_grad():
+        assert not fastnn.is_grad_enabled()
+        y = f(x)
+        seen = []
+        t = threading.Thread(target=lambda: (f(x), seen.append(fastnn.is_grad_enabled())))
+        t.start()
+        t.join()
+        with fastnn.enable_grad():
+            assert fastnn.is_grad_enabled()
+        assert not fastnn.is_grad_enabled()
+    assert seen == [True] and f._pending_calls() == 1     # the other thread kept its cache
+    f.backward(np.ones((2, 5)))
+    assert f._pending_calls() == 0
+    np.testing.assert_array_equal(y, f(x))
+    f.backward(np.ones((2, 5)))
+
+    @fastnn.no_grad()
+    def infer(v):
+        assert not fastnn.is_grad_enabled()
+        return f(v)
+
+    infer(x)
+    assert f._pending_calls() == 0 and fastnn.is_grad_enabled()
+    with pytest.raises(RuntimeError, match="preceding forward"):
+        f.backward(np.ones((2, 5)))
+    f.eval()
+    f(x)
+    assert f._pending_calls() == 0
+    with fastnn.set_grad_enabled(False):
+        assert not fastnn.is_grad_enabled()
+    assert fastnn.is_grad_enabled()
+
+
+def test_no_grad_bounds_memory_of_repeated_inference():
+    m = _encoder_layer()
+    x = np.ones((2, 3, 6))
+    with fastnn.no_grad():
+        for _ in range(5):
+            m(x)
+    assert sum(mm._pending_calls() for mm in m.modules()) == 0
+
+
+# ----------------------------------------------------------------------------- hooks
+def test_full_backward_hook_order_args_and_remove():
+    seq = _seq_shared_block()
+    lin = seq[3]
+    seen = []
+
+    def hook(module, grad_input, grad_output):
+        assert module.weight.grad is not None          # after the gradients were accumulated
+        seen.append((module, grad_input, grad_output))
+
+    h = lin.register_full_backward_hook(hook)
+    hs = seq.register_full_backward_hook(lambda m, gi, go: seen.append(("seq", gi, go)))
+    x = R(13).standard_normal((3, 6))
+    d = np.ones((3, 5))
+    seq(x)
+    with pytest.raises(ValueError):
+        seq.backward(np.ones((3, 4)))
+    assert seen == []                                   # no hook for a failed backward
+    dx = seq.backward(d)
+    assert [s[0] for s in seen] == [lin, "seq"]
+    assert seen[0][2][0] is d and isinstance(seen[0][1], tuple) and len(seen[0][1]) == 1
+    assert seen[1][1][0] is dx
+    h.remove()
+    hs.remove()
+    seq(x)
+    seq.backward(d)
+    assert len(seen) == 2
+
+
+def test_backward_hook_may_replace_grad_input():
+    f = _linear()
+    f.register_full_backward_hook(lambda m, gi, go: (gi[0] * 0,))
+    f(np.ones((2, 6)))
+    assert not f.backward(np.ones((2, 5))).any()
+
+
+def test_pending_calls_counts_containers():
+    seq = _seq_shared_block()
+    x = np.ones((2, 6))
+    seq(x)
+    seq(x)
+    assert seq._pending_calls() == 2 and seq[0]._pending_calls() == 4
+    seq.backward(np.ones((2, 5)))
+    assert seq._pending_calls() == 1 and seq[0]._pending_calls() == 2
