@@ -555,3 +555,20 @@ def test_forward_that_raises_halfway_leaves_no_cache():
     d = rng.standard_normal((2, 3))
     np.testing.assert_array_equal(seq.backward(d), (ref(x1), ref.backward(d))[1])
     _assert_same_grads(_grads(seq), _grads(ref))
+
+
+def test_forward_only_loop_in_training_mode_warns_once(monkeypatch):
+    from fastnn.nn import module as M
+    monkeypatch.setattr(M, "PENDING_WARN", 5)
+    f = _linear()
+    x = np.ones((1, 6))
+    for _ in range(5):
+        f(x)
+    with pytest.warns(ResourceWarning, match="no_grad"):
+        f(x)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        f(x)                             # once per module
+    f.eval()
+    assert f._pending_calls() == 0       # eval() drops pending calls

@@ -16,6 +16,7 @@ then the module's backward hooks run.
 """
 import functools
 import inspect
+import warnings
 from collections import OrderedDict, namedtuple
 
 import numpy as np
@@ -90,6 +91,10 @@ def _to_host(a):
     from .. import cuda
     return cuda.to_numpy(a)
 
+
+# A module warns (once) when it holds more pending calls than this: forward-only loops in
+# training mode (validation without no_grad/eval) would otherwise grow without bound.
+PENDING_WARN = 10000
 
 # Module.__dict__["_bw"]: where the module's (wrapped) backward is
 _IDLE, _RUNNING, _TOOK = 0, 1, 2       # not running / running / running and took its cache
@@ -195,6 +200,7 @@ class Module:
         state = self.__dict__.copy()
         state["_ctx"] = []
         state["_bw"] = _IDLE
+        state.pop("_warned_pending", None)
         state["_backward_hooks"] = OrderedDict()
         return state
 
@@ -280,11 +286,23 @@ class Module:
         """Push ``ctx`` for backward when training and grad mode is on (forward calls this)."""
         if self.training:
             rec = _tls.rec
-            if rec is None:
-                self._ctx.append(ctx)
-            elif rec is not False:           # inside Module.call: remember it for the handle
-                self._ctx.append(ctx)
+            if rec is False:
+                return
+            st = self._ctx
+            st.append(ctx)
+            if rec is not None:              # inside a recorded call: remember the push
                 rec.append((self, ctx))
+            if len(st) > PENDING_WARN:
+                self._warn_pending()
+
+    def _warn_pending(self):
+        if not self.__dict__.get("_warned_pending"):
+            self.__dict__["_warned_pending"] = True
+            warnings.warn(
+                f"{type(self).__name__} holds {len(self._ctx)} training-mode calls that no "
+                f"backward has consumed (each keeps its cache until its backward): run "
+                f"inference under fastnn.no_grad() or in eval() mode", ResourceWarning,
+                stacklevel=3)
 
     def _take(self):
         """The newest pending call's cache; the backward wrapper pops it when backward returns."""
