@@ -16,6 +16,7 @@ then the module's backward hooks run.
 """
 import functools
 import inspect
+import types
 import warnings
 from collections import OrderedDict, namedtuple
 
@@ -175,7 +176,7 @@ class Module:
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         bw = cls.__dict__.get("backward")
-        if callable(bw) and not getattr(bw, "_fastnn_wrapped", False):
+        if isinstance(bw, types.FunctionType) and not getattr(bw, "_fastnn_wrapped", False):
             cls.backward = _wrap_backward(bw)
 
     def __init__(self):
@@ -650,8 +651,9 @@ class CallHandle:
     def _locate(self, what):
         """{module: [stack indices of this call's caches]}; raises if any is gone."""
         if not self._entries:
-            raise RuntimeError(f"this call of {type(self.module).__name__} was already "
-                               f"backpropagated or released (a handle is used once)")
+            raise RuntimeError(f"this call of {type(self.module).__name__} holds no cache: it "
+                               f"was already backpropagated or released (a handle is used "
+                               f"once), or ran in eval() mode or under no_grad()")
         where = {}
         for m, ctx in self._entries:
             taken = where.setdefault(m, [])
