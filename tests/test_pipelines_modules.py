@@ -373,6 +373,33 @@ def test_pending_calls_counts_containers():
     seq.backward(np.ones((2, 5)))
     assert seq._pending_calls() == 1 and seq[0]._pending_calls() == 2
 
+    class Model(nn.Module):          # a user's container: keeps nothing itself
+        def __init__(self):
+            super().__init__()
+            self.body = _linear()
+
+        def forward(self, x):
+            return self.body(x)
+
+        def backward(self, dy):
+            return self.body.backward(dy)
+
+    m = Model()
+    m(x)
+    m(x)
+    with fastnn.no_grad():
+        m(x)
+    assert m._pending_calls() == 2
+    with pytest.raises(ValueError):
+        m.backward(np.ones((2, 4)))
+    assert m._pending_calls() == 2
+    m.backward(np.ones((2, 5)))
+    _, h = m.call(x)
+    assert m._pending_calls() == 2
+    h.backward(np.ones((2, 5)))
+    m.backward(np.ones((2, 5)))
+    assert m._pending_calls() == 0 == m.body._pending_calls()
+
 
 # ----------------------------------------------------------------------------- pickling
 def test_pickle_after_training_forward_stores_no_cache():

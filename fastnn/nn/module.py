@@ -97,6 +97,10 @@ def _to_host(a):
 # training mode (validation without no_grad/eval) would otherwise grow without bound.
 PENDING_WARN = 10000
 
+# What a container's training-mode call pushes when its forward kept nothing of its own, so
+# that every module counts its pending calls (_pending_calls) and its backward pops one.
+_CALL = type("_CallMarker", (), {"__repr__": lambda self: "<call>", "__slots__": ()})()
+
 # Module.__dict__["_bw"]: where the module's (wrapped) backward is
 _IDLE, _RUNNING, _TOOK = 0, 1, 2       # not running / running / running and took its cache
 
@@ -142,6 +146,10 @@ def _guarded(fn, grad_output):
             d["_bw"] = _IDLE
         if state is _TOOK:
             d["_ctx"].pop()
+        else:
+            st = d["_ctx"]
+            if st and st[-1] is _CALL:   # a container's call marker (see _forward_recorded)
+                st.pop()
         if d["_backward_hooks"]:
             out = self._run_backward_hooks(out, grad_output(arg))
         return out
@@ -265,6 +273,8 @@ class Module:
         recorded so that a forward raising halfway takes back what the submodules before the
         failure kept: no orphan cache can later pair with another call's backward."""
         mine = []
+        st = self._ctx
+        n = len(st)
         _tls.rec = mine
         try:
             out = self.forward(*args, **kwargs)
@@ -273,6 +283,9 @@ class Module:
             _drop(mine)
             raise
         _tls.rec = rec
+        if len(st) == n:                 # the forward kept nothing of its own: count the call
+            st.append(_CALL)
+            mine.append((self, _CALL))
         if rec is not None:              # inside an enclosing recorded call
             rec.extend(mine)
         return out, mine
@@ -578,11 +591,9 @@ class Sequential(Module):
     def forward(self, x):
         for m in self._modules.values():
             x = m(x)
-        self._keep(None)     # a marker: one pending call (what _pending_calls counts)
         return x
 
     def backward(self, dy):
-        self._take()
         for m in reversed(list(self._modules.values())):
             dy = m.backward(dy)
         return dy
