@@ -9,7 +9,6 @@ loss and tokens/s, prints the validation loss and a sample again, and saves a ch
 from that checkpoint up to ``--steps``.
 """
 import argparse
-import json
 import math
 import os
 import sys
@@ -165,59 +164,30 @@ class Progress:
 
 # ---------------------------------------------------------------------- checkpoints
 def save_checkpoint(path, model, opt, step, total, data):
+    """One file (.safetensors or .npz): the model's arrays under ``model.``, the optimizer's
+    ``state_dict()`` as it is (fastnn.save stores nested state), and the run's facts."""
     import fastnn
-    sd = {"model." + k: v for k, v in model.state_dict().items()}
-    osd = opt.state_dict()
-    for i, st in osd["state"].items():
-        for k, v in st.items():
-            if isinstance(v, np.ndarray):
-                sd[f"optim.{i}.{k}"] = v
-    steps = {str(i): st.get("step", 0.0) for i, st in osd["state"].items()}
-    groups = [{k: v for k, v in g.items() if k != "params"} for g in osd["param_groups"]]
-    meta = {"step": step, "total_steps": total, "config": model.config.to_dict(),
-            "chars": data.chars, "optim_steps": steps, "param_groups": groups}
-    if path.endswith(".safetensors"):
-        fastnn.save(sd, path, metadata={"fastnn_demo": json.dumps(meta)})
-    else:
-        sd["fastnn_demo"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
-        fastnn.save(sd, path)
+    ckpt = {"model." + k: v for k, v in model.state_dict().items()}
+    ckpt["optim"] = opt.state_dict()
+    ckpt["fastnn_demo"] = {"step": step, "total_steps": total,
+                           "config": model.config.to_dict(), "chars": data.chars}
+    fastnn.save(ckpt, path)
 
 
 def load_checkpoint(path):
-    """(arrays, meta) of a demo checkpoint; ValueError when it is not one."""
+    """(contents, meta) of a demo checkpoint; ValueError when it is not one."""
     import fastnn
-    arrays = fastnn.load(path)
-    if path.endswith(".safetensors"):
-        from .io import load_metadata
-        meta_raw = load_metadata(path).get("fastnn_demo")
-    else:
-        raw = arrays.pop("fastnn_demo", None)
-        meta_raw = None if raw is None else bytes(raw.astype(np.uint8)).decode("utf-8")
-    if meta_raw is None:
-        raise ValueError(f"{path} is not a fastnn demo checkpoint (no 'fastnn_demo' metadata)")
-    try:
-        meta = json.loads(meta_raw)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: corrupt demo metadata ({e})") from None
-    return arrays, meta
+    ckpt = fastnn.load(path)
+    meta = ckpt.pop("fastnn_demo", None)
+    if not isinstance(meta, dict) or "optim" not in ckpt:
+        old = "; it looks like an older demo's layout, which this version no longer reads" \
+            if meta is not None else ""
+        raise ValueError(f"{path} is not a fastnn demo checkpoint (no 'fastnn_demo' entry{old})")
+    return ckpt, meta
 
 
-def restore_optimizer(opt, arrays, meta):
-    state = {}
-    for k, v in arrays.items():
-        if k.startswith("optim."):
-            _, i, name = k.split(".", 2)
-            state.setdefault(int(i), {})[name] = v
-    for i, s in meta["optim_steps"].items():
-        state.setdefault(int(i), {})["step"] = float(s)
-    groups = [dict(g, params=[]) for g in meta["param_groups"]]
-    n = 0
-    for g, live in zip(groups, opt.param_groups):
-        g["params"] = list(range(n, n + len(live["params"])))
-        n += len(live["params"])
-        if "betas" in g:
-            g["betas"] = tuple(g["betas"])
-    opt.load_state_dict({"state": state, "param_groups": groups})
+def restore_optimizer(opt, ckpt, meta):
+    opt.load_state_dict(ckpt["optim"])
 
 
 # ---------------------------------------------------------------------- the run

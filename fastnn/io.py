@@ -12,20 +12,32 @@ hold raw little-endian numbers plus a header, so a file can never run code when 
   so a truncated or corrupt file is a ``ValueError`` naming the problem, not a crash or
   a silently short array.  BF16 tensors are widened to float32 on load.
 
+Nested state (``optimizer.state_dict()``, ``scheduler.state_dict()``, or a checkpoint dict
+such as ``{"model": model.state_dict(), "optim": opt.state_dict(), "epoch": 3}``) is saved
+as a *tree*: every array leaf is an ordinary entry named by its path (``state.0.exp_avg``),
+and the rest -- the nesting, Python ints/floats/bools/strings/None, lists and tuples -- is
+one JSON document stored as a uint8 array under ``__fastnn_tree__``.  ``load`` rebuilds the
+same object (ints stay ints, tuples stay tuples, floats keep every bit), so
+``opt.load_state_dict(fastnn.load(path))`` restores exactly.  A mapping of names to arrays
+(a model's state dict) is saved flat, as before, and loads as that flat mapping.
+
 Loading a PyTorch checkpoint: convert once with
 ``fastnn.save({k: v.detach().cpu().numpy() for k, v in torch_model.state_dict().items()},
 "model.safetensors")`` (or pass that dict straight to ``model.load_state_dict``).
 """
 import json
 import os
+import secrets
+import stat
 import struct
-import tempfile
 import zipfile
 from collections import OrderedDict
 
 import numpy as np
 
 __all__ = ["save", "load", "load_metadata", "MAX_HEADER_BYTES"]
+
+TREE_KEY = "__fastnn_tree__"
 
 # the safetensors reference implementation's limit: a larger header is a corrupt file
 MAX_HEADER_BYTES = 100 * 1000 * 1000
@@ -51,34 +63,109 @@ def _format(path, reading):
 
 
 # ------------------------------------------------------------------ checking a state dict
+def _as_array(k, v):
+    """``v`` (an array, Parameter, device array or number) as a little-endian C array."""
+    if hasattr(v, "data") and type(v).__name__ == "Parameter":
+        v = v.data
+    if type(v) is not np.ndarray and (hasattr(v, "__cuda_array_interface__")
+                                      or hasattr(v, "copy_to_host")):
+        from . import to_numpy
+        v = to_numpy(v)
+    try:
+        a = np.asarray(v)
+    except Exception as e:  # noqa: BLE001 - any conversion failure is the user's value
+        raise TypeError(f"fastnn.save: {k!r} is not an array ({e})") from None
+    dt = a.dtype.newbyteorder("=") if a.dtype.byteorder not in ("=", "|") else a.dtype
+    if dt not in _ST_CODES:
+        raise TypeError(f"fastnn.save: {k!r} has dtype {a.dtype}; only bool, integer and "
+                        f"float16/32/64 arrays can be saved (no objects, no pickle)")
+    return np.asarray(a, dtype=dt.newbyteorder("<"), order="C")   # keeps 0-d arrays 0-d
+
+
+_PLAIN = (str, int, float, type(None))      # bool is an int: JSON keeps true/false apart
+
+
+def _is_tree(state_dict):
+    """True when a value is not an array: nested state that ``_flatten_tree`` encodes."""
+    return any(isinstance(v, (dict, list, tuple) + _PLAIN) for v in state_dict.values())
+
+
+def _flatten_tree(obj):
+    """(arrays by path, JSON document of everything else) for nested state: dicts (str or
+    int keys), lists, tuples, Python scalars, strings, None and array leaves."""
+    arrays = OrderedDict()
+
+    def enc(v, path):
+        if isinstance(v, dict):
+            items = []
+            for k, x in v.items():
+                if isinstance(k, bool) or not isinstance(k, (str, int)):
+                    raise TypeError(f"fastnn.save: keys must be strings or ints, got {k!r} "
+                                    f"under {'.'.join(path) or 'the top level'}")
+                items.append([k, enc(x, path + (str(k),))])
+            return {"dict": items}
+        if isinstance(v, (list, tuple)):
+            kind = "list" if isinstance(v, list) else "tuple"
+            return {kind: [enc(x, path + (str(i),)) for i, x in enumerate(v)]}
+        if isinstance(v, _PLAIN):
+            return v
+        key = ".".join(path)
+        if key in arrays or key == TREE_KEY:
+            raise ValueError(f"fastnn.save: two entries of the state have the path {key!r}")
+        a = _as_array(key, v)
+        arrays[key] = a
+        return {"array": key, "scalar": True} if isinstance(v, np.generic) else {"array": key}
+
+    doc = enc(dict(obj), ())
+    raw = json.dumps(doc, separators=(",", ":"), ensure_ascii=False, allow_nan=True)
+    arrays[TREE_KEY] = np.frombuffer(raw.encode("utf-8"), dtype=np.uint8)
+    return arrays
+
+
+def _unflatten_tree(arrays, path):
+    try:
+        doc = json.loads(bytes(arrays.pop(TREE_KEY).astype(np.uint8)).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"fastnn.load: {path!r}: corrupt {TREE_KEY} entry ({e})") from None
+
+    def dec(v):
+        if not isinstance(v, dict):
+            return v
+        if "dict" in v:
+            return {k: dec(x) for k, x in v["dict"]}
+        if "list" in v:
+            return [dec(x) for x in v["list"]]
+        if "tuple" in v:
+            return tuple(dec(x) for x in v["tuple"])
+        try:
+            a = arrays[v["array"]]
+        except KeyError:
+            raise ValueError(f"fastnn.load: {path!r} lacks the array {v.get('array')!r} its "
+                             f"{TREE_KEY} names") from None
+        return a[()] if v.get("scalar") else a
+
+    return dec(doc)
+
+
 def _as_arrays(state_dict):
     if not hasattr(state_dict, "items"):
         raise TypeError(f"fastnn.save: state_dict must be a mapping of names to arrays, got "
                         f"{type(state_dict).__name__}")
+    if _is_tree(state_dict):
+        return _flatten_tree(state_dict)
     out = OrderedDict()
     for k, v in state_dict.items():
         if not isinstance(k, str) or not k:
             raise TypeError(f"fastnn.save: state_dict keys must be non-empty strings, got {k!r}")
-        if hasattr(v, "data") and type(v).__name__ == "Parameter":
-            v = v.data
-        if type(v) is not np.ndarray and (hasattr(v, "__cuda_array_interface__")
-                                          or hasattr(v, "copy_to_host")):
-            from . import to_numpy
-            v = to_numpy(v)
-        try:
-            a = np.asarray(v)
-        except Exception as e:  # noqa: BLE001 - any conversion failure is the user's value
-            raise TypeError(f"fastnn.save: {k!r} is not an array ({e})") from None
-        dt = a.dtype.newbyteorder("=") if a.dtype.byteorder not in ("=", "|") else a.dtype
-        if dt not in _ST_CODES:
-            raise TypeError(f"fastnn.save: {k!r} has dtype {a.dtype}; only bool, integer and "
-                            f"float16/32/64 arrays can be saved (no objects, no pickle)")
-        out[k] = np.asarray(a, dtype=dt.newbyteorder("<"), order="C")   # keeps 0-d arrays 0-d
+        if k == TREE_KEY:
+            raise ValueError(f"fastnn.save: {TREE_KEY!r} is a reserved name")
+        out[k] = _as_array(k, v)
     return out
 
 
 def save(state_dict, path, metadata=None):
-    """Write ``state_dict`` (names -> arrays) to ``path`` (.npz or .safetensors).
+    """Write ``state_dict`` (names -> arrays, or nested state such as an optimizer's
+    ``state_dict()``: see the module docstring) to ``path`` (.npz or .safetensors).
 
     ``metadata`` (safetensors only): a dict of str -> str stored in the header.
     The file is written to a temporary name and renamed, so an interrupted save never
@@ -94,8 +181,7 @@ def save(state_dict, path, metadata=None):
             raise TypeError("fastnn.save: metadata must be a dict of str -> str")
     if fmt == "safetensors" and "__metadata__" in arrays:
         raise ValueError("fastnn.save: '__metadata__' is reserved in safetensors files")
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".fastnn-", suffix=".tmp", dir=d)
+    fd, tmp = _create_beside(path)
     try:
         with os.fdopen(fd, "wb") as f:
             if fmt == "npz":
@@ -109,6 +195,31 @@ def save(state_dict, path, metadata=None):
         except OSError:
             pass
         raise
+
+
+def _create_beside(path):
+    """(fd, name) of a new file in ``path``'s directory with the permissions ``open(path,
+    "wb")`` would give: an existing file's mode, else 0666 less the umask (the kernel applies
+    it; mkstemp's 0600 would make checkpoints unreadable to the rest of a group)."""
+    d = os.path.dirname(os.path.abspath(path))
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        mode = None
+    for _ in range(100):
+        tmp = os.path.join(d, f".fastnn-{secrets.token_hex(8)}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0),
+                         0o666)
+        except FileExistsError:
+            continue
+        if mode is not None and hasattr(os, "fchmod"):
+            try:
+                os.fchmod(fd, mode)
+            except OSError:     # e.g. a file system without modes: keep the umask's
+                pass
+        return fd, tmp
+    raise FileExistsError(f"fastnn.save: could not create a temporary file in {d!r}")
 
 
 def _write_npz(f, arrays):
@@ -161,8 +272,10 @@ def load(path):
         if not is_zip:
             raise ValueError(f"fastnn.load: {path!r} is not a valid .npz file (it does not start "
                              f"with a zip signature; truncated or not an .npz)")
-        return _read_npz(path)
-    return _read_safetensors(path, size)
+        out = _read_npz(path)
+    else:
+        out = _read_safetensors(path, size)
+    return _unflatten_tree(out, path) if TREE_KEY in out else out
 
 
 def _read_npz(path):

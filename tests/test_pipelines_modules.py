@@ -42,10 +42,11 @@ def _twice(make, x1, x2, d1, d2, order=(2, 1)):
     a, b = copy.deepcopy(f), copy.deepcopy(f)
     f(x1)
     f(x2)
+    assert f._pending_calls() in (0, 2)     # 0: a test wrapper that keeps no cache itself
     dx = {}
     for i in order:
         dx[i] = f.backward(d2 if i == 2 else d1)
-    assert f._pending_calls() == 0
+    assert all(m._pending_calls() == 0 for m in f.modules())
     a(x1)
     b(x2)
     first, second = (b, a) if order == (2, 1) else (a, b)
@@ -53,6 +54,14 @@ def _twice(make, x1, x2, d1, d2, order=(2, 1)):
     ref[2 if first is b else 1] = first.backward(d2 if first is b else d1)
     ref[1 if first is b else 2] = _backward_after(second, first, d1 if first is b else d2)
     return dx, (ref[1], ref[2]), _grads(f), _grads(second)
+
+
+def _check_twice(make, x1, x2, d1, d2):
+    """Both input gradients and every parameter gradient equal two separate copies' bits."""
+    dx, ref, g, gref = _twice(make, x1, x2, d1, d2)
+    np.testing.assert_array_equal(dx[1], ref[0])
+    np.testing.assert_array_equal(dx[2], ref[1])
+    _assert_same_grads(g, gref)
 
 
 # ----------------------------------------------------------------------------- module reuse
@@ -85,11 +94,7 @@ def test_two_calls_backpropagate_like_two_copies(make):
     shape = (2, 3, 6)
     x1, x2 = rng.standard_normal(shape), rng.standard_normal(shape)
     y = make()(x1)
-    d1, d2 = rng.standard_normal(y.shape), rng.standard_normal(y.shape)
-    dx, ref, g, gref = _twice(make, x1, x2, d1, d2)
-    np.testing.assert_array_equal(dx[1], ref[0])
-    np.testing.assert_array_equal(dx[2], ref[1])
-    _assert_same_grads(g, gref)
+    _check_twice(make, x1, x2, rng.standard_normal(y.shape), rng.standard_normal(y.shape))
 
 
 def test_shared_block_in_sequential_matches_unshared_copy():
@@ -132,17 +137,8 @@ def test_gpt_tied_head_called_twice():
     assert m.lm_head is None             # tied: the head is the embedding matrix
     rng = R(4)
     i1, i2 = rng.integers(0, 11, (2, 5)), rng.integers(0, 11, (2, 5))
-    a, b = copy.deepcopy(m), copy.deepcopy(m)
-    l1, l2 = m(i1), m(i2)
-    d1, d2 = rng.standard_normal(l1.shape), rng.standard_normal(l2.shape)
-    m.backward(d2)
-    m.backward(d1)
-    b(i2)
-    b.backward(d2)
-    a(i1)
-    _backward_after(a, b, d1)
-    _assert_same_grads(_grads(m), _grads(a))
-    assert all(mm._pending_calls() == 0 for mm in m.modules())
+    d1, d2 = rng.standard_normal((2, 5, 11)), rng.standard_normal((2, 5, 11))
+    _check_twice(lambda: copy.deepcopy(m), i1, i2, d1, d2)
 
 
 def test_bert_encoder_called_twice():
@@ -154,17 +150,12 @@ def test_bert_encoder_called_twice():
     rng = R(5)
     i1, i2 = rng.integers(0, 13, (2, 4)), rng.integers(0, 13, (2, 4))
     d1, d2 = rng.standard_normal((2, 4, 8)), rng.standard_normal((2, 4, 8))
-    a, b = copy.deepcopy(m), copy.deepcopy(m)
     m(i1)
     m(i2)
     assert m._pending_calls() == 2
     m.backward(d2)
     m.backward(d1)
-    b(i2)
-    b.backward(d2)
-    a(i1)
-    _backward_after(a, b, d1)
-    _assert_same_grads(_grads(m), _grads(a))
+    _check_twice(lambda: copy.deepcopy(m), i1, i2, d1, d2)
 
 
 def test_lstm_called_twice():
@@ -186,10 +177,7 @@ def test_lstm_called_twice():
         def backward(self, d):
             return self.m.backward(d)
 
-    dx, ref, g, gref = _twice(lambda: Out(make()), x1, x2, d1, d2)
-    np.testing.assert_array_equal(dx[1], ref[0])
-    np.testing.assert_array_equal(dx[2], ref[1])
-    _assert_same_grads(g, gref)
+    _check_twice(lambda: Out(make()), x1, x2, d1, d2)
 
 
 def test_more_backwards_than_calls_is_an_error():
@@ -384,3 +372,230 @@ def test_pending_calls_counts_containers():
     assert seq._pending_calls() == 2 and seq[0]._pending_calls() == 4
     seq.backward(np.ones((2, 5)))
     assert seq._pending_calls() == 1 and seq[0]._pending_calls() == 2
+
+    class Model(nn.Module):          # a user's container: keeps nothing itself
+        def __init__(self):
+            super().__init__()
+            self.body = _linear()
+
+        def forward(self, x):
+            return self.body(x)
+
+        def backward(self, dy):
+            return self.body.backward(dy)
+
+    m = Model()
+    m(x)
+    m(x)
+    with fastnn.no_grad():
+        m(x)
+    assert m._pending_calls() == 2
+    with pytest.raises(ValueError):
+        m.backward(np.ones((2, 4)))
+    assert m._pending_calls() == 2
+    m.backward(np.ones((2, 5)))
+    _, h = m.call(x)
+    assert m._pending_calls() == 2
+    h.backward(np.ones((2, 5)))
+    m.backward(np.ones((2, 5)))
+    assert m._pending_calls() == 0 == m.body._pending_calls()
+
+
+# ----------------------------------------------------------------------------- pickling
+def test_pickle_after_training_forward_stores_no_cache():
+    from fastnn.models import GPT
+    fastnn.manual_seed(14)
+    m = GPT(vocab_size=32, block_size=16, n_layer=2, n_head=2, d_model=32)
+    idx = R(14).integers(0, 32, (8, 16))
+    before = len(pickle.dumps(m))
+    lock = threading.Lock()           # a hook tied to this process and thread
+    m.register_full_backward_hook(lambda mod, gi, go: lock)
+    m(idx)
+    m(idx)
+    assert m._pending_calls() == 2
+    after = len(pickle.dumps(m))
+    assert after == before           # no activation caches, no hooks
+    assert len(pickle.dumps(copy.deepcopy(m))) == before
+    clone = pickle.loads(pickle.dumps(m))
+    assert clone._pending_calls() == 0 and not clone._backward_hooks
+    with pytest.raises(RuntimeError, match="preceding forward"):
+        clone.backward(np.ones((8, 16, 32), np.float32))
+    with fastnn.no_grad():
+        np.testing.assert_array_equal(clone(idx), m(idx))
+    clone(idx)                        # the clone trains on its own
+    clone.backward(np.ones((8, 16, 32), np.float32))
+    assert m._pending_calls() == 2    # and never touched the original's caches
+
+
+# ----------------------------------------------------------------------------- optimizer state
+def _train(model, opt, sched, start, stop):
+    """Steps start..stop-1; step i's batch depends on i only, so 0..5 then 5..12 sees the
+    same data as 0..12."""
+    for i in range(start, stop):
+        rng = R([7, i])
+        x = rng.standard_normal((4, 5)).astype(np.float32)
+        target = rng.standard_normal((4, 3)).astype(np.float32)
+        y = model(x)
+        opt.zero_grad()
+        model.backward(y - target)
+        opt.step()
+        if sched is not None:
+            sched.step()
+
+
+def _setup(kind, seed):
+    from fastnn import optim
+    from fastnn.optim import lr_scheduler as S
+    fastnn.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 3))
+    if kind == "sgd":
+        opt = optim.SGD([{"params": model[0].parameters(), "lr": 0.05},
+                         {"params": model[2].parameters()}], lr=0.1, momentum=0.9, nesterov=True,
+                        weight_decay=1e-3)
+        sched = S.StepLR(opt, step_size=3, gamma=0.5)
+    elif kind == "adam":
+        opt = optim.Adam(model.parameters(), lr=1e-2, betas=(0.8, 0.95), amsgrad=True)
+        sched = S.CosineAnnealingLR(opt, T_max=7, eta_min=1e-4)
+    else:
+        opt = optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+        sched = S.get_cosine_schedule_with_warmup(opt, 3, 12, min_lr_ratio=0.1)
+    return model, opt, sched
+
+
+@pytest.mark.parametrize("ext", ["npz", "safetensors"])
+@pytest.mark.parametrize("kind", ["sgd", "adam", "adamw"])
+def test_optimizer_and_scheduler_state_round_trip_exactly(tmp_path, kind, ext):
+    ref = _setup(kind, 0)
+    _train(*ref, 0, 12)
+
+    part = _setup(kind, 0)
+    _train(*part, 0, 5)
+    model, opt, sched = part
+    fastnn.save(opt.state_dict(), tmp_path / f"opt.{ext}")
+    fastnn.save(sched.state_dict(), tmp_path / f"sched.{ext}")
+    fastnn.save(model.state_dict(), tmp_path / f"model.{ext}")
+    ckpt = tmp_path / f"all.{ext}"
+    fastnn.save({"model": model.state_dict(), "optim": opt.state_dict(),
+                 "sched": sched.state_dict(), "step": 5}, ckpt)
+
+    loaded = fastnn.load(tmp_path / f"opt.{ext}")
+    saved = opt.state_dict()
+    assert loaded.keys() == saved.keys() and loaded["param_groups"] == saved["param_groups"]
+    assert loaded["state"].keys() == saved["state"].keys()
+    for i, st in saved["state"].items():
+        for k, v in st.items():
+            np.testing.assert_array_equal(loaded["state"][i][k], v)
+            assert type(loaded["state"][i][k]) is type(v)
+
+    for source in ("separate", "one file"):
+        model2, opt2, sched2 = _setup(kind, 99)          # other weights, fresh state
+        if source == "separate":
+            model2.load_state_dict(fastnn.load(tmp_path / f"model.{ext}"))
+            opt2.load_state_dict(fastnn.load(tmp_path / f"opt.{ext}"))
+            sched2.load_state_dict(fastnn.load(tmp_path / f"sched.{ext}"))
+        else:
+            everything = fastnn.load(ckpt)
+            assert everything["step"] == 5 and type(everything["step"]) is int
+            model2.load_state_dict(everything["model"])
+            opt2.load_state_dict(everything["optim"])
+            sched2.load_state_dict(everything["sched"])
+        _train(model2, opt2, sched2, 5, 12)
+        for (k, a), b in zip(ref[0].state_dict().items(), model2.state_dict().values()):
+            np.testing.assert_array_equal(a, b, err_msg=f"{kind} {ext} {source}: {k}")
+        assert ref[2].get_last_lr() == sched2.get_last_lr()
+        assert ref[1].state_dict()["param_groups"] == opt2.state_dict()["param_groups"]
+
+
+def test_tree_save_keeps_types_and_flat_files_stay_flat(tmp_path):
+    tree = {"a": {0: np.arange(3, dtype=np.int32), "b": (1, 2.5, True, None, "min")},
+            "c": [np.float32(1.5), float("inf")], "x.y": np.ones((2, 2))}
+    for ext in ("npz", "safetensors"):
+        p = tmp_path / f"t.{ext}"
+        fastnn.save(tree, p)
+        got = fastnn.load(p)
+        assert list(got) == ["a", "c", "x.y"]
+        assert got["a"]["b"] == (1, 2.5, True, None, "min") and type(got["a"]["b"][0]) is int
+        np.testing.assert_array_equal(got["a"][0], tree["a"][0])
+        assert got["a"][0].dtype == np.int32
+        assert got["c"][0] == np.float32(1.5) and type(got["c"][0]) is np.float32
+        assert got["c"][1] == float("inf")
+        flat = {"w": np.ones(3, np.float32)}
+        fastnn.save(flat, p)
+        assert list(fastnn.load(p)) == ["w"]
+    with pytest.raises(ValueError, match="two entries"):
+        fastnn.save({"a": {"b": np.ones(1)}, "a.b": np.ones(1), "n": 1}, tmp_path / "c.npz")
+    with pytest.raises(TypeError, match="keys must be"):
+        fastnn.save({"a": {(1, 2): np.ones(1)}}, tmp_path / "c.npz")
+    with pytest.raises(TypeError, match="no objects"):
+        fastnn.save({"a": {"b": object()}}, tmp_path / "c.npz")
+
+
+# ----------------------------------------------------------------------------- file modes
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])
+def test_save_respects_the_umask(tmp_path, umask):
+    import os
+    import stat
+    old = os.umask(umask)
+    try:
+        for ext in ("npz", "safetensors"):
+            p = tmp_path / f"m.{ext}"
+            fastnn.save({"w": np.ones(2)}, p)
+            with open(tmp_path / f"ref.{ext}", "wb"):
+                pass
+            want = stat.S_IMODE(os.stat(tmp_path / f"ref.{ext}").st_mode)
+            assert stat.S_IMODE(os.stat(p).st_mode) == want == 0o666 & ~umask
+            os.chmod(p, 0o640)                   # an existing file keeps its mode, as open()
+            fastnn.save({"w": np.zeros(2)}, p)
+            assert stat.S_IMODE(os.stat(p).st_mode) == 0o640
+        assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+    finally:
+        os.umask(old)
+
+
+def test_forward_that_raises_halfway_leaves_no_cache():
+    class Gate(nn.Module):             # fails on demand, after the Linear before it kept a cache
+        fail = False
+
+        def forward(self, x):
+            if self.fail:
+                raise ValueError("gate closed")
+            self._keep(None)
+            return x
+
+        def backward(self, dy):
+            self._take()
+            return dy
+
+    fastnn.manual_seed(15)
+    seq = nn.Sequential(nn.Linear(6, 5, dtype=np.float64), nn.Tanh(), Gate(),
+                        nn.Linear(5, 3, dtype=np.float64))
+    ref = copy.deepcopy(seq)
+    rng = R(15)
+    x1, x2 = rng.standard_normal((2, 6)), rng.standard_normal((2, 6))
+    seq(x1)
+    seq[2].fail = True
+    with pytest.raises(ValueError, match="gate closed"):
+        seq(x2)
+    with pytest.raises(ValueError, match="gate closed"):
+        seq.call(x2)
+    assert [m._pending_calls() for m in seq] == [1, 1, 1, 1]    # x2's caches were taken back
+    d = rng.standard_normal((2, 3))
+    np.testing.assert_array_equal(seq.backward(d), (ref(x1), ref.backward(d))[1])
+    _assert_same_grads(_grads(seq), _grads(ref))
+
+
+def test_forward_only_loop_in_training_mode_warns_once(monkeypatch):
+    from fastnn.nn import module as M
+    monkeypatch.setattr(M, "PENDING_WARN", 5)
+    f = _linear()
+    x = np.ones((1, 6))
+    for _ in range(5):
+        f(x)
+    with pytest.warns(ResourceWarning, match="no_grad"):
+        f(x)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        f(x)                             # once per module
+    f.eval()
+    assert f._pending_calls() == 0       # eval() drops pending calls

@@ -15,6 +15,9 @@ that raises (a wrong gradient shape or dtype) leaves the cache for the corrected
 then the module's backward hooks run.
 """
 import functools
+import inspect
+import types
+import warnings
 from collections import OrderedDict, namedtuple
 
 import numpy as np
@@ -90,31 +93,66 @@ def _to_host(a):
     return cuda.to_numpy(a)
 
 
+# A module warns (once) when it holds more pending calls than this: forward-only loops in
+# training mode (validation without no_grad/eval) would otherwise grow without bound.
+PENDING_WARN = 10000
+
+# What a container's training-mode call pushes when its forward kept nothing of its own, so
+# that every module counts its pending calls (_pending_calls) and its backward pops one.
+_CALL = type("_CallMarker", (), {"__repr__": lambda self: "<call>", "__slots__": ()})()
+
+# Module.__dict__["_bw"]: where the module's (wrapped) backward is
+_IDLE, _RUNNING, _TOOK = 0, 1, 2       # not running / running / running and took its cache
+
+
 def _wrap_backward(fn):
     """``fn`` (a subclass's backward) that pops the cache it used only when it returns,
     then runs the backward hooks.  A super().backward() call from inside a backward of
     the same module passes straight through (the outermost call owns the pop)."""
+    code = fn.__code__
+    if code.co_argcount == 2 and not fn.__defaults__ and not code.co_kwonlyargcount \
+            and not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS):
+        backward = _guarded(fn, _one_grad)       # backward(self, dy): no argument packing
+    else:
+        run = _guarded(lambda self, packed: fn(self, *packed[0], **packed[1]), _packed_grads)
 
-    @functools.wraps(fn)
-    def backward(self, *grads, **kwargs):
-        d = self.__dict__
-        if d["_in_backward"]:
-            return fn(self, *grads, **kwargs)
-        d["_in_backward"] = True
-        d["_taken"] = False
-        try:
-            out = fn(self, *grads, **kwargs)
-        finally:
-            d["_in_backward"] = False
-        if d["_taken"]:
-            d["_ctx"].pop()
-            d["_taken"] = False
-        hooks = d["_backward_hooks"]
-        if hooks:
-            out = self._run_backward_hooks(out, grads)
-        return out
-
+        def backward(self, *grads, **kwargs):
+            return run(self, (grads, kwargs))
+    backward = functools.wraps(fn)(backward)
     backward._fastnn_wrapped = True
+    return backward
+
+
+def _one_grad(dy):
+    return (dy,)
+
+
+def _packed_grads(packed):
+    return packed[0]
+
+
+def _guarded(fn, grad_output):
+    """backward(self, arg) around fn(self, arg); ``grad_output(arg)``: the hooks' tuple."""
+
+    def backward(self, arg):
+        d = self.__dict__
+        if d["_bw"]:
+            return fn(self, arg)
+        d["_bw"] = _RUNNING
+        try:
+            out = fn(self, arg)
+        finally:
+            state = d["_bw"]
+            d["_bw"] = _IDLE
+        if state is _TOOK:
+            d["_ctx"].pop()
+        else:
+            st = d["_ctx"]
+            if st and st[-1] is _CALL:   # a container's call marker (see _forward_recorded)
+                st.pop()
+        if d["_backward_hooks"]:
+            out = self._run_backward_hooks(out, grad_output(arg))
+        return out
     return backward
 
 
@@ -146,7 +184,7 @@ class Module:
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         bw = cls.__dict__.get("backward")
-        if callable(bw) and not getattr(bw, "_fastnn_wrapped", False):
+        if isinstance(bw, types.FunctionType) and not getattr(bw, "_fastnn_wrapped", False):
             cls.backward = _wrap_backward(bw)
 
     def __init__(self):
@@ -161,8 +199,7 @@ class Module:
         """No caches, no backward in progress, no hooks (a fresh or unpickled module)."""
         d = self.__dict__
         d["_ctx"] = []                   # one cache per pending training-mode call, newest last
-        d["_taken"] = False              # the running backward used the newest cache
-        d["_in_backward"] = False
+        d["_bw"] = _IDLE                 # see _wrap_backward
         d.setdefault("_backward_hooks", OrderedDict())
 
     # ------------------------------------------------------------ pickling / copying
@@ -171,14 +208,14 @@ class Module:
         buffers or large activations), hooks belong to the process that registered them."""
         state = self.__dict__.copy()
         state["_ctx"] = []
-        state["_taken"] = False
-        state["_in_backward"] = False
+        state["_bw"] = _IDLE
+        state.pop("_warned_pending", None)
         state["_backward_hooks"] = OrderedDict()
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        if "_in_backward" not in state:     # pickled by an older fastnn
+        if "_bw" not in state:     # pickled by an older fastnn
             self._reset_call_state()
 
     # ------------------------------------------------------------ registration
@@ -223,7 +260,35 @@ class Module:
 
     # ------------------------------------------------------------ forward / backward
     def __call__(self, *args, **kwargs):
+        # A leaf pushes its cache as its forward's last step, so a leaf's forward that raises
+        # has pushed nothing: it runs straight through (the hot path).
+        if self._modules and self.training:
+            rec = _tls.rec
+            if rec is not False:
+                return self._forward_recorded(rec, args, kwargs)[0]
         return self.forward(*args, **kwargs)
+
+    def _forward_recorded(self, rec, args, kwargs):
+        """(forward's output, the (module, cache) pushes it made).  A container's call is
+        recorded so that a forward raising halfway takes back what the submodules before the
+        failure kept: no orphan cache can later pair with another call's backward."""
+        mine = []
+        st = self._ctx
+        n = len(st)
+        _tls.rec = mine
+        try:
+            out = self.forward(*args, **kwargs)
+        except BaseException:
+            _tls.rec = rec
+            _drop(mine)
+            raise
+        _tls.rec = rec
+        if len(st) == n:                 # the forward kept nothing of its own: count the call
+            st.append(_CALL)
+            mine.append((self, _CALL))
+        if rec is not None:              # inside an enclosing recorded call
+            rec.extend(mine)
+        return out, mine
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} does not define forward")
@@ -235,11 +300,23 @@ class Module:
         """Push ``ctx`` for backward when training and grad mode is on (forward calls this)."""
         if self.training:
             rec = _tls.rec
-            if rec is None:
-                self._ctx.append(ctx)
-            elif rec is not False:           # inside Module.call: remember it for the handle
-                self._ctx.append(ctx)
+            if rec is False:
+                return
+            st = self._ctx
+            st.append(ctx)
+            if rec is not None:              # inside a recorded call: remember the push
                 rec.append((self, ctx))
+            if len(st) > PENDING_WARN:
+                self._warn_pending()
+
+    def _warn_pending(self):
+        if not self.__dict__.get("_warned_pending"):
+            self.__dict__["_warned_pending"] = True
+            warnings.warn(
+                f"{type(self).__name__} holds {len(self._ctx)} training-mode calls that no "
+                f"backward has consumed (each keeps its cache until its backward): run "
+                f"inference under fastnn.no_grad() or in eval() mode", ResourceWarning,
+                stacklevel=3)
 
     def _take(self):
         """The newest pending call's cache; the backward wrapper pops it when backward returns."""
@@ -250,10 +327,13 @@ class Module:
                 f"(call model.train() and run forward outside fastnn.no_grad(); each backward "
                 f"consumes one forward's cache, newest first)")
         d = self.__dict__
-        if d["_taken"]:
+        bw = d["_bw"]
+        if bw is _RUNNING:
+            d["_bw"] = _TOOK             # the backward wrapper pops it when backward returns
+            return st[-1]
+        if bw is _TOOK:
             raise RuntimeError(f"{type(self).__name__}.backward() took its cache twice")
-        d["_taken"] = True
-        return st[-1]
+        return st.pop()                  # called outside a backward: consume it now
 
     def _pending_calls(self):
         """How many training-mode calls of this module still wait for their backward."""
@@ -264,16 +344,9 @@ class Module:
         every submodule's): ``out, h = m.call(x)``; later ``h.backward(d_out)`` backpropagates
         exactly this call, whatever calls came after it."""
         rec = _tls.rec
-        if rec is False:
+        if rec is False or not self.training:
             return self(*args, **kwargs), CallHandle(self, [])
-        mine = []
-        _tls.rec = mine
-        try:
-            out = self(*args, **kwargs)
-        finally:
-            _tls.rec = rec
-        if rec is not None:              # a call inside another call's recording
-            rec.extend(mine)
+        out, mine = self._forward_recorded(rec, args, kwargs)
         return out, CallHandle(self, mine)
 
     def register_full_backward_hook(self, hook):
@@ -518,11 +591,9 @@ class Sequential(Module):
     def forward(self, x):
         for m in self._modules.values():
             x = m(x)
-        self._keep(None)     # a marker: one pending call (what _pending_calls counts)
         return x
 
     def backward(self, dy):
-        self._take()
         for m in reversed(list(self._modules.values())):
             dy = m.backward(dy)
         return dy
@@ -560,6 +631,16 @@ class ModuleList(Module):
         return mods[i]
 
 
+def _drop(entries):
+    """Remove the recorded (module, cache) pushes from their stacks, newest first."""
+    for m, ctx in reversed(entries):
+        st = m._ctx
+        for i in range(len(st) - 1, -1, -1):
+            if st[i] is ctx:
+                del st[i]
+                break
+
+
 class CallHandle:
     """One training-mode call of a module (from ``Module.call``): the caches that call pushed
     on the module and on each submodule.  ``backward(*grads)`` backpropagates exactly that
@@ -581,8 +662,9 @@ class CallHandle:
     def _locate(self, what):
         """{module: [stack indices of this call's caches]}; raises if any is gone."""
         if not self._entries:
-            raise RuntimeError(f"this call of {type(self.module).__name__} was already "
-                               f"backpropagated or released (a handle is used once)")
+            raise RuntimeError(f"this call of {type(self.module).__name__} holds no cache: it "
+                               f"was already backpropagated or released (a handle is used "
+                               f"once), or ran in eval() mode or under no_grad()")
         where = {}
         for m, ctx in self._entries:
             taken = where.setdefault(m, [])
