@@ -48,14 +48,23 @@ def compiled_modules():
         if not families:
             raise ImportError("fastnn's compiled kernels are not built "
                               "(pip install . or python setup.py build_ext --inplace)")
-        from .._backend import get_num_threads
-        n = get_num_threads()
-        mods = []
-        for name in sorted(families):
-            mod = importlib.import_module(families[name])
-            mod._set_num_threads(n)
-            mods.append(mod)
+        from .. import _backend, _threads
+        _threads.check_address_space("loading the compiled kernels",
+                                     _threads._kernel_load_bytes())
+        try:
+            mods = [importlib.import_module(families[name]) for name in sorted(families)]
+        except ImportError as e:
+            # the loader cannot map a built module: memory, not a missing build
+            if "failed to map segment" in str(e) or "allocate memory" in str(e):
+                raise MemoryError(f"fastnn: loading the compiled kernels failed: {e}") from e
+            raise
+        # the thread count is OpenMP's own (fnn_runtime.pxi): only a count the user set
+        # before the kernels were loaded needs passing on
+        if _backend._num_threads[0] is not None:
+            for mod in mods:
+                mod._set_num_threads(_backend._num_threads[0])
         _modules = mods
+        _threads.kernels_loaded(mods)
     return _modules
 
 
