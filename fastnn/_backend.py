@@ -237,9 +237,10 @@ def get_num_threads():
     """Threads a compiled kernel called from this thread may use now (default:
     OMP_NUM_THREADS, else the CPUs this process may run on; inside
     threadpoolctl.threadpool_limits(n), at most n)."""
-    mods = _cpu_modules()
-    if mods:
-        return mods[0]._get_num_threads()
+    from . import cpu
+    # OpenMP's own count once the kernels are loaded (a query is not worth loading them)
+    if cpu._modules:
+        return cpu._modules[0]._get_num_threads()
     if _num_threads[0] is None:
         _num_threads[0] = default_num_threads()
     return _num_threads[0]
