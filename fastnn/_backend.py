@@ -227,6 +227,10 @@ def set_num_threads(n):
     if n < 1:
         raise ValueError(f"set_num_threads: n must be >= 1, got {n}")
     _num_threads[0] = n
+    from . import cpu
+    omp = cpu.openmp_module()
+    if omp is not None:
+        omp._set_num_threads(n)
     for mod in _cpu_modules():
         mod._set_num_threads(n)
     from . import _threads
@@ -238,9 +242,9 @@ def get_num_threads():
     OMP_NUM_THREADS, else the CPUs this process may run on; inside
     threadpoolctl.threadpool_limits(n), at most n)."""
     from . import cpu
-    # OpenMP's own count once the kernels are loaded (a query is not worth loading them)
-    if cpu._modules:
-        return cpu._modules[0]._get_num_threads()
+    omp = cpu.openmp_module()
+    if omp is not None:      # OpenMP's own count, as the kernels read it
+        return omp._get_num_threads()
     if _num_threads[0] is None:
         _num_threads[0] = default_num_threads()
     return _num_threads[0]

@@ -150,6 +150,23 @@ def test_threadpool_limits_govern_the_kernels(user_api, restore_threads):
     assert {m._threads_used(1 << 30, 1) for m in mods} == {2}
 
 
+def test_threadpool_limits_before_the_first_kernel_call():
+    """A fresh process that enters threadpool_limits(1) before any kernel ran: the kernels
+    (loaded by the first call, inside the block) still get one thread.  threadpoolctl only
+    sees the OpenMP runtime if it is loaded when the block starts: import fastnn loads it."""
+    out = _run(textwrap.dedent("""
+        import numpy as np, fastnn, fastnn.functional as F
+        from threadpoolctl import threadpool_limits
+        with threadpool_limits(1):
+            n = fastnn.get_num_threads()
+            F.layer_norm(np.ones((512, 1024), np.float32), (1024,))
+            from fastnn.cpu import compiled_modules
+            used = {m._threads_used(1 << 30, 1) for m in compiled_modules()}
+        print(n, sorted(used))
+    """))
+    assert out.strip() == "1 [1]", out
+
+
 def test_threadpool_limits_blas_governs_the_gemms(restore_threads):
     """user_api="blas": the BLAS every kernel GEMM runs on is held at the limit (the shell's
     big GEMMs) and fastnn does not put it back up inside the block."""

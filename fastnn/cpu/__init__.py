@@ -64,8 +64,37 @@ def compiled_modules():
             for mod in mods:
                 mod._set_num_threads(_backend._num_threads[0])
         _modules = mods
-        _threads.kernels_loaded(mods)
+        omp = openmp_module()
+        _threads.kernels_loaded(mods + ([omp] if omp is not None else []))
     return _modules
+
+
+_openmp = []
+
+
+def openmp_module():
+    """fastnn._cpu.<variant>._openmp (the kernels' OpenMP runtime and its thread-count
+    entry points, nothing else), best variant; None where the kernels are not built."""
+    if not _openmp:
+        mod = None
+        for variant in cpu_variants():
+            try:
+                mod = importlib.import_module(f"fastnn._cpu.{variant}._openmp")
+                break
+            except ImportError:
+                continue
+        _openmp.append(mod)
+    return _openmp[0]
+
+
+def load_openmp():
+    """At ``import fastnn``: load the OpenMP runtime the kernels use, so that a
+    threadpoolctl.threadpool_limits block entered before the first kernel call (which
+    loads the families) still governs it.  About a millisecond; no BLAS is loaded."""
+    try:
+        openmp_module()
+    except MemoryError:  # pragma: no cover - the kernels' own load reports it later
+        _openmp.clear()
 
 
 def shell_module():
