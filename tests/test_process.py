@@ -26,6 +26,10 @@ try:
 except ImportError:  # pragma: no cover - CI builds the kernels
     pytest.skip("the compiled cpu kernels are not built", allow_module_level=True)
 
+# fork and GNU OpenMP, RLIMIT_AS and /proc: what these tests exercise is Linux's
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="Linux process behaviour (fork + libgomp, RLIMIT_AS, /proc)")
+
 # big enough that the kernels split the work over 2 threads
 _SETUP = textwrap.dedent("""
     import os, sys
@@ -68,6 +72,7 @@ def _run(code, timeout=60, env=None):
 
 
 # ------------------------------------------------------------------ fork
+@linux_only
 def test_os_fork_child_after_two_threads():
     """After the kernels ran on 2 threads, an os.fork() child gets the parent's results
     (it hung forever in its first parallel region: libgomp's pool does not survive fork),
@@ -92,6 +97,7 @@ def test_os_fork_child_after_two_threads():
     assert team == "2", f"the forked child runs {team} threads, expected the parent's 2"
 
 
+@linux_only
 def test_fork_pool_after_two_threads():
     """multiprocessing.Pool with the fork start method (Linux's default before 3.14)."""
     out = _run(_SETUP + textwrap.dedent("""
@@ -108,6 +114,7 @@ def test_fork_pool_after_two_threads():
     assert out.strip() == "[True, True, True, True]", out
 
 
+@linux_only
 def test_fork_child_serial_where_the_pool_cannot_be_released():
     """Where the OpenMP runtime cannot drop its pool before fork (libgomp older than
     GCC 10), the child runs every kernel on its calling thread: same results, no hang."""
@@ -227,7 +234,7 @@ _COUNT_THREADS = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+@linux_only
 def test_threads_actually_used_under_limits():
     """Measured, not asked: under threadpool_limits(1) (and with OMP_NUM_THREADS=1) every
     op's forward and backward on large inputs starts no OpenMP worker thread at all."""
@@ -248,6 +255,7 @@ def test_threads_actually_used_under_limits():
 
 
 # ------------------------------------------------------------------ memory pressure
+@linux_only
 def test_first_kernel_call_under_address_space_limit_raises():
     """A fresh process, RLIMIT_AS a few tens of MB above current use: the first F.conv2d
     (which loads the kernels) raised nothing and hung forever; now MemoryError, and the
@@ -274,6 +282,7 @@ def test_first_kernel_call_under_address_space_limit_raises():
     assert second == "cpu 27.0", f"after the limit: {second} (the backend must not fall back)"
 
 
+@linux_only
 def test_every_op_under_growing_address_space_limits():
     """Every op family, forward and backward, large inputs on 2 threads, at growing
     RLIMIT_AS budgets above current use: each call gives the unlimited run's bits or a
@@ -306,6 +315,7 @@ def test_every_op_under_growing_address_space_limits():
     assert results > 0, "no budget was loose enough to run"
 
 
+@linux_only
 def test_every_allocation_site_failing_raises_memory_error():
     """Fault injection (fnn_alloc.h's countdown): every scratch allocation of every op,
     forward and backward, both dtypes, 2 threads, fails in turn -- in the Python-facing
