@@ -31,7 +31,7 @@ cimport numpy as cnp
 from cython.parallel cimport prange, parallel
 from libc.math cimport exp, log, INFINITY, NAN
 from libc.stdint cimport uint32_t, uint64_t, int64_t, uintptr_t
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport free
 from libc.string cimport memset
 
 from fnn_blas cimport gemm as _scipy_gemm, real
@@ -342,8 +342,8 @@ cdef void _fwd_block(const real* q, const real* k, const real* v, real* o, real*
             lse[bh * g.L + i0 + r] = <real>(mrow[r] + log(lrow[r]))
 
 
-cdef void _fwd(const real* q, const real* k, const real* v, real* o, real* lse,
-               const real* mk, const int64_t* midx, const Geo* g) noexcept nogil:
+cdef int _fwd(const real* q, const real* k, const real* v, real* o, real* lse,
+              const real* mk, const int64_t* midx, const Geo* g) except -1 nogil:
     cdef Py_ssize_t FBQ = g.fbq
     cdef Py_ssize_t nqb = (g.L + FBQ - 1) // FBQ
     cdef Py_ssize_t ntask = g.B * g.H * nqb, t
@@ -352,21 +352,28 @@ cdef void _fwd(const real* q, const real* k, const real* v, real* o, real* lse,
     cdef real* acc
     cdef double* mrow
     cdef double* lrow
+    cdef int failed = 0
     if ntask == 0:
-        return
+        return 0
     if nt > ntask:
         nt = <int>ntask
     with parallel(num_threads=nt):
-        sb = <real*>malloc(FBQ * g.fbk * sizeof(real))
-        acc = <real*>malloc((FBQ * g.Ev + 1) * sizeof(real))
-        mrow = <double*>malloc(2 * FBQ * sizeof(double))
+        sb = <real*>fnn_alloc(FBQ * g.fbk, sizeof(real))
+        acc = <real*>fnn_alloc(FBQ * g.Ev + 1, sizeof(real))
+        mrow = <double*>fnn_alloc(2 * FBQ, sizeof(double))
         lrow = mrow + FBQ
+        if sb == NULL or acc == NULL or mrow == NULL:
+            fnn_flag_set(&failed)
         for t in prange(ntask, schedule="static"):
-            _fwd_block(q, k, v, o, lse, mk, midx, g, t // nqb, (t % nqb) * FBQ,
-                             sb, acc, mrow, lrow)
+            if sb != NULL and acc != NULL and mrow != NULL:
+                _fwd_block(q, k, v, o, lse, mk, midx, g, t // nqb, (t % nqb) * FBQ,
+                           sb, acc, mrow, lrow)
         free(sb)
         free(acc)
         free(mrow)
+    if failed:
+        _raise_nomem(FBQ * (g.fbk + g.Ev + 2) + 1, sizeof(double))
+    return 0
 
 
 # ---------------------------------------------------------------- backward
@@ -430,9 +437,9 @@ cdef void _bwd_tile(const real* q, const real* k, const real* v, const real* do_
                    dq + b * g.dqb + h * E + i0 * g.dqld, <int>g.dqld)
 
 
-cdef void _bwd(const real* q, const real* k, const real* v, const real* o, const real* do_,
-               const real* lse, real* D, real* dq, real* dk, real* dv, const real* mk,
-               const int64_t* midx, const Geo* g) noexcept nogil:
+cdef int _bwd(const real* q, const real* k, const real* v, const real* o, const real* do_,
+              const real* lse, real* D, real* dq, real* dk, real* dv, const real* mk,
+              const int64_t* midx, const Geo* g) except -1 nogil:
     cdef Py_ssize_t BH = g.B * g.H, L = g.L, Ev = g.Ev
     cdef Py_ssize_t BQ = g.bq, BK = g.bk
     cdef Py_ssize_t nqb = (g.L + BQ - 1) // BQ
@@ -444,9 +451,10 @@ cdef void _bwd(const real* q, const real* k, const real* v, const real* o, const
     cdef real* pd
     if g.causal and kmax > g.L:
         kmax = g.L                       # keys after the last query are never attended
+    cdef int failed = 0
     nkb = (kmax + BK - 1) // BK
     if BH == 0 or L == 0:
-        return
+        return 0
     nt = _threads_for(BH * L * (Ev + 1), 1 << 14)
     # D[bh, i] = dO_i . O_i  (in double)
     for t in prange(BH * L, nogil=True, schedule="static", num_threads=nt):
@@ -457,16 +465,20 @@ cdef void _bwd(const real* q, const real* k, const real* v, const real* o, const
         D[t] = <real>_dot(do_ + b * g.ob + h * Ev + i * g.old,
                                 o + b * g.ob + h * Ev + i * g.old, Ev)
     if nkb == 0:
-        return
+        return 0
     nt = _threads_for(BH * nqb * nkb * BQ * BK * (g.E + g.Ev + 1), 1 << 18)
     if BH >= SERIAL_BH:
         if nt > BH:
             nt = <int>BH
         with parallel(num_threads=nt):
-            sb = <real*>malloc(3 * BQ * BK * sizeof(real))
+            sb = <real*>fnn_alloc(3 * BQ * BK, sizeof(real))
             dp = sb + BQ * BK
             pd = dp + BQ * BK
+            if sb == NULL:
+                fnn_flag_set(&failed)
             for bh in prange(BH, schedule="static"):
+                if sb == NULL:
+                    continue
                 j0 = 0
                 while j0 < kmax:
                     i0 = (j0 // BQ) * BQ if g.causal else 0
@@ -480,10 +492,14 @@ cdef void _bwd(const real* q, const real* k, const real* v, const real* o, const
             free(sb)
     else:
         with parallel(num_threads=nt):
-            sb = <real*>malloc(3 * BQ * BK * sizeof(real))
+            sb = <real*>fnn_alloc(3 * BQ * BK, sizeof(real))
             dp = sb + BQ * BK
             pd = dp + BQ * BK
+            if sb == NULL:
+                fnn_flag_set(&failed)
             for t in prange(BH * nkb, schedule="static"):
+                if sb == NULL:
+                    continue
                 bh = t // nkb
                 j0 = (t % nkb) * BK
                 i0 = (j0 // BQ) * BQ if g.causal else 0
@@ -493,6 +509,8 @@ cdef void _bwd(const real* q, const real* k, const real* v, const real* o, const
                               i0, j0, 1 if i0 == istart else 2, 0, sb, dp, pd)
                     i0 = i0 + BQ
             for t in prange(BH * nqb, schedule="static"):
+                if sb == NULL:
+                    continue
                 bh = t // nqb
                 i0 = (t % nqb) * BQ
                 jend = kmax
@@ -504,6 +522,9 @@ cdef void _bwd(const real* q, const real* k, const real* v, const real* o, const
                               i0, j0, 0, 1 if j0 == 0 else 2, sb, dp, pd)
                     j0 = j0 + BK
             free(sb)
+    if failed:
+        _raise_nomem(3 * BQ * BK, sizeof(real))
+    return 0
 
 
 # ---------------------------------------------------------------- Python entry points

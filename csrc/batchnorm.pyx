@@ -15,7 +15,7 @@ cimport cython
 cimport numpy as cnp
 from cython.parallel cimport prange
 from libc.math cimport sqrt
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport free
 from libc.string cimport memset
 
 from fnn_blas cimport real
@@ -83,9 +83,9 @@ cdef inline void _row_sums(const real* g, const real* x, Py_ssize_t C, Py_ssize_
                 part[2 * c + 1] += d * d
 
 
-cdef void _channel_sums(const real* g, const real* x, Py_ssize_t N, Py_ssize_t C,
-                        Py_ssize_t S, const double* center, double* a_out, double* b_out,
-                        bint grad) noexcept nogil:
+cdef int _channel_sums(const real* g, const real* x, Py_ssize_t N, Py_ssize_t C,
+                       Py_ssize_t S, const double* center, double* a_out, double* b_out,
+                       bint grad) except -1 nogil:
     """Per channel c, over n and s, with d = x - center[c]:
     grad:     a_out[c] = sum(g), b_out[c] = sum(g * d);
     not grad: a_out[c] = sum(d), b_out[c] = sum(d * d)   (g unused, may be NULL).
@@ -96,13 +96,13 @@ cdef void _channel_sums(const real* g, const real* x, Py_ssize_t N, Py_ssize_t C
     cdef int nt = _threads_for(N * C * S, 1 << 15)
     if S >= PLANE_MIN:
         units = N
-        part = <double*>malloc(2 * N * C * sizeof(double))
+        part = <double*>_alloc(2 * N * C, sizeof(double))
         for u in prange(N * C, nogil=True, schedule="static", num_threads=nt):
             _plane_sums(g + u * S if grad else NULL, x + u * S, S, center[u % C],
                         &part[2 * u], &part[2 * u + 1], grad)
     else:
         units = (N + R - 1) // R
-        part = <double*>malloc(2 * units * C * sizeof(double) + 1)
+        part = <double*>_alloc(2 * units * C, sizeof(double))
         memset(part, 0, 2 * units * C * sizeof(double))
         for u in prange(units, nogil=True, schedule="static", num_threads=nt):
             for n in range(u * R, min(u * R + R, N)):
@@ -117,6 +117,7 @@ cdef void _channel_sums(const real* g, const real* x, Py_ssize_t N, Py_ssize_t C
         a_out[c] = a
         b_out[c] = b
     free(part)
+    return 0
 
 
 cdef inline void _channels(const real* g, const real* x, real* out, Py_ssize_t C,

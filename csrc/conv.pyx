@@ -42,7 +42,7 @@
 cimport cython
 cimport numpy as cnp
 from cython.parallel cimport prange, parallel
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport free
 from libc.string cimport memcpy, memset
 
 from libc.stdint cimport int64_t, uintptr_t
@@ -303,26 +303,33 @@ cdef inline bint _cv3_ok(Geo* g) noexcept nogil:
             and g.dh == 1 and g.dw == 1 and g.G == 1 and g.O % 4 == 0 and g.C >= 4)
 
 
-cdef void _fwd_cv3(const float* x, const float* ap, const float* b, float* y, Geo* g,
-                   int nt) noexcept nogil:
+cdef int _fwd_cv3(const float* x, const float* ap, const float* b, float* y, Geo* g,
+                  int nt) except -1 nogil:
     cdef Py_ssize_t n, R = fnn_cv3_rows(g.C, g.OW, g.OH), We = g.OW + 2
     cdef Py_ssize_t xsz = g.C * fnn_cv3_plane_rows(R, g.OW) * We + 64
     cdef Py_ssize_t csz = g.O * (R * We + 24) + 64
     cdef Py_ssize_t xs = g.C * g.H * g.W, ys = g.O * g.OH * g.OW
     cdef float* xp = NULL
     cdef float* ct = NULL
+    cdef int failed = 0
     with nogil, parallel(num_threads=nt):
-        xp = <float*>malloc(xsz * sizeof(float))
-        ct = <float*>malloc(csz * sizeof(float))
+        xp = <float*>fnn_alloc(xsz, sizeof(float))
+        ct = <float*>fnn_alloc(csz, sizeof(float))
+        if xp == NULL or ct == NULL:
+            fnn_flag_set(&failed)
         for n in prange(g.N, schedule="dynamic", chunksize=1):
-            fnn_cv3_image(x + n * xs, ap, b, y + n * ys, g.C, g.H, g.W, g.O, g.OH, g.OW, g.pt,
-                          g.pl, xp, ct)
+            if xp != NULL and ct != NULL:
+                fnn_cv3_image(x + n * xs, ap, b, y + n * ys, g.C, g.H, g.W, g.O, g.OH, g.OW,
+                              g.pt, g.pl, xp, ct)
         free(xp)
         free(ct)
+    if failed:
+        _raise_nomem(xsz + csz, sizeof(float))
+    return 0
 
 
-cdef void _wgrad_cv3(const float* x, const float* gy, float* part, Py_ssize_t nch, Py_ssize_t per,
-                     Geo* g, int nt) noexcept nogil:
+cdef int _wgrad_cv3(const float* x, const float* gy, float* part, Py_ssize_t nch, Py_ssize_t per,
+                    Geo* g, int nt) except -1 nogil:
     """d_weight of the direct 3x3 kernel: chunk ch sums images [ch*per, ...) in vector
     lanes (image order), reduced into part[ch]."""
     cdef Py_ssize_t ch, n, n1, R = fnn_cv3_rows(g.C, g.OW, g.OH), We = g.OW + 2
@@ -332,11 +339,16 @@ cdef void _wgrad_cv3(const float* x, const float* gy, float* part, Py_ssize_t nc
     cdef float* xp = NULL
     cdef float* dyp = NULL
     cdef float* acc = NULL
+    cdef int failed = 0
     with nogil, parallel(num_threads=nt):
-        xp = <float*>malloc(xsz * sizeof(float))
-        dyp = <float*>malloc(dsz * sizeof(float))
-        acc = <float*>malloc(asz * sizeof(float))
+        xp = <float*>fnn_alloc(xsz, sizeof(float))
+        dyp = <float*>fnn_alloc(dsz, sizeof(float))
+        acc = <float*>fnn_alloc(asz, sizeof(float))
+        if xp == NULL or dyp == NULL or acc == NULL:
+            fnn_flag_set(&failed)
         for ch in prange(nch, schedule="dynamic", chunksize=1):
+            if xp == NULL or dyp == NULL or acc == NULL:
+                continue
             memset(acc, 0, asz * sizeof(float))
             n1 = ch * per + per
             if n1 > g.N:
@@ -348,34 +360,45 @@ cdef void _wgrad_cv3(const float* x, const float* gy, float* part, Py_ssize_t nc
         free(xp)
         free(dyp)
         free(acc)
+    if failed:
+        _raise_nomem(xsz + dsz + asz, sizeof(float))
+    return 0
 
 
-cdef void _fwd_gemm(const real* x, const real* w, const real* wr, const real* b, real* y,
-                    Geo* g, int nt) noexcept nogil:
+cdef int _fwd_gemm(const real* x, const real* w, const real* wr, const real* b, real* y,
+                   Geo* g, int nt) except -1 nogil:
     cdef Py_ssize_t n, csize = g.C * g.kh * g.kw * _tile_rows(g) * g.OW
     cdef Py_ssize_t xs = g.C * g.H * g.W, ys = g.O * g.OH * g.OW
     cdef Py_ssize_t We = g.OW + g.dw * (g.kw - 1), Rr = _row_tile(g)
     cdef bint rows = _rowcol_ok(g) and not _is_1x1(g)
     cdef real* col = NULL
+    cdef int failed = 0
     if rows:
         csize = g.C * g.kh * Rr * We + g.O * Rr * We
     if nt > 1:
         with parallel(num_threads=nt):
-            col = <real*>malloc(csize * sizeof(real) + 64)
+            col = <real*>fnn_alloc(csize * sizeof(real) + 64, 1)
+            if col == NULL:
+                fnn_flag_set(&failed)
             for n in prange(g.N, schedule="dynamic", chunksize=1):
+                if col == NULL:
+                    continue
                 if rows:
                     _fwd_image_rows(x + n * xs, wr, b, y + n * ys, col, g)
                 else:
                     _fwd_image(x + n * xs, w, b, y + n * ys, col, g)
             free(col)
+        if failed:
+            _raise_nomem(csize * sizeof(real) + 64, 1)
     else:
-        col = <real*>malloc(csize * sizeof(real) + 64)
+        col = <real*>_alloc(csize * sizeof(real) + 64, 1)
         for n in range(g.N):
             if rows:
                 _fwd_image_rows(x + n * xs, wr, b, y + n * ys, col, g)
             else:
                 _fwd_image(x + n * xs, w, b, y + n * ys, col, g)
         free(col)
+    return 0
 
 
 cdef void _bwd_chunk(const real* x, const real* w, const real* gy, real* dx, real* dw_part,
@@ -418,23 +441,30 @@ cdef void _bwd_chunk(const real* x, const real* w, const real* gy, real* dx, rea
             r0 = r1
 
 
-cdef void _bwd_gemm(const real* x, const real* w, const real* gy, real* dx, real* dw_part,
-                    Py_ssize_t nch, Py_ssize_t per, Geo* g, int nt) noexcept nogil:
+cdef int _bwd_gemm(const real* x, const real* w, const real* gy, real* dx, real* dw_part,
+                   Py_ssize_t nch, Py_ssize_t per, Geo* g, int nt) except -1 nogil:
     cdef Py_ssize_t ch, n0, n1, csize = g.C * g.kh * g.kw * _tile_rows(g) * g.OW
     cdef Py_ssize_t wsz = g.O * g.Cg * g.kh * g.kw
     cdef real* col = NULL
+    cdef int failed = 0
     if nt > 1:
         with parallel(num_threads=nt):
-            col = <real*>malloc(csize * sizeof(real) + 64)
+            col = <real*>fnn_alloc(csize * sizeof(real) + 64, 1)
+            if col == NULL:
+                fnn_flag_set(&failed)
             for ch in prange(nch, schedule="dynamic", chunksize=1):
+                if col == NULL:
+                    continue
                 n0 = ch * per
                 n1 = n0 + per
                 if n1 > g.N:
                     n1 = g.N
                 _bwd_chunk(x, w, gy, dx, dw_part + ch * wsz, n0, n1, col, g)
             free(col)
+        if failed:
+            _raise_nomem(csize * sizeof(real) + 64, 1)
     else:
-        col = <real*>malloc(csize * sizeof(real) + 64)
+        col = <real*>_alloc(csize * sizeof(real) + 64, 1)
         for ch in range(nch):
             n0 = ch * per
             n1 = n0 + per
@@ -442,6 +472,7 @@ cdef void _bwd_gemm(const real* x, const real* w, const real* gy, real* dx, real
                 n1 = g.N
             _bwd_chunk(x, w, gy, dx, dw_part + ch * wsz, n0, n1, col, g)
         free(col)
+    return 0
 
 
 # ---------------------------------------------------------------- depthwise
@@ -475,19 +506,27 @@ cdef void _dw_fwd_plane(const real* x, const real* w, real bias, real* y, real* 
                              g.sw, g.dh, g.dw)
 
 
-cdef void _dw_fwd(const real* x, const real* w, const real* b, real* y, Geo* g, int nt) noexcept nogil:
+cdef int _dw_fwd(const real* x, const real* w, const real* b, real* y, Geo* g, int nt) except -1 nogil:
     cdef Py_ssize_t u, n, o, mult = g.O // g.C, K = g.kh * g.kw, Hx, Wx
     cdef Py_ssize_t xs = g.H * g.W, ys = g.OH * g.OW
     cdef real* xp = NULL
+    cdef int failed = 0
     _dw_xpad_dims(g, &Hx, &Wx)
     with nogil, parallel(num_threads=nt):
-        xp = <real*>malloc((Hx * Wx + 16) * sizeof(real))
+        xp = <real*>fnn_alloc(Hx * Wx + 16, sizeof(real))
+        if xp == NULL:
+            fnn_flag_set(&failed)
         for u in prange(g.N * g.O, schedule="static"):
+            if xp == NULL:
+                continue
             n = u // g.O
             o = u % g.O
             _dw_fwd_plane(x + (n * g.C + o // mult) * xs, w + o * K, b[o] if b != NULL else 0,
                           y + u * ys, xp, g)
         free(xp)
+    if failed:
+        _raise_nomem(Hx * Wx + 16, sizeof(real))
+    return 0
 
 
 cdef void _dw_bwd_plane(const real* x, const real* w, const real* gy, real* dx,
@@ -559,8 +598,8 @@ cdef inline double _tree8(const double* a) noexcept nogil:
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))
 
 
-cdef void _dw_bwd(const real* x, const real* w, const real* gy, real* dx, double* dwp,
-                  double* dbp, Geo* g, int nt) noexcept nogil:
+cdef int _dw_bwd(const real* x, const real* w, const real* gy, real* dx, double* dwp,
+                 double* dbp, Geo* g, int nt) except -1 nogil:
     """dwp: (N, O, kh*kw) partials, dbp: (N, O) partials or NULL."""
     cdef Py_ssize_t u, n, c, m, o, mult = g.O // g.C, K = g.kh * g.kw, Hx, Wx
     cdef Py_ssize_t xs = g.H * g.W, ys = g.OH * g.OW
@@ -572,18 +611,24 @@ cdef void _dw_bwd(const real* x, const real* w, const real* gy, real* dx, double
     cdef real* xp = NULL
     cdef real* gp = NULL
     cdef double* acc = NULL
+    cdef int failed = 0
     _dw_xpad_dims(g, &Hx, &Wx)
     if s1:
         with nogil, parallel(num_threads=nt):
-            xp = <real*>malloc((Hx * Wx + 16) * sizeof(real))
-            gp = <real*>malloc((Hg * Wg + 16) * sizeof(real))
-            acc = <double*>malloc((K + 1) * 8 * sizeof(double))
+            xp = <real*>fnn_alloc(Hx * Wx + 16, sizeof(real))
+            gp = <real*>fnn_alloc(Hg * Wg + 16, sizeof(real))
+            acc = <double*>fnn_alloc((K + 1) * 8, sizeof(double))
+            if xp == NULL or gp == NULL or acc == NULL:
+                fnn_flag_set(&failed)
             for u in prange(g.N * g.C, schedule="static"):
-                _dw_bwd_s1(x, w, gy, dx, dwp, dbp, xp, gp, acc, g, u // g.C, u % g.C)
+                if xp != NULL and gp != NULL and acc != NULL:
+                    _dw_bwd_s1(x, w, gy, dx, dwp, dbp, xp, gp, acc, g, u // g.C, u % g.C)
             free(xp)
             free(gp)
             free(acc)
-        return
+        if failed:
+            _raise_nomem(Hx * Wx + Hg * Wg + 32, sizeof(double))
+        return 0
     for u in prange(g.N * g.C, nogil=True, schedule="static", num_threads=nt):
         n = u // g.C
         c = u % g.C
@@ -594,6 +639,7 @@ cdef void _dw_bwd(const real* x, const real* w, const real* gy, real* dx, double
                           dwp + (n * g.O + o) * K, g)
             if dbp != NULL:
                 dbp[n * g.O + o] = _sum(gy + (n * g.O + o) * ys, ys)
+    return 0
 
 
 cdef void _bias_part(const real* gy, double* dbp, Py_ssize_t units, Py_ssize_t ys, int nt) noexcept nogil:

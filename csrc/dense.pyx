@@ -7,7 +7,7 @@
 cimport cython
 cimport numpy as cnp
 from cython.parallel cimport prange
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport free
 from libc.string cimport memcpy, memset
 
 from libc.stdint cimport int64_t, uintptr_t
@@ -149,7 +149,8 @@ def linear(cnp.ndarray x, cnp.ndarray weight, object bias):
     cdef int nt = 1
     cdef int bm, bn
     _split(rows, n_out, n_in, &bm, &bn)
-    cdef int nt_g = bm * bn if bm * bn < _num_threads else _num_threads
+    cdef int nmax = fnn_max_threads()
+    cdef int nt_g = bm * bn if bm * bn < nmax else nmax
     if x.dtype == np.float32:
         if bias is not None:
             b = bias
@@ -190,8 +191,9 @@ def linear_backward(cnp.ndarray dy, tuple saved):
     cdef int bm_x, bn_x, bm_w, bn_w
     _split(rows, n_in, n_out, &bm_x, &bn_x)
     _split(n_out, n_in, rows, &bm_w, &bn_w)
-    cdef int nt_x = bm_x * bn_x if bm_x * bn_x < _num_threads else _num_threads
-    cdef int nt_w = bm_w * bn_w if bm_w * bn_w < _num_threads else _num_threads
+    cdef int nmax = fnn_max_threads()
+    cdef int nt_x = bm_x * bn_x if bm_x * bn_x < nmax else nmax
+    cdef int nt_w = bm_w * bn_w if bm_w * bn_w < nmax else nmax
     if x.dtype == np.float32:
         with _blas_guard(rows, n_out, n_in):
             with nogil:

@@ -1,8 +1,8 @@
 # Column sums shared by the dense and rnn families (bias gradients): included after
-# fnn_runtime.pxi by a module that cimports `real`, prange, malloc/free and memset.
+# fnn_runtime.pxi by a module that cimports `real`, prange, free and memset.
 
-cdef void _col_sum(const real* a, Py_ssize_t rows, Py_ssize_t n, real* out, int nt,
-                   Py_ssize_t CH) noexcept nogil:
+cdef int _col_sum(const real* a, Py_ssize_t rows, Py_ssize_t n, real* out, int nt,
+                  Py_ssize_t CH) except -1 nogil:
     """out[j] = sum_r a[r, j]: fixed chunks of CH rows (independent of nt), chunk partials
     in double, added in chunk order -> deterministic at any thread count."""
     cdef Py_ssize_t nch = (rows + CH - 1) // CH
@@ -12,10 +12,8 @@ cdef void _col_sum(const real* a, Py_ssize_t rows, Py_ssize_t n, real* out, int 
     if nch == 0:
         for j in range(n):
             out[j] = 0
-        return
-    part = <double*>malloc(nch * n * sizeof(double))
-    if part == NULL:
-        return
+        return 0
+    part = <double*>_alloc(nch * n, sizeof(double))
     memset(part, 0, nch * n * sizeof(double))
     for c in prange(nch, nogil=True, schedule="static", num_threads=nt):
         acc = part + c * n
@@ -32,3 +30,4 @@ cdef void _col_sum(const real* a, Py_ssize_t rows, Py_ssize_t n, real* out, int 
     for j in range(n):
         out[j] = <real>part[j]
     free(part)
+    return 0

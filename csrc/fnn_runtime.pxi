@@ -1,16 +1,109 @@
-# Included once by every compiled family module: its thread count and the rule for
-# how many threads a piece of work is worth.  fastnn.set_num_threads sets every module.
+# Included once by every compiled family module: the thread count of a call, the rule for
+# how many threads a piece of work is worth, and the checked allocation (fnn_alloc.h).
+#
+# Thread count: one source of truth, OpenMP's own (the nthreads-var ICV that
+# omp_get_max_threads reads).  OMP_NUM_THREADS sets its default, threadpoolctl's
+# threadpool_limits(user_api="openmp") sets it through omp_set_num_threads, and
+# fastnn.set_num_threads sets it too -- read at every call, so each of them governs the
+# kernels.  The ICV belongs to the calling thread in OpenMP, while fastnn.set_num_threads is
+# process-wide (as torch.set_num_threads): a set bumps a generation, and a thread that calls
+# a kernel applies the count once when it sees a new generation (PyTorch applies its count
+# per thread lazily the same way).  Cost on a hot call: one thread-local compare.
 
-cdef int _num_threads = 1
+cdef extern from *:
+    """
+    #include "fnn_alloc.h"
+    #ifdef _OPENMP
+    #include <omp.h>
+    #endif
+    static int fnn_requested_threads = 0;     /* fastnn.set_num_threads, 0 = never set */
+    static int fnn_threads_generation = 0;
+    static __thread int fnn_threads_seen = 0;
+    static int fnn_fork_serial = 0;           /* a forked child whose OpenMP pool is unsafe */
+
+    static inline int fnn_max_threads(void)
+    {
+    #ifdef _OPENMP
+        int gen;
+        if (__atomic_load_n(&fnn_fork_serial, __ATOMIC_RELAXED))
+            return 1;
+        gen = __atomic_load_n(&fnn_threads_generation, __ATOMIC_ACQUIRE);
+        if (fnn_threads_seen != gen) {
+            int n = __atomic_load_n(&fnn_requested_threads, __ATOMIC_RELAXED);
+            fnn_threads_seen = gen;
+            if (n > 0)
+                omp_set_num_threads(n);
+        }
+        return omp_get_max_threads();
+    #else
+        return 1;
+    #endif
+    }
+
+    static inline void fnn_request_threads(int n)
+    {
+        __atomic_store_n(&fnn_requested_threads, n, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&fnn_threads_generation, 1, __ATOMIC_RELEASE);
+    }
+
+    /* The team size a parallel region started with num_threads(n) really gets. */
+    static inline int fnn_team_size(int n)
+    {
+        int got = 1;
+    #ifdef _OPENMP
+        #pragma omp parallel num_threads(n)
+        {
+            #pragma omp single
+            got = omp_get_num_threads();
+        }
+    #endif
+        return got;
+    }
+    """
+    void* fnn_alloc(size_t n, size_t size) nogil
+    void* fnn_calloc(size_t n, size_t size) nogil
+    void fnn_flag_set(int* flag) nogil
+    int fnn_flag_get(const int* flag) nogil
+    int fnn_max_threads() nogil
+    void fnn_request_threads(int n) nogil
+    int fnn_team_size(int n) nogil
+    int fnn_fork_serial
+    int fnn_alloc_countdown
 
 
 def _set_num_threads(int n):
-    global _num_threads
-    _num_threads = n if n > 0 else 1
+    """This module's part of fastnn.set_num_threads (process-wide, applied at each thread's
+    next call; the calling thread at once, so threadpool_info shows it)."""
+    fnn_request_threads(n if n > 0 else 1)
+    fnn_max_threads()
 
 
 def _get_num_threads():
-    return _num_threads
+    """Threads a kernel called from this thread may use now."""
+    return fnn_max_threads()
+
+
+def _fork_child_serial():
+    """In a forked child whose OpenMP runtime could not drop its thread pool before the
+    fork (fastnn._threads): run every kernel on the calling thread from now on."""
+    global fnn_fork_serial
+    fnn_fork_serial = 1
+
+
+def _fail_allocation(int k):
+    """Test hook: make this module's k-th next scratch allocation (0-based) fail; -1 turns
+    it off.  Returns the countdown left from the previous setting (>= 0: fewer
+    allocations than asked for happened)."""
+    global fnn_alloc_countdown
+    left = fnn_alloc_countdown
+    fnn_alloc_countdown = k
+    return left
+
+
+def _threads_used(Py_ssize_t work, Py_ssize_t grain):
+    """Test hook: the team size a kernel gets for ``work`` units at ``grain`` units per
+    thread -- _threads_for, then a real OpenMP region."""
+    return fnn_team_size(_threads_for(work, grain))
 
 
 cdef inline int _threads_for(Py_ssize_t work, Py_ssize_t grain) noexcept nogil:
@@ -18,7 +111,34 @@ cdef inline int _threads_for(Py_ssize_t work, Py_ssize_t grain) noexcept nogil:
 
     Small calls stay on the calling thread: waking a team costs microseconds."""
     cdef Py_ssize_t t
-    if _num_threads <= 1 or work < 2 * grain:
+    cdef int n
+    if work < 2 * grain:
+        return 1
+    n = fnn_max_threads()
+    if n <= 1:
         return 1
     t = work // grain
-    return <int>(t if t < _num_threads else _num_threads)
+    return <int>(t if t < n else n)
+
+
+cdef inline void* _alloc(size_t n, size_t size) except NULL nogil:
+    """fnn_alloc for code outside parallel regions: MemoryError instead of NULL."""
+    cdef void* p = fnn_alloc(n, size)
+    if p == NULL:
+        _raise_nomem(n, size)
+    return p
+
+
+cdef inline void* _calloc(size_t n, size_t size) except NULL nogil:
+    """fnn_calloc (zeroed) for code outside parallel regions: MemoryError instead of NULL."""
+    cdef void* p = fnn_calloc(n, size)
+    if p == NULL:
+        _raise_nomem(n, size)
+    return p
+
+
+cdef inline int _raise_nomem(size_t n, size_t size) except -1 nogil:
+    """Raise MemoryError for a failed request of n items of ``size`` bytes (after a
+    parallel region: with the region's largest per-thread request)."""
+    with gil:
+        raise MemoryError(f"fastnn: out of memory allocating {n} x {size} bytes of scratch")

@@ -8,7 +8,7 @@
 cimport cython
 cimport numpy as cnp
 from cython.parallel cimport prange
-from libc.stdlib cimport calloc, malloc, free
+from libc.stdlib cimport free
 from libc.string cimport memset
 
 from fnn_blas cimport real
@@ -124,18 +124,16 @@ def layer_norm_infer(cnp.ndarray x, object weight, object bias, Py_ssize_t D, do
     cdef double stack[2 * _STACK_ROWS]
     cdef void* scratch = <void*>stack
     if rows > _STACK_ROWS:
-        scratch = malloc(2 * rows * sizeof(double))
-        if scratch == NULL:
-            raise MemoryError()
+        scratch = _alloc(2 * rows, sizeof(double))
     _ln_fwd_arrays(x, y, weight, bias, rows, D, eps, scratch)
     if scratch != <void*>stack:
         free(scratch)
     return y
 
 
-cdef void _ln_bwd(const real* dy, const real* x, const real* w, const real* mean,
-                  const real* rstd, Py_ssize_t rows, Py_ssize_t D, real* dx,
-                  real* dw, real* db) noexcept nogil:
+cdef int _ln_bwd(const real* dy, const real* x, const real* w, const real* mean,
+                 const real* rstd, Py_ssize_t rows, Py_ssize_t D, real* dx,
+                 real* dw, real* db) except -1 nogil:
     cdef Py_ssize_t CH = 64
     cdef Py_ssize_t nch = (rows + CH - 1) // CH
     cdef Py_ssize_t c, r, j, r0, r1
@@ -149,8 +147,7 @@ cdef void _ln_bwd(const real* dy, const real* x, const real* w, const real* mean
     cdef real *pb
     cdef double* acc = NULL
     if want_params and nch > 0:
-        part = <real*>malloc(2 * nch * D * sizeof(real))
-        memset(part, 0, 2 * nch * D * sizeof(real))
+        part = <real*>_calloc(2 * nch * D, sizeof(real))
     for c in prange(nch, nogil=True, schedule="static", num_threads=nt):
         r0 = c * CH
         r1 = r0 + CH
@@ -161,7 +158,10 @@ cdef void _ln_bwd(const real* dy, const real* x, const real* w, const real* mean
         for r in range(r0, r1):
             _ln_bwd_row(dy + r * D, x + r * D, w, mean[r], rstd[r], D, dx + r * D, pw, pb, stream)
     if want_params:
-        acc = <double*>calloc(2 * D + 1, sizeof(double))
+        acc = <double*>fnn_calloc(2 * D + 1, sizeof(double))
+        if acc == NULL:
+            free(part)
+            _raise_nomem(2 * D + 1, sizeof(double))
         for c in range(nch):
             for j in range(2 * D):
                 acc[j] += part[2 * c * D + j]
@@ -171,6 +171,7 @@ cdef void _ln_bwd(const real* dy, const real* x, const real* w, const real* mean
                 db[j] = <real>acc[D + j]
         free(acc)
         free(part)
+    return 0
 
 
 def layer_norm_backward(cnp.ndarray dy, tuple saved):

@@ -23,7 +23,7 @@
 cimport cython
 cimport numpy as cnp
 from cython.parallel cimport prange, parallel
-from libc.stdlib cimport malloc, calloc, free
+from libc.stdlib cimport free
 from libc.math cimport INFINITY
 from libc.string cimport memset
 from libc.stdint cimport int32_t
@@ -218,10 +218,10 @@ def max_pool2d_backward(cnp.ndarray dy, tuple saved):
 
 # ---------------------------------------------------------------- average pooling
 cdef double* _col_factors(Py_ssize_t OW, Py_ssize_t kw, Py_ssize_t sw, Py_ssize_t pw,
-                          Py_ssize_t W, bint include_pad) noexcept nogil:
+                          Py_ssize_t W, bint include_pad) except NULL nogil:
     """Per output column: the window width torch divides by (clipped to the padded input
     with count_include_pad, to the input otherwise); 0 where no input column is covered."""
-    cdef double* f = <double*>malloc((OW + 1) * sizeof(double))
+    cdef double* f = <double*>_alloc(OW + 1, sizeof(double))
     cdef Py_ssize_t ow, c0, c1, v0, v1
     for ow in range(OW):
         c0 = ow * sw - pw
@@ -298,10 +298,10 @@ cdef void _avg_plane(const real* x, real* y, real* v, real* dv, Py_ssize_t H, Py
             fnn_avg_hrow_d(v, y + oh * OW, dv, OW, kw, sw)
 
 
-cdef void _avg_fwd(const real* x, real* y, Py_ssize_t P, Py_ssize_t H, Py_ssize_t W,
-                   Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw,
-                   Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw,
-                   bint include_pad, Py_ssize_t override) noexcept nogil:
+cdef int _avg_fwd(const real* x, real* y, Py_ssize_t P, Py_ssize_t H, Py_ssize_t W,
+                  Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw,
+                  Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw,
+                  bint include_pad, Py_ssize_t override) except -1 nogil:
     cdef Py_ssize_t p
     cdef int nt = _threads_for(P * H * W, 1 << 15)
     cdef double* cf = _col_factors(OW, kw, sw, pw, W, include_pad)
@@ -309,15 +309,22 @@ cdef void _avg_fwd(const real* x, real* y, Py_ssize_t P, Py_ssize_t H, Py_ssize_
     cdef Py_ssize_t L = _padded_width(W, OW, kw, sw, pw)
     cdef real* v = NULL
     cdef real* dv = NULL
+    cdef int failed = 0
     with nogil, parallel(num_threads=nt):
-        v = <real*>calloc(L + 8, sizeof(real))
-        dv = <real*>malloc((OW + 8) * sizeof(real))
+        v = <real*>fnn_calloc(L + 8, sizeof(real))
+        dv = <real*>fnn_alloc(OW + 8, sizeof(real))
+        if v == NULL or dv == NULL:
+            fnn_flag_set(&failed)
         for p in prange(P, schedule="static"):
-            _avg_plane(x + p * H * W, y + p * OH * OW, v, dv, H, W, OH, OW, kh, kw, sh, sw,
-                       ph, pw, include_pad, override, cf)
+            if v != NULL and dv != NULL:
+                _avg_plane(x + p * H * W, y + p * OH * OW, v, dv, H, W, OH, OW, kh, kw, sh, sw,
+                           ph, pw, include_pad, override, cf)
         free(v)
         free(dv)
     free(cf)
+    if failed:
+        _raise_nomem(L + OW + 16, sizeof(real))
+    return 0
 
 
 cdef void _avg_plane_bwd(const real* g, real* d, real* gz, real* hb, real* dv, Py_ssize_t L,
@@ -354,29 +361,36 @@ cdef void _avg_plane_bwd(const real* g, real* d, real* gz, real* hb, real* dv, P
             fnn_avg_vsum_d(d + ih * W, hb + a * L + pw, W, b - a, L)
 
 
-cdef void _avg_bwd(const real* g, real* dx, Py_ssize_t P, Py_ssize_t H, Py_ssize_t W,
-                   Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw,
-                   Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw,
-                   bint include_pad, Py_ssize_t override) noexcept nogil:
+cdef int _avg_bwd(const real* g, real* dx, Py_ssize_t P, Py_ssize_t H, Py_ssize_t W,
+                  Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t kh, Py_ssize_t kw,
+                  Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph, Py_ssize_t pw,
+                  bint include_pad, Py_ssize_t override) except -1 nogil:
     cdef Py_ssize_t p
     cdef real* gz = NULL
     cdef real* hb = NULL
     cdef real* dv = NULL
+    cdef int failed = 0
     cdef int nt = _threads_for(P * H * W, 1 << 15)
     cdef double* cf = _col_factors(OW, kw, sw, pw, W, include_pad)
     cdef Py_ssize_t L = _padded_width(W, OW, kw, sw, pw)
     with nogil, parallel(num_threads=nt):
         # gz: the divided output row behind kw zeros, zeros after it
-        gz = <real*>calloc(OW + L + 3 * kw + 8, sizeof(real))
-        hb = <real*>malloc((OH * L + 8) * sizeof(real))
-        dv = <real*>malloc((OW + 8) * sizeof(real))
+        gz = <real*>fnn_calloc(OW + L + 3 * kw + 8, sizeof(real))
+        hb = <real*>fnn_alloc(OH * L + 8, sizeof(real))
+        dv = <real*>fnn_alloc(OW + 8, sizeof(real))
+        if gz == NULL or hb == NULL or dv == NULL:
+            fnn_flag_set(&failed)
         for p in prange(P, schedule="static"):
-            _avg_plane_bwd(g + p * OH * OW, dx + p * H * W, gz, hb, dv, L, H, W, OH, OW, kh, kw,
-                           sh, sw, ph, pw, include_pad, override, cf)
+            if gz != NULL and hb != NULL and dv != NULL:
+                _avg_plane_bwd(g + p * OH * OW, dx + p * H * W, gz, hb, dv, L, H, W, OH, OW, kh,
+                               kw, sh, sw, ph, pw, include_pad, override, cf)
         free(gz)
         free(hb)
         free(dv)
     free(cf)
+    if failed:
+        _raise_nomem(OW + L + 3 * kw + OH * L + OW + 24, sizeof(real))
+    return 0
 
 
 def avg_pool2d(cnp.ndarray x, tuple kernel, tuple stride, tuple padding, tuple out_hw,

@@ -24,7 +24,7 @@ cimport numpy as cnp
 from cython.parallel cimport parallel, prange
 from libc.math cimport exp, tanh
 from libc.stdint cimport int64_t, uint32_t, uint64_t, uintptr_t
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport free
 from libc.string cimport memset
 
 from fnn_blas cimport gemm as _scipy_gemm, real

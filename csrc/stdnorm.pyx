@@ -10,7 +10,7 @@
 cimport numpy as cnp
 from cython.parallel cimport prange
 from libc.math cimport sqrt
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport free
 from libc.string cimport memset
 
 from fnn_blas cimport real
@@ -96,9 +96,9 @@ def std_layer_norm(cnp.ndarray x, object a, object b, Py_ssize_t D, double eps):
     return y, (x, a, b is not None, mean, std, eps, D)
 
 
-cdef void _bwd(const real* dy, const real* x, const real* a, const real* mean,
-               const real* std, double eps, Py_ssize_t rows, Py_ssize_t D, real* dx,
-               real* da, real* db) noexcept nogil:
+cdef int _bwd(const real* dy, const real* x, const real* a, const real* mean,
+              const real* std, double eps, Py_ssize_t rows, Py_ssize_t D, real* dx,
+              real* da, real* db) except -1 nogil:
     cdef Py_ssize_t CH = 64
     cdef Py_ssize_t nch = (rows + CH - 1) // CH
     cdef Py_ssize_t c, r, j, r0, r1
@@ -109,8 +109,7 @@ cdef void _bwd(const real* dy, const real* x, const real* a, const real* mean,
     cdef double *pb
     cdef double sg, sgd, d, g, rr, m, sd, coef
     if want_params and nch > 0:
-        part = <double*>malloc(2 * nch * D * sizeof(double))
-        memset(part, 0, 2 * nch * D * sizeof(double))
+        part = <double*>_calloc(2 * nch * D, sizeof(double))
     for c in prange(nch, nogil=True, schedule="static", num_threads=nt):
         r0 = c * CH
         r1 = r0 + CH
@@ -149,6 +148,7 @@ cdef void _bwd(const real* dy, const real* x, const real* a, const real* mean,
             if db != NULL:
                 db[j] = <real>part[D + j] if nch > 0 else 0
         free(part)
+    return 0
 
 
 def std_layer_norm_backward(cnp.ndarray dy, tuple saved):

@@ -20,6 +20,11 @@ if "OMP_WAIT_POLICY" not in _os.environ:
 from ._malloc import tune as _tune_malloc  # noqa: E402
 _tune_malloc()
 
+# The kernels' OpenMP runtime is loaded now (not at the first kernel call) so that
+# threadpoolctl sees it: a threadpool_limits block entered before that call must govern it.
+from .cpu import load_openmp as _load_openmp  # noqa: E402
+_load_openmp()
+
 from ._version import __version__  # noqa: E402
 from ._backend import (available_backends, get_backend, get_num_threads,  # noqa: E402
                        set_backend, set_num_threads, use_backend)

@@ -215,13 +215,22 @@ def _cpu_modules():
 
 
 def set_num_threads(n):
-    """Threads for the compiled kernels: OpenMP loops *and* the BLAS pool (never stacked)."""
+    """Threads for the compiled kernels: OpenMP loops *and* the BLAS pool (never stacked).
+
+    Process-wide, as torch.set_num_threads.  The count lives in OpenMP itself (what
+    omp_get_max_threads reads; each kernel reads it at call time), so OMP_NUM_THREADS,
+    threadpoolctl's threadpool_limits and this function all govern the same number, and
+    threadpoolctl.threadpool_info() shows it."""
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
         raise TypeError(f"set_num_threads: n must be an int, got {type(n).__name__}")
     n = int(n)
     if n < 1:
         raise ValueError(f"set_num_threads: n must be >= 1, got {n}")
     _num_threads[0] = n
+    from . import cpu
+    omp = cpu.openmp_module()
+    if omp is not None:
+        omp._set_num_threads(n)
     for mod in _cpu_modules():
         mod._set_num_threads(n)
     from . import _threads
@@ -229,7 +238,13 @@ def set_num_threads(n):
 
 
 def get_num_threads():
-    """Threads the compiled kernels use (default: the CPUs this process may run on)."""
+    """Threads a compiled kernel called from this thread may use now (default:
+    OMP_NUM_THREADS, else the CPUs this process may run on; inside
+    threadpoolctl.threadpool_limits(n), at most n)."""
+    from . import cpu
+    omp = cpu.openmp_module()
+    if omp is not None:      # OpenMP's own count, as the kernels read it
+        return omp._get_num_threads()
     if _num_threads[0] is None:
         _num_threads[0] = default_num_threads()
     return _num_threads[0]

@@ -1,4 +1,5 @@
-"""BLAS thread-pool control, shared by every compiled family.
+"""Process hygiene of the compiled kernels: BLAS thread-pool control, the OpenMP pool
+across fork(), and the address space loading the kernels needs.
 
 fastnn calls BLAS (scipy's cython_blas) from two kinds of places: one big GEMM from
 the Python shell (BLAS may use all threads), and tile GEMMs inside OpenMP regions
@@ -6,6 +7,7 @@ the Python shell (BLAS may use all threads), and tile GEMMs inside OpenMP region
 BLAS libraries once; limits are then cheap calls into them.
 """
 import contextlib
+import os
 import threading
 
 _controller = [None]
@@ -124,3 +126,102 @@ def numpy_gemm_symbols():
                 break
         _np_gemm[0] = found
     return _np_gemm[0]
+
+
+# ---------------------------------------------------------------- fork
+# GNU OpenMP's thread pool does not survive fork(): the child inherits the bookkeeping of
+# the parent's pool but not its threads, and its first parallel region waits for them
+# forever.  So before a fork (os.fork, multiprocessing's fork start method) the forking
+# thread's pool is released with omp_pause_resource_all (OpenMP 5.0; GCC >= 10): the child
+# then starts a fresh pool at its first region -- same thread count, same results -- and
+# the parent rebuilds its own the same way (one team start, tens of microseconds).  Where
+# the runtime cannot release it (an older libgomp), the child runs every kernel on its
+# calling thread instead.  LLVM's and Intel's runtimes handle fork themselves.
+_kernels = []
+_gomp_pause = [None]      # [(omp_pause_resource_all or None) for every libgomp loaded]
+_fork_pool_released = [True]
+_OMP_PAUSE_SOFT = 1
+
+
+def kernels_loaded(mods):
+    """fastnn.cpu hands over the compiled family modules once they are loaded."""
+    _kernels[:] = mods
+
+
+def _gomp_pausers():
+    if _gomp_pause[0] is None:
+        from threadpoolctl import ThreadpoolController
+        out = []
+        for lib in ThreadpoolController().select(user_api="openmp").lib_controllers:
+            if getattr(lib, "prefix", "") != "libgomp":
+                continue
+            out.append(getattr(getattr(lib, "dynlib", None), "omp_pause_resource_all", None))
+        _gomp_pause[0] = out
+    return _gomp_pause[0]
+
+
+def _release_openmp_pool():
+    """Release the calling thread's libgomp pool; False where some libgomp cannot."""
+    ok = True
+    for pause in _gomp_pausers():
+        if pause is None or pause(_OMP_PAUSE_SOFT) != 0:
+            ok = False
+    return ok
+
+
+def _before_fork():
+    _fork_pool_released[0] = True
+    if _kernels:               # no kernel loaded: no OpenMP pool exists yet
+        try:
+            _fork_pool_released[0] = _release_openmp_pool()
+        except Exception:      # pragma: no cover - be safe rather than hang the child
+            _fork_pool_released[0] = False
+
+
+def _after_fork_in_child():
+    if not _fork_pool_released[0]:
+        for mod in _kernels:
+            mod._fork_child_serial()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+
+
+# ---------------------------------------------------------------- memory
+# Loading the kernels loads SciPy's OpenBLAS (the kernels' fallback BLAS), whose start-up
+# maps a buffer per BLAS thread and, when that mmap fails, retries forever: under an
+# address-space limit (RLIMIT_AS) close to current use the first kernel call hung.  Before
+# loading, the address space that start-up takes is reserved once and given back; if it
+# is not there, MemoryError (and a later call tries again).
+_MiB = 1 << 20
+
+
+def _kernel_load_bytes():
+    """Address space loading the kernels may take: the extension modules and libgomp,
+    and SciPy's OpenBLAS start-up (a buffer and a stack per BLAS thread), generously."""
+    import sys
+    n = os.cpu_count() or 1
+    need = 64 * _MiB
+    if "scipy.linalg._fblas" not in sys.modules:
+        need += (n + 1) * 48 * _MiB
+    return need
+
+
+def check_address_space(what, nbytes):
+    """MemoryError unless ``nbytes`` of address space can be mapped now (only checked
+    under a finite RLIMIT_AS: that limit, not memory, is what makes mmap fail early)."""
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, AttributeError, OSError):  # pragma: no cover - not POSIX
+        return
+    if soft == resource.RLIM_INFINITY:
+        return
+    import mmap
+    try:
+        m = mmap.mmap(-1, nbytes)   # untouched anonymous pages: address space only
+    except OSError as e:
+        raise MemoryError(f"fastnn: {what} needs about {nbytes // _MiB} MiB of address "
+                          f"space and the address-space limit (RLIMIT_AS) leaves less") from e
+    m.close()

@@ -48,15 +48,53 @@ def compiled_modules():
         if not families:
             raise ImportError("fastnn's compiled kernels are not built "
                               "(pip install . or python setup.py build_ext --inplace)")
-        from .._backend import get_num_threads
-        n = get_num_threads()
-        mods = []
-        for name in sorted(families):
-            mod = importlib.import_module(families[name])
-            mod._set_num_threads(n)
-            mods.append(mod)
+        from .. import _backend, _threads
+        _threads.check_address_space("loading the compiled kernels",
+                                     _threads._kernel_load_bytes())
+        try:
+            mods = [importlib.import_module(families[name]) for name in sorted(families)]
+        except ImportError as e:
+            # the loader cannot map a built module: memory, not a missing build
+            if "failed to map segment" in str(e) or "allocate memory" in str(e):
+                raise MemoryError(f"fastnn: loading the compiled kernels failed: {e}") from e
+            raise
+        # the thread count is OpenMP's own (fnn_runtime.pxi): only a count the user set
+        # before the kernels were loaded needs passing on
+        if _backend._num_threads[0] is not None:
+            for mod in mods:
+                mod._set_num_threads(_backend._num_threads[0])
         _modules = mods
+        omp = openmp_module()
+        _threads.kernels_loaded(mods + ([omp] if omp is not None else []))
     return _modules
+
+
+_openmp = []
+
+
+def openmp_module():
+    """fastnn._cpu.<variant>._openmp (the kernels' OpenMP runtime and its thread-count
+    entry points, nothing else), best variant; None where the kernels are not built."""
+    if not _openmp:
+        mod = None
+        for variant in cpu_variants():
+            try:
+                mod = importlib.import_module(f"fastnn._cpu.{variant}._openmp")
+                break
+            except ImportError:
+                continue
+        _openmp.append(mod)
+    return _openmp[0]
+
+
+def load_openmp():
+    """At ``import fastnn``: load the OpenMP runtime the kernels use, so that a
+    threadpoolctl.threadpool_limits block entered before the first kernel call (which
+    loads the families) still governs it.  About a millisecond; no BLAS is loaded."""
+    try:
+        openmp_module()
+    except MemoryError:  # pragma: no cover - the kernels' own load reports it later
+        _openmp.clear()
 
 
 def shell_module():
