@@ -35,6 +35,11 @@ _ACTIVATIONS = {"gelu": ("GELU", "none"), "gelu_new": ("GELU", "tanh"),
                 "relu": ("ReLU", None)}
 
 
+# hidden_act -> the activation name of the fused inference GEMM (linear_act_infer)
+_ACT_KERNEL = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+               "gelu_fast": "gelu_tanh", "relu": "relu"}
+
+
 def _nn():
     from .. import nn
     return nn
@@ -136,6 +141,7 @@ class BertLayer(Module):
         from .. import nn
         D, I = cfg.hidden_size, cfg.intermediate_size
         self.num_heads = cfg.num_attention_heads
+        self.hidden_act = cfg.hidden_act
         self.attn_dropout = cfg.attention_probs_dropout_prob
         self.attention = _Holder(
             self=_Holder(query=nn.Linear(D, D), key=nn.Linear(D, D), value=nn.Linear(D, D)),
@@ -147,54 +153,50 @@ class BertLayer(Module):
         self.output = _Holder(dense=nn.Linear(I, D), LayerNorm=nn.LayerNorm(D, eps=cfg.layer_norm_eps),
                               dropout=nn.Dropout(cfg.hidden_dropout_prob))
 
-    def _fused_qkv(self):
-        """(W_qkv (3D, D), b_qkv (3D,)) for the one-GEMM projection.  The query, key and
-        value parameters are made views of these arrays (so optimizer steps, which update
-        ``.data`` in place, stay visible); when a parameter's ``.data`` was replaced
-        (load_state_dict, .to) the fused arrays are rebuilt."""
-        sa = self.attention.self
-        lin = (sa.query, sa.key, sa.value)
-        f = self.__dict__.get("_qkv")
-        if f is not None and all(m.weight.data is w and m.bias.data is b
-                                 for m, w, b in zip(lin, f[2], f[3])):
-            return f[0], f[1]
-        W = np.concatenate([m.weight.data for m in lin])
-        B = np.concatenate([m.bias.data for m in lin])
-        D = lin[0].weight.data.shape[0]
-        ws = tuple(W[i * D:(i + 1) * D] for i in range(3))
-        bs = tuple(B[i * D:(i + 1) * D] for i in range(3))
-        for m, w, b in zip(lin, ws, bs):
-            m.weight.data = w
-            m.bias.data = b
-        object.__setattr__(self, "_qkv", (W, B, ws, bs))
-        return W, B
+    def _infer_weights(self):
+        """The inference GEMMs' weights: transposed (in, out) C-contiguous copies, the
+        query, key and value ones fused into one (D, 3D) matrix (one GEMM).  Rebuilt when
+        a parameter's ``.data`` was replaced (load_state_dict, .to) and dropped by every
+        training-mode forward (optimizer steps change the weights in place)."""
+        sa, so, inter, out = (self.attention.self, self.attention.output, self.intermediate,
+                              self.output)
+        lins = (sa.query, sa.key, sa.value, so.dense, inter.dense, out.dense)
+        srcs = tuple(a for m in lins for a in (m.weight.data, m.bias.data))
+        c = self.__dict__.get("_infer")
+        if c is not None and all(x is y for x, y in zip(c[0], srcs)):
+            return c[1]
+        t = lambda w: np.ascontiguousarray(w.T)  # noqa: E731
+        w = (np.ascontiguousarray(np.concatenate([m.weight.data for m in lins[:3]]).T),
+             np.concatenate([m.bias.data for m in lins[:3]]),
+             t(so.dense.weight.data), so.dense.bias.data, t(inter.dense.weight.data),
+             inter.dense.bias.data, t(out.dense.weight.data), out.dense.bias.data)
+        object.__setattr__(self, "_infer", (srcs, w))
+        return w
 
     def forward_packed(self, be, x, starts, lengths):
         """Inference on a packed batch: x (total_tokens, D), the real tokens of every
         sequence one after another (sequence b: rows starts[b] .. + lengths[b]).  Dense
-        layers, GELU and the norms run on the packed matrix; attention per sequence
-        (varlen, reading q, k, v in place from the fused projection)."""
+        layers run on the packed matrix (bias and GELU fused into the GEMM's output
+        blocks), attention per sequence (varlen, reading q, k, v in place from the fused
+        projection), the residual adds fused into the layer norms."""
         so, out, inter = self.attention.output, self.output, self.intermediate
-        W, B = self._fused_qkv()
+        wqkv, bqkv, wo, bo, wi, bi, wo2, bo2 = self._infer_weights()
         D = x.shape[1]
-        qkv = be.linear(x, W, B)[0][None]
+        qkv = be.linear_act_infer(x, wqkv, bqkv, "none")[None]
         ctx = be.varlen_attention(qkv[..., :D], qkv[..., D:2 * D], qkv[..., 2 * D:], starts,
                                   lengths, starts, lengths, self.num_heads, False, False,
                                   1.0 / math.sqrt(D // self.num_heads))[0]
         ln = so.LayerNorm
-        h = be.add_layer_norm_infer(be.linear(ctx, so.dense.weight.data, so.dense.bias.data)[0],
-                                    x, ln.weight.data, ln.bias.data, D, ln.eps)
-        act = inter.intermediate_act_fn
-        a = be.linear(h, inter.dense.weight.data, inter.dense.bias.data)[0]
-        if isinstance(act, _nn().GELU):
-            be.gelu(a, act.approximate, a)          # in place over the GEMM output
-        else:
-            be.relu(a, a)
+        h = be.add_layer_norm_infer(be.linear_act_infer(ctx, wo, bo, "none"), x,
+                                    ln.weight.data, ln.bias.data, D, ln.eps)
+        a = be.linear_act_infer(h, wi, bi, _ACT_KERNEL[self.hidden_act])
         ln = out.LayerNorm
-        return be.add_layer_norm_infer(be.linear(a, out.dense.weight.data, out.dense.bias.data)[0],
-                                       h, ln.weight.data, ln.bias.data, D, ln.eps)
+        return be.add_layer_norm_infer(be.linear_act_infer(a, wo2, bo2, "none"), h,
+                                       ln.weight.data, ln.bias.data, D, ln.eps)
 
     def forward(self, x, mask=None, mask_index=None):
+        if self.training:
+            self.__dict__.pop("_infer", None)
         sa, so = self.attention.self, self.attention.output
         q, k, v = sa.query(x), sa.key(x), sa.value(x)
         p = self.attn_dropout if self.training else 0.0
