@@ -389,3 +389,79 @@ def test_linear_act_infer(act, M, K, N, dtype):
     want = {"none": lin, "relu": F.relu(lin), "gelu": F.gelu(lin),
             "gelu_tanh": F.gelu(lin, approximate="tanh")}[act]
     np.testing.assert_allclose(y, want, rtol=tol, atol=tol)
+
+
+# ---------------------------------------------------------------- layers: key padding masks
+def _spy_varlen(monkeypatch):
+    calls = []
+    orig = F.varlen_attention
+
+    def spy(*a, **k):
+        calls.append(1)
+        return orig(*a, **k)
+    monkeypatch.setattr(F, "varlen_attention", spy)
+    return calls
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_mha_eval_key_padding_mask_skips_padded_keys(monkeypatch, batch_first):
+    """Eval-mode self-attention with a right-padded key_padding_mask takes the varlen
+    path (padded keys never read) and still equals torch, padded query rows included."""
+    torch = pytest.importorskip("torch")
+    calls = _spy_varlen(monkeypatch)
+    fastnn.manual_seed(0)
+    E, H, N, L = 16, 4, 3, 7
+    m = fastnn.nn.MultiheadAttention(E, H, batch_first=batch_first).eval()
+    tm = torch.nn.MultiheadAttention(E, H, batch_first=batch_first).eval()
+    tm.load_state_dict({k: torch.tensor(v) for k, v in m.state_dict().items()})
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((N, L, E) if batch_first else (L, N, E)).astype(np.float32)
+    kpm = np.zeros((N, L), bool)
+    kpm[1, 4:] = True
+    kpm[2, 1:] = True
+    y = m(x, x, x, key_padding_mask=kpm)[0]
+    assert calls, "the varlen path was not taken"
+    with torch.no_grad():
+        ty = tm(*(torch.tensor(x),) * 3, key_padding_mask=torch.tensor(kpm),
+                need_weights=False)[0].numpy()
+    np.testing.assert_allclose(y, ty, rtol=1e-5, atol=1e-5)
+    # padding not at the end: the masked kernel, same answer as torch
+    calls.clear()
+    kpm2 = kpm[:, ::-1].copy()
+    y2 = m(x, x, x, key_padding_mask=kpm2)[0]
+    assert not calls
+    with torch.no_grad():
+        ty2 = tm(*(torch.tensor(x),) * 3, key_padding_mask=torch.tensor(kpm2),
+                 need_weights=False)[0].numpy()
+    np.testing.assert_allclose(y2, ty2, rtol=1e-5, atol=1e-5)
+
+
+def test_transformer_encoder_layer_eval_key_padding_mask(monkeypatch):
+    torch = pytest.importorskip("torch")
+    calls = _spy_varlen(monkeypatch)
+    fastnn.manual_seed(0)
+    layer = fastnn.nn.TransformerEncoderLayer(16, 4, 32, batch_first=True).eval()
+    tl = torch.nn.TransformerEncoderLayer(16, 4, 32, batch_first=True).eval()
+    tl.load_state_dict({k: torch.tensor(v) for k, v in layer.state_dict().items()})
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((3, 6, 16)).astype(np.float32)
+    kpm = np.arange(6) >= np.array([6, 2, 4])[:, None]
+    y = layer(x, src_key_padding_mask=kpm)
+    assert calls
+    with torch.no_grad():
+        ty = tl(torch.tensor(x), src_key_padding_mask=torch.tensor(kpm)).numpy()
+    real = ~kpm
+    np.testing.assert_allclose(y[real], ty[real], rtol=1e-4, atol=1e-5)
+
+
+def test_from_pretrained_skips_random_init(tmp_path):
+    """Loading draws nothing from the seeded generator (and so costs no init time)."""
+    _hf_dir(tmp_path)
+    fastnn.manual_seed(5)
+    a = fastnn.nn.Linear(3, 2).weight.data
+    fastnn.manual_seed(5)
+    BertEncoder.from_pretrained(tmp_path)
+    np.testing.assert_array_equal(fastnn.nn.Linear(3, 2).weight.data, a)
+    with fastnn.nn.init.skip_init():
+        assert not fastnn.nn.Linear(3, 2).weight.data.any()
+    assert fastnn.nn.Linear(3, 2).weight.data.any()

@@ -394,7 +394,8 @@ class BertEncoder(Module):
         weights = d.weights()
         names = {_bert_key(k) for k in weights}
         cfg.add_pooling_layer = "pooler.dense.weight" in names
-        model = cls(cfg)
+        with init.skip_init():              # every parameter is loaded below
+            model = cls(cfg)
         expected = {k: v.shape for k, v in model.state_dict().items()}
         for k in names:
             if k and k.startswith("encoder.layer.") and k not in expected:
