@@ -616,6 +616,18 @@ cdef inline void* _ptr(object a):
     return NULL if a is None else cnp.PyArray_DATA(<cnp.ndarray>a)
 
 
+cdef tuple _readable(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, bint seq_first):
+    """q, k, v as the kernels read them: in place when _rows_ok, else C-contiguous copies."""
+    cdef int ra = 0 if seq_first else 1
+    if not _rows_ok(q, ra):
+        q = np.ascontiguousarray(q)
+    if not _rows_ok(k, ra):
+        k = np.ascontiguousarray(k)
+    if not _rows_ok(v, ra):
+        v = np.ascontiguousarray(v)
+    return q, k, v
+
+
 cdef object _joint_grads(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, bint zero):
     """(d_q, d_k, d_v) (zeroed when ``zero``) as column blocks of one C-contiguous (.., Fq+Fk+Fv) array
     when q, k, v are such blocks of one array (the fused QKV projection), else None: the
@@ -646,13 +658,7 @@ def scaled_dot_product_attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, in
     read in place when their rows are unit-stride (views of a fused projection; others
     are copied C-contiguous); mask None or additive (M, Lm, Sm) of that dtype with
     mask_index (B*H,) int64.  OUT out C-contiguous."""
-    cdef int ra = 0 if seq_first else 1
-    if not _rows_ok(q, ra):
-        q = np.ascontiguousarray(q)
-    if not _rows_ok(k, ra):
-        k = np.ascontiguousarray(k)
-    if not _rows_ok(v, ra):
-        v = np.ascontiguousarray(v)
+    q, k, v = _readable(q, k, v, seq_first)
     cdef Geo g = _geometry(q, k, v, num_heads, seq_first, mask, is_causal, dropout_p, scale,
                            seed, offset)
     shape = (g.L, g.B, num_heads * g.Ev) if seq_first else (g.B, g.L, num_heads * g.Ev)
@@ -788,13 +794,7 @@ def varlen_attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object q_start
     are unit-stride); q_start, q_len, k_start, k_len: int64 (nb,) with nb == B, or any nb
     when B == 1 (a packed batch).  OUT out C-contiguous, q's row layout; query rows outside
     every range are 0.  Inference-only (no dropout, no mask, nothing saved)."""
-    cdef int ra = 0 if seq_first else 1
-    if not _rows_ok(q, ra):
-        q = np.ascontiguousarray(q)
-    if not _rows_ok(k, ra):
-        k = np.ascontiguousarray(k)
-    if not _rows_ok(v, ra):
-        v = np.ascontiguousarray(v)
+    q, k, v = _readable(q, k, v, seq_first)
     cdef Geo g = _geometry(q, k, v, num_heads, seq_first, None, is_causal, 0.0, scale, 0, 0)
     if g.B == 1:            # a packed batch: every range lies in batch entry 0
         g.qb = g.kb = g.vb = g.ob = 0
@@ -807,21 +807,27 @@ def varlen_attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object q_start
     cdef bint covered = int(ql.sum()) == g.B * g.L
     cdef cnp.ndarray out = (np.empty if covered else np.zeros)(shape, dtype=q.dtype)
     # tasks (b, h, first query row), longest key range first
-    nqb = (ql + g.fbq - 1) // g.fbq
-    order = np.argsort(-(kl * np.minimum(ql, g.fbq)), kind="stable")
-    b_of = np.repeat(order, nqb[order] * num_heads)
-    j = np.arange(b_of.shape[0]) - np.repeat(np.cumsum(nqb[order] * num_heads)
-                                             - nqb[order] * num_heads, nqb[order] * num_heads)
-    h_of = j // np.repeat(nqb[order], nqb[order] * num_heads)
-    i_of = (j % np.repeat(nqb[order], nqb[order] * num_heads)) * g.fbq
-    cdef cnp.ndarray[int64_t, ndim=2] tasks = np.ascontiguousarray(
-        np.stack([b_of, h_of, i_of], axis=1), dtype=np.int64)
-    cdef Py_ssize_t ntask = tasks.shape[0]
-    cdef Py_ssize_t maxlen = int(ql.max()) if ql.shape[0] else 0
+    cdef Py_ssize_t nb = ql.shape[0], i, j, h, n, ntask = 0, maxlen = 0, work = 0
+    for i in range(nb):
+        ntask += (ql[i] + g.fbq - 1) // g.fbq * num_heads
+        maxlen = ql[i] if ql[i] > maxlen else maxlen
+        work += ql[i] * (kl[i] + 1)
     if ntask == 0:
         return out
-    cdef int nt = _threads_for(int((ql * (kl + 1)).sum()) * num_heads * (g.E + g.Ev + 1),
-                               1 << 18)
+    cdef cnp.ndarray[int64_t, ndim=1] order = np.argsort(-(kl * np.minimum(ql, g.fbq)),
+                                                         kind="stable").astype(np.int64)
+    cdef cnp.ndarray[int64_t, ndim=2] tasks = np.empty((ntask, 3), dtype=np.int64)
+    n = 0
+    for i in range(nb):
+        for h in range(num_heads):
+            j = 0
+            while j < ql[order[i]]:
+                tasks[n, 0] = order[i]
+                tasks[n, 1] = h
+                tasks[n, 2] = j
+                n += 1
+                j += g.fbq
+    cdef int nt = _threads_for(work * num_heads * (g.E + g.Ev + 1), 1 << 18)
     if nt > ntask:
         nt = <int>ntask
     with single_threaded_blas():

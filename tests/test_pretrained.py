@@ -465,3 +465,29 @@ def test_from_pretrained_skips_random_init(tmp_path):
     with fastnn.nn.init.skip_init():
         assert not fastnn.nn.Linear(3, 2).weight.data.any()
     assert fastnn.nn.Linear(3, 2).weight.data.any()
+
+
+def test_inference_kernels_do_not_depend_on_thread_count():
+    rng = np.random.default_rng(4)
+    lens = np.array([40, 3, 260, 17])
+    st = np.cumsum(lens) - lens
+    qkv = rng.standard_normal((1, lens.sum(), 3 * 64)).astype(np.float32)
+    x = rng.standard_normal((600, 384)).astype(np.float32)
+    wt = rng.standard_normal((384, 512)).astype(np.float32)
+    b = rng.standard_normal(512).astype(np.float32)
+    cpu = backend("cpu")
+    outs = []
+    n0 = fastnn.get_num_threads()
+    try:
+        for n in (1, 2, 3):
+            fastnn.set_num_threads(n)
+            outs.append((cpu.varlen_attention(qkv[..., :64], qkv[..., 64:128], qkv[..., 128:],
+                                              st, lens, st, lens, 4, False, False, 0.25),
+                         cpu.linear_act_infer(x, wt, b, "gelu"),
+                         cpu.linear_act_infer(x[:30], wt, b, "gelu"),
+                         cpu.add_layer_norm_infer(x, x[::-1].copy(), None, None, 384, 1e-5)))
+    finally:
+        fastnn.set_num_threads(n0)
+    for o in outs[1:]:
+        for a, r in zip(o, outs[0]):
+            np.testing.assert_array_equal(a, r)
