@@ -252,6 +252,7 @@ cdef inline void* _ptr_or_null(object a):
 cdef enum:
     _INFER_ROWS = 256
     _INFER_MIN_COLS = 128
+    _INFER_MIN_MACS = 8388608
 
 
 cdef void _linear_act_blocks(const real* x, const real* wt, const real* bias, real* y,
@@ -302,7 +303,13 @@ def linear_act_infer(cnp.ndarray x, cnp.ndarray weight_t, object bias, str activ
     if M * N * K > _SERIAL_MACS:
         bm = <int>((M + _INFER_ROWS - 1) // _INFER_ROWS)
         if bm < 2:
+            # column blocks of >= 128 columns and >= _INFER_MIN_MACS multiply-adds: a
+            # short GEMM (one sentence) gains less from a second thread than a parallel
+            # region costs when the cores are shared (measured: batch-1 MiniLM 2.7x
+            # slower on 2 threads than on 1 on a loaded 2-core machine)
             bn = <int>(N // _INFER_MIN_COLS)
+            if bn > M * N * K // _INFER_MIN_MACS:
+                bn = <int>(M * N * K // _INFER_MIN_MACS)
             bn = 4 if bn >= 4 else (2 if bn >= 2 else 1)
     cdef int nt = bm * bn if bm * bn < _num_threads else _num_threads
     if M == 0 or N == 0:

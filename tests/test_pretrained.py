@@ -484,7 +484,7 @@ def test_inference_kernels_do_not_depend_on_thread_count():
             outs.append((cpu.varlen_attention(qkv[..., :64], qkv[..., 64:128], qkv[..., 128:],
                                               st, lens, st, lens, 4, False, False, 0.25),
                          cpu.linear_act_infer(x, wt, b, "gelu"),
-                         cpu.linear_act_infer(x[:30], wt, b, "gelu"),
+                         cpu.linear_act_infer(x[:100], np.tile(wt, 3), np.tile(b, 3), "gelu"),
                          cpu.add_layer_norm_infer(x, x[::-1].copy(), None, None, 384, 1e-5)))
     finally:
         fastnn.set_num_threads(n0)
