@@ -88,6 +88,9 @@ def run(only=None, threads=None, json_path=None, plot_path=None, quick=False, ou
         t_torch = None
         if fns.get("torch") is not None:
             t_torch = time_fn(fns["torch"], mt, c.max_reps)
+        # further implementations a family compares with (e.g. "onnxruntime"), same run
+        t_others = {k: time_fn(f, mt, c.max_reps) for k, f in fns.items()
+                    if k not in ("fastnn", "reference", "torch") and f is not None}
         del fns
         row = dict(family=c.family, op=c.op, shape=c.shape, fastnn_ms=t_fast * 1e3,
                    reference_ms=None if t_ref is None else t_ref * 1e3,
@@ -96,9 +99,12 @@ def run(only=None, threads=None, json_path=None, plot_path=None, quick=False, ou
                    time_ratio_vs_torch=None if t_torch is None else t_fast / t_torch,
                    gbps=None if not c.bytes else c.bytes / t_fast / 1e9,
                    gflops=None if not c.flops else c.flops / t_fast / 1e9)
+        if t_others:
+            row.update(others_ms={k: t * 1e3 for k, t in t_others.items()},
+                       time_ratio_vs={k: t_fast / t for k, t in t_others.items()})
         tokens = getattr(c, "tokens", None)   # end-to-end rows: tokens per call -> tokens/s
         if tokens:
-            row.update(tokens_per_s=tokens / t_fast,
+            row.update(unit=getattr(c, "unit", "tokens"), tokens_per_s=tokens / t_fast,
                        reference_tokens_per_s=None if t_ref is None else tokens / t_ref,
                        torch_tokens_per_s=None if t_torch is None else tokens / t_torch)
         rows.append(row)
@@ -110,6 +116,8 @@ def run(only=None, threads=None, json_path=None, plot_path=None, quick=False, ou
               f"{to_s} {tr_s}  {_fmt_rate(c, t_fast, bw, gf)}", file=out, flush=True)
         if tokens:
             print(f"{'':<10} -> {_fmt_tokens(row)}", file=out, flush=True)
+        if t_others:
+            print(f"{'':<10} -> {_fmt_others(row)}", file=out, flush=True)
     print(f"('vs ref' = reference time / fastnn time; 'vs torch' = fastnn time / torch time, "
           f"<= 1.00x means fastnn is at least as fast)  [{time.perf_counter() - t_start:.0f} s]",
           file=out)
@@ -133,11 +141,18 @@ def run(only=None, threads=None, json_path=None, plot_path=None, quick=False, ou
 
 def _fmt_tokens(r):
     f = lambda v: "-" if v is None else f"{v:,.0f}"  # noqa: E731
-    s = (f"tokens/s: fastnn {f(r['tokens_per_s'])}, reference {f(r['reference_tokens_per_s'])}, "
-         f"torch {f(r['torch_tokens_per_s'])}")
+    s = (f"{r.get('unit', 'tokens')}/s: fastnn {f(r['tokens_per_s'])}, reference "
+         f"{f(r['reference_tokens_per_s'])}, torch {f(r['torch_tokens_per_s'])}")
+    for k, ms in (r.get("others_ms") or {}).items():
+        s += f", {k} {f(r['tokens_per_s'] * r['fastnn_ms'] / ms)}"
     if r.get("torch_tokens_per_s"):
         s += f" (fastnn = {r['tokens_per_s'] / r['torch_tokens_per_s']:.2f}x torch)"
     return s
+
+
+def _fmt_others(r):
+    return ", ".join(f"{k} {ms:.3f} ms: fastnn/{k} time {r['time_ratio_vs'][k]:.2f}x"
+                     for k, ms in r["others_ms"].items())
 
 
 def markdown(result):
@@ -161,11 +176,13 @@ def markdown(result):
         lines.append(f"| {r['family']} | {r['op']} | {r['shape']} | {r['fastnn_ms']:.3f} | "
                      f"{f(r['reference_ms'], '.2f')} | {sp} | "
                      f"{f(r['torch_ms'], '.3f')} | {x(r['time_ratio_vs_torch'])} | {ach} |")
-    ends = [r for r in result["rows"] if r.get("tokens_per_s")]
+    ends = [r for r in result["rows"] if r.get("tokens_per_s") or r.get("others_ms")]
     if ends:
         lines.append("")
         for r in ends:
-            lines.append(f"{r['op']} ({r['shape']}): {_fmt_tokens(r)}.")
+            more = [_fmt_tokens(r)] if r.get("tokens_per_s") else []
+            more += [_fmt_others(r)] if r.get("others_ms") else []
+            lines.append(f"{r['op']} ({r['shape']}): {'; '.join(more)}.")
     return "\n".join(lines) + "\n"
 
 

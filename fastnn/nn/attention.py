@@ -180,8 +180,20 @@ class MultiheadAttention(Module):
             kp_, ck = F.linear_fwd(k, wk, bk)
             vp, cv = F.linear_fwd(v, wv, bv)
         p = self.dropout if self.training else 0.0
-        o, ca = F.multi_head_attention_fwd(qp, kp_, vp, H, not seq_first, mask, index, p,
-                                           bool(is_causal))
+        lengths = None
+        if (not self.training and key_padding_mask is not None and attn_mask is None
+                and not is_causal and not need_weights and not is_device(qp)):
+            lengths = F.padding_lengths(key_padding_mask)
+        if lengths is not None:
+            # inference with right-padded keys: variable-length attention never reads a
+            # padded key (the same result as the masked kernel, without the masked work)
+            z = np.zeros(N, np.int64)
+            o = F.varlen_attention(qp, kp_, vp, H, z, np.full(N, L, np.int64), z, lengths,
+                                   batch_first=not seq_first)
+            ca = None
+        else:
+            o, ca = F.multi_head_attention_fwd(qp, kp_, vp, H, not seq_first, mask, index, p,
+                                               bool(is_causal))
         y = self.out_proj(o)
         weights = None
         if need_weights:

@@ -1,11 +1,29 @@
 """Parameter initialisation (torch.nn.init's rules), drawing from fastnn's seeded generator."""
+import contextlib
 import math
+import threading
 
 import numpy as np
 
 from .._random import generator
 
-__all__ = ["uniform", "normal", "zeros", "ones", "kaiming_uniform_bound", "fan_in_out"]
+__all__ = ["uniform", "normal", "zeros", "ones", "kaiming_uniform_bound", "fan_in_out",
+           "skip_init"]
+
+_skip = threading.local()
+
+
+@contextlib.contextmanager
+def skip_init():
+    """Within: random initialisers return zeros and draw nothing from the generator --
+    for models whose every parameter is loaded right after construction (from_pretrained):
+    drawing 20M+ normals costs seconds and would move the seeded stream."""
+    prev = getattr(_skip, "on", False)
+    _skip.on = True
+    try:
+        yield
+    finally:
+        _skip.on = prev
 
 
 def fan_in_out(shape):
@@ -23,10 +41,14 @@ def kaiming_uniform_bound(fan_in, a=math.sqrt(5)):
 
 
 def uniform(shape, low, high, dtype=np.float32):
+    if getattr(_skip, "on", False):
+        return np.zeros(shape, dtype=dtype)
     return generator().uniform(low, high, size=shape).astype(dtype)
 
 
 def normal(shape, std=1.0, mean=0.0, dtype=np.float32):
+    if getattr(_skip, "on", False):
+        return np.zeros(shape, dtype=dtype)
     return (generator().standard_normal(size=shape) * std + mean).astype(dtype)
 
 

@@ -3,7 +3,7 @@ import numpy as np
 
 from ._util import cast, f64
 
-OPS = ("linear", "linear_backward")
+OPS = ("linear", "linear_backward", "linear_act_infer")
 
 
 def linear(x, weight, bias):
@@ -22,3 +22,19 @@ def linear_backward(dy, saved):
     dw = g.T @ x2
     db = g.sum(axis=0) if has_bias else None
     return cast(dx, x), cast(dw, x), cast(db, x)
+
+
+def linear_act_infer(x, weight_t, bias, activation):
+    """act(x weight_t + b), weight_t (in, out): the inference GEMM with its bias and
+    activation fused ("none", "relu", "gelu" (erf), "gelu_tanh")."""
+    from .activation import gelu, relu
+    y = f64(x) @ f64(weight_t)
+    if bias is not None:
+        y = y + f64(bias)
+    if activation == "relu":
+        y = relu(y, None)[0]
+    elif activation in ("gelu", "gelu_tanh"):
+        y = gelu(y, "tanh" if activation == "gelu_tanh" else "none", None)[0]
+    elif activation != "none":
+        raise ValueError(f"unknown activation {activation!r}")
+    return cast(y, x)
