@@ -313,7 +313,8 @@ def linear_act_infer(cnp.ndarray x, cnp.ndarray weight_t, object bias, str activ
             if bn > M * N * K // _INFER_MIN_MACS:
                 bn = <int>(M * N * K // _INFER_MIN_MACS)
             bn = 4 if bn >= 4 else (2 if bn >= 2 else 1)
-    cdef int nt = bm * bn if bm * bn < _num_threads else _num_threads
+    cdef int nmax = fnn_max_threads()
+    cdef int nt = bm * bn if bm * bn < nmax else nmax
     if M == 0 or N == 0:
         return y
     cdef void* pb = _ptr_or_null(bias)
