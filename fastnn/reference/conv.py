@@ -54,6 +54,13 @@ def conv2d(x, weight, bias, stride, padding, dilation, groups):
     return cast(y, x), (x, weight, bias is not None, stride, padding, dilation, groups)
 
 
+def _valid_range(n_out, s, off, n_in):
+    """Outputs o in [a, b) whose position o*s + off lies inside [0, n_in)."""
+    a = min(n_out, -(-(-off) // s) if off < 0 else 0)
+    b = min(n_out, max(a, (n_in - 1 - off) // s + 1)) if n_in - 1 - off >= 0 else a
+    return a, b
+
+
 def _grads(x_shape, x, weight, dy, stride, padding, dilation, groups, want_dx, want_dw):
     """conv2d's input gradient (of an input shaped ``x_shape``) and weight gradient (needs
     ``x``), each only when asked for."""
@@ -75,7 +82,13 @@ def _grads(x_shape, x, weight, dy, stride, padding, dilation, groups, want_dx, w
             if want_dx:
                 dxp[:, :, :, si, sj] += np.einsum("ngohw,goc->ngchw", g, wg[:, :, :, i, j])
             if want_dw:
-                dw[:, :, :, i, j] = np.einsum("ngohw,ngchw->goc", g, xg[:, :, :, si, sj])
+                # only the outputs whose tap reads a real input element: a padding zero is
+                # no term (0 * inf would be NaN where the output gradient is infinite --
+                # conv_transpose2d's gradient there; the compiled kernels never read padding)
+                r0, r1 = _valid_range(OH, stride[0], i * dilation[0] - pt, H)
+                c0, c1 = _valid_range(OW, stride[1], j * dilation[1] - pl, W)
+                xs = xg[:, :, :, si, sj][:, :, :, r0:r1, c0:c1]
+                dw[:, :, :, i, j] = np.einsum("ngohw,ngchw->goc", g[:, :, :, r0:r1, c0:c1], xs)
     dx = dxp.reshape(N, C, Hp, Wp)[:, :, pt:pt + H, pl:pl + W] if want_dx else None
     return dx, (dw.reshape(weight.shape) if want_dw else None)
 

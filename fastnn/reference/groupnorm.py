@@ -39,8 +39,8 @@ def group_norm_backward(dy, saved):
     xhat = (x3 - mean_c) * rstd_c
     g = g0 * f64(weight)[None, :, None] if weight is not None else g0
     M = max((C // G) * S, 1)
-    gg = g.reshape(N, G, -1)
-    xg = xhat.reshape(N, G, -1)
+    gg = g.reshape(N, G, (C // G) * S)   # explicit sizes: any of them may be 0
+    xg = xhat.reshape(N, G, (C // G) * S)
     dx = rstd[..., None] * (gg - gg.sum(axis=2, keepdims=True) / M
                             - xg * (gg * xg).sum(axis=2, keepdims=True) / M)
     dw = cast((g0 * xhat).sum(axis=(0, 2)), x) if weight is not None else None
