@@ -423,11 +423,44 @@ cdef void _bwd_chunk(const real* x, const real* w, const real* gy, real* dx, rea
             r0 = r1
 
 
+cdef inline bint _wgrad_rows_ok(Geo* g, real* dx) noexcept nogil:
+    """d_weight alone of a one-row output (conv1d's (N, C, 1, L) view) with unit column
+    stride: by column tap from the padded input row, as the forward's row im2col."""
+    return dx == NULL and g.OH == 1 and _rowcol_ok(g) and not _is_1x1(g)
+
+
+cdef void _wgrad_rows_chunk(const real* x, const real* gy, real* dw_part, Py_ssize_t n0,
+                            Py_ssize_t n1, real* buf, Geo* g) noexcept nogil:
+    """Images [n0, n1), one output row each: for every column tap j,
+    dW[:, :, :, j] += dy_n (Og x OW) @ Rt_n[:, j*dW : j*dW + OW]^T, Rt the padded input rows
+    (C*kH x We) -- kW GEMMs with inner dimension OW instead of one over a kW times larger
+    im2col matrix (its packing is what the time went to).  The taps are summed in
+    buf's (kW, O, Cg*kH) layout (image order) and moved into dw_part's (O, Cg, kH, kW)."""
+    cdef Py_ssize_t Og = g.O // g.G, Kr = g.Cg * g.kh, We = g.OW + g.dw * (g.kw - 1)
+    cdef Py_ssize_t xs = g.C * g.H * g.W, ys = g.O * g.OW, n, gi, j, o, k
+    cdef real* Rt = buf
+    cdef real* acc = buf + g.C * g.kh * We
+    for n in range(n0, n1):
+        _rowcol(x + n * xs, Rt, g, 0, 1)
+        for j in range(g.kw):
+            for gi in range(g.G):
+                gemm(False, True, <int>Og, <int>Kr, <int>g.OW, <real>1,
+                     gy + n * ys + gi * Og * g.OW, <int>g.OW, Rt + gi * Kr * We + j * g.dw,
+                     <int>We, <real>(0 if n == n0 else 1), acc + (j * g.O + gi * Og) * Kr, <int>Kr)
+    for o in range(g.O):
+        for k in range(Kr):
+            for j in range(g.kw):
+                dw_part[(o * Kr + k) * g.kw + j] = acc[(j * g.O + o) * Kr + k]
+
+
 cdef void _bwd_gemm(const real* x, const real* w, const real* gy, real* dx, real* dw_part,
                     Py_ssize_t nch, Py_ssize_t per, Geo* g, int nt) noexcept nogil:
     cdef Py_ssize_t ch, n0, n1, csize = g.C * g.kh * g.kw * _tile_rows(g) * g.OW
     cdef Py_ssize_t wsz = g.O * g.Cg * g.kh * g.kw
+    cdef bint rows = dw_part != NULL and _wgrad_rows_ok(g, dx)
     cdef real* col = NULL
+    if rows:
+        csize = g.C * g.kh * (g.OW + g.dw * (g.kw - 1)) + g.kw * g.O * g.Cg * g.kh
     if nt > 1:
         with parallel(num_threads=nt):
             col = <real*>malloc(csize * sizeof(real) + 64)
@@ -436,8 +469,11 @@ cdef void _bwd_gemm(const real* x, const real* w, const real* gy, real* dx, real
                 n1 = n0 + per
                 if n1 > g.N:
                     n1 = g.N
-                _bwd_chunk(x, w, gy, dx, dw_part + ch * wsz if dw_part != NULL else NULL, n0, n1,
-                           col, g)
+                if rows:
+                    _wgrad_rows_chunk(x, gy, dw_part + ch * wsz, n0, n1, col, g)
+                else:
+                    _bwd_chunk(x, w, gy, dx, dw_part + ch * wsz if dw_part != NULL else NULL,
+                               n0, n1, col, g)
             free(col)
     else:
         col = <real*>malloc(csize * sizeof(real) + 64)
@@ -446,8 +482,11 @@ cdef void _bwd_gemm(const real* x, const real* w, const real* gy, real* dx, real
             n1 = n0 + per
             if n1 > g.N:
                 n1 = g.N
-            _bwd_chunk(x, w, gy, dx, dw_part + ch * wsz if dw_part != NULL else NULL, n0, n1,
-                       col, g)
+            if rows:
+                _wgrad_rows_chunk(x, gy, dw_part + ch * wsz, n0, n1, col, g)
+            else:
+                _bwd_chunk(x, w, gy, dx, dw_part + ch * wsz if dw_part != NULL else NULL, n0, n1,
+                           col, g)
         free(col)
 
 
