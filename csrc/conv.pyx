@@ -677,6 +677,11 @@ def _blas_single():
     return single_threaded_blas()
 
 
+def _no_context():
+    import contextlib
+    return contextlib.nullcontext()
+
+
 def conv2d(cnp.ndarray x, cnp.ndarray weight, object bias, tuple stride, tuple padding,
            tuple dilation, Py_ssize_t groups):
     """conv2d(x, weight, bias, (sH, sW), (top, bottom, left, right), (dH, dW), groups)
@@ -872,14 +877,89 @@ def conv_transpose2d(cnp.ndarray x, cnp.ndarray weight, object bias, tuple strid
     return y, (x, weight, bias is not None, stride, padding, dilation, groups)
 
 
+_FUSED_TBWD = True
+
+
 def conv_transpose2d_backward(cnp.ndarray dy, tuple saved):
     """-> (d_input, d_weight, d_bias or None): d_input is conv2d(dy) (the forward kernels),
-    d_weight conv2d's weight gradient with input dy and output gradient x."""
+    d_weight conv2d's weight gradient with input dy and output gradient x.  Where the
+    forward would run on im2col tiles anyway (strided columns), both come from one pass
+    that builds each tile of dy's columns once (_tbwd)."""
     cdef cnp.ndarray x = saved[0], weight = saved[1]
-    dx = conv2d(dy, weight, None, saved[3], saved[4], saved[5], saved[6])[0]
-    dw = _grads(dy, (<object>dy).shape, weight, x, saved[3], saved[4], saved[5], saved[6],
-                False, True, False)[1]
+    cdef Geo g = _geo((<object>dy).shape, (<object>weight).shape, saved[3], saved[4], saved[5],
+                      saved[6])
+    if (_FUSED_TBWD and not _depthwise(&g) and not _rowcol_ok(&g) and not _is_1x1(&g)
+            and g.N * g.O * g.OH * g.OW * g.Cg * g.kh * g.kw > 0):
+        dx, dw = _tbwd(dy, weight, x, &g)
+    else:
+        dx = conv2d(dy, weight, None, saved[3], saved[4], saved[5], saved[6])[0]
+        dw = _grads(dy, (<object>dy).shape, weight, x, saved[3], saved[4], saved[5], saved[6],
+                    False, True, False)[1]
     return dx, dw, (_bias_grad(dy) if saved[2] else None)
+
+
+cdef void _tbwd_chunk(const real* z, const real* w, const real* gx, real* y, real* dw_part,
+                      Py_ssize_t n0, Py_ssize_t n1, real* col, Geo* g) noexcept nogil:
+    """Images [n0, n1) of conv2d(z) = y and its d_weight for output gradient gx, sharing
+    each im2col tile of z: y_tile = W @ col, dW += gx_tile @ col^T."""
+    cdef Py_ssize_t P = g.OH * g.OW, Og = g.O // g.G, Kg = g.Cg * g.kh * g.kw, gi, n
+    cdef Py_ssize_t zs = g.C * g.H * g.W, ys = g.O * P
+    cdef Py_ssize_t R = _tile_rows(g), r0, r1, T
+    for n in range(n0, n1):
+        r0 = 0
+        while r0 < g.OH:
+            r1 = r0 + R if r0 + R < g.OH else g.OH
+            T = (r1 - r0) * g.OW
+            _im2col(z + n * zs, col, g, r0, r1)
+            for gi in range(g.G):
+                gemm(False, False, <int>Og, <int>T, <int>Kg, <real>1, w + gi * Og * Kg, <int>Kg,
+                     col + gi * Kg * T, <int>T, <real>0, y + n * ys + gi * Og * P + r0 * g.OW,
+                     <int>P)
+                gemm(False, True, <int>Og, <int>Kg, <int>T, <real>1,
+                     gx + n * ys + gi * Og * P + r0 * g.OW, <int>P, col + gi * Kg * T, <int>T,
+                     <real>(0 if (n == n0 and r0 == 0) else 1), dw_part + gi * Og * Kg, <int>Kg)
+            r0 = r1
+
+
+cdef void _tbwd_run(const real* z, const real* w, const real* gx, real* y, real* part,
+                    Py_ssize_t nch, Py_ssize_t per, Geo* g, int nt) noexcept nogil:
+    cdef Py_ssize_t ch, n0, n1, csize = g.C * g.kh * g.kw * _tile_rows(g) * g.OW
+    cdef Py_ssize_t wsz = g.O * g.Cg * g.kh * g.kw
+    cdef real* col = NULL
+    with parallel(num_threads=nt):
+        col = <real*>malloc(csize * sizeof(real) + 64)
+        for ch in prange(nch, schedule="dynamic", chunksize=1):
+            n0 = ch * per
+            n1 = n0 + per
+            if n1 > g.N:
+                n1 = g.N
+            _tbwd_chunk(z, w, gx, y, part + ch * wsz, n0, n1, col, g)
+        free(col)
+
+
+cdef tuple _tbwd(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray x, Geo* g):
+    """(conv2d(dy, weight), d_weight) of conv_transpose2d in one pass (fixed image chunks,
+    partials added in chunk order, as conv2d_backward)."""
+    cdef Py_ssize_t nch = _chunks(g), per
+    per = (g.N + nch - 1) // nch
+    nch = (g.N + per - 1) // per
+    cdef cnp.ndarray dx = np.empty((g.N, g.O, g.OH, g.OW), dtype=dy.dtype)
+    cdef cnp.ndarray part = np.empty((nch,) + (<object>weight).shape, dtype=dy.dtype)
+    cdef int nt = _threads_for(g.N * g.O * g.OH * g.OW * g.Cg * g.kh * g.kw, 1 << 18)
+    if nt > nch:
+        nt = <int>nch
+    cdef bint f32 = dy.dtype == np.float32
+    with _blas_single() if nt > 1 else _no_context():
+        with nogil:
+            if f32:
+                _tbwd_run[float](<const float*>cnp.PyArray_DATA(dy), <const float*>cnp.PyArray_DATA(weight),
+                                 <const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(dx),
+                                 <float*>cnp.PyArray_DATA(part), nch, per, g, nt)
+            else:
+                _tbwd_run[double](<const double*>cnp.PyArray_DATA(dy), <const double*>cnp.PyArray_DATA(weight),
+                                  <const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(dx),
+                                  <double*>cnp.PyArray_DATA(part), nch, per, g, nt)
+    return dx, (part[0] if nch == 1 else _sum_parts(part).astype(dy.dtype))
 
 
 cdef bint _dx_as_conv(Geo* g, tuple padding):
