@@ -63,6 +63,15 @@ def conv_padding(padding, kernel, stride, dilation):
     return (ph, ph, pw, pw)
 
 
+def _groups(groups):
+    if isinstance(groups, bool) or not isinstance(groups, numbers.Integral):
+        raise TypeError(f"groups must be an int, got {type(groups).__name__}")
+    groups = int(groups)
+    if groups < 1:
+        raise ValueError(f"groups must be positive, got {groups}")
+    return groups
+
+
 def _check(x, weight, bias, stride, padding, dilation, groups, fn="conv2d"):
     x = float_array(x, "input")
     weight = float_array(weight, "weight")
@@ -72,11 +81,7 @@ def _check(x, weight, bias, stride, padding, dilation, groups, fn="conv2d"):
         raise ValueError(f"{fn}: weight must be 4-D (out_channels, in_channels/groups, kH, kW), "
                          f"got shape {tuple(weight.shape)}")
     same_dtype(x, weight, "weight")
-    if isinstance(groups, bool) or not isinstance(groups, numbers.Integral):
-        raise TypeError(f"groups must be an int, got {type(groups).__name__}")
-    groups = int(groups)
-    if groups < 1:
-        raise ValueError(f"groups must be positive, got {groups}")
+    groups = _groups(groups)
     N, C, H, W = x.shape
     O, Cg, kh, kw = weight.shape
     if C % groups:
@@ -156,7 +161,7 @@ def conv1d_fwd(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     y4, ctx4 = conv2d_fwd(x4, w4, bias, stride, padding, dilation, groups)
     N, O, _, L = y4.shape
     y = y4.reshape(O, L) if unbatched else y4.reshape(N, O, L)
-    return y, (ctx4, x.shape if not unbatched else tuple(x.shape), weight.shape, y.shape)
+    return y, (ctx4, tuple(x.shape), weight.shape, y.shape)
 
 
 def conv1d_bwd(ctx, dy):
@@ -187,11 +192,7 @@ def _check_transpose(x, weight, bias, stride, padding, output_padding, groups, d
         raise ValueError(f"conv_transpose2d: weight must be 4-D (in_channels, out_channels/groups, "
                          f"kH, kW), got shape {tuple(weight.shape)}")
     same_dtype(x, weight, "weight")
-    if isinstance(groups, bool) or not isinstance(groups, numbers.Integral):
-        raise TypeError(f"groups must be an int, got {type(groups).__name__}")
-    groups = int(groups)
-    if groups < 1:
-        raise ValueError(f"groups must be positive, got {groups}")
+    groups = _groups(groups)
     N, C, H, W = x.shape
     Ci, Og, kh, kw = weight.shape
     if Ci != C:

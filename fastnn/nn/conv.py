@@ -69,17 +69,23 @@ class Conv2d(Module):
         return _conv_backward(self, F.conv2d_bwd, dy)
 
     def extra_repr(self):
-        s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-             f"stride={self.stride}")
-        if self.padding not in ((0, 0), "valid"):
-            s += f", padding={self.padding!r}" if isinstance(self.padding, str) else f", padding={self.padding}"
-        if self.dilation != (1, 1):
-            s += f", dilation={self.dilation}"
-        if self.groups != 1:
-            s += f", groups={self.groups}"
-        if self.bias is None:
-            s += ", bias=False"
-        return s
+        return _conv_repr(self)
+
+
+def _conv_repr(m, extra=("padding", "dilation")):
+    """torch's _ConvNd.extra_repr: the arguments that differ from their defaults."""
+    ones = (1,) * len(m.kernel_size)
+    s = (f"{m.in_channels}, {m.out_channels}, kernel_size={m.kernel_size}, stride={m.stride}")
+    for name in extra:
+        v = getattr(m, name)
+        default = ones if name == "dilation" else (0,) * len(m.kernel_size)
+        if v != default and v != "valid":
+            s += f", {name}={v!r}" if isinstance(v, str) else f", {name}={v}"
+    if m.groups != 1:
+        s += f", groups={m.groups}"
+    if m.bias is None:
+        s += ", bias=False"
+    return s
 
 
 def _conv_backward(m, bwd, dy):
@@ -121,17 +127,7 @@ class Conv1d(Module):
         return _conv_backward(self, F.conv1d_bwd, dy)
 
     def extra_repr(self):
-        s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-             f"stride={self.stride}")
-        if self.padding not in ((0,), "valid"):
-            s += f", padding={self.padding!r}" if isinstance(self.padding, str) else f", padding={self.padding}"
-        if self.dilation != (1,):
-            s += f", dilation={self.dilation}"
-        if self.groups != 1:
-            s += f", groups={self.groups}"
-        if self.bias is None:
-            s += ", bias=False"
-        return s
+        return _conv_repr(self)
 
 
 class ConvTranspose2d(Module):
@@ -190,19 +186,7 @@ class ConvTranspose2d(Module):
         return _conv_backward(self, F.conv_transpose2d_bwd, dy)
 
     def extra_repr(self):
-        s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-             f"stride={self.stride}")
-        if self.padding != (0, 0):
-            s += f", padding={self.padding}"
-        if self.output_padding != (0, 0):
-            s += f", output_padding={self.output_padding}"
-        if self.dilation != (1, 1):
-            s += f", dilation={self.dilation}"
-        if self.groups != 1:
-            s += f", groups={self.groups}"
-        if self.bias is None:
-            s += ", bias=False"
-        return s
+        return _conv_repr(self, ("padding", "output_padding", "dilation"))
 
 
 class DepthwiseSeparableConv2d(Module):
