@@ -96,7 +96,7 @@ cdef extern from "fnn_conv.h" nogil:
     void fnn_dw_wgrad_d(const double* g, const double* xp, Py_ssize_t ldx, Py_ssize_t OH,
                         Py_ssize_t OW, double* acc)
 
-OPS = ("conv2d", "conv2d_backward")
+OPS = ("conv2d", "conv2d_backward", "conv_transpose2d", "conv_transpose2d_backward")
 
 
 include "fnn_gemm.pxi"
@@ -404,7 +404,8 @@ cdef int _fwd_gemm(const real* x, const real* w, const real* wr, const real* b, 
 cdef void _bwd_chunk(const real* x, const real* w, const real* gy, real* dx, real* dw_part,
                      Py_ssize_t n0, Py_ssize_t n1, real* col, Geo* g) noexcept nogil:
     """Images [n0, n1): dx for each (unless dx is NULL), and their d_weight summed into
-    dw_part (in image and tile order)."""
+    dw_part (in image and tile order; unless dw_part is NULL: conv_transpose2d's forward
+    needs d_input alone)."""
     cdef Py_ssize_t P = g.OH * g.OW, Og = g.O // g.G, Kg = g.Cg * g.kh * g.kw, gi, n
     cdef Py_ssize_t xs = g.C * g.H * g.W, ys = g.O * P
     cdef Py_ssize_t R = _tile_rows(g), r0, r1, T
@@ -415,10 +416,12 @@ cdef void _bwd_chunk(const real* x, const real* w, const real* gy, real* dx, rea
         if _is_1x1(g):
             beta = 0 if n == n0 else 1
             for gi in range(g.G):
-                gemm(False, True, <int>Og, <int>Kg, <int>P, <real>1, dyn + gi * Og * P, <int>P,
-                     x + n * xs + gi * Kg * P, <int>P, beta, dw_part + gi * Og * Kg, <int>Kg)
-                gemm(True, False, <int>Kg, <int>P, <int>Og, <real>1, w + gi * Og * Kg, <int>Kg,
-                     dyn + gi * Og * P, <int>P, <real>0, dx + n * xs + gi * Kg * P, <int>P)
+                if dw_part != NULL:
+                    gemm(False, True, <int>Og, <int>Kg, <int>P, <real>1, dyn + gi * Og * P, <int>P,
+                         x + n * xs + gi * Kg * P, <int>P, beta, dw_part + gi * Og * Kg, <int>Kg)
+                if dx != NULL:
+                    gemm(True, False, <int>Kg, <int>P, <int>Og, <real>1, w + gi * Og * Kg, <int>Kg,
+                         dyn + gi * Og * P, <int>P, <real>0, dx + n * xs + gi * Kg * P, <int>P)
             continue
         if dx != NULL:
             memset(dx + n * xs, 0, xs * sizeof(real))
@@ -427,10 +430,12 @@ cdef void _bwd_chunk(const real* x, const real* w, const real* gy, real* dx, rea
             r1 = r0 + R if r0 + R < g.OH else g.OH
             T = (r1 - r0) * g.OW
             beta = 0 if (n == n0 and r0 == 0) else 1
-            _im2col(x + n * xs, col, g, r0, r1)
-            for gi in range(g.G):
-                gemm(False, True, <int>Og, <int>Kg, <int>T, <real>1, dyn + gi * Og * P + r0 * g.OW,
-                     <int>P, col + gi * Kg * T, <int>T, beta, dw_part + gi * Og * Kg, <int>Kg)
+            if dw_part != NULL:
+                _im2col(x + n * xs, col, g, r0, r1)
+                for gi in range(g.G):
+                    gemm(False, True, <int>Og, <int>Kg, <int>T, <real>1,
+                         dyn + gi * Og * P + r0 * g.OW, <int>P, col + gi * Kg * T, <int>T, beta,
+                         dw_part + gi * Og * Kg, <int>Kg)
             if dx == NULL:
                 r0 = r1
                 continue
@@ -441,12 +446,45 @@ cdef void _bwd_chunk(const real* x, const real* w, const real* gy, real* dx, rea
             r0 = r1
 
 
+cdef inline bint _wgrad_rows_ok(Geo* g, real* dx) noexcept nogil:
+    """d_weight alone of a one-row output (conv1d's (N, C, 1, L) view) with unit column
+    stride: by column tap from the padded input row, as the forward's row im2col."""
+    return dx == NULL and g.OH == 1 and _rowcol_ok(g) and not _is_1x1(g)
+
+
+cdef void _wgrad_rows_chunk(const real* x, const real* gy, real* dw_part, Py_ssize_t n0,
+                            Py_ssize_t n1, real* buf, Geo* g) noexcept nogil:
+    """Images [n0, n1), one output row each: for every column tap j,
+    dW[:, :, :, j] += dy_n (Og x OW) @ Rt_n[:, j*dW : j*dW + OW]^T, Rt the padded input rows
+    (C*kH x We) -- kW GEMMs with inner dimension OW instead of one over a kW times larger
+    im2col matrix (its packing is what the time went to).  The taps are summed in
+    buf's (kW, O, Cg*kH) layout (image order) and moved into dw_part's (O, Cg, kH, kW)."""
+    cdef Py_ssize_t Og = g.O // g.G, Kr = g.Cg * g.kh, We = g.OW + g.dw * (g.kw - 1)
+    cdef Py_ssize_t xs = g.C * g.H * g.W, ys = g.O * g.OW, n, gi, j, o, k
+    cdef real* Rt = buf
+    cdef real* acc = buf + g.C * g.kh * We
+    for n in range(n0, n1):
+        _rowcol(x + n * xs, Rt, g, 0, 1)
+        for j in range(g.kw):
+            for gi in range(g.G):
+                gemm(False, True, <int>Og, <int>Kr, <int>g.OW, <real>1,
+                     gy + n * ys + gi * Og * g.OW, <int>g.OW, Rt + gi * Kr * We + j * g.dw,
+                     <int>We, <real>(0 if n == n0 else 1), acc + (j * g.O + gi * Og) * Kr, <int>Kr)
+    for o in range(g.O):
+        for k in range(Kr):
+            for j in range(g.kw):
+                dw_part[(o * Kr + k) * g.kw + j] = acc[(j * g.O + o) * Kr + k]
+
+
 cdef int _bwd_gemm(const real* x, const real* w, const real* gy, real* dx, real* dw_part,
                    Py_ssize_t nch, Py_ssize_t per, Geo* g, int nt) except -1 nogil:
     cdef Py_ssize_t ch, n0, n1, csize = g.C * g.kh * g.kw * _tile_rows(g) * g.OW
     cdef Py_ssize_t wsz = g.O * g.Cg * g.kh * g.kw
+    cdef bint rows = dw_part != NULL and _wgrad_rows_ok(g, dx)
     cdef real* col = NULL
     cdef int failed = 0
+    if rows:
+        csize = g.C * g.kh * (g.OW + g.dw * (g.kw - 1)) + g.kw * g.O * g.Cg * g.kh
     if nt > 1:
         with parallel(num_threads=nt):
             col = <real*>fnn_alloc(csize * sizeof(real) + 64, 1)
@@ -459,7 +497,11 @@ cdef int _bwd_gemm(const real* x, const real* w, const real* gy, real* dx, real*
                 n1 = n0 + per
                 if n1 > g.N:
                     n1 = g.N
-                _bwd_chunk(x, w, gy, dx, dw_part + ch * wsz, n0, n1, col, g)
+                if rows:
+                    _wgrad_rows_chunk(x, gy, dw_part + ch * wsz, n0, n1, col, g)
+                else:
+                    _bwd_chunk(x, w, gy, dx, dw_part + ch * wsz if dw_part != NULL else NULL,
+                               n0, n1, col, g)
             free(col)
         if failed:
             _raise_nomem(csize * sizeof(real) + 64, 1)
@@ -470,7 +512,11 @@ cdef int _bwd_gemm(const real* x, const real* w, const real* gy, real* dx, real*
             n1 = n0 + per
             if n1 > g.N:
                 n1 = g.N
-            _bwd_chunk(x, w, gy, dx, dw_part + ch * wsz, n0, n1, col, g)
+            if rows:
+                _wgrad_rows_chunk(x, gy, dw_part + ch * wsz, n0, n1, col, g)
+            else:
+                _bwd_chunk(x, w, gy, dx, dw_part + ch * wsz if dw_part != NULL else NULL, n0, n1,
+                           col, g)
         free(col)
     return 0
 
@@ -649,11 +695,12 @@ cdef void _bias_part(const real* gy, double* dbp, Py_ssize_t units, Py_ssize_t y
 
 
 # ---------------------------------------------------------------- Python entry points
-cdef Geo _geo(cnp.ndarray x, cnp.ndarray w, tuple stride, tuple padding, tuple dilation,
+cdef Geo _geo(tuple xs, tuple ws, tuple stride, tuple padding, tuple dilation,
               Py_ssize_t groups):
+    """conv2d's geometry for an input of shape xs and a weight of shape ws."""
     cdef Geo g
-    g.N = x.shape[0]; g.C = x.shape[1]; g.H = x.shape[2]; g.W = x.shape[3]
-    g.O = w.shape[0]; g.Cg = w.shape[1]; g.kh = w.shape[2]; g.kw = w.shape[3]
+    g.N = xs[0]; g.C = xs[1]; g.H = xs[2]; g.W = xs[3]
+    g.O = ws[0]; g.Cg = ws[1]; g.kh = ws[2]; g.kw = ws[3]
     g.sh = stride[0]; g.sw = stride[1]
     g.pt = padding[0]; g.pl = padding[2]
     g.dh = dilation[0]; g.dw = dilation[1]
@@ -676,12 +723,17 @@ def _blas_single():
     return single_threaded_blas()
 
 
+def _no_context():
+    import contextlib
+    return contextlib.nullcontext()
+
+
 def conv2d(cnp.ndarray x, cnp.ndarray weight, object bias, tuple stride, tuple padding,
            tuple dilation, Py_ssize_t groups):
     """conv2d(x, weight, bias, (sH, sW), (top, bottom, left, right), (dH, dW), groups)
     -> (y, saved).  x (N, C, H, W), weight (O, C/groups, kH, kW), bias (O,) or None;
     all C-contiguous, one dtype."""
-    cdef Geo g = _geo(x, weight, stride, padding, dilation, groups)
+    cdef Geo g = _geo((<object>x).shape, (<object>weight).shape, stride, padding, dilation, groups)
     cdef cnp.ndarray y = np.empty((g.N, g.O, g.OH, g.OW), dtype=x.dtype)
     cdef void* pb = _ptr(bias)
     cdef Py_ssize_t flops = g.N * g.O * g.OH * g.OW * g.Cg * g.kh * g.kw
@@ -759,26 +811,45 @@ cdef Py_ssize_t _chunks(Geo* g):
 
 def conv2d_backward(cnp.ndarray dy, tuple saved):
     """-> (d_input, d_weight, d_bias or None).  dy (N, O, OH, OW) C-contiguous."""
-    cdef cnp.ndarray x = saved[0], weight = saved[1]
-    cdef bint has_bias = saved[2]
-    stride, padding, dilation = saved[3], saved[4], saved[5]
-    cdef Py_ssize_t groups = saved[6]
-    cdef Geo g = _geo(x, weight, stride, padding, dilation, groups)
-    cdef cnp.ndarray dx = np.empty_like(x)
-    cdef cnp.ndarray dw
+    cdef cnp.ndarray x = saved[0]
+    return _grads(x, (<object>x).shape, saved[1], dy, saved[3], saved[4], saved[5], saved[6],
+                  True, True, saved[2])
+
+
+cdef tuple _grads(object x_or_none, tuple x_shape, cnp.ndarray weight, cnp.ndarray dy,
+                  tuple stride, tuple padding, tuple dilation, Py_ssize_t groups, bint want_dx,
+                  bint want_dw, bint has_bias):
+    """conv2d's gradients -> (d_input or None, d_weight or None, d_bias or None).  The input
+    (x_or_none) is needed only for d_weight; conv_transpose2d runs d_input alone (its
+    forward) and d_weight alone (with the activations' roles swapped)."""
+    cdef Geo g = _geo(x_shape, (<object>weight).shape, stride, padding, dilation, groups)
+    cdef cnp.ndarray x
+    cdef cnp.ndarray dx = None
+    cdef cnp.ndarray dw = None
     cdef cnp.ndarray db = None
     cdef cnp.ndarray dbp = None
     cdef cnp.ndarray part
     cdef Py_ssize_t ys = g.OH * g.OW, K = g.kh * g.kw, nch, per
     cdef Py_ssize_t flops = g.N * g.O * g.OH * g.OW * g.Cg * g.kh * g.kw
     cdef int nt
-    cdef bint f32 = x.dtype == np.float32, tdx
+    cdef bint f32 = dy.dtype == np.float32, tdx
     cdef double* pdb = NULL
+    if want_dx or _depthwise(&g):
+        dx = np.empty(x_shape, dtype=dy.dtype)
+    # d_input alone reads no input: anything of the right dtype stands in for it (the
+    # depthwise kernel computes both gradients, so it gets zeros)
+    if x_or_none is not None:
+        x = x_or_none
+    elif _depthwise(&g) and flops:
+        x = np.zeros(x_shape, dtype=dy.dtype)
+    else:
+        x = dy
     if has_bias:
         dbp = np.zeros((g.N, g.O), dtype=np.float64)
         pdb = <double*>cnp.PyArray_DATA(dbp)
     if flops == 0:
-        dx[...] = 0
+        if dx is not None:
+            dx[...] = 0
         dw = np.zeros_like(weight)
     elif _depthwise(&g):
         nt = _threads_for(flops, 1 << 16)
@@ -792,21 +863,23 @@ def conv2d_backward(cnp.ndarray dy, tuple saved):
                 _dw_bwd[double](<const double*>cnp.PyArray_DATA(x), <const double*>cnp.PyArray_DATA(weight),
                                 <const double*>cnp.PyArray_DATA(dy), <double*>cnp.PyArray_DATA(dx),
                                 <double*>cnp.PyArray_DATA(part), pdb, &g, nt)
-        dw = _sum_parts(part).reshape((<object>weight).shape).astype(x.dtype)
+        dw = _sum_parts(part).reshape((<object>weight).shape).astype(dy.dtype)
         pdb = NULL   # already filled
     else:
         nch = _chunks(&g)
         per = (g.N + nch - 1) // nch
         nch = (g.N + per - 1) // per
-        part = np.empty((nch,) + (<object>weight).shape, dtype=x.dtype)
+        part = np.empty((nch,) + (<object>weight).shape, dtype=dy.dtype) if want_dw else None
         tdx = _dx_as_conv(&g, padding)
-        if tdx:
+        if tdx and want_dx:
             _dx_by_conv(dy, weight, dx, &g, padding, dilation, groups, flops, f32)
         nt = _threads_for(flops, 1 << 18)
         if nt > nch:
             nt = <int>nch
         # the direct d_weight keeps 8 lanes per weight per thread: not for huge layers
-        if f32 and tdx and _cv3_ok(&g) and g.O * g.C * 72 * 4 <= (16 << 20):
+        if not want_dw and tdx:
+            pass
+        elif want_dw and f32 and tdx and _cv3_ok(&g) and g.O * g.C * 72 * 4 <= (16 << 20):
             with nogil:
                 _wgrad_cv3(<const float*>cnp.PyArray_DATA(x), <const float*>cnp.PyArray_DATA(dy),
                            <float*>cnp.PyArray_DATA(part), nch, per, &g, nt)
@@ -815,17 +888,132 @@ def conv2d_backward(cnp.ndarray dy, tuple saved):
                 _conv_bwd_call(x, weight, dy, None if tdx else dx, part, nch, per, &g, nt, f32)
         else:
             _conv_bwd_call(x, weight, dy, None if tdx else dx, part, nch, per, &g, nt, f32)
-        dw = part[0] if nch == 1 else _sum_parts(part).astype(x.dtype)
+        if want_dw:
+            dw = part[0] if nch == 1 else _sum_parts(part).astype(dy.dtype)
     if has_bias:
-        if pdb != NULL:
-            nt = _threads_for(g.N * g.O * ys, 1 << 15)
-            with nogil:
-                if f32:
-                    _bias_part[float](<const float*>cnp.PyArray_DATA(dy), pdb, g.N * g.O, ys, nt)
-                else:
-                    _bias_part[double](<const double*>cnp.PyArray_DATA(dy), pdb, g.N * g.O, ys, nt)
-        db = _sum_parts(dbp).astype(x.dtype)
-    return dx, dw, db
+        db = _bias_grad(dy) if pdb != NULL else _sum_parts(dbp).astype(dy.dtype)
+    return (dx if want_dx else None), (dw if want_dw else None), db
+
+
+cdef cnp.ndarray _bias_grad(cnp.ndarray dy):
+    """d_bias of an (N, O, ...) output gradient: per-(n, o) sums in double, added in n order."""
+    cdef Py_ssize_t N = dy.shape[0], O = dy.shape[1]
+    cdef Py_ssize_t ys = cnp.PyArray_SIZE(dy) // (N * O) if N * O else 0
+    cdef cnp.ndarray dbp = np.zeros((N, O), dtype=np.float64)
+    cdef double* pdb = <double*>cnp.PyArray_DATA(dbp)
+    cdef int nt = _threads_for(N * O * ys, 1 << 15)
+    with nogil:
+        if cnp.PyArray_TYPE(dy) == cnp.NPY_FLOAT:
+            _bias_part[float](<const float*>cnp.PyArray_DATA(dy), pdb, N * O, ys, nt)
+        else:
+            _bias_part[double](<const double*>cnp.PyArray_DATA(dy), pdb, N * O, ys, nt)
+    return _sum_parts(dbp).astype(dy.dtype)
+
+
+def conv_transpose2d(cnp.ndarray x, cnp.ndarray weight, object bias, tuple stride, tuple padding,
+                     tuple out_hw, tuple dilation, Py_ssize_t groups):
+    """conv_transpose2d(x, weight, bias, stride, (top, bottom, left, right), (OH, OW), dilation,
+    groups) -> (y, saved).  x (N, Cin, H, W), weight (Cin, Cout/groups, kH, kW): y is the
+    d_input of the conv2d (weight, padding) over an (N, Cout, OH, OW) input whose output
+    has x's shape -- conv2d's backward kernels, no GEMM loop of its own."""
+    cdef tuple y_shape = (x.shape[0], weight.shape[1] * groups) + tuple(out_hw)
+    y = _grads(None, y_shape, weight, x, stride, padding, dilation, groups, True, False, False)[0]
+    if bias is not None:
+        y += (<object>bias).reshape(1, -1, 1, 1)
+    return y, (x, weight, bias is not None, stride, padding, dilation, groups)
+
+
+_FUSED_TBWD = True
+
+
+def conv_transpose2d_backward(cnp.ndarray dy, tuple saved):
+    """-> (d_input, d_weight, d_bias or None): d_input is conv2d(dy) (the forward kernels),
+    d_weight conv2d's weight gradient with input dy and output gradient x.  Where the
+    forward would run on im2col tiles anyway (strided columns), both come from one pass
+    that builds each tile of dy's columns once (_tbwd)."""
+    cdef cnp.ndarray x = saved[0], weight = saved[1]
+    cdef Geo g = _geo((<object>dy).shape, (<object>weight).shape, saved[3], saved[4], saved[5],
+                      saved[6])
+    if (_FUSED_TBWD and not _depthwise(&g) and not _rowcol_ok(&g) and not _is_1x1(&g)
+            and g.N * g.O * g.OH * g.OW * g.Cg * g.kh * g.kw > 0):
+        dx, dw = _tbwd(dy, weight, x, &g)
+    else:
+        dx = conv2d(dy, weight, None, saved[3], saved[4], saved[5], saved[6])[0]
+        dw = _grads(dy, (<object>dy).shape, weight, x, saved[3], saved[4], saved[5], saved[6],
+                    False, True, False)[1]
+    return dx, dw, (_bias_grad(dy) if saved[2] else None)
+
+
+cdef void _tbwd_chunk(const real* z, const real* w, const real* gx, real* y, real* dw_part,
+                      Py_ssize_t n0, Py_ssize_t n1, real* col, Geo* g) noexcept nogil:
+    """Images [n0, n1) of conv2d(z) = y and its d_weight for output gradient gx, sharing
+    each im2col tile of z: y_tile = W @ col, dW += gx_tile @ col^T."""
+    cdef Py_ssize_t P = g.OH * g.OW, Og = g.O // g.G, Kg = g.Cg * g.kh * g.kw, gi, n
+    cdef Py_ssize_t zs = g.C * g.H * g.W, ys = g.O * P
+    cdef Py_ssize_t R = _tile_rows(g), r0, r1, T
+    for n in range(n0, n1):
+        r0 = 0
+        while r0 < g.OH:
+            r1 = r0 + R if r0 + R < g.OH else g.OH
+            T = (r1 - r0) * g.OW
+            _im2col(z + n * zs, col, g, r0, r1)
+            for gi in range(g.G):
+                gemm(False, False, <int>Og, <int>T, <int>Kg, <real>1, w + gi * Og * Kg, <int>Kg,
+                     col + gi * Kg * T, <int>T, <real>0, y + n * ys + gi * Og * P + r0 * g.OW,
+                     <int>P)
+                gemm(False, True, <int>Og, <int>Kg, <int>T, <real>1,
+                     gx + n * ys + gi * Og * P + r0 * g.OW, <int>P, col + gi * Kg * T, <int>T,
+                     <real>(0 if (n == n0 and r0 == 0) else 1), dw_part + gi * Og * Kg, <int>Kg)
+            r0 = r1
+
+
+cdef int _tbwd_run(const real* z, const real* w, const real* gx, real* y, real* part,
+                   Py_ssize_t nch, Py_ssize_t per, Geo* g, int nt) except -1 nogil:
+    cdef Py_ssize_t ch, n0, n1, csize = g.C * g.kh * g.kw * _tile_rows(g) * g.OW
+    cdef Py_ssize_t wsz = g.O * g.Cg * g.kh * g.kw
+    cdef real* col = NULL
+    cdef int failed = 0
+    with parallel(num_threads=nt):
+        col = <real*>fnn_alloc(csize * sizeof(real) + 64, 1)
+        if col == NULL:
+            fnn_flag_set(&failed)
+        for ch in prange(nch, schedule="dynamic", chunksize=1):
+            if col == NULL:
+                continue
+            n0 = ch * per
+            n1 = n0 + per
+            if n1 > g.N:
+                n1 = g.N
+            _tbwd_chunk(z, w, gx, y, part + ch * wsz, n0, n1, col, g)
+        free(col)
+    if failed:
+        _raise_nomem(csize * sizeof(real) + 64, 1)
+    return 0
+
+
+cdef tuple _tbwd(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray x, Geo* g):
+    """(conv2d(dy, weight), d_weight) of conv_transpose2d in one pass (fixed image chunks,
+    partials added in chunk order, as conv2d_backward)."""
+    cdef Py_ssize_t nch = _chunks(g), per
+    per = (g.N + nch - 1) // nch
+    nch = (g.N + per - 1) // per
+    cdef cnp.ndarray dx = np.empty((g.N, g.O, g.OH, g.OW), dtype=dy.dtype)
+    cdef cnp.ndarray part = np.empty((nch,) + (<object>weight).shape, dtype=dy.dtype)
+    cdef int nt = _threads_for(g.N * g.O * g.OH * g.OW * g.Cg * g.kh * g.kw, 1 << 18)
+    if nt > nch:
+        nt = <int>nch
+    cdef bint f32 = dy.dtype == np.float32
+    with _blas_single() if nt > 1 else _no_context():
+        with nogil:
+            if f32:
+                _tbwd_run[float](<const float*>cnp.PyArray_DATA(dy), <const float*>cnp.PyArray_DATA(weight),
+                                 <const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(dx),
+                                 <float*>cnp.PyArray_DATA(part), nch, per, g, nt)
+            else:
+                _tbwd_run[double](<const double*>cnp.PyArray_DATA(dy), <const double*>cnp.PyArray_DATA(weight),
+                                  <const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(dx),
+                                  <double*>cnp.PyArray_DATA(part), nch, per, g, nt)
+    return dx, (part[0] if nch == 1 else _sum_parts(part).astype(dy.dtype))
 
 
 cdef bint _dx_as_conv(Geo* g, tuple padding):
@@ -846,7 +1034,7 @@ cdef _dx_by_conv(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray dx, Geo* g, tup
     cdef cnp.ndarray wt = np.ascontiguousarray(
         (<object>weight).reshape(g.G, Og, g.Cg, g.kh, g.kw)[:, :, :, ::-1, ::-1]
         .transpose(0, 2, 1, 3, 4).reshape(g.C, Og, g.kh, g.kw))
-    t = _geo(dy, wt, (1, 1), (eh - padding[0], eh - padding[1], ew - padding[2], ew - padding[3]),
+    t = _geo((<object>dy).shape, (<object>wt).shape, (1, 1), (eh - padding[0], eh - padding[1], ew - padding[2], ew - padding[3]),
              dilation, groups)
     nt = _threads_for(flops, 1 << 18)
     if nt > t.N:
@@ -859,17 +1047,18 @@ cdef _dx_by_conv(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray dx, Geo* g, tup
 
 
 cdef _conv_bwd_call(cnp.ndarray x, cnp.ndarray weight, cnp.ndarray dy, object dx_or_none,
-                    cnp.ndarray part, Py_ssize_t nch, Py_ssize_t per, Geo* g, int nt, bint f32):
+                    object part_or_none, Py_ssize_t nch, Py_ssize_t per, Geo* g, int nt, bint f32):
     cdef void* pdx = _ptr(dx_or_none)
+    cdef void* part = _ptr(part_or_none)
     with nogil:
         if f32:
             _bwd_gemm[float](<const float*>cnp.PyArray_DATA(x), <const float*>cnp.PyArray_DATA(weight),
                              <const float*>cnp.PyArray_DATA(dy), <float*>pdx,
-                             <float*>cnp.PyArray_DATA(part), nch, per, g, nt)
+                             <float*>part, nch, per, g, nt)
         else:
             _bwd_gemm[double](<const double*>cnp.PyArray_DATA(x), <const double*>cnp.PyArray_DATA(weight),
                               <const double*>cnp.PyArray_DATA(dy), <double*>pdx,
-                              <double*>cnp.PyArray_DATA(part), nch, per, g, nt)
+                              <double*>part, nch, per, g, nt)
 
 
 cdef cnp.ndarray _sum_parts(cnp.ndarray part):

@@ -20,13 +20,20 @@
 # every dx row written once as the sum of the rows covering it -- so dx is neither
 # zeroed first nor read back (3x3/2 on 16x64x112x112, one thread: forward 9.1 -> 4.2 ms,
 # backward 19 -> 5.5 ms).
+#
+# adaptive_avg_pool2d / adaptive_max_pool2d: torch's windows (rows floor(p*H/OH) ..
+# ceil((p+1)*H/OH), the same for columns), one plane per loop iteration.  A window of
+# whole rows is one contiguous run (the global-average case): one lane sum in double
+# (fnn_reduce.h), otherwise one per row.  The max saves torch's int64 flat index
+# h*W + w (return_indices); both backwards zero the plane and add each output's share
+# in output order (windows may overlap), so results do not depend on the thread count.
 cimport cython
 cimport numpy as cnp
 from cython.parallel cimport prange, parallel
 from libc.stdlib cimport free
 from libc.math cimport INFINITY
 from libc.string cimport memset
-from libc.stdint cimport int32_t
+from libc.stdint cimport int32_t, int64_t
 
 from fnn_blas cimport real
 
@@ -36,7 +43,9 @@ cnp.import_array()
 
 include "fnn_runtime.pxi"
 
-OPS = ("max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward")
+OPS = ("max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward",
+       "adaptive_avg_pool2d", "adaptive_avg_pool2d_backward",
+       "adaptive_max_pool2d", "adaptive_max_pool2d_backward")
 
 
 cdef extern from "fnn_conv.h" nogil:
@@ -432,4 +441,183 @@ def avg_pool2d_backward(cnp.ndarray dy, tuple saved):
         with nogil:
             _avg_bwd[double](<const double*>cnp.PyArray_DATA(dy), <double*>cnp.PyArray_DATA(dx),
                              N * C, H, W, OH, OW, kh, kw, sh, sw, ph, pw, cip, ov)
+    return dx
+
+
+# ---------------------------------------------------------------- adaptive pooling
+cdef extern from "fnn_reduce.h" nogil:
+    double fnn_sum_f(const float* x, Py_ssize_t n)
+    double fnn_sum_d(const double* x, Py_ssize_t n)
+
+
+cdef inline double _run_sum(const real* x, Py_ssize_t n) noexcept nogil:
+    if real is float:
+        return fnn_sum_f(x, n)
+    else:
+        return fnn_sum_d(x, n)
+
+
+cdef inline Py_ssize_t _astart(Py_ssize_t o, Py_ssize_t n_in, Py_ssize_t n_out) noexcept nogil:
+    return (o * n_in) // n_out
+
+
+cdef inline Py_ssize_t _aend(Py_ssize_t o, Py_ssize_t n_in, Py_ssize_t n_out) noexcept nogil:
+    return ((o + 1) * n_in + n_out - 1) // n_out
+
+
+cdef void _aavg_fwd(const real* x, real* y, Py_ssize_t P, Py_ssize_t H, Py_ssize_t W,
+                    Py_ssize_t OH, Py_ssize_t OW, int nt) noexcept nogil:
+    cdef Py_ssize_t pl, oh, ow, h, h0, h1, w0, w1
+    cdef double acc
+    cdef const real* xp
+    for pl in prange(P, nogil=True, schedule="static", num_threads=nt):
+        xp = x + pl * H * W
+        for oh in range(OH):
+            h0 = _astart(oh, H, OH)
+            h1 = _aend(oh, H, OH)
+            for ow in range(OW):
+                w0 = _astart(ow, W, OW)
+                w1 = _aend(ow, W, OW)
+                if w0 == 0 and w1 == W:
+                    acc = _run_sum(xp + h0 * W, (h1 - h0) * W)
+                else:
+                    acc = 0.0
+                    for h in range(h0, h1):
+                        acc = acc + _run_sum(xp + h * W + w0, w1 - w0)
+                y[(pl * OH + oh) * OW + ow] = <real>(acc / ((h1 - h0) * (w1 - w0)))
+
+
+cdef void _aavg_bwd(const real* g, real* dx, Py_ssize_t P, Py_ssize_t H, Py_ssize_t W,
+                    Py_ssize_t OH, Py_ssize_t OW, int nt) noexcept nogil:
+    cdef Py_ssize_t pl, oh, ow, h, w, h0, h1, w0, w1
+    cdef real share
+    cdef real* d
+    for pl in prange(P, nogil=True, schedule="static", num_threads=nt):
+        d = dx + pl * H * W
+        if OH == 1 and OW == 1:
+            share = <real>(g[pl] / (<double>H * W))
+            for h in range(H * W):
+                d[h] = share
+            continue
+        memset(d, 0, H * W * sizeof(real))
+        for oh in range(OH):
+            h0 = _astart(oh, H, OH)
+            h1 = _aend(oh, H, OH)
+            for ow in range(OW):
+                w0 = _astart(ow, W, OW)
+                w1 = _aend(ow, W, OW)
+                share = <real>(g[(pl * OH + oh) * OW + ow] / (<double>(h1 - h0) * (w1 - w0)))
+                for h in range(h0, h1):
+                    for w in range(w0, w1):
+                        d[h * W + w] += share
+
+
+cdef void _amax_fwd(const real* x, real* y, int64_t* idx, Py_ssize_t P, Py_ssize_t H, Py_ssize_t W,
+                    Py_ssize_t OH, Py_ssize_t OW, int nt) noexcept nogil:
+    cdef Py_ssize_t pl, oh, ow, h, w, h0, h1, w0, w1, o
+    cdef int64_t best_i
+    cdef real best, v
+    cdef const real* xp
+    for pl in prange(P, nogil=True, schedule="static", num_threads=nt):
+        xp = x + pl * H * W
+        for oh in range(OH):
+            h0 = _astart(oh, H, OH)
+            h1 = _aend(oh, H, OH)
+            for ow in range(OW):
+                w0 = _astart(ow, W, OW)
+                w1 = _aend(ow, W, OW)
+                # torch's scan: starts at -inf with the first element's index; a larger
+                # value or a NaN takes over (ties keep the first, the last NaN wins)
+                best = -INFINITY
+                best_i = h0 * W + w0
+                for h in range(h0, h1):
+                    for w in range(w0, w1):
+                        v = xp[h * W + w]
+                        if v > best or v != v:
+                            best = v
+                            best_i = h * W + w
+                o = (pl * OH + oh) * OW + ow
+                y[o] = best
+                idx[o] = best_i
+
+
+cdef void _amax_bwd(const real* g, const int64_t* idx, real* dx, Py_ssize_t P, Py_ssize_t HW,
+                    Py_ssize_t OHW, int nt) noexcept nogil:
+    cdef Py_ssize_t pl, o
+    cdef real* d
+    for pl in prange(P, nogil=True, schedule="static", num_threads=nt):
+        d = dx + pl * HW
+        memset(d, 0, HW * sizeof(real))
+        for o in range(pl * OHW, (pl + 1) * OHW):
+            d[idx[o]] += g[o]
+
+
+def adaptive_avg_pool2d(cnp.ndarray x, tuple out_hw):
+    """adaptive_avg_pool2d(x, (OH, OW)) -> (y, saved).  x (N, C, H, W) C-contiguous, H, W > 0."""
+    cdef Py_ssize_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3]
+    cdef Py_ssize_t OH = out_hw[0], OW = out_hw[1]
+    cdef cnp.ndarray y = np.empty((N, C, OH, OW), dtype=x.dtype)
+    cdef int nt = _threads_for(N * C * H * W, 1 << 15)
+    if x.dtype == np.float32:
+        with nogil:
+            _aavg_fwd[float](<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(y),
+                             N * C, H, W, OH, OW, nt)
+    else:
+        with nogil:
+            _aavg_fwd[double](<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(y),
+                              N * C, H, W, OH, OW, nt)
+    return y, (<object>x).shape
+
+
+def adaptive_avg_pool2d_backward(cnp.ndarray dy, tuple saved):
+    """-> d_input."""
+    cdef Py_ssize_t N = saved[0], C = saved[1], H = saved[2], W = saved[3]
+    cdef Py_ssize_t OH = dy.shape[2], OW = dy.shape[3]
+    cdef cnp.ndarray dx = np.empty(saved, dtype=dy.dtype)
+    cdef int nt = _threads_for(N * C * H * W, 1 << 15)
+    if dy.dtype == np.float32:
+        with nogil:
+            _aavg_bwd[float](<const float*>cnp.PyArray_DATA(dy), <float*>cnp.PyArray_DATA(dx),
+                             N * C, H, W, OH, OW, nt)
+    else:
+        with nogil:
+            _aavg_bwd[double](<const double*>cnp.PyArray_DATA(dy), <double*>cnp.PyArray_DATA(dx),
+                              N * C, H, W, OH, OW, nt)
+    return dx
+
+
+def adaptive_max_pool2d(cnp.ndarray x, tuple out_hw):
+    """adaptive_max_pool2d(x, (OH, OW)) -> (y, saved); saved[0]: int64 argmax h*W + w."""
+    cdef Py_ssize_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3]
+    cdef Py_ssize_t OH = out_hw[0], OW = out_hw[1]
+    cdef cnp.ndarray y = np.empty((N, C, OH, OW), dtype=x.dtype)
+    cdef cnp.ndarray idx = np.empty((N, C, OH, OW), dtype=np.int64)
+    cdef int nt = _threads_for(N * C * H * W, 1 << 15)
+    if x.dtype == np.float32:
+        with nogil:
+            _amax_fwd[float](<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(y),
+                             <int64_t*>cnp.PyArray_DATA(idx), N * C, H, W, OH, OW, nt)
+    else:
+        with nogil:
+            _amax_fwd[double](<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(y),
+                              <int64_t*>cnp.PyArray_DATA(idx), N * C, H, W, OH, OW, nt)
+    return y, (idx, (<object>x).shape)
+
+
+def adaptive_max_pool2d_backward(cnp.ndarray dy, tuple saved):
+    """-> d_input (each output's gradient added at its argmax)."""
+    cdef cnp.ndarray idx = saved[0]
+    shape = saved[1]
+    cdef Py_ssize_t P = shape[0] * shape[1], HW = shape[2] * shape[3]
+    cdef Py_ssize_t OHW = dy.shape[2] * dy.shape[3]
+    cdef cnp.ndarray dx = np.empty(shape, dtype=dy.dtype)
+    cdef int nt = _threads_for(P * HW, 1 << 15)
+    if dy.dtype == np.float32:
+        with nogil:
+            _amax_bwd[float](<const float*>cnp.PyArray_DATA(dy), <const int64_t*>cnp.PyArray_DATA(idx),
+                             <float*>cnp.PyArray_DATA(dx), P, HW, OHW, nt)
+    else:
+        with nogil:
+            _amax_bwd[double](<const double*>cnp.PyArray_DATA(dy), <const int64_t*>cnp.PyArray_DATA(idx),
+                              <double*>cnp.PyArray_DATA(dx), P, HW, OHW, nt)
     return dx

@@ -643,6 +643,237 @@ BAD_CALLS += [BadCall("Conv2d(groups=3) of 2 channels", lambda: nn.Conv2d(2, 3, 
               BadCall("MaxPool2d(kernel_size=-1)", lambda: nn.MaxPool2d(-1), "kernel_size")]
 
 
+# ================================================================== conv1d / transposed conv / 1-d and adaptive pools
+def _conv1d_draw(D, dt):
+    groups = D.choice([1, 2]) if not D.big else 1
+    cg, og = D.side(1, 3, 32), D.side(1, 3, 32)
+    k, dil, stride = D.side(1, 3, 3), D.choice([1, 2]), D.choice([1, 2])
+    pad = D.choice([0, 1, "valid"] + (["same"] if stride == 1 else []))
+    p = pad if isinstance(pad, int) else 0
+    L = max(dil * (k - 1) + 1 - 2 * p, 1) + D.side(0, 3, 900)
+    lead = (D.side(0, 2, 8),) if D.bool() or D.big else ()
+    x = D.array(lead + (cg * groups, L), dt)
+    wt = D.array((og * groups, cg, k), dt, 0.5)
+    b = D.array((og * groups,), dt) if D.bool() else None
+    return [x, wt, b, stride, pad, dil, groups], {}
+
+
+FUZZ.append(FuzzOp("conv1d", F.conv1d_fwd, F.conv1d_bwd, _conv1d_draw,
+                   ("input", "weight", "bias", "stride", "padding", "dilation", "groups"),
+                   ("conv2d", "conv2d_backward"), infer=F.conv1d, family="conv",
+                   rtol32=5e-4, atol32=5e-5, examples=30,
+                   bad=[Bad("weight 2-D", _set(1, lambda w: w[0]), "weight"),
+                        Bad("4-D input", _set(0, lambda x: x[None, None]), "input"),
+                        Bad("channels mismatch", _set(1, lambda w: np.concatenate([w, w], 1)),
+                            "channel|weight|input|groups"),
+                        Bad("stride 0", _set(3, 0), "stride"),
+                        Bad("stride pair", _set(3, (1, 1)), "stride"),
+                        Bad("padding -1", _set(4, -1), "padding"),
+                        Bad("dilation 0", _set(5, 0), "dilation"),
+                        Bad("groups 0", _set(6, 0), "groups"),
+                        Bad("bias wrong length", _set(2, lambda b: np.ones(99, np.float32)), "bias")]))
+
+
+def _tconv_draw(D, dt):
+    groups = D.choice([1, 2]) if not D.big else 1
+    cg, og = D.side(1, 3, 32), D.side(1, 3, 16)
+    kh, kw = D.side(1, 4, 4), D.side(1, 4, 4)
+    stride, dil = D.choice([1, 2]), D.choice([1, 2])
+    h, w = D.side(1, 4, 28), D.side(1, 4, 28)
+    pad = D.int(0, 1)
+    # torch: output_padding < stride or < dilation; only < stride here (cuda refuses more)
+    opad = D.int(0, stride - 1)
+    if min(transpose_output_size(h, kh, stride, pad, opad, dil),
+           transpose_output_size(w, kw, stride, pad, opad, dil)) < 1:
+        pad = 0
+    x = D.array((D.side(0, 2, 16), cg * groups, h, w), dt)
+    wt = D.array((cg * groups, og, kh, kw), dt, 0.5)
+    b = D.array((og * groups,), dt) if D.bool() else None
+    return [x, wt, b, stride, pad, opad, groups, dil], {}
+
+
+from fastnn.functional.conv import transpose_output_size  # noqa: E402
+
+FUZZ.append(FuzzOp("conv_transpose2d", F.conv_transpose2d_fwd, F.conv_transpose2d_bwd, _tconv_draw,
+                   ("input", "weight", "bias", "stride", "padding", "output_padding", "groups",
+                    "dilation"),
+                   ("conv_transpose2d", "conv_transpose2d_backward"), infer=F.conv_transpose2d,
+                   family="conv", rtol32=5e-4, atol32=5e-5, examples=30,
+                   bad=[Bad("weight 3-D", _set(1, lambda w: w[0]), "weight"),
+                        Bad("in_channels mismatch", _set(1, lambda w: np.concatenate([w, w], 0)),
+                            "channel|weight|input"),
+                        Bad("3-D input", _set(0, lambda x: x[0] if x.shape[0] else x[:, 0]), "input"),
+                        Bad("stride 0", _set(3, 0), "stride"),
+                        Bad("padding 'same'", _set(4, "same"), "padding"),
+                        Bad("output_padding >= stride and dilation",
+                            lambda a, k: a.__setitem__(5, 2) or a.__setitem__(3, 1)
+                            or a.__setitem__(7, 1), "output_padding"),
+                        Bad("groups 0", _set(6, 0), "groups"),
+                        Bad("groups not dividing in_channels", _set(6, 7), "groups"),
+                        Bad("bias wrong length", _set(2, lambda b: np.ones(99, np.float32)), "bias")]))
+
+
+def _pool1d_x(D, dt, k, d, p):
+    L = max(d * (k - 1) + 1 - 2 * p, 1) + D.side(0, 3, 2000)
+    lead = (D.side(0, 2, 16),) if D.bool() or D.big else ()
+    return D.array(lead + (D.side(1, 3, 32), L), dt)
+
+
+def _maxpool1d_draw(D, dt):
+    k, d = D.side(1, 3, 3), D.choice([1, 2])
+    p = D.int(0, k // 2)
+    return [_pool1d_x(D, dt, k, d, p), k, D.choice([None, 1, 2, 3]), p, d, D.bool()], {}
+
+
+def _avgpool1d_draw(D, dt):
+    k = D.side(1, 3, 3)
+    p = D.int(0, k // 2)
+    return [_pool1d_x(D, dt, k, 1, p), k, D.choice([None, 1, 2, 3]), p, D.bool(), D.bool()], {}
+
+
+_pool1d_bad = [Bad("kernel_size 0", _set(1, 0), "kernel_size"),
+               Bad("kernel_size pair", _set(1, (2, 2)), "kernel_size"),
+               Bad("stride 0", _set(2, 0), "stride"),
+               Bad("padding > kernel/2", _set(3, 5), "padding|pad"),
+               Bad("4-D input", _set(0, lambda x: x[None, None] if x.ndim == 2 else x[None]), "input")]
+FUZZ.append(FuzzOp("max_pool1d", F.max_pool1d_fwd, F.max_pool1d_bwd, _maxpool1d_draw,
+                   ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode"),
+                   ("max_pool2d", "max_pool2d_backward"), infer=F.max_pool1d, family="pool",
+                   bad=_pool1d_bad + [Bad("dilation 0", _set(4, 0), "dilation")]))
+FUZZ.append(FuzzOp("avg_pool1d", F.avg_pool1d_fwd, F.avg_pool1d_bwd, _avgpool1d_draw,
+                   ("input", "kernel_size", "stride", "padding", None, None),
+                   ("avg_pool2d", "avg_pool2d_backward"), infer=F.avg_pool1d, family="pool",
+                   bad=_pool1d_bad))
+
+
+def _adaptive_draw(D, dt):
+    h, w = D.side(1, 7, 14), D.side(1, 7, 14)
+    lead = (D.side(0, 2, 32),) if D.bool() or D.big else ()
+    x = D.array(lead + (D.side(1, 3, 64), h, w), dt)
+    size = D.choice(["int", "pair", "none"])
+    if size == "int":
+        out = D.int(1, 4)
+    elif size == "pair":
+        out = (D.int(0, h + 2), D.int(1, w + 2))
+    else:
+        out = (None, D.int(1, 3)) if D.bool() else (D.int(1, 3), None)
+    return [x, out], {}
+
+
+_adaptive_bad = [Bad("output_size negative", _set(1, (-1, 2)), "output_size"),
+                 Bad("output_size 3 entries", _set(1, (1, 2, 3)), "output_size"),
+                 Bad("output_size float", _set(1, 2.5), "output_size"),
+                 Bad("2-D input", _set(0, lambda x: x.reshape(x.shape[-2], -1)), "input"),
+                 Bad("empty spatial input", _set(0, lambda x: x[..., :0]), "input")]
+FUZZ.append(FuzzOp("adaptive_avg_pool2d", F.adaptive_avg_pool2d_fwd, F.adaptive_avg_pool2d_bwd,
+                   _adaptive_draw, ("input", "output_size"),
+                   ("adaptive_avg_pool2d", "adaptive_avg_pool2d_backward"),
+                   infer=F.adaptive_avg_pool2d, family="pool", bad=_adaptive_bad))
+FUZZ.append(FuzzOp("adaptive_max_pool2d", F.adaptive_max_pool2d_fwd, F.adaptive_max_pool2d_bwd,
+                   _adaptive_draw, ("input", "output_size"),
+                   ("adaptive_max_pool2d", "adaptive_max_pool2d_backward"),
+                   infer=F.adaptive_max_pool2d, family="pool", bad=_adaptive_bad))
+
+
+def _seq1d(c):
+    return lambda rng, dt, big=False: (rng.standard_normal((4 if big else 2, c, 64 if big else 9)).astype(dt),)
+
+
+MODULES += [
+    ModuleSpec("Conv1d", lambda dt: nn.Conv1d(2, 3, 3, padding="same").to(dt), _seq1d(2),
+               bad_inputs=[("wrong channels", lambda x: x[:, :1], "channel|input|weight")]),
+    ModuleSpec("ConvTranspose2d", lambda dt: nn.ConvTranspose2d(2, 3, 4, stride=2, padding=1).to(dt),
+               _img(2), bad_inputs=[("wrong channels", lambda x: x[:, :1], "channel|input|weight")]),
+    ModuleSpec("MaxPool1d", lambda dt: nn.MaxPool1d(3, stride=2, padding=1), _seq1d(2),
+               bad_inputs=[("4-D input", lambda x: x[None], "input")]),
+    ModuleSpec("AvgPool1d", lambda dt: nn.AvgPool1d(2, ceil_mode=True), _seq1d(2)),
+    ModuleSpec("AdaptiveAvgPool2d", lambda dt: nn.AdaptiveAvgPool2d((2, None)), _img(2),
+               bad_inputs=[("2-D input", lambda x: x[0, 0], "input")]),
+    ModuleSpec("AdaptiveMaxPool2d", lambda dt: nn.AdaptiveMaxPool2d(3), _img(2),
+               bad_inputs=[("empty plane", lambda x: x[..., :0], "input")]),
+]
+BAD_CALLS += [
+    BadCall("Conv1d(groups=2) of 3 channels", lambda: nn.Conv1d(3, 4, 3, groups=2), "groups|channels"),
+    BadCall("Conv1d(kernel_size=(2, 2))", lambda: nn.Conv1d(2, 3, (2, 2)), "kernel_size"),
+    BadCall("Conv1d(padding='same', stride=2)", lambda: nn.Conv1d(2, 3, 3, 2, "same"), "same|stride"),
+    BadCall("ConvTranspose2d(output_padding=2, stride=2)",
+            lambda: nn.ConvTranspose2d(2, 3, 3, stride=2, output_padding=2), "output_padding"),
+    BadCall("ConvTranspose2d(groups=2) of 3 channels", lambda: nn.ConvTranspose2d(3, 4, 3, groups=2),
+            "groups|channels"),
+    BadCall("ConvTranspose2d(padding='same')", lambda: nn.ConvTranspose2d(2, 3, 3, padding="same"),
+            "padding"),
+    BadCall("AdaptiveAvgPool2d(output_size=-1)", lambda: nn.AdaptiveAvgPool2d(-1), "output_size"),
+    BadCall("AdaptiveMaxPool2d(output_size='a')", lambda: nn.AdaptiveMaxPool2d("a"), "output_size"),
+    BadCall("MaxPool1d(kernel_size=0)", lambda: nn.MaxPool1d(0), "kernel_size"),
+    BadCall("AvgPool1d(padding=3) with kernel 2", lambda: nn.AvgPool1d(2, padding=3), "padding"),
+    BadCall("ConvTranspose2d forward(output_size) unreachable",
+            lambda: nn.ConvTranspose2d(2, 3, 3, stride=2)(np.zeros((1, 2, 4, 4), np.float32),
+                                                          output_size=(20, 20)), "output_size"),
+]
+
+
+# ================================================================== groupnorm / rmsnorm
+def _gn_draw(D, dt):
+    G, cg = D.side(1, 3, 32), D.side(1, 3, 2)
+    spatial = D.dims(0, 2, side_lo=0, side_hi=5, big=(56, 56))
+    x = D.array((D.side(0, 3, 8), G * cg) + spatial, dt, D.choice([0.5, 3.0]), D.float(-1, 1))
+    affine = D.choice(["both", "weight", "bias", "none"])
+    w = D.array((G * cg,), dt, 0.3, 1.0) if affine in ("both", "weight") else None
+    b = D.array((G * cg,), dt) if affine in ("both", "bias") else None
+    return [x, G, w, b, D.choice([1e-5, 1e-3, 0.1])], {}
+
+
+FUZZ.append(FuzzOp(
+    "group_norm", F.group_norm_fwd, F.group_norm_bwd, _gn_draw,
+    ("input", None, "weight", "bias", None), ("group_norm", "group_norm_backward"),
+    infer=F.group_norm, family="groupnorm", huge=True, rtol32=5e-4, atol32=5e-4,
+    bad=[Bad("num_groups not dividing channels", _set(1, lambda g: g * 2 + 5), "num_groups"),
+         Bad("num_groups 0", _set(1, 0), "num_groups"),
+         Bad("num_groups float", _set(1, 2.0), "num_groups"),
+         Bad("1-D input", _set(0, lambda x: x.reshape(-1)), "input"),
+         Bad("weight wrong shape", _set(2, lambda w: np.ones(99, np.float32)), "weight"),
+         Bad("bias 2-D", _set(3, lambda b: np.ones((1, 2), np.float32)), "bias"),
+         Bad("eps = 0", _set(4, 0.0), "eps"),
+         Bad("eps nan", _set(4, float("nan")), "eps")]))
+
+
+def _rms_draw(D, dt):
+    ns = D.dims(1, 2, side_lo=0, side_hi=7, big=(768,))
+    lead = D.dims(0, 2, big=(2, 160))
+    x = D.array(lead + ns, dt, D.choice([0.5, 3.0]), D.float(-1, 1))
+    w = D.array(ns, dt, 0.3, 1.0) if D.bool() else None
+    return [x, ns, w, D.choice([None, 1e-5, 1e-3, 0.1])], {}
+
+
+FUZZ.append(FuzzOp(
+    "rms_norm", F.rms_norm_fwd, F.rms_norm_bwd, _rms_draw,
+    ("input", None, "weight", None), ("rms_norm", "rms_norm_backward"),
+    infer=F.rms_norm, family="rmsnorm", huge=True, rtol32=5e-4, atol32=5e-4,
+    bad=[Bad("normalized_shape mismatch", _set(1, lambda ns: tuple(ns[:-1]) + (ns[-1] + 1,)),
+             "normalized_shape"),
+         Bad("normalized_shape empty", _set(1, ()), "normalized_shape"),
+         Bad("weight wrong shape", _set(2, lambda w: np.ones(99, np.float32)), "weight"),
+         Bad("eps = 0", _set(3, 0.0), "eps"),
+         Bad("eps < 0", _set(3, -1e-5), "eps"),
+         Bad("eps str", _set(3, "1e-5"), "eps")]))
+
+MODULES += [
+    ModuleSpec("GroupNorm", lambda dt: nn.GroupNorm(2, 4).to(dt),
+               lambda rng, dt, big=False: (rng.standard_normal((8 if big else 2, 4, 6, 5)).astype(dt),),
+               bad_inputs=[("wrong channels", lambda x: x[:, :3], "input|channel")]),
+    ModuleSpec("RMSNorm", lambda dt: nn.RMSNorm(8).to(dt),
+               lambda rng, dt, big=False: (rng.standard_normal((64, 8) if big else (3, 8)).astype(dt),),
+               bad_inputs=[("wrong last dim", lambda x: x[..., :-1], "normalized_shape")]),
+]
+BAD_CALLS += [
+    BadCall("GroupNorm(3, 4)", lambda: nn.GroupNorm(3, 4), "num_groups|num_channels|divisible"),
+    BadCall("GroupNorm(0, 4)", lambda: nn.GroupNorm(0, 4), "num_groups"),
+    BadCall("GroupNorm(eps=0)", lambda: nn.GroupNorm(2, 4, eps=0.0), "eps"),
+    BadCall("RMSNorm(eps=-1)", lambda: nn.RMSNorm(4, eps=-1.0), "eps"),
+    BadCall("RMSNorm(normalized_shape='a')", lambda: nn.RMSNorm("a"), "normalized_shape"),
+]
+
+
 # ================================================================== attention
 def _sdpa_draw(D, dt):
     lead = D.dims(0, 2, side_hi=3, big=(2, 4))

@@ -1,4 +1,5 @@
-"""Conv family benchmarks: conv2d (3x3 and depthwise), max/avg pooling, batchnorm2d.
+"""Conv family benchmarks: conv2d (3x3 and depthwise), conv1d, conv_transpose2d, max/avg and
+adaptive average pooling, batchnorm2d.
 
 Each op has a forward+backward case (vs PyTorch in the same run) and, where the issue
 sets a ceiling target, a forward-only case whose GFLOP/s or GB/s is read against the
@@ -141,6 +142,100 @@ def _bn_case(N, C, H, W):
                      min_time=0.3, max_reps=30)
 
 
+def _conv1d_case(N, C, L, O, k, pad):
+    def make():
+        import fastnn.functional as F
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((N, C, L)).astype(np.float32)
+        w = (rng.standard_normal((O, C, k)) * 0.05).astype(np.float32)
+        b = np.zeros(O, np.float32)
+        dy = rng.standard_normal(F.conv1d(x, w, b, 1, pad).shape).astype(np.float32)
+
+        def fast():
+            y, ctx = F.conv1d_fwd(x, w, b, 1, pad)
+            return F.conv1d_bwd(ctx, dy)
+        fns = {"fastnn": fast, "reference": None, "torch": None}
+        torch = torch_or_none()
+        if torch is not None:
+            tx = torch.tensor(x, requires_grad=True)
+            tm = torch.nn.Conv1d(C, O, k, padding=pad)
+            tdy = torch.tensor(dy)
+
+            def t():
+                tx.grad = None
+                tm.zero_grad(set_to_none=True)
+                tm(tx).backward(tdy)
+            fns["torch"] = t
+        return fns
+    flops = 2.0 * N * O * L * C * k
+    return BenchCase("conv", "conv1d fwd+bwd", f"{N}x{C}x{L}->{O} k{k}", make, flops=3 * flops,
+                     min_time=0.3, max_reps=20)
+
+
+def _tconv_case(N, C, H, W, O, k, s, p):
+    def make():
+        import fastnn.functional as F
+        from fastnn._backend import backend
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+        w = (rng.standard_normal((C, O, k, k)) * 0.05).astype(np.float32)
+        b = np.zeros(O, np.float32)
+        dy = rng.standard_normal(F.conv_transpose2d(x, w, b, s, p).shape).astype(np.float32)
+        ref = backend("reference")
+        OH, OW = dy.shape[2:]
+
+        def fast():
+            y, ctx = F.conv_transpose2d_fwd(x, w, b, s, p)
+            return F.conv_transpose2d_bwd(ctx, dy)
+
+        def reference():
+            y, sv = ref.conv_transpose2d(x, w, b, (s, s), (p, p, p, p), (OH, OW), (1, 1), 1)
+            return ref.conv_transpose2d_backward(dy, sv)
+        fns = {"fastnn": fast, "reference": None if N * C * H * W > 1 << 20 else reference,
+               "torch": None}
+        torch = torch_or_none()
+        if torch is not None:
+            tx = torch.tensor(x, requires_grad=True)
+            tm = torch.nn.ConvTranspose2d(C, O, k, stride=s, padding=p)
+            tdy = torch.tensor(dy)
+
+            def t():
+                tx.grad = None
+                tm.zero_grad(set_to_none=True)
+                tm(tx).backward(tdy)
+            fns["torch"] = t
+        return fns
+    flops = 2.0 * N * C * H * W * O * k * k
+    return BenchCase("conv", "conv_transpose2d fwd+bwd", f"{N}x{C}x{H}x{W}->{O} k{k} s{s} p{p}",
+                     make, flops=3 * flops, min_time=0.3, max_reps=20)
+
+
+def _adaptive_avg_case(N, C, H, W, out):
+    def make():
+        import fastnn.functional as F
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+        dy = rng.standard_normal((N, C, out, out)).astype(np.float32)
+
+        def fast():
+            y, ctx = F.adaptive_avg_pool2d_fwd(x, out)
+            return F.adaptive_avg_pool2d_bwd(ctx, dy)
+        fns = {"fastnn": fast, "reference": None, "torch": None}
+        torch = torch_or_none()
+        if torch is not None:
+            tx = torch.tensor(x, requires_grad=True)
+            tdy = torch.tensor(dy)
+
+            def t():
+                tx.grad = None
+                torch.nn.functional.adaptive_avg_pool2d(tx, out).backward(tdy)
+            fns["torch"] = t
+        return fns
+    # minimum traffic: fwd reads x; bwd writes dx (the outputs are tiny)
+    return BenchCase("conv", "adaptive_avg_pool2d fwd+bwd", f"{N}x{C}x{H}x{W}->{out}", make,
+                     bytes=2.0 * F32 * N * C * H * W, max_reps=200)
+
+
 def cases():
     return [
         _conv_case(16, 64, 56, 56, 64, 3, 1, 1, True, "conv2d 3x3 fwd"),
@@ -151,4 +246,7 @@ def cases():
         _pool_case("avg", 16, 64, 112, 112, 3, 2, 1, True),
         _pool_case("avg", 16, 64, 112, 112, 3, 2, 1, False),
         _bn_case(16, 64, 112, 112),
+        _conv1d_case(32, 256, 1024, 256, 3, 1),
+        _tconv_case(16, 64, 28, 28, 32, 4, 2, 1),
+        _adaptive_avg_case(32, 512, 14, 14, 1),
     ]

@@ -1,13 +1,19 @@
-"""Pool family: max_pool2d and avg_pool2d (NCHW, like torch.nn.functional)."""
+"""Pool family: max_pool2d, avg_pool2d, adaptive_avg_pool2d, adaptive_max_pool2d (NCHW) and
+max_pool1d / avg_pool1d (run as the 2-d pools on an (N, C, 1, L) view), like
+torch.nn.functional."""
 import numbers
 
 from .._backend import dispatch
-from .._validate import float_array
+from .._validate import float_array, grad_like
 from ._core import grad_in, make_ctx
-from .conv import pair
+from .conv import pair, single
 
 __all__ = ["max_pool2d", "max_pool2d_fwd", "max_pool2d_bwd",
-           "avg_pool2d", "avg_pool2d_fwd", "avg_pool2d_bwd", "pool_output_size"]
+           "avg_pool2d", "avg_pool2d_fwd", "avg_pool2d_bwd", "pool_output_size",
+           "adaptive_avg_pool2d", "adaptive_avg_pool2d_fwd", "adaptive_avg_pool2d_bwd",
+           "adaptive_max_pool2d", "adaptive_max_pool2d_fwd", "adaptive_max_pool2d_bwd",
+           "max_pool1d", "max_pool1d_fwd", "max_pool1d_bwd",
+           "avg_pool1d", "avg_pool1d_fwd", "avg_pool1d_bwd", "adaptive_output_size"]
 
 
 def pool_output_size(n, k, s, p, d, ceil_mode):
@@ -93,3 +99,164 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_in
     """torch.nn.functional.avg_pool2d (stride defaults to kernel_size)."""
     return avg_pool2d_fwd(x, kernel_size, stride, padding, ceil_mode, count_include_pad,
                           divisor_override)[0]
+
+
+# ---------------------------------------------------------------- adaptive pooling
+def adaptive_output_size(output_size, in_hw, name="output_size"):
+    """torch's output_size: an int, or a pair whose entries are ints or None (None keeps
+    that input dimension) -> (OH, OW)."""
+    if isinstance(output_size, numbers.Integral) and not isinstance(output_size, bool):
+        t = (output_size, output_size)
+    else:
+        try:
+            t = tuple(output_size)
+        except TypeError:
+            raise TypeError(f"{name} must be an int or a pair of ints / None, got "
+                            f"{type(output_size).__name__}") from None
+        if len(t) != 2:
+            raise ValueError(f"{name} must have 2 entries, got {output_size!r}")
+    out = []
+    for v, n in zip(t, in_hw):
+        if v is None:
+            out.append(int(n))
+            continue
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise TypeError(f"{name} entries must be ints or None, got {output_size!r}")
+        if v < 0:
+            raise ValueError(f"{name} must be non-negative, got {output_size!r}")
+        out.append(int(v))
+    return tuple(out)
+
+
+def _adaptive_input(fn, x):
+    x = float_array(x, "input")
+    if x.ndim not in (3, 4):
+        raise ValueError(f"{fn}: input must be 3-D (C, H, W) or 4-D (N, C, H, W), got shape "
+                         f"{tuple(x.shape)}")
+    for d in range(x.ndim - 3, x.ndim):
+        if x.shape[d] == 0:
+            raise ValueError(f"{fn}: input must have non-zero size in its non-batch dimensions, "
+                             f"got shape {tuple(x.shape)}")
+    return x, (x.reshape((1,) + tuple(x.shape)) if x.ndim == 3 else x)
+
+
+def _adaptive_fwd(fn, op, x, output_size):
+    x, x4 = _adaptive_input(fn, x)
+    out_hw = adaptive_output_size(output_size, x4.shape[2:])
+    be = dispatch(x4)
+    y4, saved = getattr(be, op)(x4, out_hw)
+    y = y4.reshape(y4.shape[1:]) if x.ndim == 3 else y4
+    return y, (make_ctx(be, saved, y4), y.shape, x.shape)
+
+
+def _adaptive_bwd(op, ctx, dy):
+    ctx4, y_shape, x_shape = ctx
+    dy = grad_like(dy, y_shape, ctx4[3])
+    be, saved, dy4 = grad_in(ctx4, dy.reshape(ctx4[2]))
+    return getattr(be, op)(dy4, saved).reshape(x_shape)
+
+
+def adaptive_avg_pool2d_fwd(x, output_size):
+    """Mean over torch's adaptive windows (rows floor(p*H/OH) .. ceil((p+1)*H/OH)) -> (y, ctx)."""
+    return _adaptive_fwd("adaptive_avg_pool2d", "adaptive_avg_pool2d", x, output_size)
+
+
+def adaptive_avg_pool2d_bwd(ctx, dy):
+    """-> d_input."""
+    return _adaptive_bwd("adaptive_avg_pool2d_backward", ctx, dy)
+
+
+def adaptive_avg_pool2d(x, output_size):
+    """torch.nn.functional.adaptive_avg_pool2d (output_size entries may be None)."""
+    return adaptive_avg_pool2d_fwd(x, output_size)[0]
+
+
+def adaptive_max_pool2d_fwd(x, output_size):
+    """Max over torch's adaptive windows (NaN propagates, ties keep the first) -> (y, ctx)."""
+    return _adaptive_fwd("adaptive_max_pool2d", "adaptive_max_pool2d", x, output_size)
+
+
+def adaptive_max_pool2d_bwd(ctx, dy):
+    """-> d_input (each window's gradient goes to its argmax)."""
+    return _adaptive_bwd("adaptive_max_pool2d_backward", ctx, dy)
+
+
+def adaptive_max_pool2d(x, output_size, return_indices=False):
+    """torch.nn.functional.adaptive_max_pool2d; with return_indices also the int64 argmax
+    of each window as the flat index h*W + w inside its input plane (torch's indices)."""
+    y, ctx = adaptive_max_pool2d_fwd(x, output_size)
+    if not return_indices:
+        return y
+    idx = ctx[0][1][0]
+    return y, (idx.reshape(y.shape) if idx.shape != y.shape else idx)
+
+
+# ---------------------------------------------------------------- 1-d pooling
+def _pool1d_input(fn, x):
+    x = float_array(x, "input")
+    if x.ndim not in (2, 3):
+        raise ValueError(f"{fn}: input must be 2-D (C, L) or 3-D (N, C, L), got shape "
+                         f"{tuple(x.shape)}")
+    x3 = x.reshape((1,) + tuple(x.shape)) if x.ndim == 2 else x
+    return x, x3.reshape(x3.shape[0], x3.shape[1], 1, x3.shape[2])
+
+
+def _pool1d_stride(stride, kernel):
+    if stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0):
+        return kernel
+    return single(stride, "stride")
+
+
+def _pool1d_out(x, y4, ctx4):
+    y = y4.reshape(y4.shape[1], y4.shape[3]) if x.ndim == 2 else y4.reshape(
+        y4.shape[0], y4.shape[1], y4.shape[3])
+    return y, (ctx4, y.shape, x.shape)
+
+
+def _pool1d_bwd(bwd2d, ctx, dy):
+    ctx4, y_shape, x_shape = ctx
+    dy = grad_like(dy, y_shape, ctx4[3])
+    return bwd2d(ctx4, dy.reshape(ctx4[2])).reshape(x_shape)
+
+
+def max_pool1d_fwd(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    """Max over windows of x (N, C, L) or (C, L) -> (y, ctx): max_pool2d's kernels on the
+    (N, C, 1, L) view."""
+    x, x4 = _pool1d_input("max_pool1d", x)
+    k = single(kernel_size, "kernel_size")
+    y4, ctx4 = max_pool2d_fwd(x4, (1, k), (1, _pool1d_stride(stride, k)),
+                              (0, single(padding, "padding", 0)),
+                              (1, single(dilation, "dilation")), ceil_mode)
+    return _pool1d_out(x, y4, ctx4)
+
+
+def max_pool1d_bwd(ctx, dy):
+    """-> d_input."""
+    return _pool1d_bwd(max_pool2d_bwd, ctx, dy)
+
+
+def max_pool1d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    """torch.nn.functional.max_pool1d (stride defaults to kernel_size)."""
+    if return_indices:
+        raise ValueError("max_pool1d: return_indices=True is not supported")
+    return max_pool1d_fwd(x, kernel_size, stride, padding, dilation, ceil_mode)[0]
+
+
+def avg_pool1d_fwd(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+    """Mean over windows of x (N, C, L) or (C, L) -> (y, ctx) (avg_pool2d's kernels)."""
+    x, x4 = _pool1d_input("avg_pool1d", x)
+    k = single(kernel_size, "kernel_size")
+    y4, ctx4 = avg_pool2d_fwd(x4, (1, k), (1, _pool1d_stride(stride, k)),
+                              (0, single(padding, "padding", 0)), ceil_mode, count_include_pad)
+    return _pool1d_out(x, y4, ctx4)
+
+
+def avg_pool1d_bwd(ctx, dy):
+    """-> d_input."""
+    return _pool1d_bwd(avg_pool2d_bwd, ctx, dy)
+
+
+def avg_pool1d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+    """torch.nn.functional.avg_pool1d (stride defaults to kernel_size)."""
+    return avg_pool1d_fwd(x, kernel_size, stride, padding, ceil_mode, count_include_pad)[0]

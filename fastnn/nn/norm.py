@@ -1,9 +1,9 @@
-"""Normalisation modules: LayerNorm."""
+"""Normalisation modules: LayerNorm, GroupNorm, RMSNorm."""
 from .. import functional as F
 from . import init
 from .module import Module, Parameter
 
-__all__ = ["LayerNorm"]
+__all__ = ["LayerNorm", "GroupNorm", "RMSNorm"]
 
 
 class LayerNorm(Module):
@@ -37,6 +37,82 @@ class LayerNorm(Module):
             self.weight.accumulate_grad(dw)
         if self.bias is not None:
             self.bias.accumulate_grad(db)
+        return dx
+
+    def extra_repr(self):
+        return (f"{self.normalized_shape}, eps={self.eps}, "
+                f"elementwise_affine={self.elementwise_affine}")
+
+
+class GroupNorm(Module):
+    """torch.nn.GroupNorm(num_groups, num_channels, eps=1e-5, affine=True): per-channel
+    ``weight`` (ones) and ``bias`` (zeros); input (N, C, *)."""
+
+    def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, dtype=None):
+        super().__init__()
+        from .._validate import int_arg, positive_float
+        self.num_groups = int_arg(num_groups, "num_groups", 1)
+        self.num_channels = int_arg(num_channels, "num_channels", 1)
+        if self.num_channels % self.num_groups:
+            raise ValueError(f"num_channels ({self.num_channels}) must be divisible by "
+                             f"num_groups ({self.num_groups})")
+        self.eps = positive_float(eps, "eps")
+        self.affine = bool(affine)
+        dt = dtype or "float32"
+        if self.affine:
+            self.weight = Parameter(init.ones((self.num_channels,), dt))
+            self.bias = Parameter(init.zeros((self.num_channels,), dt))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+
+    def forward(self, x):
+        nd = getattr(x, "ndim", 0)
+        if nd < 2 or x.shape[1] != self.num_channels:
+            raise ValueError(f"GroupNorm: expected input (N, {self.num_channels}, *), got shape "
+                             f"{tuple(getattr(x, 'shape', ()))}")
+        w, b = self.weight, self.bias
+        y, ctx = F.group_norm_fwd(x, self.num_groups, None if w is None else w.data,
+                                  None if b is None else b.data, self.eps)
+        self._keep(ctx)
+        return y
+
+    def backward(self, dy):
+        dx, dw, db = F.group_norm_bwd(self._take(), dy)
+        if self.weight is not None:
+            self.weight.accumulate_grad(dw)
+            self.bias.accumulate_grad(db)
+        return dx
+
+    def extra_repr(self):
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
+
+
+class RMSNorm(Module):
+    """torch.nn.RMSNorm(normalized_shape, eps=None, elementwise_affine=True): ``weight``
+    (ones); eps=None uses the machine epsilon of the input's dtype (torch >= 2.4)."""
+
+    def __init__(self, normalized_shape, eps=None, elementwise_affine=True, dtype=None):
+        super().__init__()
+        from .._validate import positive_float
+        self.normalized_shape = F.normalized_shape_tuple(normalized_shape)
+        self.eps = None if eps is None else positive_float(eps, "eps")
+        self.elementwise_affine = bool(elementwise_affine)
+        if self.elementwise_affine:
+            self.weight = Parameter(init.ones(self.normalized_shape, dtype or "float32"))
+        else:
+            self.register_parameter("weight", None)
+
+    def forward(self, x):
+        w = self.weight
+        y, ctx = F.rms_norm_fwd(x, self.normalized_shape, None if w is None else w.data, self.eps)
+        self._keep(ctx)
+        return y
+
+    def backward(self, dy):
+        dx, dw = F.rms_norm_bwd(self._take(), dy)
+        if self.weight is not None:
+            self.weight.accumulate_grad(dw)
         return dx
 
     def extra_repr(self):

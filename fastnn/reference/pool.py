@@ -10,6 +10,11 @@ running max when it is larger or NaN, so ties keep the first and NaN wins (the l
 NaN); padding never wins (it is -inf and never selected).  The saved argmax is the
 flat index h*W + w inside the input plane (-1 for a window with no input element).
 
+adaptive_avg_pool2d / adaptive_max_pool2d: output (p, q) pools rows
+[floor(p*H/OH), ceil((p+1)*H/OH)) and the same for columns (torch's start/end index
+formula; windows are never empty and may overlap).  The max scan and the saved argmax
+follow max_pool2d's rules.
+
 avg_pool2d: torch's divisor -- the window clipped to the padded input when
 count_include_pad, to the input otherwise, or divisor_override.
 """
@@ -17,7 +22,9 @@ import numpy as np
 
 from ._util import cast, f64
 
-OPS = ("max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward")
+OPS = ("max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward",
+       "adaptive_avg_pool2d", "adaptive_avg_pool2d_backward",
+       "adaptive_max_pool2d", "adaptive_max_pool2d_backward")
 
 
 def _taps(n_out, s, p, d, k, n_in):
@@ -124,3 +131,66 @@ def avg_pool2d_backward(dy, saved):
                 # columns of one tap are distinct, so a fancy-index += is exact here
                 dx[:, :, r[p], c[q]] += g[:, :, p, q]
     return cast(dx, dy)
+
+
+def adaptive_bounds(n_out, n_in):
+    """torch's adaptive window along one axis: (starts, ends) of the n_out windows."""
+    o = np.arange(n_out)
+    return (o * n_in) // n_out, -((-(o + 1) * n_in) // n_out)
+
+
+def adaptive_avg_pool2d(x, out_hw):
+    N, C, H, W = x.shape
+    OH, OW = out_hw
+    x64 = f64(x)
+    hs, he = adaptive_bounds(OH, H)
+    ws, we = adaptive_bounds(OW, W)
+    y = np.zeros((N, C, OH, OW))
+    for p in range(OH):
+        for q in range(OW):
+            y[:, :, p, q] = x64[:, :, hs[p]:he[p], ws[q]:we[q]].mean(axis=(2, 3))
+    return cast(y, x), x.shape
+
+
+def adaptive_avg_pool2d_backward(dy, saved):
+    N, C, H, W = saved
+    OH, OW = dy.shape[2], dy.shape[3]
+    hs, he = adaptive_bounds(OH, H)
+    ws, we = adaptive_bounds(OW, W)
+    g = f64(dy)
+    dx = np.zeros((N, C, H, W))
+    for p in range(OH):
+        for q in range(OW):
+            area = (he[p] - hs[p]) * (we[q] - ws[q])
+            dx[:, :, hs[p]:he[p], ws[q]:we[q]] += (g[:, :, p, q] / area)[:, :, None, None]
+    return cast(dx, dy)
+
+
+def adaptive_max_pool2d(x, out_hw):
+    """-> (y, saved); saved[0] is the argmax as the flat index h*W + w in the plane
+    (torch's ``return_indices``)."""
+    N, C, H, W = x.shape
+    OH, OW = out_hw
+    x64 = f64(x)
+    hs, he = adaptive_bounds(OH, H)
+    ws, we = adaptive_bounds(OW, W)
+    y = np.empty((N, C, OH, OW))
+    idx = np.empty((N, C, OH, OW), dtype=np.int64)
+    for p in range(OH):
+        for q in range(OW):
+            best = np.full((N, C), -np.inf)
+            arg = np.full((N, C), hs[p] * W + ws[q], dtype=np.int64)
+            for h in range(hs[p], he[p]):
+                for w in range(ws[q], we[q]):
+                    v = x64[:, :, h, w]
+                    upd = (v > best) | np.isnan(v)
+                    best = np.where(upd, v, best)
+                    arg = np.where(upd, h * W + w, arg)
+            y[:, :, p, q] = best
+            idx[:, :, p, q] = arg
+    return cast(y, x), (idx, x.shape)
+
+
+def adaptive_max_pool2d_backward(dy, saved):
+    """-> d_input (each output's gradient to its argmax, summed where windows overlap)."""
+    return max_pool2d_backward(dy, saved)

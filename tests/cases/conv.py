@@ -62,6 +62,61 @@ CASES = [
 ]
 
 
+
+def _torch_conv1d(torch, x, w, b, stride, padding, dilation, groups):
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)   # as _torch_conv: 'same', even kernel
+        return torch.nn.functional.conv1d(x, w, b, stride, padding, dilation, groups)
+
+
+def _case1d(name, *a, **k):
+    return OpCase(name, F.conv1d_fwd, F.conv1d_bwd, _conv(*a, **k), (0, 1, 2), _torch_conv1d)
+
+
+def _tconv(xs, ws, bias=True, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    def make(rng, dt):
+        x = rng.standard_normal(xs).astype(dt)
+        w = (rng.standard_normal(ws) * 0.5).astype(dt)
+        b = rng.standard_normal(ws[1] * groups).astype(dt) if bias else None
+        return (x, w, b, stride, padding, output_padding, groups, dilation), {}
+    return make
+
+
+def _torch_tconv(torch, x, w, b, stride, padding, output_padding, groups, dilation):
+    return torch.nn.functional.conv_transpose2d(x, w, b, stride, padding, output_padding, groups,
+                                                dilation)
+
+
+def _tcase(name, *a, **k):
+    return OpCase(name, F.conv_transpose2d_fwd, F.conv_transpose2d_bwd, _tconv(*a, **k), (0, 1, 2),
+                  _torch_tconv)
+
+
+CASES += [
+    _case1d("conv1d_k3_pad1", (2, 3, 9), (4, 3, 3), padding=1),
+    _case1d("conv1d_stride_dilation", (2, 2, 11), (3, 2, 3), False, stride=2, dilation=2, padding=1),
+    _case1d("conv1d_groups_same", (1, 4, 8), (6, 2, 4), groups=2, padding="same"),
+    _case1d("conv1d_depthwise_valid", (2, 3, 7), (3, 1, 3), groups=3, padding="valid"),
+    _case1d("conv1d_unbatched", (3, 7), (2, 3, 2), stride=(2,)),
+    _case1d("conv1d_k1", (2, 4, 5), (3, 4, 1)),
+    _tcase("conv_transpose2d_k4_s2_p1", (2, 3, 4, 5), (3, 2, 4, 4), stride=2, padding=1),
+    _tcase("conv_transpose2d_k3_s1", (1, 2, 4, 4), (2, 3, 3, 3), padding=1),
+    _tcase("conv_transpose2d_outpad", (1, 2, 3, 4), (2, 2, 3, 2), False, stride=(2, 3),
+           padding=(1, 0), output_padding=(1, 2)),
+    _tcase("conv_transpose2d_groups_dil", (2, 4, 3, 3), (4, 1, 2, 3), stride=2, groups=2,
+           dilation=(2, 1)),
+    _tcase("conv_transpose2d_depthwise", (1, 3, 4, 3), (3, 1, 3, 3), stride=2, padding=1, groups=3),
+    _tcase("conv_transpose2d_1x1", (2, 3, 3, 2), (3, 4, 1, 1)),
+]
+# output_padding >= stride (allowed when dilation is larger): the shell zero-extends x on
+# the host (the cuda backend refuses this geometry with a ValueError)
+_edge = _tcase("conv_transpose2d_outpad_ge_stride", (1, 2, 3, 3), (2, 2, 2, 2), stride=1,
+               dilation=3, output_padding=(2, 1))
+_edge.backends = ("cpu",)
+CASES.append(_edge)
+
+
 def _x(shape):
     def make(rng, dt):
         return (rng.standard_normal(shape).astype(dt),)
@@ -79,6 +134,10 @@ from harness import ModuleCase  # noqa: E402
 
 # cpu only until the cuda backend has these kernels (see CUDA_PENDING)
 MODULE_CASES = [
+    ModuleCase("Conv1d_module", _build(lambda: nn.Conv1d(3, 4, 3, padding="same")),
+               lambda rng, dt: (rng.standard_normal((2, 3, 7)).astype(dt),)),
+    ModuleCase("ConvTranspose2d_module",
+               _build(lambda: nn.ConvTranspose2d(3, 2, 4, stride=2, padding=1)), _x((2, 3, 3, 4))),
     ModuleCase("Conv2d_module", _build(lambda: nn.Conv2d(3, 4, 3, stride=2, padding=1)),
                _x((2, 3, 5, 6)), backends=("cpu",)),
     ModuleCase("DepthwiseSeparableConv2d_module",

@@ -50,3 +50,45 @@ CASES = [
     _avg("avg_pool2d_s3_exclude", (2, 1, 8, 10), 4, 3, 2, False, False),
     _avg("avg_pool2d_k3_s1_ceil", (1, 2, 5, 5), 3, (2, 1), 1, True),
 ]
+
+
+def _adaptive(name, shape, out, kind):
+    fwd, bwd = ((F.adaptive_avg_pool2d_fwd, F.adaptive_avg_pool2d_bwd) if kind == "avg"
+                else (F.adaptive_max_pool2d_fwd, F.adaptive_max_pool2d_bwd))
+    fn = "adaptive_avg_pool2d" if kind == "avg" else "adaptive_max_pool2d"
+    return OpCase(name, fwd, bwd, _x(shape, out), (0,),
+                  lambda torch, x, o: getattr(torch.nn.functional, fn)(x, o))
+
+
+def _torch_max1d(torch, x, k, s, p, d, ceil):
+    return torch.nn.functional.max_pool1d(x, k, s, p, d, ceil)
+
+
+def _torch_avg1d(torch, x, k, s, p, ceil, cip):
+    return torch.nn.functional.avg_pool1d(x, k, s, p, ceil, cip)
+
+
+CASES += [
+    _adaptive("adaptive_avg_pool2d_1", (2, 3, 5, 4), 1, "avg"),
+    _adaptive("adaptive_avg_pool2d_overlap", (1, 2, 7, 5), (3, 2), "avg"),
+    _adaptive("adaptive_avg_pool2d_none", (2, 2, 4, 6), (None, 4), "avg"),
+    _adaptive("adaptive_avg_pool2d_upsample", (1, 2, 3, 2), (5, 4), "avg"),
+    _adaptive("adaptive_avg_pool2d_3d_input", (2, 6, 5), (2, 3), "avg"),
+    _adaptive("adaptive_max_pool2d_1", (2, 3, 5, 4), 1, "max"),
+    _adaptive("adaptive_max_pool2d_overlap", (1, 2, 7, 5), (3, 2), "max"),
+    _adaptive("adaptive_max_pool2d_none", (2, 2, 4, 6), (2, None), "max"),
+    _adaptive("adaptive_max_pool2d_upsample", (1, 2, 3, 2), (5, 4), "max"),
+    _adaptive("adaptive_max_pool2d_3d_input", (2, 6, 5), (4, 3), "max"),
+    OpCase("max_pool1d_k3_s2_p1", F.max_pool1d_fwd, F.max_pool1d_bwd, _x((2, 3, 9), 3, 2, 1, 1, False),
+           (0,), _torch_max1d),
+    OpCase("max_pool1d_dilation_ceil", F.max_pool1d_fwd, F.max_pool1d_bwd,
+           _x((1, 2, 10), 2, 3, 1, 2, True), (0,), _torch_max1d),
+    OpCase("max_pool1d_unbatched", F.max_pool1d_fwd, F.max_pool1d_bwd, _x((3, 8), 2, None, 0, 1, False),
+           (0,), _torch_max1d),
+    OpCase("avg_pool1d_k3_s2_p1", F.avg_pool1d_fwd, F.avg_pool1d_bwd, _x((2, 3, 9), 3, 2, 1, False, True),
+           (0,), _torch_avg1d),
+    OpCase("avg_pool1d_exclude_ceil", F.avg_pool1d_fwd, F.avg_pool1d_bwd,
+           _x((1, 2, 10), 4, 3, 2, True, False), (0,), _torch_avg1d),
+    OpCase("avg_pool1d_unbatched", F.avg_pool1d_fwd, F.avg_pool1d_bwd, _x((3, 8), 2, None, 0, False, True),
+           (0,), _torch_avg1d),
+]

@@ -8,12 +8,16 @@ Backward: dy is swapped to (O, N, P) once; dW = dy^T cols^T and dcols = W^T dy^T
 batched GEMMs; col2im gathers -- one thread per input element sums the taps that read
 it, in a fixed order (deterministic, no atomics); dbias is a row sum of dy^T.
 The columns are saved for the backward (the usual im2col trade of memory for time).
+
+conv_transpose2d is conv2d's adjoint on the same kernels: its forward is conv2d's d_input
+(W^T x by one batched GEMM, then col2im), its backward conv2d's forward of dy (whose
+columns then give d_weight = x^T cols by one more batched GEMM) and a row sum for d_bias.
 """
 from .. import _kit
 from .._gemm import gemm_batched
 from .._kit import THREADS, cuda, kernel
 
-OPS = ("conv2d", "conv2d_backward")
+OPS = ("conv2d", "conv2d_backward", "conv_transpose2d", "conv_transpose2d_backward")
 
 
 @_kit.per_dtype
@@ -88,7 +92,14 @@ def _kernels(dt):
                 v += bias[a]
             dst[b, a, p] = v
 
-    return im2col, col2im, swap01
+    @kernel
+    def add_bias(y, bias, total, C, P):
+        # y (N, C, P) += bias[c]
+        for e in range(cuda.grid(1), total, cuda.gridsize(1)):
+            c = (e // P) % C
+            y[e // (C * P), c, e % P] += bias[c]
+
+    return im2col, col2im, swap01, add_bias
 
 
 def _swap01(src3, bias=None):
@@ -129,10 +140,36 @@ def conv2d(x, weight, bias, stride, padding, dilation, groups):
     return _kit.reshape(y, (N, O, OH, OW)), saved
 
 
+def _input_grad(dyt3, weight, x_shape, stride, padding, dilation, G):
+    """conv2d's d_input (N, C, H, W) from the output gradient as (G, Og, N*P) columns:
+    dcols = W^T dy^T (one batched GEMM), then col2im."""
+    N, C, H, W = x_shape
+    O, Cg, kh, kw = _kit.shape_of(weight)
+    OH, OW = _out_hw(x_shape, _kit.shape_of(weight), stride, padding, dilation)
+    dt = _kit.dtype_of(weight)
+    K = Cg * kh * kw
+    dcols = gemm_batched(_kit.reshape(weight, (G, O // G, K)), dyt3, ta=True)   # (G, K, N*P)
+    dx = _kit.empty((N, C, H, W), dt)
+    total = N * C * H * W
+    if total:
+        col2im = _kernels(dt)[1]
+        col2im[_kit.blocks_for(total), THREADS](dcols, dx, total, N, C, Cg, H, W, OH, OW, kh, kw,
+                                                stride[0], stride[1], padding[0], padding[2],
+                                                dilation[0], dilation[1])
+    return dx
+
+
+def _out_hw(x_shape, w_shape, stride, padding, dilation):
+    H, W = x_shape[2], x_shape[3]
+    kh, kw = w_shape[2], w_shape[3]
+    pt, pb, pl, pr = padding
+    return ((H + pt + pb - dilation[0] * (kh - 1) - 1) // stride[0] + 1,
+            (W + pl + pr - dilation[1] * (kw - 1) - 1) // stride[1] + 1)
+
+
 def conv2d_backward(dy, saved):
-    x, weight, cols, has_bias, (sh, sw), (pt, pb, pl, pr), (dh, dw), G = saved
+    x, weight, cols, has_bias, stride, padding, dilation, G = saved
     dy = _kit.dev(dy)
-    dt = _kit.dtype_of(x)
     N, C, H, W = _kit.shape_of(x)
     O, Cg, kh, kw = _kit.shape_of(weight)
     OH, OW = _kit.shape_of(dy)[2:]
@@ -141,12 +178,42 @@ def conv2d_backward(dy, saved):
     dyt = _swap01(_kit.reshape(dy, (N, O, P)))                          # (O, N, P)
     dyt3 = _kit.reshape(dyt, (G, O // G, N * P))
     dw_ = gemm_batched(dyt3, cols, tb=True)                             # (G, Og, K)
-    dcols = gemm_batched(_kit.reshape(weight, (G, O // G, K)), dyt3, ta=True)   # (G, K, N*P)
-    dx = _kit.empty((N, C, H, W), dt)
-    total = N * C * H * W
-    if total:
-        col2im = _kernels(dt)[1]
-        col2im[_kit.blocks_for(total), THREADS](dcols, dx, total, N, C, Cg, H, W, OH, OW, kh, kw,
-                                                sh, sw, pt, pl, dh, dw)
+    dx = _input_grad(dyt3, weight, (N, C, H, W), stride, padding, dilation, G)
     db = _kit.rowsum(_kit.reshape(dyt, (O, N * P))) if has_bias else None
     return dx, _kit.reshape(dw_, (O, Cg, kh, kw)), db
+
+
+def conv_transpose2d(x, weight, bias, stride, padding, out_hw, dilation, groups):
+    """x (N, Cin, H, W), weight (Cin, Cout/groups, kH, kW): y is the d_input of the conv2d
+    over an (N, Cout, *out_hw) input whose output is x's shape."""
+    x, weight, bias = _kit.dev(x), _kit.dev(weight), _kit.dev(bias)
+    dt = _kit.dtype_of(x)
+    N, Ci, H, W = _kit.shape_of(x)
+    Ci, Og, kh, kw = _kit.shape_of(weight)
+    G = int(groups)
+    xt = _swap01(_kit.reshape(x, (N, Ci, H * W)))                       # (Cin, N, P)
+    y_shape = (N, Og * G) + tuple(int(v) for v in out_hw)
+    y = _input_grad(_kit.reshape(xt, (G, Ci // G, N * H * W)), weight, y_shape, stride, padding,
+                    dilation, G)
+    total = _kit.numel(y_shape)
+    if bias is not None and total:
+        P = y_shape[2] * y_shape[3]
+        _kernels(dt)[3][_kit.blocks_for(total), THREADS](_kit.reshape(y, (N, Og * G, P)), bias,
+                                                         total, Og * G, P)
+    return y, (x, xt, weight, bias is not None, tuple(stride), tuple(padding), tuple(dilation), G)
+
+
+def conv_transpose2d_backward(dy, saved):
+    """d_input = conv2d(dy); d_weight = x^T @ im2col(dy) (the columns conv2d just built)."""
+    x, xt, weight, has_bias, stride, padding, dilation, G = saved
+    dy = _kit.dev(dy)
+    N, Ci, H, W = _kit.shape_of(x)
+    dx, csaved = conv2d(dy, weight, None, stride, padding, dilation, G)
+    cols = csaved[2]                                                    # (G, K, N*P)
+    dw_ = gemm_batched(_kit.reshape(xt, (G, Ci // G, N * H * W)), cols, tb=True)
+    db = None
+    if has_bias:
+        Co, OH, OW = _kit.shape_of(dy)[1:]
+        dyt = _swap01(_kit.reshape(dy, (N, Co, OH * OW)))               # (Cout, N, P)
+        db = _kit.rowsum(_kit.reshape(dyt, (Co, N * OH * OW)))
+    return dx, _kit.reshape(dw_, _kit.shape_of(weight)), db

@@ -1,4 +1,4 @@
-"""Pool family on the GPU: max_pool2d and avg_pool2d over NCHW planes.
+"""Pool family on the GPU: max_pool2d, avg_pool2d and the adaptive pools over NCHW planes.
 
 Forward: one thread per output element scans its window (torch's rules: taps in
 row-major order, a tap replaces the running max when larger or NaN, padding never wins;
@@ -6,13 +6,18 @@ the argmax is saved as the flat index h*W + w in the plane, -1 for an empty wind
 Backward gathers instead of scattering: one thread per INPUT element visits the outputs
 whose windows can contain it (at most kh*kw of them, found by division) and sums their
 gradients in a fixed order -- deterministic, no atomics.
+The adaptive pools use torch's windows (rows floor(p*H/OH) .. ceil((p+1)*H/OH)); input row
+h lies in the windows of outputs floor(h*OH/H) .. ceil((h+1)*OH/H) - 1, which is what
+their gathering backward visits.
 """
 from .. import _kit
 from .._kit import THREADS, cuda, kernel
 
 import numpy as np
 
-OPS = ("max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward")
+OPS = ("max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward",
+       "adaptive_avg_pool2d", "adaptive_avg_pool2d_backward",
+       "adaptive_max_pool2d", "adaptive_max_pool2d_backward")
 
 
 @_kit.per_dtype
@@ -118,7 +123,58 @@ def _kernels(dt):
                         s += dy[nc, p, q] / div
             dx[nc, h, w] = s
 
-    return max_fwd, avg_fwd, bwd
+    @cuda.jit(device=True)
+    def astart(o, n_in, n_out):
+        return (o * n_in) // n_out
+
+    @cuda.jit(device=True)
+    def aend(o, n_in, n_out):
+        return ((o + 1) * n_in + n_out - 1) // n_out
+
+    @kernel
+    def adaptive_fwd(x, y, idx, total, H, W, OH, OW, is_max):
+        for e in range(cuda.grid(1), total, cuda.gridsize(1)):
+            nc, p, q = at(e, OH, OW)
+            h0 = astart(p, H, OH)
+            h1 = aend(p, H, OH)
+            w0 = astart(q, W, OW)
+            w1 = aend(q, W, OW)
+            if is_max:
+                # torch's scan: -inf with the first index, larger or NaN takes over
+                best = T(-np.inf)
+                arg = h0 * W + w0
+                for h in range(h0, h1):
+                    for w in range(w0, w1):
+                        v = x[nc, h, w]
+                        if v > best or v != v:
+                            best = v
+                            arg = h * W + w
+                y[nc, p, q] = best
+                idx[nc, p, q] = arg
+            else:
+                s = zero
+                for h in range(h0, h1):
+                    for w in range(w0, w1):
+                        s += x[nc, h, w]
+                y[nc, p, q] = s / T((h1 - h0) * (w1 - w0))
+
+    @kernel
+    def adaptive_bwd(dy, idx, dx, total, H, W, OH, OW, is_max):
+        for e in range(cuda.grid(1), total, cuda.gridsize(1)):
+            nc, h, w = at(e, H, W)
+            me = h * W + w
+            s = zero
+            for p in range((h * OH) // H, ((h + 1) * OH + H - 1) // H):
+                for q in range((w * OW) // W, ((w + 1) * OW + W - 1) // W):
+                    if is_max:
+                        if idx[nc, p, q] == me:
+                            s += dy[nc, p, q]
+                    else:
+                        area = (aend(p, H, OH) - astart(p, H, OH)) * (aend(q, W, OW) - astart(q, W, OW))
+                        s += dy[nc, p, q] / T(area)
+            dx[nc, h, w] = s
+
+    return max_fwd, avg_fwd, bwd, adaptive_fwd, adaptive_bwd
 
 
 def _planes(a, shape):
@@ -185,3 +241,53 @@ def avg_pool2d_backward(dy, saved):
     shape, kernel, stride, padding, include_pad, override = saved
     return _backward(dy, None, shape, kernel, stride, padding, (1, 1), False, include_pad,
                      override)
+
+
+def _adaptive(x, out_hw, is_max):
+    x = _kit.dev(x)
+    dt = _kit.dtype_of(x)
+    N, C, H, W = _kit.shape_of(x)
+    OH, OW = (int(v) for v in out_hw)
+    y = _kit.empty((N, C, OH, OW), dt)
+    idx = _kit.empty((N, C, OH, OW), np.int64) if is_max else _kit.empty((1, 1, 1), np.int64)
+    total = N * C * OH * OW
+    if total:
+        _kernels(dt)[3][_kit.blocks_for(total), THREADS](
+            _planes(x, (N, C, H, W)), _planes(y, (N, C, OH, OW)),
+            _planes(idx, (N, C, OH, OW)) if is_max else idx, total, H, W, OH, OW, is_max)
+    return y, idx, (N, C, H, W)
+
+
+def _adaptive_backward(dy, idx, shape, is_max):
+    dy = _kit.dev(dy)
+    dt = _kit.dtype_of(dy)
+    N, C, H, W = shape
+    OH, OW = _kit.shape_of(dy)[2:]
+    dx = _kit.empty(shape, dt)
+    total = N * C * H * W
+    if total:
+        _kernels(dt)[4][_kit.blocks_for(total), THREADS](
+            _planes(dy, (N, C, OH, OW)), _planes(idx, (N, C, OH, OW)) if is_max else idx,
+            _planes(dx, shape), total, H, W, OH, OW, is_max)
+    return dx
+
+
+def adaptive_avg_pool2d(x, out_hw):
+    y, idx, shape = _adaptive(x, out_hw, False)
+    return y, (idx, shape)
+
+
+def adaptive_avg_pool2d_backward(dy, saved):
+    idx, shape = saved
+    return _adaptive_backward(dy, idx, shape, False)
+
+
+def adaptive_max_pool2d(x, out_hw):
+    """saved[0]: the int64 argmax h*W + w (torch's return_indices)."""
+    y, idx, shape = _adaptive(x, out_hw, True)
+    return y, (idx, shape)
+
+
+def adaptive_max_pool2d_backward(dy, saved):
+    idx, shape = saved
+    return _adaptive_backward(dy, idx, shape, True)

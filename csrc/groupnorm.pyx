@@ -1,0 +1,207 @@
+# GroupNorm family: group_norm over (N, C, S) with the C channels split into G groups.
+#
+# Each (n, g) block -- C/G channels x S positions -- is contiguous, so it is one "row" of
+# M = (C/G) * S elements: the forward takes its mean and the sum of squared deviations
+# in double (fnn_reduce.h's lane sums), then each channel is one affine pass
+# y = x * scale_c + shift_c with scale_c = rstd * w[c], shift_c = b[c] - mean * scale_c
+# (torch's form).  Saves mean and rstd per (n, g).
+# Backward, per block: one pass takes the per-channel sums A[n, c] = sum dy and
+# B[n, c] = sum dy * x (double), from which
+#   dx = rstd * (w_c dy - mean(g) - xhat * mean(g xhat)),  g = dy * w
+# is one more affine pass per channel, dx = a_c dy + b x + c.  The parameter gradients
+# d_weight[c] = sum_n rstd (B - mean A), d_bias[c] = sum_n A are added in n order from
+# the per-(n, c) sums: deterministic at any thread count, no atomics.
+# Rows are spread over OpenMP threads (static schedule); the work per row depends only
+# on the shapes, so a thread count never changes a result.
+cimport numpy as cnp
+from cython.parallel cimport prange
+from libc.math cimport sqrt
+from libc.stdlib cimport malloc, free
+
+from fnn_blas cimport real
+
+import numpy as np
+
+cnp.import_array()
+
+include "fnn_runtime.pxi"
+
+OPS = ("group_norm", "group_norm_backward")
+
+
+cdef extern from "fnn_reduce.h" nogil:
+    double fnn_sum_f(const float* x, Py_ssize_t n)
+    double fnn_sum_d(const double* x, Py_ssize_t n)
+    double fnn_sumsq_dev_f(const float* x, Py_ssize_t n, double c)
+    double fnn_sumsq_dev_d(const double* x, Py_ssize_t n, double c)
+    double fnn_dot_f(const float* x, const float* y, Py_ssize_t n)
+    double fnn_dot_d(const double* x, const double* y, Py_ssize_t n)
+
+
+cdef inline double _sum(const real* x, Py_ssize_t n) noexcept nogil:
+    if real is float:
+        return fnn_sum_f(x, n)
+    else:
+        return fnn_sum_d(x, n)
+
+
+cdef inline double _sumsq_dev(const real* x, Py_ssize_t n, double c) noexcept nogil:
+    if real is float:
+        return fnn_sumsq_dev_f(x, n, c)
+    else:
+        return fnn_sumsq_dev_d(x, n, c)
+
+
+cdef inline double _dot(const real* x, const real* y, Py_ssize_t n) noexcept nogil:
+    if real is float:
+        return fnn_dot_f(x, y, n)
+    else:
+        return fnn_dot_d(x, y, n)
+
+
+cdef inline void _affine(const real* x, real* y, Py_ssize_t n, real a, real b) noexcept nogil:
+    cdef Py_ssize_t j
+    for j in range(n):
+        y[j] = x[j] * a + b
+
+
+cdef void _fwd_block(const real* x, real* y, const real* w, const real* b, Py_ssize_t c0,
+                     Py_ssize_t Cg, Py_ssize_t S, double eps, real* mean_out,
+                     real* rstd_out) noexcept nogil:
+    cdef Py_ssize_t M = Cg * S, c
+    cdef double m = _sum(x, M) / M if M > 0 else 0.0
+    cdef double var = _sumsq_dev(x, M, m) / M if M > 0 else 0.0
+    cdef double rstd = 1.0 / sqrt(var + eps)
+    cdef double scale, shift
+    for c in range(Cg):
+        scale = rstd * (w[c0 + c] if w != NULL else 1.0)
+        shift = (b[c0 + c] if b != NULL else 0.0) - m * scale
+        _affine(x + c * S, y + c * S, S, <real>scale, <real>shift)
+    mean_out[0] = <real>m
+    rstd_out[0] = <real>rstd
+
+
+cdef void _fwd(const real* x, real* y, const real* w, const real* b, Py_ssize_t N, Py_ssize_t C,
+               Py_ssize_t S, Py_ssize_t G, double eps, real* mean, real* rstd) noexcept nogil:
+    cdef Py_ssize_t Cg = C // G, r
+    cdef int nt = _threads_for(N * C * S, 1 << 14)
+    for r in prange(N * G, nogil=True, schedule="static", num_threads=nt):
+        _fwd_block(x + r * Cg * S, y + r * Cg * S, w, b, (r % G) * Cg, Cg, S, eps,
+                   mean + r, rstd + r)
+
+
+cdef inline void _dx_pass(const real* dy, const real* x, real* dx, Py_ssize_t n, real a, real bx,
+                          real c) noexcept nogil:
+    cdef Py_ssize_t j
+    for j in range(n):
+        dx[j] = a * dy[j] + bx * x[j] + c
+
+
+cdef void _bwd_block(const real* dy, const real* x, real* dx, const real* w, Py_ssize_t c0,
+                     Py_ssize_t Cg, Py_ssize_t S, double mean, double rstd,
+                     double* ab) noexcept nogil:
+    """One (n, g) block: ab[2c], ab[2c + 1] = sum dy, sum dy * x of channel c0 + c; dx."""
+    cdef Py_ssize_t M = Cg * S, c
+    cdef double sum_g = 0.0, sum_gx = 0.0, wc, mg, mgx
+    for c in range(Cg):
+        ab[2 * c] = _sum(dy + c * S, S)
+        ab[2 * c + 1] = _dot(dy + c * S, x + c * S, S)
+        wc = w[c0 + c] if w != NULL else 1.0
+        sum_g += wc * ab[2 * c]
+        sum_gx += wc * ab[2 * c + 1]
+    if M == 0:
+        return
+    mg = sum_g / M
+    # mean(g * xhat) = rstd * (sum g x - mean * sum g) / M
+    mgx = rstd * (sum_gx - mean * sum_g) / M
+    for c in range(Cg):
+        wc = w[c0 + c] if w != NULL else 1.0
+        _dx_pass(dy + c * S, x + c * S, dx + c * S, S, <real>(rstd * wc),
+                 <real>(-rstd * rstd * mgx), <real>(rstd * (mean * rstd * mgx - mg)))
+
+
+cdef void _bwd(const real* dy, const real* x, real* dx, const real* w, const real* mean,
+               const real* rstd, Py_ssize_t N, Py_ssize_t C, Py_ssize_t S, Py_ssize_t G,
+               double* ab) noexcept nogil:
+    cdef Py_ssize_t Cg = C // G, r
+    cdef int nt = _threads_for(N * C * S, 1 << 14)
+    for r in prange(N * G, nogil=True, schedule="static", num_threads=nt):
+        _bwd_block(dy + r * Cg * S, x + r * Cg * S, dx + r * Cg * S, w, (r % G) * Cg, Cg, S,
+                   mean[r], rstd[r], ab + 2 * r * Cg)
+
+
+cdef inline void * _ptr(object a):
+    return NULL if a is None else cnp.PyArray_DATA(<cnp.ndarray>a)
+
+
+def group_norm(cnp.ndarray x, object weight, object bias, Py_ssize_t G, double eps):
+    """group_norm(x, weight, bias, G, eps) -> (y, saved).
+
+    IN  x (N, C, *) C-contiguous, G divides C; weight, bias: (C,) C-contiguous or None."""
+    cdef Py_ssize_t N = x.shape[0], C = x.shape[1]
+    cdef Py_ssize_t S = cnp.PyArray_SIZE(x) // (N * C) if N * C else 0
+    cdef cnp.ndarray y = np.empty_like(x)
+    cdef cnp.ndarray stats = np.empty((2, N * G), dtype=x.dtype)   # mean, rstd
+    cdef void* pw = _ptr(weight)
+    cdef void* pb = _ptr(bias)
+    cdef void* ps = cnp.PyArray_DATA(stats)
+    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
+        with nogil:
+            _fwd[float](<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(y),
+                        <const float*>pw, <const float*>pb, N, C, S, G, eps,
+                        <float*>ps, <float*>ps + N * G)
+    else:
+        with nogil:
+            _fwd[double](<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(y),
+                         <const double*>pw, <const double*>pb, N, C, S, G, eps,
+                         <double*>ps, <double*>ps + N * G)
+    return y, (x, weight, bias is not None, stats, G)
+
+
+def group_norm_backward(cnp.ndarray dy, tuple saved):
+    """group_norm_backward(dy, saved) -> (d_input, d_weight or None, d_bias or None)."""
+    cdef cnp.ndarray x = saved[0]
+    weight = saved[1]
+    cdef bint has_bias = saved[2]
+    cdef cnp.ndarray stats = saved[3]
+    cdef Py_ssize_t G = saved[4]
+    cdef Py_ssize_t N = x.shape[0], C = x.shape[1]
+    cdef Py_ssize_t S = cnp.PyArray_SIZE(x) // (N * C) if N * C else 0
+    cdef cnp.ndarray dx = np.empty_like(x)
+    # per-(n, c) sum dy and sum dy * x, in double
+    cdef cnp.ndarray ab = np.empty((N, C, 2), dtype=np.float64)
+    cdef void* pw = _ptr(weight)
+    cdef void* ps = cnp.PyArray_DATA(stats)
+    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
+        with nogil:
+            _bwd[float](<const float*>cnp.PyArray_DATA(dy), <const float*>cnp.PyArray_DATA(x),
+                        <float*>cnp.PyArray_DATA(dx), <const float*>pw, <const float*>ps,
+                        <const float*>ps + N * G, N, C, S, G, <double*>cnp.PyArray_DATA(ab))
+    else:
+        with nogil:
+            _bwd[double](<const double*>cnp.PyArray_DATA(dy), <const double*>cnp.PyArray_DATA(x),
+                         <double*>cnp.PyArray_DATA(dx), <const double*>pw, <const double*>ps,
+                         <const double*>ps + N * G, N, C, S, G, <double*>cnp.PyArray_DATA(ab))
+    dw = db = None
+    if weight is not None or has_bias:
+        dw, db = _param_grads(ab, stats, N, C, G, x.dtype)
+    return dx, (dw if weight is not None else None), (db if has_bias else None)
+
+
+cdef tuple _param_grads(cnp.ndarray ab, cnp.ndarray stats, Py_ssize_t N, Py_ssize_t C,
+                        Py_ssize_t G, object dtype):
+    """d_weight[c] = sum_n rstd (B - mean A), d_bias[c] = sum_n A, added in n order."""
+    cdef double[:, :, ::1] s = ab
+    cdef cnp.ndarray st = np.asarray(stats, dtype=np.float64)
+    cdef double[:, ::1] ms = st
+    cdef cnp.ndarray dw = np.zeros(C, dtype=np.float64)
+    cdef cnp.ndarray db = np.zeros(C, dtype=np.float64)
+    cdef double[::1] w_ = dw
+    cdef double[::1] b_ = db
+    cdef Py_ssize_t n, c, Cg = C // G, r
+    for n in range(N):
+        for c in range(C):
+            r = n * G + c // Cg
+            w_[c] += ms[1, r] * (s[n, c, 1] - ms[0, r] * s[n, c, 0])
+            b_[c] += s[n, c, 0]
+    return dw.astype(dtype), db.astype(dtype)
