@@ -1,7 +1,7 @@
 """Shape modules: Flatten and Unflatten (torch.nn's), views whose backward reshapes back."""
 import numbers
 
-from .._validate import norm_dim
+from .._validate import grad_like, norm_dim
 from .module import Module
 
 __all__ = ["Flatten", "Unflatten"]
@@ -9,6 +9,11 @@ __all__ = ["Flatten", "Unflatten"]
 
 def _shape(x):
     return tuple(int(s) for s in x.shape)
+
+
+def _reshape_back(grad_output, ctx):
+    in_shape, out_shape, dtype = ctx
+    return grad_like(grad_output, out_shape, dtype).reshape(in_shape)
 
 
 class Flatten(Module):
@@ -36,11 +41,11 @@ class Flatten(Module):
             for d in shape[s:e + 1]:
                 n *= d
             out_shape = shape[:s] + (n,) + shape[e + 1:]
-        self._keep(shape)
+        self._keep((shape, out_shape, input.dtype))
         return input.reshape(out_shape)
 
     def backward(self, grad_output):
-        return grad_output.reshape(self._take())
+        return _reshape_back(grad_output, self._take())
 
     def extra_repr(self):
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
@@ -83,11 +88,12 @@ class Unflatten(Module):
         elif known != shape[d]:
             raise ValueError(f"unflattened_size {self.unflattened_size} must multiply to "
                              f"input.shape[{d}] = {shape[d]}")
-        self._keep(shape)
-        return input.reshape(shape[:d] + tuple(sizes) + shape[d + 1:])
+        out_shape = shape[:d] + tuple(sizes) + shape[d + 1:]
+        self._keep((shape, out_shape, input.dtype))
+        return input.reshape(out_shape)
 
     def backward(self, grad_output):
-        return grad_output.reshape(self._take())
+        return _reshape_back(grad_output, self._take())
 
     def extra_repr(self):
         return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
