@@ -146,6 +146,27 @@ def _targets(target, dt, M, C):
     return False, _kit.dev(target), _kit.empty((1, 1), dt)
 
 
+def _reduce_rows(per, wt, reduction, dt, M):
+    """(loss, tot) from per-row losses and "mean" weights: per itself for "none", else the
+    ordered block sum (tot = (sum per, sum wt)), "mean" dividing by sum wt (NaN for M = 0)."""
+    tot = _kit.zeros((2,), dt)
+    if reduction == "none":
+        return per, tot
+    out = _kit.zeros((1,), dt)
+    mean = reduction == "mean"
+    if M:
+        _kernels(dt)[2][1, ROW_THREADS](per, wt, tot, out, M, mean)
+    elif mean:
+        _kit.fill(out, np.nan)
+    return _kit.reshape(out, ()), tot
+
+
+def _row_grads(d_loss):
+    """The upstream gradient as a flat device array (one per row, or one scalar)."""
+    g = _kit.dev(d_loss)
+    return _kit.reshape(g, (_kit.numel(_kit.shape_of(g)),))
+
+
 def cross_entropy(x, target, weight, ignore_index, reduction, label_smoothing):
     x, w = _kit.dev(x), _kit.dev(weight)
     dt = _kit.dtype_of(x)
@@ -163,17 +184,7 @@ def cross_entropy(x, target, weight, ignore_index, reduction, label_smoothing):
     elif M:
         _kit.fill(per, 0)
         _kit.fill(wt, 0 if not probs else 1)
-    tot = _kit.zeros((2,), dt)
-    if reduction == "none":
-        loss = per
-    else:
-        out = _kit.zeros((1,), dt)
-        mean = reduction == "mean"
-        if M:
-            ks[2][1, ROW_THREADS](per, wt, tot, out, M, mean)
-        elif mean:
-            _kit.fill(out, np.nan)
-        loss = _kit.reshape(out, ())
+    loss, tot = _reduce_rows(per, wt, reduction, dt, M)
     saved = (x, tgt, q, wdev, args, reduction, tot)
     return loss, saved
 
@@ -182,8 +193,7 @@ def cross_entropy_backward(d_loss, saved):
     x, tgt, q, wdev, args, reduction, tot = saved
     dt = _kit.dtype_of(x)
     M, C = _kit.shape_of(x)
-    g = _kit.dev(d_loss)
-    g = _kit.reshape(g, (_kit.numel(_kit.shape_of(g)),))
+    g = _row_grads(d_loss)
     dx = _kit.empty((M, C), dt)
     if M and C:
         _kernels(dt)[1][_kit.row_blocks(M), ROW_THREADS](
@@ -240,17 +250,7 @@ def nll_loss(x, target, weight, ignore_index, reduction):
     if M:
         _nll_kernels(dt)[0][_kit.blocks_for(M), _kit.THREADS](
             x, tgt, wdev, per, wt, M, w is not None, int(ignore_index))
-    tot = _kit.zeros((2,), dt)
-    if reduction == "none":
-        loss = per
-    else:
-        out = _kit.zeros((1,), dt)
-        mean = reduction == "mean"
-        if M:
-            _kernels(dt)[2][1, ROW_THREADS](per, wt, tot, out, M, mean)
-        elif mean:
-            _kit.fill(out, np.nan)
-        loss = _kit.reshape(out, ())
+    loss, tot = _reduce_rows(per, wt, reduction, dt, M)
     return loss, (x, tgt, wdev, w is not None, int(ignore_index), reduction, tot)
 
 
@@ -258,8 +258,7 @@ def nll_loss_backward(d_loss, saved):
     x, tgt, wdev, has_w, ignore_index, reduction, tot = saved
     dt = _kit.dtype_of(x)
     M, C = _kit.shape_of(x)
-    g = _kit.dev(d_loss)
-    g = _kit.reshape(g, (_kit.numel(_kit.shape_of(g)),))
+    g = _row_grads(d_loss)
     dx = _kit.zeros((M, C), dt)
     if M and C:
         _nll_kernels(dt)[1][_kit.blocks_for(M), _kit.THREADS](

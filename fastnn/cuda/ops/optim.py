@@ -110,14 +110,20 @@ def _cfg(n):
     return _kit.blocks_for(n), THREADS
 
 
+def _targets(grad, *named):
+    """(host, [in-place device targets], grad, dtype, n) for a step: ``named`` is (array or
+    None, name) pairs, the parameter first; host arrays go to the device and come back by
+    _kit.copy_back(host)."""
+    host = []
+    arrays = [_kit.inplace_target(a, name, host) for a, name in named]
+    p = arrays[0]
+    return host, arrays, _kit.dev(grad), _kit.dtype_of(p), _kit.numel(_kit.shape_of(p))
+
+
 def sgd_step(param, grad, momentum_buffer, lr, momentum, dampening, weight_decay,
              nesterov, maximize, first):
-    host = []
-    p = _kit.inplace_target(param, "param", host)
-    buf = _kit.inplace_target(momentum_buffer, "momentum_buffer", host)
-    g = _kit.dev(grad)
-    dt = _kit.dtype_of(p)
-    n = _kit.numel(_kit.shape_of(p))
+    host, (p, buf), g, dt, n = _targets(grad, (param, "param"),
+                                        (momentum_buffer, "momentum_buffer"))
     if n == 0:
         return None
     T = dt.type
@@ -131,14 +137,9 @@ def sgd_step(param, grad, momentum_buffer, lr, momentum, dampening, weight_decay
 
 def _adam(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
           weight_decay, step, maximize, decoupled):
-    host = []
-    p = _kit.inplace_target(param, "param", host)
-    m = _kit.inplace_target(exp_avg, "exp_avg", host)
-    v = _kit.inplace_target(exp_avg_sq, "exp_avg_sq", host)
-    vmax = _kit.inplace_target(max_exp_avg_sq, "max_exp_avg_sq", host)
-    g = _kit.dev(grad)
-    dt = _kit.dtype_of(p)
-    n = _kit.numel(_kit.shape_of(p))
+    host, (p, m, v, vmax), g, dt, n = _targets(
+        grad, (param, "param"), (exp_avg, "exp_avg"), (exp_avg_sq, "exp_avg_sq"),
+        (max_exp_avg_sq, "max_exp_avg_sq"))
     if n == 0:
         return None
     T = dt.type
@@ -167,14 +168,9 @@ def adamw_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta
 
 def rmsprop_step(param, grad, square_avg, grad_avg, momentum_buffer, lr, alpha, eps,
                  weight_decay, momentum, maximize):
-    host = []
-    p = _kit.inplace_target(param, "param", host)
-    sq = _kit.inplace_target(square_avg, "square_avg", host)
-    ga = _kit.inplace_target(grad_avg, "grad_avg", host)
-    buf = _kit.inplace_target(momentum_buffer, "momentum_buffer", host)
-    g = _kit.dev(grad)
-    dt = _kit.dtype_of(p)
-    n = _kit.numel(_kit.shape_of(p))
+    host, (p, sq, ga, buf), g, dt, n = _targets(
+        grad, (param, "param"), (square_avg, "square_avg"), (grad_avg, "grad_avg"),
+        (momentum_buffer, "momentum_buffer"))
     if n == 0:
         return None
     T = dt.type
@@ -188,12 +184,7 @@ def rmsprop_step(param, grad, square_avg, grad_avg, momentum_buffer, lr, alpha, 
 
 
 def adagrad_step(param, grad, state_sum, clr, eps, weight_decay, maximize):
-    host = []
-    p = _kit.inplace_target(param, "param", host)
-    ssum = _kit.inplace_target(state_sum, "state_sum", host)
-    g = _kit.dev(grad)
-    dt = _kit.dtype_of(p)
-    n = _kit.numel(_kit.shape_of(p))
+    host, (p, ssum), g, dt, n = _targets(grad, (param, "param"), (state_sum, "state_sum"))
     if n == 0:
         return None
     T = dt.type
