@@ -67,6 +67,17 @@ def _kernels(dt):
         s = block_sum(s, sbuf)
         return m + math.log(s)
 
+    @cuda.jit(device=True)
+    def row_grad(g, i, per_row, tot, mean):
+        # row i's upstream gradient: its own ("none"), or the scalar (divided by the "mean"
+        # denominator tot[1]; 0 when every target is ignored)
+        if per_row:
+            return g[i]
+        if mean:
+            d = tot[1]
+            return g[0] / d if d != zero else zero
+        return g[0]
+
     @kernel
     def fwd(x, tgt, q, w, per, wt, M, C, probs, has_w, ignore_index, ls_keep, ls_each):
         sbuf = cuda.shared.array(SBUF, NT)
@@ -100,13 +111,7 @@ def _kernels(dt):
         for i in range(cuda.blockIdx.x, M, cuda.gridDim.x):
             ti = tgt[i] if not probs else 0
             valid = probs or ti != ignore_index
-            if per_row:
-                gi = g[i]
-            elif mean:
-                d = tot[1]
-                gi = g[0] / d if d != zero else zero
-            else:
-                gi = g[0]
+            gi = row_grad(g, i, per_row, tot, mean)
             lse = row_lse(x, i, C, sbuf)
             A = zero
             for c in range(t, C, B):
@@ -136,7 +141,7 @@ def _kernels(dt):
             else:
                 out[0] = s
 
-    return fwd, bwd, reduce2
+    return fwd, bwd, reduce2, row_grad
 
 
 def _targets(target, dt, M, C):
@@ -208,6 +213,7 @@ def _nll_kernels(dt):
     T = dt.type
     zero = T(0)
     one = T(1)
+    row_grad = _kernels(dt)[3]
 
     @kernel
     def nll_f(x, tgt, w, per, wt, M, has_w, ignore_index):
@@ -227,14 +233,7 @@ def _nll_kernels(dt):
             t = tgt[i]
             if t == ignore_index:
                 continue
-            if per_row:
-                gi = g[i]
-            elif mean:
-                d = tot[1]
-                gi = g[0] / d if d != zero else zero
-            else:
-                gi = g[0]
-            dx[i, t] = -(w[t] if has_w else one) * gi
+            dx[i, t] = -(w[t] if has_w else one) * row_grad(g, i, per_row, tot, mean)
 
     return nll_f, nll_b
 

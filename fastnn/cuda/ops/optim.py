@@ -17,14 +17,16 @@ OPS = ("sgd_step", "adam_step", "adamw_step", "rmsprop_step", "adagrad_step")
 def _kernels(dt):
     one = dt.type(1)
 
+    @cuda.jit(device=True)
+    def grad_of(g, p, i, wd, has_wd, maximize):
+        # torch's first lines: maximize flips the gradient, then the L2 penalty
+        d = -g[i] if maximize else g[i]
+        return d + wd * p[i] if has_wd else d
+
     @kernel
     def sgd(p, g, buf, n, lr, momentum, damp_c, wd, has_wd, nesterov, maximize, first, has_mom):
         for i in range(cuda.grid(1), n, cuda.gridsize(1)):
-            d = g[i]
-            if maximize:
-                d = -d
-            if has_wd:
-                d = d + wd * p[i]
+            d = grad_of(g, p, i, wd, has_wd, maximize)
             if has_mom:
                 if first:
                     b = d
@@ -67,11 +69,7 @@ def _kernels(dt):
     def rmsprop(p, g, sq, ga, buf, n, lr, alpha, oma, lerp_low, eps, wd, has_wd, momentum,
                 maximize, centered, has_mom):
         for i in range(cuda.grid(1), n, cuda.gridsize(1)):
-            d = g[i]
-            if maximize:
-                d = -d
-            if has_wd:
-                d = d + wd * p[i]
+            d = grad_of(g, p, i, wd, has_wd, maximize)
             si = sq[i] * alpha + oma * d * d
             sq[i] = si
             if centered:
@@ -94,11 +92,7 @@ def _kernels(dt):
     @kernel
     def adagrad(p, g, ssum, n, clr, eps, wd, has_wd, maximize):
         for i in range(cuda.grid(1), n, cuda.gridsize(1)):
-            d = g[i]
-            if maximize:
-                d = -d
-            if has_wd:
-                d = d + wd * p[i]
+            d = grad_of(g, p, i, wd, has_wd, maximize)
             si = ssum[i] + d * d
             ssum[i] = si
             p[i] = p[i] - clr * (d / (math.sqrt(si) + eps))
