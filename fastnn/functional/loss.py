@@ -287,6 +287,8 @@ def huber_loss_fwd(input, target, reduction="mean", delta=1.0, weight=None):
 
 
 def _check_probabilities(x):
+    """torch refuses inputs outside [0, 1] (NaN passes, as there).  Device inputs are not
+    scanned: that would cost a device-to-host sync per call; the kernel gives NaN there."""
     if is_device(x):
         return
     if x.size and bool(((x < 0) | (x > 1)).any()):
