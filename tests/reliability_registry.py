@@ -608,7 +608,7 @@ FUZZ.append(dataclasses.replace(
 
 def _loss_make(x_kind="normal", y_kind="normal", classes=None):
     def make(rng, dt, big=False):
-        shape = (256, 300) if big else (4, 5)
+        shape = (16384, 5) if big else (4, 5)   # 5 classes: NLLLoss's weight, pos_weight
         if classes is not None:
             x = rng.standard_normal(shape).astype(dt)
             return x, rng.integers(0, shape[1], shape[0])
