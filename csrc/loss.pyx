@@ -122,6 +122,21 @@ cdef extern from *:
     static inline float fnn_clampf(float d, float b) { return d < -b ? -b : (d > b ? b : d); }
     static inline double fnn_clampd(double d, double b) { return d < -b ? -b : (d > b ? b : d); }
 
+    /* the MSE sum, the hot case (a regression loss over whole activations): on AVX2 the
+       32-element steps go through four vector accumulators (fnn_reduce.h's FNN_SUM_F, the
+       same lanes and so the same bits as FNN_FLOAT_SUM, about twice as fast) */
+    #if defined(__AVX2__) && defined(__FMA__)
+    #define FNN_VSTEP_MSE(acc, j) do { __m256 _d = _mm256_sub_ps(_mm256_loadu_ps(x + (j)),       \
+                                         _mm256_loadu_ps(y + (j)));                          \
+                                     acc = _mm256_fmadd_ps(_d, _d, acc); } while (0)
+    #else
+    #define FNN_VSTEP_MSE(acc, j)
+    #endif
+    static inline double fnn_mse_sum_f(const float* x, const float* y, ptrdiff_t n) {
+        double t; FNN_SUM_F(n, (x[i] - y[i]) * (x[i] - y[i]), FNN_VSTEP_MSE, t); return t; }
+    static inline double fnn_mse_sum_d(const double* x, const double* y, ptrdiff_t n) {
+        double t; FNN_DOUBLE_SUM(n, (x[i] - y[i]) * (x[i] - y[i]), t); return t; }
+
     /* one kind's forward over a chunk: store the terms (out) or sum them */
     #define FNN_PWL_FWD_CASE(T, SUM, TERM)                                                   \
         if (out) { if (w) for (i = 0; i < n; ++i) out[i] = (TERM) * w[i];                    \
@@ -141,7 +156,10 @@ cdef extern from *:
         double total = 0.0;                                                                  \
         ptrdiff_t i;                                                                         \
         switch (kind) {                                                                      \
-        case FNN_MSE: FNN_PWL_FWD_CASE(T, SUM, (x[i] - y[i]) * (x[i] - y[i])) break;          \
+        case FNN_MSE:                                                                        \
+            if (!out && !w) total = fnn_mse_sum_##SFX(x, y, n);                              \
+            else { FNN_PWL_FWD_CASE(T, SUM, (x[i] - y[i]) * (x[i] - y[i])) }                  \
+            break;                                                                           \
         case FNN_L1: FNN_PWL_FWD_CASE(T, SUM, ABS(x[i] - y[i])) break;                        \
         case FNN_SMOOTH_L1: FNN_PWL_FWD_CASE(T, SUM, fnn_sl1_##SFX(x[i] - y[i], p)) break;    \
         case FNN_HUBER: FNN_PWL_FWD_CASE(T, SUM, fnn_huber_##SFX(x[i] - y[i], p)) break;      \
