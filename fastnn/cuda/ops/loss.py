@@ -18,6 +18,7 @@ then adds the partials in chunk order -- deterministic.  Backward is one element
 that recomputes from x and y.
 """
 import math
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -141,7 +142,8 @@ def _kernels(dt):
             else:
                 out[0] = s
 
-    return fwd, bwd, reduce2, row_grad
+    # fetched by name (DESIGN.md: never by tuple position)
+    return SimpleNamespace(fwd=fwd, bwd=bwd, reduce2=reduce2, row_grad=row_grad)
 
 
 def _targets(target, dt, M, C):
@@ -160,7 +162,7 @@ def _reduce_rows(per, wt, reduction, dt, M):
     out = _kit.zeros((1,), dt)
     mean = reduction == "mean"
     if M:
-        _kernels(dt)[2][1, ROW_THREADS](per, wt, tot, out, M, mean)
+        _kernels(dt).reduce2[1, ROW_THREADS](per, wt, tot, out, M, mean)
     elif mean:
         _kit.fill(out, np.nan)
     return _kit.reshape(out, ()), tot
@@ -185,7 +187,7 @@ def cross_entropy(x, target, weight, ignore_index, reduction, label_smoothing):
     ks = _kernels(dt)
     wdev = w if w is not None else _kit.empty((1,), dt)
     if M and C:
-        ks[0][_kit.row_blocks(M), ROW_THREADS](x, tgt, q, wdev, per, wt, M, C, *args)
+        ks.fwd[_kit.row_blocks(M), ROW_THREADS](x, tgt, q, wdev, per, wt, M, C, *args)
     elif M:
         _kit.fill(per, 0)
         _kit.fill(wt, 0 if not probs else 1)
@@ -201,7 +203,7 @@ def cross_entropy_backward(d_loss, saved):
     g = _row_grads(d_loss)
     dx = _kit.empty((M, C), dt)
     if M and C:
-        _kernels(dt)[1][_kit.row_blocks(M), ROW_THREADS](
+        _kernels(dt).bwd[_kit.row_blocks(M), ROW_THREADS](
             x, tgt, q, wdev, g, dx, M, C, *args, reduction == "none", tot,
             reduction == "mean")
     return dx
@@ -213,7 +215,7 @@ def _nll_kernels(dt):
     T = dt.type
     zero = T(0)
     one = T(1)
-    row_grad = _kernels(dt)[3]
+    row_grad = _kernels(dt).row_grad
 
     @kernel
     def nll_f(x, tgt, w, per, wt, M, has_w, ignore_index):
@@ -235,7 +237,7 @@ def _nll_kernels(dt):
                 continue
             dx[i, t] = -(w[t] if has_w else one) * row_grad(g, i, per_row, tot, mean)
 
-    return nll_f, nll_b
+    return SimpleNamespace(fwd=nll_f, bwd=nll_b)
 
 
 def nll_loss(x, target, weight, ignore_index, reduction):
@@ -247,7 +249,7 @@ def nll_loss(x, target, weight, ignore_index, reduction):
     per = _kit.empty((M,), dt)
     wt = _kit.empty((M,), dt)
     if M:
-        _nll_kernels(dt)[0][_kit.blocks_for(M), _kit.THREADS](
+        _nll_kernels(dt).fwd[_kit.blocks_for(M), _kit.THREADS](
             x, tgt, wdev, per, wt, M, w is not None, int(ignore_index))
     loss, tot = _reduce_rows(per, wt, reduction, dt, M)
     return loss, (x, tgt, wdev, w is not None, int(ignore_index), reduction, tot)
@@ -260,7 +262,7 @@ def nll_loss_backward(d_loss, saved):
     g = _row_grads(d_loss)
     dx = _kit.zeros((M, C), dt)
     if M and C:
-        _nll_kernels(dt)[1][_kit.blocks_for(M), _kit.THREADS](
+        _nll_kernels(dt).bwd[_kit.blocks_for(M), _kit.THREADS](
             tgt, wdev, g, dx, M, has_w, ignore_index, reduction == "none", tot,
             reduction == "mean")
     return dx
@@ -378,7 +380,7 @@ def _ew_kernels(dt):
             v = dterm(kind, x[i], y[i], pw[i] if has_pw else one, has_pw, p) * gi
             dx[i] = v * w[i] if has_w else v
 
-    return ew_none, ew_partial, ew_total, ew_b
+    return SimpleNamespace(none=ew_none, partial=ew_partial, total=ew_total, bwd=ew_b)
 
 
 def _inverse(divisor, T):
@@ -398,14 +400,14 @@ def elementwise_loss(kind, x, y, weight, pos_weight, param, divisor):
     if divisor is None:
         out = _kit.empty(shape, dt)
         if n:
-            ks[0][_kit.blocks_for(n), _kit.THREADS](*args, _kit.flat(out), n)
+            ks.none[_kit.blocks_for(n), _kit.THREADS](*args, _kit.flat(out), n)
     else:
         K = _kit.cdiv(n, CHUNK_EL)
         out = _kit.zeros((1,), dt)
         if K:
             part = _kit.empty((K,), dt)
-            ks[1][_kit.row_blocks(K), ROW_THREADS](*args, part, n, K, CHUNK_EL)
-            ks[2][1, ROW_THREADS](part, out, K, _inverse(divisor, T))
+            ks.partial[_kit.row_blocks(K), ROW_THREADS](*args, part, n, K, CHUNK_EL)
+            ks.total[1, ROW_THREADS](part, out, K, _inverse(divisor, T))
         elif divisor == 0:
             _kit.fill(out, np.nan)
         out = _kit.reshape(out, ())
@@ -419,7 +421,7 @@ def elementwise_loss_backward(d_loss, saved):
     g = _kit.flat(_kit.dev(d_loss)) if divisor is None else _kit.reshape(_kit.dev(d_loss), (1,))
     dx = _kit.empty(shape, dt)
     if n:
-        _ew_kernels(dt)[3][_kit.blocks_for(n), _kit.THREADS](
+        _ew_kernels(dt).bwd[_kit.blocks_for(n), _kit.THREADS](
             *args, g, _kit.flat(dx), n, divisor is None,
             _inverse(divisor, dt.type) if divisor else dt.type(0))
     return dx

@@ -6,6 +6,7 @@ the bias corrections are computed on the host in float64 and passed as scalars o
 parameter's dtype, so float32 parameters are updated in float32 arithmetic.
 """
 import math
+from types import SimpleNamespace
 
 from .. import _kit
 from .._kit import THREADS, kernel, cuda
@@ -97,7 +98,8 @@ def _kernels(dt):
             ssum[i] = si
             p[i] = p[i] - clr * (d / (math.sqrt(si) + eps))
 
-    return sgd, adam, rmsprop, adagrad
+    # fetched by name (DESIGN.md: never by tuple position)
+    return SimpleNamespace(sgd=sgd, adam=adam, rmsprop=rmsprop, adagrad=adagrad)
 
 
 def _cfg(n):
@@ -121,7 +123,7 @@ def sgd_step(param, grad, momentum_buffer, lr, momentum, dampening, weight_decay
     if n == 0:
         return None
     T = dt.type
-    sgd = _kernels(dt)[0]
+    sgd = _kernels(dt).sgd
     sgd[_cfg(n)](_kit.flat(p), _kit.flat(g), _kit.flat(p if buf is None else buf), n, T(lr),
                  T(momentum), T(1 - dampening), T(weight_decay), weight_decay != 0, bool(nesterov), bool(maximize),
                  bool(first), buf is not None)
@@ -139,7 +141,7 @@ def _adam(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, ep
     T = dt.type
     bias_correction1 = 1 - beta1 ** step
     bc2_sqrt = math.sqrt(1 - beta2 ** step)
-    adam = _kernels(dt)[1]
+    adam = _kernels(dt).adam
     adam[_cfg(n)](_kit.flat(p), _kit.flat(g), _kit.flat(m), _kit.flat(v),
                   _kit.flat(v if vmax is None else vmax), n, T(1 - beta1), abs(1 - beta1) < 0.5, T(beta2), T(1 - beta2),
                   T(eps), T(weight_decay), weight_decay != 0, T(lr / bias_correction1), T(bc2_sqrt),
@@ -168,7 +170,7 @@ def rmsprop_step(param, grad, square_avg, grad_avg, momentum_buffer, lr, alpha, 
     if n == 0:
         return None
     T = dt.type
-    _kernels(dt)[2][_cfg(n)](
+    _kernels(dt).rmsprop[_cfg(n)](
         _kit.flat(p), _kit.flat(g), _kit.flat(sq), _kit.flat(sq if ga is None else ga),
         _kit.flat(sq if buf is None else buf), n, T(lr), T(alpha), T(1 - alpha),
         abs(1 - alpha) < 0.5, T(eps), T(weight_decay), weight_decay != 0, T(momentum),
@@ -182,7 +184,7 @@ def adagrad_step(param, grad, state_sum, clr, eps, weight_decay, maximize):
     if n == 0:
         return None
     T = dt.type
-    _kernels(dt)[3][_cfg(n)](_kit.flat(p), _kit.flat(g), _kit.flat(ssum), n, T(clr), T(eps),
+    _kernels(dt).adagrad[_cfg(n)](_kit.flat(p), _kit.flat(g), _kit.flat(ssum), n, T(clr), T(eps),
                              T(weight_decay), weight_decay != 0, bool(maximize))
     _kit.copy_back(host)
     return None
