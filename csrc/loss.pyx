@@ -12,6 +12,16 @@
 # Memory traffic for forward + backward: read x twice, write d_x once (torch: log_softmax
 # output, NLL gradient and softmax backward -- about twice that).  Rows are independent
 # and the per-row losses are summed in row order: the same at any thread count.
+#
+# nll_loss: loss_i = -w_t x_it, a gather; backward writes the zero rows and one value each.
+#
+# Elementwise losses (MSE, L1, smooth L1, Huber, BCE, BCE with logits, KL divergence): one
+# pass computes each term and either stores it ("none") or sums it (float lanes folded into
+# double per 512 elements, fnn_reduce.h); backward is one pass that recomputes what it
+# needs from x and y (nothing of x's size is saved).  The work is cut into fixed chunks of
+# FNN_PWL_CHUNK elements whose partial sums are added in chunk order afterwards, so the
+# loss is the same bits at any thread count.  The kind is switched once per chunk, never
+# per element, so each kind's loop vectorises on its own.
 cimport numpy as cnp
 from cython.parallel cimport prange
 from libc.stdint cimport int64_t
@@ -86,6 +96,110 @@ cdef extern from *:
 
     FNN_CE_DEFINE(float, f, fnn_expf, FNN_FLOAT_SUM)
     FNN_CE_DEFINE(double, d, exp, FNN_DOUBLE_SUM)
+
+    #define FNN_PWL_CHUNK 32768
+    enum { FNN_MSE, FNN_L1, FNN_SMOOTH_L1, FNN_HUBER, FNN_BCE, FNN_BCE_LOGITS, FNN_KL, FNN_KL_LOG };
+
+    /* log clamped at -100 as torch's binary_cross_entropy (NaN stays NaN) */
+    static inline double fnn_clog(double v) { return v < -100.0 ? -100.0 : v; }
+    static inline float fnn_sl1_f(float d, float b) {
+        float a = fnn_absf(d); return a < b ? 0.5f * d * d / b : a - 0.5f * b; }
+    static inline double fnn_sl1_d(double d, double b) {
+        double a = fabs(d); return a < b ? 0.5 * d * d / b : a - 0.5 * b; }
+    static inline float fnn_huber_f(float d, float b) {
+        float a = fnn_absf(d); return a < b ? 0.5f * d * d : b * (a - 0.5f * b); }
+    static inline double fnn_huber_d(double d, double b) {
+        double a = fabs(d); return a < b ? 0.5 * d * d : b * (a - 0.5 * b); }
+    /* -log_sigmoid(x) = max(-x, 0) + log1p(exp(-|x|)): no overflow for any x */
+    static inline float fnn_nls_f(float x) {
+        return (x < 0.0f ? -x : 0.0f) + fnn_log1pf(fnn_expf_nonpos(-fnn_absf(x))); }
+    static inline double fnn_nls_d(double x) { return (x < 0.0 ? -x : 0.0) + log1p(exp(-fabs(x))); }
+    static inline float fnn_sig_f(float x) {
+        float e = fnn_expf_nonpos(-fnn_absf(x)), r = 1.0f / (1.0f + e); return x >= 0.0f ? r : e * r; }
+    static inline double fnn_sig_d(double x) {
+        double e = exp(-fabs(x)), r = 1.0 / (1.0 + e); return x >= 0.0 ? r : e * r; }
+    static inline double fnn_xlogx(double y) { return y == 0.0 ? 0.0 : y * log(y); }
+    static inline float fnn_clampf(float d, float b) { return d < -b ? -b : (d > b ? b : d); }
+    static inline double fnn_clampd(double d, double b) { return d < -b ? -b : (d > b ? b : d); }
+
+    /* the MSE sum, the hot case (a regression loss over whole activations): on AVX2 the
+       32-element steps go through four vector accumulators (fnn_reduce.h's FNN_SUM_F, the
+       same lanes and so the same bits as FNN_FLOAT_SUM, about twice as fast) */
+    #if defined(__AVX2__) && defined(__FMA__)
+    #define FNN_VSTEP_MSE(acc, j) do { __m256 _d = _mm256_sub_ps(_mm256_loadu_ps(x + (j)),       \
+                                         _mm256_loadu_ps(y + (j)));                          \
+                                     acc = _mm256_fmadd_ps(_d, _d, acc); } while (0)
+    #else
+    #define FNN_VSTEP_MSE(acc, j)
+    #endif
+    static inline double fnn_mse_sum_f(const float* x, const float* y, ptrdiff_t n) {
+        double t; FNN_SUM_F(n, (x[i] - y[i]) * (x[i] - y[i]), FNN_VSTEP_MSE, t); return t; }
+    static inline double fnn_mse_sum_d(const double* x, const double* y, ptrdiff_t n) {
+        double t; FNN_DOUBLE_SUM(n, (x[i] - y[i]) * (x[i] - y[i]), t); return t; }
+
+    /* one kind's forward over a chunk: store the terms (out) or sum them */
+    #define FNN_PWL_FWD_CASE(T, SUM, TERM)                                                   \
+        if (out) { if (w) for (i = 0; i < n; ++i) out[i] = (TERM) * w[i];                    \
+                   else for (i = 0; i < n; ++i) out[i] = (TERM); }                          \
+        else if (w) SUM(n, (TERM) * w[i], total);                                            \
+        else SUM(n, (TERM), total);
+    /* one kind's backward over a chunk: dx = g * dterm (* w), g scalar or per element */
+    #define FNN_PWL_BWD_CASE(T, GRAD)                                                        \
+        if (dl) { if (w) for (i = 0; i < n; ++i) dx[i] = dl[i] * w[i] * (GRAD);              \
+                  else for (i = 0; i < n; ++i) dx[i] = dl[i] * (GRAD); }                     \
+        else { if (w) for (i = 0; i < n; ++i) dx[i] = g * w[i] * (GRAD);                     \
+               else for (i = 0; i < n; ++i) dx[i] = g * (GRAD); }
+
+    #define FNN_PWL_DEFINE(T, SFX, SUM, ABS, LOGT, EXPT, LOG1PT)                              \
+    static double fnn_pwl_fwd_##SFX(int kind, const T* x, const T* y, const T* w,             \
+            const T* pw, T p, T* out, ptrdiff_t n) {                                          \
+        double total = 0.0;                                                                  \
+        ptrdiff_t i;                                                                         \
+        switch (kind) {                                                                      \
+        case FNN_MSE:                                                                        \
+            if (!out && !w) total = fnn_mse_sum_##SFX(x, y, n);                              \
+            else { FNN_PWL_FWD_CASE(T, SUM, (x[i] - y[i]) * (x[i] - y[i])) }                  \
+            break;                                                                           \
+        case FNN_L1: FNN_PWL_FWD_CASE(T, SUM, ABS(x[i] - y[i])) break;                        \
+        case FNN_SMOOTH_L1: FNN_PWL_FWD_CASE(T, SUM, fnn_sl1_##SFX(x[i] - y[i], p)) break;    \
+        case FNN_HUBER: FNN_PWL_FWD_CASE(T, SUM, fnn_huber_##SFX(x[i] - y[i], p)) break;      \
+        case FNN_BCE: FNN_PWL_FWD_CASE(T, SUM, (T)(-((double)y[i] * fnn_clog(log((double)x[i])) \
+                + (1.0 - (double)y[i]) * fnn_clog(log1p(-(double)x[i]))))) break;             \
+        case FNN_BCE_LOGITS:                                                                 \
+            if (pw) { FNN_PWL_FWD_CASE(T, SUM, ((T)1 - y[i]) * x[i]                           \
+                        + ((T)1 + (pw[i] - (T)1) * y[i]) * fnn_nls_##SFX(x[i])) }             \
+            else { FNN_PWL_FWD_CASE(T, SUM, ((T)1 - y[i]) * x[i] + fnn_nls_##SFX(x[i])) }     \
+            break;                                                                           \
+        case FNN_KL: FNN_PWL_FWD_CASE(T, SUM, (T)(fnn_xlogx((double)y[i]) - (double)y[i] * (double)x[i])) break; \
+        case FNN_KL_LOG: FNN_PWL_FWD_CASE(T, SUM, EXPT(y[i]) * (y[i] - x[i])) break;          \
+        }                                                                                    \
+        return total;                                                                        \
+    }                                                                                        \
+    static void fnn_pwl_bwd_##SFX(int kind, const T* x, const T* y, const T* w, const T* pw,  \
+            T p, const T* dl, T g, T* dx, ptrdiff_t n) {                                      \
+        ptrdiff_t i;                                                                         \
+        switch (kind) {                                                                      \
+        case FNN_MSE: FNN_PWL_BWD_CASE(T, (T)2 * (x[i] - y[i])) break;                        \
+        case FNN_L1: FNN_PWL_BWD_CASE(T, (T)((x[i] > y[i]) - (x[i] < y[i]))) break;           \
+        case FNN_SMOOTH_L1:                                                                  \
+            if (p == (T)0) { FNN_PWL_BWD_CASE(T, (T)((x[i] > y[i]) - (x[i] < y[i]))) }        \
+            else { FNN_PWL_BWD_CASE(T, fnn_clamp##SFX(x[i] - y[i], p) / p) }                   \
+            break;                                                                           \
+        case FNN_HUBER: FNN_PWL_BWD_CASE(T, fnn_clamp##SFX(x[i] - y[i], p)) break;            \
+        case FNN_BCE: FNN_PWL_BWD_CASE(T, (T)(((double)x[i] - (double)y[i])                  \
+                / fmax((1.0 - (double)x[i]) * (double)x[i], 1e-12))) break;                   \
+        case FNN_BCE_LOGITS:                                                                 \
+            if (pw) { FNN_PWL_BWD_CASE(T, ((T)1 + (pw[i] - (T)1) * y[i]) * fnn_sig_##SFX(x[i]) \
+                                           - pw[i] * y[i]) }                                  \
+            else { FNN_PWL_BWD_CASE(T, fnn_sig_##SFX(x[i]) - y[i]) }                          \
+            break;                                                                           \
+        case FNN_KL: FNN_PWL_BWD_CASE(T, -y[i]) break;                                        \
+        case FNN_KL_LOG: FNN_PWL_BWD_CASE(T, -EXPT(y[i])) break;                              \
+        }                                                                                    \
+    }
+
+    FNN_PWL_DEFINE(float, f, FNN_FLOAT_SUM, fnn_absf, logf, fnn_expf, fnn_log1pf)
+    FNN_PWL_DEFINE(double, d, FNN_DOUBLE_SUM, fabs, log, exp, log1p)
     """
     double fnn_ce_fwd_row_f(const float* x, Py_ssize_t C, int64_t t, const float* q,
                             const float* w, double eps, double* lse, double* A) noexcept nogil
@@ -96,7 +210,22 @@ cdef extern from *:
     void fnn_ce_bwd_row_d(const double* x, double* dx, Py_ssize_t C, int64_t t, const double* q,
                           const double* w, double eps, double lse, double A, double s) noexcept nogil
 
-OPS = ("cross_entropy", "cross_entropy_backward")
+    double fnn_pwl_fwd_f(int kind, const float* x, const float* y, const float* w,
+                         const float* pw, float p, float* out, Py_ssize_t n) noexcept nogil
+    double fnn_pwl_fwd_d(int kind, const double* x, const double* y, const double* w,
+                         const double* pw, double p, double* out, Py_ssize_t n) noexcept nogil
+    void fnn_pwl_bwd_f(int kind, const float* x, const float* y, const float* w, const float* pw,
+                       float p, const float* dl, float g, float* dx, Py_ssize_t n) noexcept nogil
+    void fnn_pwl_bwd_d(int kind, const double* x, const double* y, const double* w,
+                       const double* pw, double p, const double* dl, double g, double* dx,
+                       Py_ssize_t n) noexcept nogil
+    const int FNN_PWL_CHUNK
+
+OPS = ("cross_entropy", "cross_entropy_backward", "nll_loss", "nll_loss_backward",
+       "elementwise_loss", "elementwise_loss_backward")
+
+_KINDS = {"mse": 0, "l1": 1, "smooth_l1": 2, "huber": 3, "bce": 4, "bce_logits": 5, "kl_div": 6,
+          "kl_div_log": 7}
 
 
 cdef void _fwd_rows(bint f32, const void* x, const int64_t* tgt, const void* q, const void* w,
@@ -229,4 +358,163 @@ def cross_entropy_backward(cnp.ndarray d_loss, tuple saved):
                   cnp.PyArray_DATA(target) if prob else NULL, w, M, C, ignore_index,
                   eps, <const double*>cnp.PyArray_DATA(lse), <const double*>cnp.PyArray_DATA(A),
                   dl, s0)
+    return dx
+
+
+# ------------------------------------------------------------------ nll_loss
+def nll_loss(cnp.ndarray x, cnp.ndarray target, object weight, int64_t ignore_index,
+             str reduction):
+    """nll_loss(x, target, weight, ignore_index, reduction) -> (loss, saved).
+
+    IN  x (M, C) C-contiguous float log-probabilities; target int64 (M,) (valid or
+        ignore_index); weight (C,) or None.  OUT loss (M,) for "none", else 0-d."""
+    cdef Py_ssize_t M = x.shape[0], C = x.shape[1], i
+    cdef bint f32 = cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT
+    cdef const int64_t* t = <const int64_t*>cnp.PyArray_DATA(target)
+    cdef const void* w = _ptr(weight)
+    cdef const void* px = cnp.PyArray_DATA(x)
+    cdef cnp.ndarray loss = np.empty(M, np.float64)
+    cdef double* pl = <double*>cnp.PyArray_DATA(loss)
+    cdef double total = 0.0, denom = 0.0, wt, scale = 1.0
+    with nogil:
+        for i in range(M):   # a gather: one value per row, not worth a thread team
+            if t[i] == ignore_index:
+                pl[i] = 0.0
+                continue
+            wt = 1.0 if w == NULL else ((<const float*>w)[t[i]] if f32 else (<const double*>w)[t[i]])
+            pl[i] = -wt * ((<const float*>px)[i * C + t[i]] if f32 else (<const double*>px)[i * C + t[i]])
+            total += pl[i]
+            denom += wt
+    if reduction == "none":
+        out = loss.astype(x.dtype)
+    elif reduction == "sum":
+        out = np.asarray(total, dtype=x.dtype)
+    else:
+        out = np.asarray(total / denom if denom != 0 else np.nan, dtype=x.dtype)
+        scale = 1.0 / denom if denom != 0 else 0.0
+    return out, (x, target, weight, ignore_index, reduction, scale)
+
+
+def nll_loss_backward(cnp.ndarray d_loss, tuple saved):
+    """nll_loss_backward(d_loss, saved) -> d_x (M, C), zero except the target columns."""
+    cdef cnp.ndarray x = saved[0], target = saved[1]
+    weight = saved[2]
+    cdef int64_t ignore_index = saved[3]
+    cdef bint per_row = saved[4] == "none"
+    cdef double scale = saved[5]
+    cdef Py_ssize_t M = x.shape[0], C = x.shape[1], i
+    cdef bint f32 = cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT
+    cdef cnp.ndarray dx = np.zeros((M, C), x.dtype)
+    cdef const int64_t* t = <const int64_t*>cnp.PyArray_DATA(target)
+    cdef const void* w = _ptr(weight)
+    cdef const void* dl = cnp.PyArray_DATA(d_loss)
+    cdef void* pd = cnp.PyArray_DATA(dx)
+    cdef double g = 0.0, wt
+    if not per_row:
+        g = float(d_loss) * scale
+    with nogil:
+        for i in range(M):
+            if t[i] == ignore_index:
+                continue
+            wt = 1.0 if w == NULL else ((<const float*>w)[t[i]] if f32 else (<const double*>w)[t[i]])
+            if per_row:
+                g = (<const float*>dl)[i] if f32 else (<const double*>dl)[i]
+            if f32:
+                (<float*>pd)[i * C + t[i]] = <float>(-wt * g)
+            else:
+                (<double*>pd)[i * C + t[i]] = -wt * g
+    return dx
+
+
+# ------------------------------------------------------------------ elementwise losses
+cdef void _pwl_fwd(bint f32, int kind, const void* x, const void* y, const void* w,
+                   const void* pw, double p, void* out, Py_ssize_t n,
+                   double* partial) noexcept nogil:
+    cdef Py_ssize_t K = (n + FNN_PWL_CHUNK - 1) // FNN_PWL_CHUNK, c, o, m
+    cdef int nt = _threads_for(n, FNN_PWL_CHUNK)
+    for c in prange(K, nogil=True, schedule="static", num_threads=nt):
+        o = c * FNN_PWL_CHUNK
+        m = n - o if n - o < FNN_PWL_CHUNK else FNN_PWL_CHUNK
+        if f32:
+            partial[c] = fnn_pwl_fwd_f(kind, <const float*>x + o, <const float*>y + o,
+                                       <const float*>w + o if w != NULL else NULL,
+                                       <const float*>pw + o if pw != NULL else NULL, <float>p,
+                                       <float*>out + o if out != NULL else NULL, m)
+        else:
+            partial[c] = fnn_pwl_fwd_d(kind, <const double*>x + o, <const double*>y + o,
+                                       <const double*>w + o if w != NULL else NULL,
+                                       <const double*>pw + o if pw != NULL else NULL, p,
+                                       <double*>out + o if out != NULL else NULL, m)
+
+
+cdef void _pwl_bwd(bint f32, int kind, const void* x, const void* y, const void* w,
+                   const void* pw, double p, const void* dl, double g, void* dx,
+                   Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t K = (n + FNN_PWL_CHUNK - 1) // FNN_PWL_CHUNK, c, o, m
+    cdef int nt = _threads_for(n, FNN_PWL_CHUNK)
+    for c in prange(K, nogil=True, schedule="static", num_threads=nt):
+        o = c * FNN_PWL_CHUNK
+        m = n - o if n - o < FNN_PWL_CHUNK else FNN_PWL_CHUNK
+        if f32:
+            fnn_pwl_bwd_f(kind, <const float*>x + o, <const float*>y + o,
+                          <const float*>w + o if w != NULL else NULL,
+                          <const float*>pw + o if pw != NULL else NULL, <float>p,
+                          <const float*>dl + o if dl != NULL else NULL, <float>g,
+                          <float*>dx + o, m)
+        else:
+            fnn_pwl_bwd_d(kind, <const double*>x + o, <const double*>y + o,
+                          <const double*>w + o if w != NULL else NULL,
+                          <const double*>pw + o if pw != NULL else NULL, p,
+                          <const double*>dl + o if dl != NULL else NULL, g,
+                          <double*>dx + o, m)
+
+
+def elementwise_loss(str kind, cnp.ndarray x, cnp.ndarray y, object weight, object pos_weight,
+                     double param, object divisor):
+    """elementwise_loss(kind, x, y, weight, pos_weight, param, divisor) -> (loss, saved).
+
+    IN  x, y C-contiguous, one float dtype and shape; weight, pos_weight None or the same;
+        divisor None ("none": loss has x's shape) or the number the sum is divided by."""
+    cdef int k = _KINDS[kind]
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(x), K = (n + FNN_PWL_CHUNK - 1) // FNN_PWL_CHUNK, c
+    cdef bint f32 = cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT
+    cdef cnp.ndarray out = None
+    cdef cnp.ndarray partial = np.empty(max(K, 1), np.float64)
+    cdef double* pp = <double*>cnp.PyArray_DATA(partial)
+    cdef double total = 0.0
+    cdef void* po = NULL
+    cdef const void* pw = _ptr(weight)
+    cdef const void* ppw = _ptr(pos_weight)
+    if divisor is None:
+        out = cnp.PyArray_EMPTY(x.ndim, cnp.PyArray_DIMS(x), cnp.PyArray_TYPE(x), 0)
+        po = cnp.PyArray_DATA(out)
+    with nogil:
+        _pwl_fwd(f32, k, cnp.PyArray_DATA(x), cnp.PyArray_DATA(y), pw, ppw, param, po, n, pp)
+        for c in range(K):   # chunk order: the same sum at any thread count
+            total += pp[c]
+    if divisor is not None:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = np.asarray(np.float64(total) / np.float64(divisor), dtype=x.dtype)
+    return out, (k, x, y, weight, pos_weight, param, divisor)
+
+
+def elementwise_loss_backward(cnp.ndarray d_loss, tuple saved):
+    """elementwise_loss_backward(d_loss, saved) -> d_x (x's shape)."""
+    cdef int k = saved[0]
+    cdef cnp.ndarray x = saved[1], y = saved[2]
+    weight, pos_weight, divisor = saved[3], saved[4], saved[6]
+    cdef double param = saved[5], g = 0.0
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(x)
+    cdef bint f32 = cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT
+    cdef cnp.ndarray dx = cnp.PyArray_EMPTY(x.ndim, cnp.PyArray_DIMS(x), cnp.PyArray_TYPE(x), 0)
+    cdef const void* dl = NULL
+    cdef const void* pw = _ptr(weight)
+    cdef const void* ppw = _ptr(pos_weight)
+    if divisor is None:
+        dl = cnp.PyArray_DATA(d_loss)
+    elif divisor:
+        g = float(d_loss) / float(divisor)
+    with nogil:
+        _pwl_bwd(f32, k, cnp.PyArray_DATA(x), cnp.PyArray_DATA(y), pw, ppw, param, dl, g,
+                 cnp.PyArray_DATA(dx), n)
     return dx

@@ -1,4 +1,5 @@
-# Optim family: one fused, in-place pass per parameter update (SGD, Adam, AdamW).
+# Optim family: one fused, in-place pass per parameter update (SGD, Adam, AdamW, RMSprop,
+# Adagrad).
 #
 # torch's single-tensor optimizers run 5-7 elementwise passes over memory per step
 # (lerp, mul, addcmul, sqrt, div, add, addcdiv); an optimizer step is memory bound, so
@@ -24,7 +25,7 @@ cnp.import_array()
 
 include "fnn_runtime.pxi"
 
-OPS = ("sgd_step", "adam_step", "adamw_step")
+OPS = ("sgd_step", "adam_step", "adamw_step", "rmsprop_step", "adagrad_step")
 
 # elements per chunk: a thread gets >= 32k elements (~1 MB of traffic) before waking more
 cdef enum:
@@ -214,3 +215,130 @@ def adamw_step(cnp.ndarray param, cnp.ndarray grad, cnp.ndarray exp_avg, cnp.nda
     param *= 1 - lr * weight_decay before the Adam update."""
     _adam_any(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
               weight_decay, step, maximize, True)
+
+
+
+# ---------------------------------------------------------------------------- RMSprop
+cdef void _rmsprop_chunk(real* p, const real* g, real* sq, real* ga, real* buf, Py_ssize_t n,
+                         real lr, real alpha, real oma, bint lerp_low, real eps, real wd,
+                         real momentum, real sign) noexcept nogil:
+    """torch's order: sq = sq*alpha + (1-alpha) g^2; centered: ga = lerp(ga, g, 1-alpha),
+    avg = sqrt(sq - ga^2); avg += eps; buf = buf*momentum + g/avg, p -= lr buf
+    (or p += -lr g/avg without momentum)."""
+    cdef Py_ssize_t i
+    cdef real gi, si, ai, gai, b
+    for i in range(n):
+        gi = sign * g[i]
+        if wd != 0:
+            gi = gi + wd * p[i]
+        si = sq[i] * alpha + oma * gi * gi
+        sq[i] = si
+        if ga != NULL:
+            if lerp_low:
+                gai = ga[i] + oma * (gi - ga[i])
+            else:
+                gai = gi - (gi - ga[i]) * alpha
+            ga[i] = gai
+            ai = _sqrt(si - gai * gai)
+        else:
+            ai = _sqrt(si)
+        ai = ai + eps
+        if buf != NULL:
+            b = buf[i] * momentum + gi / ai
+            buf[i] = b
+            p[i] = p[i] - lr * b
+        else:
+            p[i] = p[i] + (-lr) * (gi / ai)
+
+
+cdef void _rmsprop(real* p, const real* g, real* sq, real* ga, real* buf, Py_ssize_t n,
+                   real lr, real alpha, real oma, bint lerp_low, real eps, real wd,
+                   real momentum, real sign) noexcept nogil:
+    cdef int nt = _threads_for(n, GRAIN)
+    cdef Py_ssize_t nch, c, s, e
+    if nt == 1:
+        _rmsprop_chunk(p, g, sq, ga, buf, n, lr, alpha, oma, lerp_low, eps, wd, momentum, sign)
+        return
+    nch = (n + GRAIN - 1) // GRAIN
+    for c in prange(nch, nogil=True, schedule="dynamic", num_threads=nt):
+        s = c * GRAIN
+        e = s + GRAIN
+        if e > n:
+            e = n
+        _rmsprop_chunk(p + s, g + s, sq + s, ga + s if ga != NULL else NULL,
+                       buf + s if buf != NULL else NULL, e - s, lr, alpha, oma, lerp_low, eps,
+                       wd, momentum, sign)
+
+
+def rmsprop_step(cnp.ndarray param, cnp.ndarray grad, cnp.ndarray square_avg, object grad_avg,
+                 object momentum_buffer, double lr, double alpha, double eps,
+                 double weight_decay, double momentum, bint maximize):
+    """rmsprop_step(param, grad, square_avg, grad_avg, momentum_buffer, lr, alpha, eps,
+    weight_decay, momentum, maximize) -> None.  torch.optim.RMSprop.  IN/OUT param,
+    square_avg, grad_avg (None unless centered), momentum_buffer (None unless momentum > 0);
+    IN grad.  C-contiguous, one dtype."""
+    cdef Py_ssize_t n = param.size
+    cdef void* pga = _data(grad_avg)
+    cdef void* pbuf = _data(momentum_buffer)
+    cdef double sign = -1.0 if maximize else 1.0
+    cdef bint lerp_low = abs(1 - alpha) < 0.5
+    if param.dtype == np.float32:
+        with nogil:
+            _rmsprop[float](<float*>cnp.PyArray_DATA(param), <const float*>cnp.PyArray_DATA(grad),
+                            <float*>cnp.PyArray_DATA(square_avg), <float*>pga, <float*>pbuf, n,
+                            <float>lr, <float>alpha, <float>(1 - alpha), lerp_low, <float>eps,
+                            <float>weight_decay, <float>momentum, <float>sign)
+    else:
+        with nogil:
+            _rmsprop[double](<double*>cnp.PyArray_DATA(param), <const double*>cnp.PyArray_DATA(grad),
+                             <double*>cnp.PyArray_DATA(square_avg), <double*>pga, <double*>pbuf, n,
+                             lr, alpha, 1 - alpha, lerp_low, eps, weight_decay, momentum, sign)
+
+
+# ---------------------------------------------------------------------------- Adagrad
+cdef void _adagrad_chunk(real* p, const real* g, real* ssum, Py_ssize_t n, real clr, real eps,
+                         real wd, real sign) noexcept nogil:
+    """sum += g^2; p += -clr g / (sqrt(sum) + eps) (torch's addcmul / addcdiv)."""
+    cdef Py_ssize_t i
+    cdef real gi, si
+    for i in range(n):
+        gi = sign * g[i]
+        if wd != 0:
+            gi = gi + wd * p[i]
+        si = ssum[i] + gi * gi
+        ssum[i] = si
+        p[i] = p[i] + (-clr) * (gi / (_sqrt(si) + eps))
+
+
+cdef void _adagrad(real* p, const real* g, real* ssum, Py_ssize_t n, real clr, real eps,
+                   real wd, real sign) noexcept nogil:
+    cdef int nt = _threads_for(n, GRAIN)
+    cdef Py_ssize_t nch, c, s, e
+    if nt == 1:
+        _adagrad_chunk(p, g, ssum, n, clr, eps, wd, sign)
+        return
+    nch = (n + GRAIN - 1) // GRAIN
+    for c in prange(nch, nogil=True, schedule="dynamic", num_threads=nt):
+        s = c * GRAIN
+        e = s + GRAIN
+        if e > n:
+            e = n
+        _adagrad_chunk(p + s, g + s, ssum + s, e - s, clr, eps, wd, sign)
+
+
+def adagrad_step(cnp.ndarray param, cnp.ndarray grad, cnp.ndarray state_sum, double clr,
+                 double eps, double weight_decay, bint maximize):
+    """adagrad_step(param, grad, state_sum, clr, eps, weight_decay, maximize) -> None.
+    torch.optim.Adagrad with clr = lr / (1 + (step - 1) lr_decay).  IN/OUT param, state_sum;
+    IN grad.  C-contiguous, one dtype."""
+    cdef Py_ssize_t n = param.size
+    cdef double sign = -1.0 if maximize else 1.0
+    if param.dtype == np.float32:
+        with nogil:
+            _adagrad[float](<float*>cnp.PyArray_DATA(param), <const float*>cnp.PyArray_DATA(grad),
+                            <float*>cnp.PyArray_DATA(state_sum), n, <float>clr, <float>eps,
+                            <float>weight_decay, <float>sign)
+    else:
+        with nogil:
+            _adagrad[double](<double*>cnp.PyArray_DATA(param), <const double*>cnp.PyArray_DATA(grad),
+                             <double*>cnp.PyArray_DATA(state_sum), n, clr, eps, weight_decay, sign)

@@ -503,6 +503,142 @@ BAD_CALLS += [BadCall("CrossEntropyLoss(reduction='x')", lambda: nn.CrossEntropy
                       "reduction")]
 
 
+def _nll_draw(D, dt):
+    n, c = D.side(0, 6, 512), D.side(1, 6, 1000)
+    extra = D.dims(0, 1, side_lo=1, side_hi=3, big=())
+    x = D.array((n, c) + extra, dt, 2.0)
+    t = D.integers((n,) + extra, 0, c)
+    if D.bool() and t.size:
+        t.reshape(-1)[0] = -100
+    w = D.uniform((c,), dt, 0.2, 2.0) if D.bool() else None
+    return [x, t, w, -100, D.choice(["mean", "sum", "none"])], {}
+
+
+FUZZ.append(FuzzOp("nll_loss", F.nll_loss_fwd, F.nll_loss_bwd, _nll_draw,
+                   ("input", "target", "weight", None, None), ("nll_loss", "nll_loss_backward"),
+                   infer=lambda x, t, w, ii, red: F.nll_loss(x, t, w, ignore_index=ii, reduction=red),
+                   family="loss",
+                   bad=[Bad("target out of range", _set(1, lambda t: t + 1000), "target",
+                            exc=(IndexError, ValueError)),
+                        Bad("target float", _set(1, lambda t: t.astype(np.float32)), "target"),
+                        Bad("target wrong shape", _set(1, lambda t: np.zeros(t.shape[:1] + (7, 7), np.int64)),
+                            "target"),
+                        Bad("weight wrong length", _set(2, lambda w: np.ones(99, np.float32)), "weight"),
+                        Bad("reduction 'batchmean'", _set(4, "batchmean"), "reduction")]))
+
+
+def _ew_draw(x_kind="normal", y_kind="normal", weight=False, pos_weight=False, tail=None):
+    """Draw for an elementwise loss F.<loss>_fwd(input, target, *tail(D, w, pw)): one shape of
+    0-4 dims, values by kind ("prob" in [0, 1], incl. the ends; "logprob" <= 0)."""
+    def values(D, kind, shape, dt):
+        if kind == "prob":
+            a = D.uniform(shape, dt, 0.0, 1.0)
+            if a.size and D.bool():
+                a.reshape(-1)[0] = D.choice([0.0, 1.0])
+            return a
+        if kind == "logprob":
+            return np.asarray(np.log(D.uniform(shape, np.float64, 0.01, 1.0)), dt)
+        return D.array(shape, dt, D.choice([1.0, 3.0]))
+
+    def draw(D, dt):
+        shape = D.dims(0, 4, big=(256, 400))
+        x, y = values(D, x_kind, shape, dt), values(D, y_kind, shape, dt)
+        w = D.uniform(shape, dt, 0.2, 2.0) if weight and D.bool() else None
+        pw = (D.uniform(shape[-1:], dt, 0.5, 3.0) if pos_weight and shape and D.bool() else None)
+        return [x, y] + list(tail(D, w, pw)), {}
+    return draw
+
+
+_RED = ["mean", "sum", "none"]
+_ew_bad = [Bad("target shape != input shape", _set(1, lambda y: np.zeros(y.shape + (2,), y.dtype)),
+               "target"),
+           Bad("target int", _set(1, lambda y: y.astype(np.int64)), "target")]
+
+
+def _ew_op(name, draw, names, bad=(), infer=None, **kw):
+    """``infer`` maps the draw's positional arguments onto the torch-shaped F.<name>."""
+    fwd, bwd = getattr(F, name + "_fwd"), getattr(F, name + "_bwd")
+    return FuzzOp(name, fwd, bwd, draw, ("input", "target") + tuple(names),
+                  ("elementwise_loss", "elementwise_loss_backward"), infer=infer, family="loss",
+                  bad=_ew_bad + list(bad), rtol32=5e-4, atol32=5e-5, **kw)
+
+
+FUZZ += [
+    _ew_op("mse_loss", _ew_draw(weight=True, tail=lambda D, w, pw: (D.choice(_RED), w)),
+           (None, "weight"), infer=lambda x, y, r, w: F.mse_loss(x, y, reduction=r, weight=w),
+           bad=[Bad("reduction 'avg'", _set(2, "avg"), "reduction"),
+                                  Bad("weight of another shape", _set(3, np.ones(1, np.float32)),
+                                      "weight")]),
+    _ew_op("l1_loss", _ew_draw(tail=lambda D, w, pw: (D.choice(_RED),)), (None,),
+           infer=lambda x, y, r: F.l1_loss(x, y, reduction=r),
+           bad=[Bad("reduction 'batchmean'", _set(2, "batchmean"), "reduction")]),
+    _ew_op("smooth_l1_loss", _ew_draw(tail=lambda D, w, pw: (D.choice(_RED), D.choice([1.0, 0.5, 0.0]))),
+           (None, None), infer=lambda x, y, r, b: F.smooth_l1_loss(x, y, reduction=r, beta=b),
+           bad=[Bad("beta < 0", _set(3, -1.0), "beta"),
+                              Bad("beta str", _set(3, "1"), "beta")]),
+    _ew_op("huber_loss", _ew_draw(weight=True, tail=lambda D, w, pw: (D.choice(_RED), D.choice([1.0, 0.3]), w)),
+           (None, None, "weight"), infer=F.huber_loss, bad=[Bad("delta 0", _set(3, 0.0), "delta"),
+                                        Bad("weight not broadcastable",
+                                            _set(4, np.ones((7, 9, 11), np.float32)), "weight")]),
+    # probabilities: +-inf cannot be injected (outside [0, 1] is refused), so no special test
+    _ew_op("binary_cross_entropy", _ew_draw("prob", "prob", weight=True,
+                                            tail=lambda D, w, pw: (w, D.choice(_RED))),
+           ("weight", None), special=False,
+           infer=lambda x, y, w, r: F.binary_cross_entropy(x, y, w, reduction=r),
+           bad=[Bad("input > 1", _set(0, lambda x: x + 2.0), "input", exc=ValueError),
+                Bad("input < 0", _set(0, lambda x: x - 2.0), "input", exc=ValueError)]),
+    _ew_op("binary_cross_entropy_with_logits",
+           _ew_draw(y_kind="prob", weight=True, pos_weight=True,
+                    tail=lambda D, w, pw: (w, D.choice(_RED), pw)),
+           ("weight", None, "pos_weight"), huge=True,
+           infer=lambda x, y, w, r, pw: F.binary_cross_entropy_with_logits(x, y, w, reduction=r,
+                                                                           pos_weight=pw),
+           bad=[Bad("pos_weight not broadcastable", _set(4, np.ones(13, np.float32)), "pos_weight")]),
+    _ew_op("kl_div", _ew_draw("logprob", "prob",
+                              tail=lambda D, w, pw: (D.choice(_RED + ["batchmean"]), False)),
+           (None, None), infer=lambda x, y, r, lt: F.kl_div(x, y, reduction=r, log_target=lt),
+           bad=[Bad("log_target str", _set(3, "yes"), "log_target")]),
+]
+FUZZ.append(dataclasses.replace(
+    _ew_op("kl_div", _ew_draw("logprob", "logprob",
+                              tail=lambda D, w, pw: (D.choice(_RED + ["batchmean"]), True)),
+           (None, None), infer=lambda x, y, r, lt: F.kl_div(x, y, reduction=r, log_target=lt)),
+    name="kl_div_log_target"))
+
+
+def _loss_make(x_kind="normal", y_kind="normal", classes=None):
+    def make(rng, dt, big=False):
+        shape = (16384, 5) if big else (4, 5)   # 5 classes: NLLLoss's weight, pos_weight
+        if classes is not None:
+            x = rng.standard_normal(shape).astype(dt)
+            return x, rng.integers(0, shape[1], shape[0])
+        gen = {"normal": lambda: rng.standard_normal(shape),
+               "prob": lambda: rng.random(shape),
+               "logprob": lambda: np.log(0.01 + rng.random(shape))}
+        return gen[x_kind]().astype(dt), gen[y_kind]().astype(dt)
+    return make
+
+
+_loss_bad = [("int input", lambda x: x.astype(np.int64), "input")]
+for _cls, _kw, _mk in [
+        (nn.MSELoss, {}, _loss_make()), (nn.L1Loss, dict(reduction="sum"), _loss_make()),
+        (nn.SmoothL1Loss, dict(beta=0.5), _loss_make()), (nn.HuberLoss, dict(delta=0.7), _loss_make()),
+        (nn.BCELoss, {}, _loss_make("prob", "prob")),
+        (nn.BCEWithLogitsLoss, dict(pos_weight=np.full(5, 2.0)), _loss_make(y_kind="prob")),
+        (nn.KLDivLoss, dict(reduction="batchmean"), _loss_make("logprob", "prob")),
+        (nn.NLLLoss, dict(weight=np.linspace(0.5, 2, 5)), _loss_make(classes=5))]:
+    MODULES.append(ModuleSpec(_cls.__name__, (lambda c, k: lambda dt: c(**k))(_cls, _kw), _mk,
+                              grads=lambda rng, out: (), bad_inputs=_loss_bad))
+BAD_CALLS += [
+    BadCall("MSELoss(reduction='avg')", lambda: nn.MSELoss(reduction="avg"), "reduction"),
+    BadCall("HuberLoss(delta=0)", lambda: nn.HuberLoss(delta=0.0), "delta"),
+    BadCall("SmoothL1Loss(beta=-1)", lambda: nn.SmoothL1Loss(beta=-1.0), "beta"),
+    BadCall("KLDivLoss(log_target='no')", lambda: nn.KLDivLoss(log_target="no"), "log_target"),
+    BadCall("NLLLoss(ignore_index=1.5)", lambda: nn.NLLLoss(ignore_index=1.5), "ignore_index"),
+    BadCall("BCELoss(reduction='batchmean')", lambda: nn.BCELoss(reduction="batchmean"), "reduction"),
+]
+
+
 # ================================================================== stdnorm
 def _std_draw(D, dt):
     d = D.side(2, 7, 768)
@@ -1008,6 +1144,32 @@ MODULES += [
                lambda dt: nn.TransformerDecoderLayer(8, 2, 16, dropout=0.0, norm_first=True).to(dt),
                lambda rng, dt, big=False: tuple(rng.standard_normal((16 if big else 3, 2, 8)).astype(dt)
                                                 for _ in range(2))),
+]
+MODULES += [
+    ModuleSpec("Flatten", lambda dt: nn.Flatten(), _x3((2, 3, 4), (64, 8, 50)),
+               bad_inputs=[("0-d input", lambda x: x.reshape(-1)[0].copy(), "dim")]),
+    ModuleSpec("Unflatten", lambda dt: nn.Unflatten(1, (2, -1)), _x3((3, 6), (64, 400)),
+               bad_inputs=[("odd dim", lambda x: x[:, :-1], "unflattened_size")]),
+    ModuleSpec("TransformerEncoder",
+               lambda dt: nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0), 2,
+                                                norm=nn.LayerNorm(8)).to(dt),
+               _x3((3, 2, 8), (16, 2, 8)),
+               bad_inputs=[("wrong d_model", lambda x: x[..., :-1], "query|embed")]),
+    ModuleSpec("TransformerDecoder",
+               lambda dt: nn.TransformerDecoder(nn.TransformerDecoderLayer(8, 2, 16, dropout=0.0), 2).to(dt),
+               lambda rng, dt, big=False: tuple(rng.standard_normal((16 if big else 3, 2, 8)).astype(dt)
+                                                for _ in range(2)),
+               grads=_d_first),
+]
+BAD_CALLS += [
+    BadCall("Flatten(start_dim=1.5)", lambda: nn.Flatten(1.5), "start_dim"),
+    BadCall("Unflatten(1, (2, -1, -1))", lambda: nn.Unflatten(1, (2, -1, -1)), "unflattened_size"),
+    BadCall("Unflatten(1, 6)", lambda: nn.Unflatten(1, 6), "unflattened_size"),
+    BadCall("ModuleDict({'a.b': Linear})", lambda: nn.ModuleDict({"a.b": nn.Linear(2, 2)}), "name",
+            exc=KeyError),   # torch raises KeyError here
+    BadCall("ModuleDict({'a': 3})", lambda: nn.ModuleDict({"a": 3}), "Module"),
+    BadCall("TransformerEncoder(layer, num_layers=0)",
+            lambda: nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16), 0), "num_layers"),
 ]
 BAD_CALLS += [
     BadCall("FeedForward(activation='swish')", lambda: nn.FeedForward(8, activation="swish"), "activation"),

@@ -325,7 +325,7 @@ def _mlp(dt):
     return m.to(np.dtype(dt))
 
 
-@pytest.mark.parametrize("opt_name", ["SGD", "AdamW"])
+@pytest.mark.parametrize("opt_name", ["SGD", "AdamW", "RMSprop", "Adagrad"])
 @pytest.mark.parametrize("dt", DT, ids=DT_IDS)
 def test_sequential_training_steps_on_device_match_reference(dt, opt_name):
     from fastnn import optim
@@ -335,7 +335,9 @@ def test_sequential_training_steps_on_device_match_reference(dt, opt_name):
     results = {}
     for be in ("reference", "cuda"):
         m = _mlp(dt)
-        kw = dict(lr=0.1, momentum=0.9) if opt_name == "SGD" else dict(lr=0.01)
+        kw = {"SGD": dict(lr=0.1, momentum=0.9), "AdamW": dict(lr=0.01),
+              "RMSprop": dict(lr=0.01, momentum=0.5, centered=True, weight_decay=0.01),
+              "Adagrad": dict(lr=0.05, lr_decay=0.1, initial_accumulator_value=0.1)}[opt_name]
         opt = getattr(optim, opt_name)(m.parameters(), **kw)
         with fastnn.use_backend(be):
             if be == "cuda":

@@ -270,3 +270,161 @@ def test_device_logits_with_extra_dims():
         rdx = F.cross_entropy_bwd(rctx, 1.0)
     np.testing.assert_allclose(fastnn.to_numpy(loss), rl, rtol=1e-5)
     np.testing.assert_allclose(fastnn.to_numpy(dx), rdx, rtol=1e-4, atol=1e-6)
+
+
+# ------------------------------------------------------------------ the other losses (issue 19)
+_LOSSES = [  # (module class, kwargs, F name, x kind, y kind)
+    ("MSELoss", {}, "mse_loss", "normal", "normal"),
+    ("L1Loss", {}, "l1_loss", "normal", "normal"),
+    ("SmoothL1Loss", dict(beta=0.4), "smooth_l1_loss", "normal", "normal"),
+    ("HuberLoss", dict(delta=0.6), "huber_loss", "normal", "normal"),
+    ("BCELoss", {}, "binary_cross_entropy", "prob", "prob"),
+    ("BCEWithLogitsLoss", {}, "binary_cross_entropy_with_logits", "normal", "prob"),
+    ("KLDivLoss", {}, "kl_div", "logprob", "prob"),
+    ("KLDivLoss", dict(log_target=True), "kl_div", "logprob", "logprob"),
+]
+
+
+def _vals(rng, kind, shape, dt):
+    if kind == "prob":
+        return rng.random(shape).astype(dt)
+    if kind == "logprob":
+        return np.log(0.01 + rng.random(shape)).astype(dt)
+    return (2 * rng.standard_normal(shape)).astype(dt)
+
+
+@pytest.mark.filterwarnings("ignore:reduction. 'mean' divides")   # torch's KLDivLoss notice
+@pytest.mark.parametrize("backend", ["cpu", "reference"])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none", "batchmean"])
+@pytest.mark.parametrize("spec", _LOSSES, ids=lambda s: s[0] + "".join(f"-{k}" for k in s[1]))
+def test_loss_modules_match_torch(spec, reduction, backend):
+    """crit(input, target) is a float (an array for "none") equal to torch's; crit.backward()
+    equals torch's input gradient (float32 inputs, 8-d-free shapes)."""
+    torch = pytest.importorskip("torch")
+    name, kw, fname, xk, yk = spec
+    if reduction == "batchmean" and name != "KLDivLoss":
+        with pytest.raises(ValueError, match="reduction"):
+            getattr(nn, name)(reduction=reduction, **kw)
+        return
+    rng = np.random.default_rng(3)
+    x, y = _vals(rng, xk, (6, 7, 3), np.float32), _vals(rng, yk, (6, 7, 3), np.float32)
+    crit = getattr(nn, name)(reduction=reduction, **kw)
+    with fastnn.use_backend(backend):
+        loss = crit(x, y)
+        d = crit.backward()
+    tcrit = getattr(torch.nn, name)(reduction=reduction, **kw)
+    tx = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    tl = tcrit(tx, torch.tensor(y, dtype=torch.float64))
+    (tl if reduction != "none" else tl.sum()).backward()
+    if reduction == "none":
+        assert isinstance(loss, np.ndarray) and loss.shape == x.shape and loss.dtype == np.float32
+    else:
+        assert isinstance(loss, float)
+    np.testing.assert_allclose(loss, tl.detach().numpy(), rtol=2e-5, atol=1e-6)
+    assert d.shape == x.shape and d.dtype == np.float32
+    np.testing.assert_allclose(d, tx.grad.numpy(), rtol=2e-5, atol=1e-7)
+    # the functional form agrees
+    args = dict(reduction=reduction)
+    if "beta" in kw or "delta" in kw or "log_target" in kw:
+        args.update(kw)
+    with fastnn.use_backend(backend):
+        np.testing.assert_array_equal(getattr(F, fname)(x, y, **args), loss)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "reference"])
+def test_bce_family_weights_and_extremes_follow_torch(backend):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((5, 4)) * 30).astype(np.float32)   # saturating logits
+    y = rng.random((5, 4)).astype(np.float32)
+    w, pw = rng.random(4).astype(np.float32) + 0.5, rng.random(4).astype(np.float32) + 0.5
+    crit = nn.BCEWithLogitsLoss(weight=w, pos_weight=pw)
+    with fastnn.use_backend(backend):
+        loss, d = crit(x, y), crit.backward()
+    tx = torch.tensor(x, requires_grad=True)
+    tl = torch.nn.BCEWithLogitsLoss(weight=torch.tensor(w), pos_weight=torch.tensor(pw))(tx, torch.tensor(y))
+    tl.backward()
+    assert np.isfinite(loss)
+    np.testing.assert_allclose(loss, tl.item(), rtol=1e-5)
+    np.testing.assert_allclose(d, tx.grad.numpy(), rtol=1e-5, atol=1e-8)
+    # BCELoss: log clamped at -100 where the probability is exactly 0 or 1
+    p = np.array([0.0, 1.0, 0.5, 1.0], np.float32)
+    t = np.array([1.0, 0.0, 0.5, 1.0], np.float32)
+    with fastnn.use_backend(backend):
+        got = F.binary_cross_entropy(p, t, reduction="none")
+    want = torch.nn.functional.binary_cross_entropy(torch.tensor(p), torch.tensor(t), reduction="none")
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "reference"])
+def test_nll_loss_module_matches_torch(backend):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    x = np.log(rng.dirichlet(np.ones(6), size=(4, 3))).transpose(0, 2, 1).astype(np.float32)
+    t = rng.integers(0, 6, (4, 3))
+    t[0, 0] = 2
+    w = rng.random(6).astype(np.float32) + 0.2
+    crit = nn.NLLLoss(weight=w, ignore_index=2)
+    with fastnn.use_backend(backend):
+        loss, d = crit(x, t), crit.backward()
+    tx = torch.tensor(x, requires_grad=True)
+    tl = torch.nn.NLLLoss(weight=torch.tensor(w), ignore_index=2)(tx, torch.tensor(t))
+    tl.backward()
+    np.testing.assert_allclose(loss, tl.item(), rtol=1e-5)
+    np.testing.assert_allclose(d, tx.grad.numpy(), rtol=1e-5, atol=1e-8)
+
+
+def test_elementwise_losses_deterministic_across_threads():
+    """Fixed chunks summed in order: the same bits at 1, 2 and 3 threads."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal(300001).astype(np.float32)
+    y = rng.random(300001).astype(np.float32)
+    old = fastnn.get_num_threads()
+    try:
+        res = []
+        for n in (1, 2, 3):
+            fastnn.set_num_threads(n)
+            res.append((F.binary_cross_entropy_with_logits(x, y), F.mse_loss(x, y),
+                        F.kl_div(x, y, reduction="batchmean")))
+        for r in res[1:]:
+            assert [float(v) for v in r] == [float(v) for v in res[0]]
+    finally:
+        fastnn.set_num_threads(old)
+
+
+def test_elementwise_loss_bad_input_names_the_argument():
+    x = np.zeros((3, 4), np.float32)
+    with pytest.raises(ValueError, match="target"):
+        F.mse_loss(x, np.zeros((3, 5), np.float32))
+    with pytest.raises(TypeError, match="target"):
+        F.l1_loss(x, np.zeros((3, 4), np.float64))
+    with pytest.raises(ValueError, match="input"):
+        F.binary_cross_entropy(x + 1.5, x)
+    with pytest.raises(ValueError, match="input"):
+        nn.BCELoss()(x - 0.1, x)
+    with pytest.raises(IndexError, match="target"):
+        F.nll_loss(x, np.array([0, 1, 4]))
+    with pytest.raises(ValueError, match="reduction"):
+        F.kl_div(x, x, reduction="avg")
+    with pytest.raises(ValueError, match="weight"):
+        F.mse_loss(x, x, weight=np.ones(4, np.float32))   # torch: the input's exact shape
+    with pytest.raises(ValueError, match="pos_weight"):
+        F.binary_cross_entropy_with_logits(x, x, pos_weight=np.ones(3, np.float32))
+    # torch's legacy size_average / reduce map onto reduction
+    assert F.mse_loss(x + 1, x, size_average=False) == pytest.approx(12.0)
+    assert F.l1_loss(x + 1, x, reduce=False).shape == (3, 4)
+
+
+def test_issue19_names_are_importable():
+    import fastnn.optim as optim
+    from fastnn.optim import lr_scheduler
+    for n in ("Flatten", "Unflatten", "ModuleDict", "TransformerEncoder", "TransformerDecoder",
+              "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss", "BCEWithLogitsLoss",
+              "NLLLoss", "KLDivLoss"):
+        assert issubclass(getattr(nn, n), nn.Module), n
+    for n in ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
+              "binary_cross_entropy_with_logits", "nll_loss", "kl_div"):
+        assert callable(getattr(F, n)), n
+    assert optim.RMSprop and optim.Adagrad and nn.utils.clip_grad_value_
+    for n in ("OneCycleLR", "ReduceLROnPlateau", "LinearLR", "ExponentialLR", "SequentialLR"):
+        assert getattr(lr_scheduler, n), n

@@ -176,3 +176,77 @@ def test_readme_training_loop_runs_and_learns():
         for p in model.parameters():
             p.data -= 0.5 * p.grad
     assert losses[-1] < 0.5 * losses[0]
+
+
+# ------------------------------------------------------------------ Flatten / Unflatten / ModuleDict
+@pytest.mark.parametrize("start,end", [(1, -1), (0, -1), (1, 2), (-3, -2), (2, 2)])
+def test_flatten_matches_torch(start, end):
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    m = nn.Flatten(start, end)
+    y = m(x)
+    assert y.shape == tuple(torch.nn.Flatten(start, end)(torch.tensor(x)).shape)
+    np.testing.assert_array_equal(y, torch.nn.Flatten(start, end)(torch.tensor(x)).numpy())
+    dy = np.arange(y.size, dtype=np.float32).reshape(y.shape)
+    np.testing.assert_array_equal(m.backward(dy), dy.reshape(x.shape))
+    with pytest.raises(ValueError, match="start_dim"):
+        nn.Flatten(3, 1)(x)
+
+
+@pytest.mark.parametrize("dim,sizes", [(1, (2, 6)), (-1, (5, 1)), (1, (3, -1)), (0, (1, 2))])
+def test_unflatten_matches_torch(dim, sizes):
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(1).standard_normal((2, 12, 5)).astype(np.float32)
+    m = nn.Unflatten(dim, sizes)
+    y = m(x)
+    ty = torch.nn.Unflatten(dim, sizes)(torch.tensor(x))
+    np.testing.assert_array_equal(y, ty.numpy())
+    np.testing.assert_array_equal(m.backward(np.ones_like(y)), np.ones_like(x))
+    with pytest.raises(ValueError, match="unflattened_size"):
+        nn.Unflatten(1, (5, 5))(x)
+
+
+def test_flatten_in_a_sequential_trains_like_torch():
+    """Conv-free CNN head: Flatten between a (N, C, H, W) input and a Linear; gradients equal."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 2, 4, 4)).astype(np.float32)
+    m = nn.Sequential(nn.Flatten(), nn.Linear(32, 5))
+    tm = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(32, 5))
+    m.load_state_dict({k: v.detach().numpy() for k, v in tm.state_dict().items()})
+    dy = rng.standard_normal((3, 5)).astype(np.float32)
+    dx = (m(x), m.backward(dy))[1]
+    tx = torch.tensor(x, requires_grad=True)
+    tm(tx).backward(torch.tensor(dy))
+    np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(m[1].weight.grad, tm[1].weight.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_module_dict_like_torch():
+    torch = pytest.importorskip("torch")
+    d = nn.ModuleDict({"enc": nn.Linear(3, 4), "act": nn.ReLU()})
+    d.update([("dec", nn.Linear(4, 2))])
+    d["norm"] = nn.LayerNorm(2)
+    td = torch.nn.ModuleDict({"enc": torch.nn.Linear(3, 4), "act": torch.nn.ReLU()})
+    td.update([("dec", torch.nn.Linear(4, 2))])
+    td["norm"] = torch.nn.LayerNorm(2)
+    assert list(d) == list(td) == list(d.keys()) == ["enc", "act", "dec", "norm"]
+    assert list(d.state_dict()) == list(td.state_dict())
+    d.load_state_dict({k: v.numpy() for k, v in td.state_dict().items()})
+    assert "dec" in d and "x" not in d and len(d) == 4
+    assert [k for k, _ in d.items()] == list(d) and list(d.values())[0] is d["enc"]
+    assert len(list(d.parameters())) == 6
+    del d["act"]
+    assert list(d) == ["enc", "dec", "norm"] and d.pop("norm").__class__ is nn.LayerNorm
+    d.update(nn.ModuleDict({"head": nn.Linear(2, 1)}))
+    assert list(d) == ["enc", "dec", "head"]
+    d.clear()
+    assert len(d) == 0 and not list(d.parameters())
+    with pytest.raises(KeyError):
+        nn.ModuleDict({"a.b": nn.ReLU()})
+    with pytest.raises(KeyError):
+        nn.ModuleDict({"forward": nn.ReLU()})   # would shadow a method
+    with pytest.raises(TypeError, match="Module"):
+        nn.ModuleDict({"a": 3})
+    with pytest.raises(ValueError, match="pair"):
+        nn.ModuleDict().update([("a", nn.ReLU(), 3)])

@@ -40,6 +40,14 @@ CONFIGS = [
     ("AdamW", dict()),
     ("AdamW", dict(lr=0.02, betas=(0.9, 0.95), weight_decay=0.1)),
     ("AdamW", dict(lr=0.02, weight_decay=0.0, amsgrad=True)),
+    ("RMSprop", dict()),
+    ("RMSprop", dict(lr=0.01, alpha=0.9, eps=1e-6, weight_decay=0.1)),
+    ("RMSprop", dict(lr=0.01, momentum=0.9, centered=True)),
+    ("RMSprop", dict(lr=0.01, alpha=0.3, centered=True, maximize=True)),  # lerp weight >= 0.5
+    ("RMSprop", dict(lr=0.005, momentum=0.5, weight_decay=0.01)),
+    ("Adagrad", dict()),
+    ("Adagrad", dict(lr=0.1, lr_decay=0.05, weight_decay=0.1)),
+    ("Adagrad", dict(lr=0.05, initial_accumulator_value=0.3, eps=1e-6, maximize=True)),
 ]
 
 
@@ -70,6 +78,10 @@ def test_matches_torch_over_steps(cfg, dtype):
             tp.grad = torch.tensor(g)
         topt.step()
     tol = dict(rtol=2e-5, atol=2e-6) if dtype == np.float32 else dict(rtol=1e-11, atol=1e-12)
+    if kw.get("centered") and dtype == np.float32:
+        # sqrt(square_avg - grad_avg^2) cancels where the two are close: a fused multiply-add
+        # (one rounding) vs torch's two roundings moves such elements by ~1e-4 relative
+        tol = dict(rtol=5e-4, atol=2e-5)
     for be in ("cpu", "reference"):
         params, opt = _run_fastnn(name, kw, dtype, be=be)
         for i, (p, tp) in enumerate(zip(params, tparams)):
@@ -123,6 +135,52 @@ def test_kernel_matches_reference(op, dtype):
             np.testing.assert_allclose(a, b, err_msg=f"{op} {v}", **tol)
         if op == "sgd_step" and v[0] == 0:
             pass
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("op", ["rmsprop_step", "adagrad_step"])
+def test_rmsprop_adagrad_kernels_match_reference(op, dtype):
+    """The compiled RMSprop / Adagrad kernels against their reference twins (threaded size),
+    every option, in place, grad read only."""
+    rng = np.random.default_rng(4)
+    n = 100003
+    cpu, ref = backend("cpu"), backend("reference")
+    tol = dict(rtol=3e-6, atol=1e-6) if dtype == np.float32 else dict(rtol=1e-13, atol=1e-14)
+    variants = ([(0.0, False, 0.0, False, 0.99), (0.9, True, 0.01, True, 0.99),
+                 (0.5, False, 0.0, True, 0.3), (0.0, True, 0.1, False, 0.2)]
+                if op == "rmsprop_step" else [(0.0, False), (0.1, True)])
+    for v in variants:
+        p0, g = rng.standard_normal(n).astype(dtype), rng.standard_normal(n).astype(dtype)
+        sq0 = np.abs(rng.standard_normal(n)).astype(dtype) + 1
+        ga0, buf0 = (0.1 * rng.standard_normal(n)).astype(dtype), rng.standard_normal(n).astype(dtype)
+        results = []
+        for be in (cpu, ref):
+            p, sq, ga, buf, g_in = p0.copy(), sq0.copy(), ga0.copy(), buf0.copy(), g.copy()
+            if op == "rmsprop_step":
+                mom, centered, wd, mx, alpha = v
+                out = be.rmsprop_step(p, g_in, sq, ga if centered else None, buf if mom else None,
+                                      0.01, alpha, 1e-8, wd, mom, mx)
+                results.append((p, sq, ga, buf))
+            else:
+                wd, mx = v
+                out = be.adagrad_step(p, g_in, sq, 0.05, 1e-10, wd, mx)
+                results.append((p, sq))
+            assert out is None
+            np.testing.assert_array_equal(g_in, g)
+        for a, b in zip(*results):
+            np.testing.assert_allclose(a, b, err_msg=f"{op} {v}", **tol)
+
+
+def test_adagrad_state_exists_before_the_first_step_like_torch():
+    torch = pytest.importorskip("torch")
+    p = Parameter(np.ones((2, 3), np.float32))
+    opt = optim.Adagrad([p], initial_accumulator_value=0.25)
+    tp = torch.ones(2, 3, requires_grad=True)
+    topt = torch.optim.Adagrad([tp], initial_accumulator_value=0.25)
+    assert set(opt.state[p]) == set(topt.state[tp]) == {"step", "sum"}
+    np.testing.assert_array_equal(opt.state[p]["sum"], topt.state[tp]["sum"].numpy())
+    sd = opt.state_dict()
+    assert sd["state"][0]["step"] == 0.0 and sd["param_groups"][0]["lr_decay"] == 0.0
 
 
 def test_results_do_not_depend_on_threads():
@@ -382,3 +440,147 @@ def test_scheduler_state_dict_and_errors():
         lr_scheduler.CosineAnnealingLR(opt, 0)
     with pytest.raises(KeyError, match="initial_lr"):
         lr_scheduler.StepLR(optim.SGD([Parameter(np.zeros(1))], lr=1.0), 2, last_epoch=3)
+
+
+def _sched_run(torch, opt_name, opt_kw, make, make_t, steps, metrics=None, momentum_key=None):
+    """Our scheduler and torch's on the same optimizer setup (two groups); the lr sequences
+    (and the cycled momentum / beta1 where ``momentum_key`` names it) must be equal."""
+    p, q = Parameter(np.zeros(2)), Parameter(np.zeros(1))
+    opt = getattr(optim, opt_name)([{"params": [p]}, {"params": [q], "lr": 0.2}], **opt_kw)
+    tp = torch.zeros(2, dtype=torch.float64, requires_grad=True)
+    tq = torch.zeros(1, dtype=torch.float64, requires_grad=True)
+    topt = getattr(torch.optim, opt_name)([{"params": [tp]}, {"params": [tq], "lr": 0.2}], **opt_kw)
+    s, ts = make(opt), make_t(topt)
+
+    def snap(o, sch):
+        mom = [g[momentum_key] for g in o.param_groups] if momentum_key else []
+        return [float(v) for v in sch.get_last_lr()] + [float(np.ravel(m)[0]) for m in mom]
+    ours, theirs = [snap(opt, s)], [snap(topt, ts)]
+    for t in range(steps):
+        p.grad, q.grad = np.ones(2), np.ones(1)
+        tp.grad, tq.grad = torch.ones(2, dtype=torch.float64), torch.ones(1, dtype=torch.float64)
+        opt.step()
+        topt.step()
+        if metrics is None:
+            s.step()
+            ts.step()
+        else:
+            s.step(metrics[t])
+            ts.step(metrics[t])
+        ours.append(snap(opt, s))
+        theirs.append(snap(topt, ts))
+        assert [g["lr"] for g in opt.param_groups] == s.get_last_lr()
+    np.testing.assert_allclose(np.array(ours), np.array(theirs), rtol=1e-13, atol=1e-15)
+    # the parameters moved the same way: the schedule reached the optimizer
+    np.testing.assert_allclose(p.data, tp.detach().numpy(), rtol=1e-12, atol=1e-14)
+    return s, opt
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(start_factor=0.1, end_factor=0.6, total_iters=7),
+                                dict(start_factor=1.0, end_factor=0.0, total_iters=4)])
+def test_linear_lr_matches_torch(kw):
+    torch = pytest.importorskip("torch")
+    s, _ = _sched_run(torch, "SGD", dict(lr=0.5), lambda o: lr_scheduler.LinearLR(o, **kw),
+                      lambda o: torch.optim.lr_scheduler.LinearLR(o, **kw), 12)
+    s.step(3)   # closed form
+    t = kw.get("total_iters", 5)
+    sf, ef = kw.get("start_factor", 1 / 3), kw.get("end_factor", 1.0)
+    assert math.isclose(s.get_last_lr()[0], 0.5 * (sf + (ef - sf) * min(t, 3) / t))
+
+
+def test_exponential_lr_matches_torch():
+    torch = pytest.importorskip("torch")
+    s, _ = _sched_run(torch, "Adam", dict(lr=0.5), lambda o: lr_scheduler.ExponentialLR(o, 0.8),
+                      lambda o: torch.optim.lr_scheduler.ExponentialLR(o, 0.8), 10)
+    s.step(4)
+    assert math.isclose(s.get_last_lr()[1], 0.2 * 0.8 ** 4)
+
+
+def test_sequential_lr_matches_torch():
+    torch = pytest.importorskip("torch")
+
+    def make(mod):
+        def build(o):
+            warm = mod.LinearLR(o, start_factor=0.1, total_iters=3)
+            cos = mod.CosineAnnealingLR(o, T_max=6, eta_min=0.01)
+            exp = mod.ExponentialLR(o, 0.9)
+            return mod.SequentialLR(o, [warm, cos, exp], milestones=[3, 9])
+        return build
+    s, _ = _sched_run(torch, "SGD", dict(lr=0.5), make(lr_scheduler),
+                      make(torch.optim.lr_scheduler), 16)
+    sd = s.state_dict()
+    assert len(sd["_schedulers"]) == 3 and "optimizer" not in sd
+
+
+@pytest.mark.parametrize("opt_name,opt_kw,key", [("SGD", dict(lr=0.1, momentum=0.9), "momentum"),
+                                                 ("Adam", dict(lr=0.1), "betas"),
+                                                 ("RMSprop", dict(lr=0.1, momentum=0.5), "momentum")])
+@pytest.mark.parametrize("kw", [dict(), dict(anneal_strategy="linear", pct_start=0.4),
+                                dict(three_phase=True, div_factor=10.0, final_div_factor=100.0),
+                                dict(cycle_momentum=False, max_lr=[1.0, 0.3])])
+def test_one_cycle_lr_matches_torch(kw, opt_name, opt_kw, key):
+    torch = pytest.importorskip("torch")
+    kw = dict(kw)
+    kw.setdefault("max_lr", 1.0)
+    key = key if kw.get("cycle_momentum", True) else None
+    _sched_run(torch, opt_name, opt_kw, lambda o: lr_scheduler.OneCycleLR(o, total_steps=20, **kw),
+               lambda o: torch.optim.lr_scheduler.OneCycleLR(o, total_steps=20, **kw), 20,
+               momentum_key=key)
+
+
+def test_one_cycle_lr_steps_past_the_end_raise_and_epochs_form():
+    p = Parameter(np.zeros(1))
+    opt = optim.SGD([p], lr=0.1, momentum=0.9)
+    s = lr_scheduler.OneCycleLR(opt, max_lr=1.0, epochs=2, steps_per_epoch=3)
+    assert s.total_steps == 6
+    for _ in range(6):
+        s.step()
+    with pytest.raises(ValueError, match="total steps"):
+        s.step()
+    with pytest.raises(ValueError, match="total_steps"):
+        lr_scheduler.OneCycleLR(opt, max_lr=1.0)
+    with pytest.raises(ValueError, match="momentum"):
+        lr_scheduler.OneCycleLR(optim.Adagrad([p]), max_lr=1.0, total_steps=5)
+    with pytest.raises(ValueError, match="anneal_strategy"):
+        lr_scheduler.OneCycleLR(opt, max_lr=1.0, total_steps=5, anneal_strategy="exp")
+
+
+@pytest.mark.parametrize("kw", [dict(patience=2), dict(mode="max", factor=0.5, patience=1, cooldown=2),
+                                dict(threshold_mode="abs", threshold=0.05, patience=0, min_lr=0.02),
+                                dict(mode="max", threshold_mode="abs", min_lr=[0.1, 0.001],
+                                     patience=1, eps=1e-3)])
+def test_reduce_lr_on_plateau_matches_torch(kw):
+    torch = pytest.importorskip("torch")
+    metrics = [1.0, 0.9, 0.95, 0.95, 0.97, 0.8, 0.8, 0.81, 0.85, 0.9, 1.2, 0.5, 0.5, 0.5, 0.5,
+               0.49, 0.6, 0.7, 0.7, 0.7]
+    s, _ = _sched_run(torch, "SGD", dict(lr=0.5), lambda o: lr_scheduler.ReduceLROnPlateau(o, **kw),
+                      lambda o: torch.optim.lr_scheduler.ReduceLROnPlateau(o, **kw), len(metrics),
+                      metrics=metrics)
+    assert s.state_dict()["num_bad_epochs"] >= 0
+
+
+def test_new_schedulers_bad_arguments():
+    p = Parameter(np.zeros(1))
+    opt = optim.SGD([p], lr=0.1)
+    with pytest.raises(ValueError, match="start_factor"):
+        lr_scheduler.LinearLR(opt, start_factor=0.0)
+    with pytest.raises(ValueError, match="end_factor"):
+        lr_scheduler.LinearLR(opt, end_factor=1.5)
+    with pytest.raises(TypeError, match="gamma"):
+        lr_scheduler.ExponentialLR(opt, "0.9")
+    with pytest.raises(ValueError, match="factor"):
+        lr_scheduler.ReduceLROnPlateau(opt, factor=1.0)
+    with pytest.raises(ValueError, match="mode"):
+        lr_scheduler.ReduceLROnPlateau(opt, mode="avg")
+    with pytest.raises(ValueError, match="threshold_mode"):
+        lr_scheduler.ReduceLROnPlateau(opt, threshold_mode="pct")
+    with pytest.raises(ValueError, match="min_lr"):
+        lr_scheduler.ReduceLROnPlateau(opt, min_lr=[0.1, 0.2])
+    a = lr_scheduler.ExponentialLR(opt, 0.9)
+    with pytest.raises(ValueError, match="milestones"):
+        lr_scheduler.SequentialLR(opt, [a], milestones=[2])
+    with pytest.raises(ValueError, match="ReduceLROnPlateau"):
+        lr_scheduler.SequentialLR(opt, [a, lr_scheduler.ReduceLROnPlateau(opt)], milestones=[2])
+    other = optim.SGD([Parameter(np.zeros(1))], lr=0.1)
+    with pytest.raises(ValueError, match="same optimizer"):
+        lr_scheduler.SequentialLR(opt, [a, lr_scheduler.ExponentialLR(other, 0.5)], milestones=[2])

@@ -304,3 +304,76 @@ def test_layers_bad_arguments():
     m = nn.CausalSelfAttention(8, 2)
     with pytest.raises(ValueError, match="d_model"):
         m(np.zeros((2, 3, 6), np.float32))
+
+
+# ---------------------------------------------------------------- encoder / decoder stacks
+@pytest.mark.parametrize("with_norm", [False, True])
+def test_encoder_stack_loads_torch_state_dict(with_norm):
+    """torch.nn.TransformerEncoder's state_dict loads (same names); outputs, input gradients and
+    parameter gradients equal torch's through the whole stack."""
+    rng = np.random.default_rng(8)
+    d, H, N, T, L = 8, 2, 3, 5, 3
+    kw = dict(dim_feedforward=16, dropout=0.0, batch_first=True)
+    tl = torch.nn.TransformerEncoderLayer(d, H, **kw)
+    tm = torch.nn.TransformerEncoder(tl, L, norm=torch.nn.LayerNorm(d) if with_norm else None,
+                                     enable_nested_tensor=False).double()
+    with torch.no_grad():
+        for p in tm.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    m = nn.TransformerEncoder(nn.TransformerEncoderLayer(d, H, **kw), L,
+                              norm=nn.LayerNorm(d) if with_norm else None).double()
+    assert list(m.state_dict()) == list(tm.state_dict())
+    assert "layers.0.self_attn.in_proj_weight" in m.state_dict()
+    _load(m, tm)
+    # the copies are independent: loading gave each layer its own weights
+    assert not np.array_equal(m.layers[0].linear1.weight.data, m.layers[1].linear1.weight.data)
+    x = rng.standard_normal((N, T, d))
+    mask = np.triu(np.ones((T, T), bool), 1)
+    y = m(x, mask=mask)
+    dy = rng.standard_normal(y.shape)
+    dx = m.backward(dy)
+    tx = _t(x)
+    ty = tm(tx, mask=torch.tensor(mask))
+    ty.backward(torch.tensor(dy))
+    np.testing.assert_allclose(y, ty.detach().numpy(), **TOL)
+    np.testing.assert_allclose(dx, tx.grad.numpy(), **TOL)
+    _grads_match(m, tm)
+
+
+def test_decoder_stack_loads_torch_state_dict():
+    rng = np.random.default_rng(9)
+    d, H, N, T, S, L = 8, 2, 2, 4, 6, 2
+    kw = dict(dim_feedforward=12, dropout=0.0, batch_first=False, norm_first=True)
+    tm = torch.nn.TransformerDecoder(torch.nn.TransformerDecoderLayer(d, H, **kw), L,
+                                     norm=torch.nn.LayerNorm(d)).double()
+    with torch.no_grad():
+        for p in tm.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    m = nn.TransformerDecoder(nn.TransformerDecoderLayer(d, H, **kw), L,
+                              norm=nn.LayerNorm(d)).double()
+    assert list(m.state_dict()) == list(tm.state_dict())
+    _load(m, tm)
+    tgt, mem = rng.standard_normal((T, N, d)), rng.standard_normal((S, N, d))
+    tmask = np.triu(np.ones((T, T), bool), 1)
+    y = m(tgt, mem, tgt_mask=tmask)
+    dy = rng.standard_normal(y.shape)
+    dtgt, dmem = m.backward(dy)
+    tt, tmem = _t(tgt), _t(mem)
+    ty = tm(tt, tmem, tgt_mask=torch.tensor(tmask))
+    ty.backward(torch.tensor(dy))
+    np.testing.assert_allclose(y, ty.detach().numpy(), **TOL)
+    np.testing.assert_allclose(dtgt, tt.grad.numpy(), **TOL)
+    np.testing.assert_allclose(dmem, tmem.grad.numpy(), **TOL)
+    _grads_match(m, tm)
+
+
+def test_stacks_bad_arguments():
+    layer = nn.TransformerEncoderLayer(8, 2, 16)
+    with pytest.raises(ValueError, match="num_layers"):
+        nn.TransformerEncoder(layer, 0)
+    with pytest.raises(TypeError, match="encoder_layer"):
+        nn.TransformerEncoder(nn.Linear(2, 2), 2)
+    with pytest.raises(TypeError, match="decoder_layer"):
+        nn.TransformerDecoder(layer, 2)
+    with pytest.raises(TypeError, match="norm"):
+        nn.TransformerEncoder(layer, 2, norm=3)

@@ -1,4 +1,5 @@
-"""Loss family benchmarks: cross-entropy forward + backward on LM-head-sized logits."""
+"""Loss family benchmarks: cross-entropy forward + backward on LM-head-sized logits; the
+elementwise losses (BCE with logits, MSE) forward + backward on 8M elements."""
 import numpy as np
 
 from .core import BenchCase, torch_or_none
@@ -36,5 +37,46 @@ def _ce(N, C):
                      max_reps=50)
 
 
+def _elementwise(name, torch_name, n, target="normal"):
+    """F.<name> forward ("mean") + backward vs torch's on ``n`` float32 elements."""
+    def make():
+        import fastnn.functional as F
+        from fastnn._backend import backend
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal(n).astype(np.float32).reshape(-1, 1024)
+        y = (rng.random(n) if target == "prob" else rng.standard_normal(n)).astype(np.float32)
+        y = y.reshape(x.shape)
+        fwd, bwd = getattr(F, name + "_fwd"), getattr(F, name + "_bwd")
+        kind = {"mse_loss": "mse", "binary_cross_entropy_with_logits": "bce_logits"}[name]
+        ref = backend("reference")
+
+        def fast():
+            loss, ctx = fwd(x, y)
+            return bwd(ctx, 1.0)
+
+        def reference():
+            loss, s = ref.elementwise_loss(kind, x, y, None, None, 0.0, x.size)
+            return ref.elementwise_loss_backward(np.asarray(1.0, np.float32), s)
+        fns = {"fastnn": fast, "reference": reference, "torch": None}
+        torch = torch_or_none()
+        if torch is not None:
+            tx = torch.tensor(x, requires_grad=True)
+            ty = torch.tensor(y)
+            tfun = getattr(torch.nn.functional, torch_name)
+
+            def tfn():
+                tx.grad = None
+                tfun(tx, ty).backward()
+            fns["torch"] = tfn
+        return fns
+    # minimum traffic: forward reads x and y, backward reads them and writes d_input
+    return BenchCase("loss", f"{name} fwd+bwd", f"{n // (1 << 20)}M", make, bytes=4.0 * n * 5,
+                     max_reps=30)
+
+
 def cases():
-    return [_ce(8192, 4096)]
+    n = 8 << 20
+    return [_ce(8192, 4096),
+            _elementwise("binary_cross_entropy_with_logits", "binary_cross_entropy_with_logits", n,
+                         "prob"),
+            _elementwise("mse_loss", "mse_loss", n)]

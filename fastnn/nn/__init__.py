@@ -8,6 +8,7 @@ from .conv import *  # noqa: F401,F403
 from .dense import *  # noqa: F401,F403
 from .dropout import *  # noqa: F401,F403
 from .embedding import *  # noqa: F401,F403
+from .flatten import *  # noqa: F401,F403
 from .loss import *  # noqa: F401,F403
 from .module import *  # noqa: F401,F403
 from .norm import *  # noqa: F401,F403

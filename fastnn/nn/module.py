@@ -25,8 +25,8 @@ import numpy as np
 from .._grad import _tls
 from .._validate import F32, F64
 
-__all__ = ["Parameter", "Module", "Sequential", "ModuleList", "IncompatibleKeys", "CallHandle",
-           "RemovableHandle"]
+__all__ = ["Parameter", "Module", "Sequential", "ModuleList", "ModuleDict", "IncompatibleKeys",
+           "CallHandle", "RemovableHandle"]
 
 IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
@@ -710,3 +710,74 @@ class CallHandle:
             keep = set(idx)
             m._ctx[:] = [c for i, c in enumerate(m._ctx) if i not in keep]
         self._entries = []
+
+
+class ModuleDict(Module):
+    """Modules by name, in insertion order (torch.nn.ModuleDict): state_dict keys are
+    ``<name>.<param>``; ``update`` takes a mapping or an iterable of (name, module) pairs."""
+
+    def __init__(self, modules=None):
+        super().__init__()
+        if modules is not None:
+            self.update(modules)
+
+    def _check_key(self, key):
+        if not isinstance(key, str):
+            raise TypeError(f"ModuleDict keys must be str, got {type(key).__name__}")
+        if "." in key or key == "":
+            raise KeyError(f"module name can't contain \".\" or be empty, got {key!r}")
+        if key not in self._modules and (hasattr(type(self), key) or key in self.__dict__):
+            raise KeyError(f"attribute {key!r} already exists on ModuleDict")
+
+    def __getitem__(self, key):
+        return self._modules[key]
+
+    def __setitem__(self, key, module):
+        self._check_key(key)
+        if not isinstance(module, Module):
+            raise TypeError(f"ModuleDict holds Modules, got {type(module).__name__} for {key!r}")
+        self.add_module(key, module)
+
+    def __delitem__(self, key):
+        del self._modules[key]
+        object.__delattr__(self, key)
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(list(self._modules))
+
+    def __contains__(self, key):
+        return key in self._modules
+
+    def keys(self):
+        return self._modules.keys()
+
+    def items(self):
+        return self._modules.items()
+
+    def values(self):
+        return self._modules.values()
+
+    def pop(self, key):
+        m = self._modules[key]
+        del self[key]
+        return m
+
+    def clear(self):
+        for key in list(self._modules):
+            del self[key]
+
+    def update(self, modules):
+        if isinstance(modules, (dict, ModuleDict)):
+            pairs = list(modules.items())
+        else:
+            pairs = []
+            for j, item in enumerate(modules):
+                if isinstance(item, (str, bytes)) or len(item) != 2:
+                    raise ValueError(f"ModuleDict update sequence element #{j} must be a "
+                                     f"(name, module) pair")
+                pairs.append((item[0], item[1]))
+        for key, m in pairs:
+            self[key] = m

@@ -5,16 +5,19 @@ Backward walks the residual graph explicitly: every sublayer's backward consumes
 cache of its forward, residual branches add their gradients, and a self-attention
 sublayer's three input gradients (query, key, value are the same array) are summed.
 """
+import copy
+
 from .. import functional as F
 from .._validate import int_arg, positive_float
 from .attention import CausalSelfAttention, MultiheadAttention
 from .blocks import FeedForward
 from .dense import Linear
 from .dropout import Dropout
-from .module import Module
+from .module import Module, ModuleList
 from .norm import LayerNorm
 
-__all__ = ["TransformerBlock", "TransformerEncoderLayer", "TransformerDecoderLayer"]
+__all__ = ["TransformerBlock", "TransformerEncoderLayer", "TransformerDecoderLayer",
+           "TransformerEncoder", "TransformerDecoder"]
 
 
 class TransformerBlock(Module):
@@ -177,3 +180,73 @@ class TransformerDecoderLayer(_TorchLayer):
         dx2 = self._residual_back(dy, self.norm3, lambda d: self._ff_back(d, self.dropout3))
         dx1 = self._residual_back(dx2, self.norm2, mha_back)
         return self._residual_back(dx1, self.norm1, self._sa_back), dmem[0]
+
+
+def _stack(layer, num_layers, norm, kind):
+    if not isinstance(layer, kind):
+        raise TypeError(f"{kind.__name__[:-5].lower()}_layer must be a {kind.__name__}, got "
+                        f"{type(layer).__name__}")
+    n = int_arg(num_layers, "num_layers", 1)
+    if norm is not None and not isinstance(norm, Module):
+        raise TypeError(f"norm must be a Module or None, got {type(norm).__name__}")
+    return ModuleList([copy.deepcopy(layer) for _ in range(n)]), n
+
+
+class TransformerEncoder(Module):
+    """torch.nn.TransformerEncoder: ``num_layers`` deep copies of ``encoder_layer`` (parameters
+    ``layers.<i>.self_attn.in_proj_weight``, ...) and an optional final ``norm``.
+    forward(src, mask=None, src_key_padding_mask=None, is_causal=None); backward -> d_src."""
+
+    def __init__(self, encoder_layer, num_layers, norm=None, enable_nested_tensor=True,
+                 mask_check=True):
+        super().__init__()
+        self.layers, self.num_layers = _stack(encoder_layer, num_layers, norm,
+                                              TransformerEncoderLayer)
+        self.norm = norm
+
+    def forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None):
+        x = src
+        for layer in self.layers:
+            x = layer(x, src_mask=mask, src_key_padding_mask=src_key_padding_mask,
+                      is_causal=bool(is_causal))
+        return self.norm(x) if self.norm is not None else x
+
+    def backward(self, dy):
+        if self.norm is not None:
+            dy = self.norm.backward(dy)
+        for layer in reversed(list(self.layers)):
+            dy = layer.backward(dy)
+        return dy
+
+
+class TransformerDecoder(Module):
+    """torch.nn.TransformerDecoder: ``num_layers`` deep copies of ``decoder_layer`` and an
+    optional final ``norm``.  forward(tgt, memory, tgt_mask=None, memory_mask=None,
+    tgt_key_padding_mask=None, memory_key_padding_mask=None, tgt_is_causal=None,
+    memory_is_causal=False); backward(dy) -> (d_tgt, d_memory), d_memory summed over the
+    layers (every layer attends to the same memory)."""
+
+    def __init__(self, decoder_layer, num_layers, norm=None):
+        super().__init__()
+        self.layers, self.num_layers = _stack(decoder_layer, num_layers, norm,
+                                              TransformerDecoderLayer)
+        self.norm = norm
+
+    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, tgt_is_causal=None, memory_is_causal=False):
+        x = tgt
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                      tgt_key_padding_mask=tgt_key_padding_mask,
+                      memory_key_padding_mask=memory_key_padding_mask,
+                      tgt_is_causal=bool(tgt_is_causal), memory_is_causal=memory_is_causal)
+        return self.norm(x) if self.norm is not None else x
+
+    def backward(self, dy):
+        if self.norm is not None:
+            dy = self.norm.backward(dy)
+        d_memory = None
+        for layer in reversed(list(self.layers)):
+            dy, dm = layer.backward(dy)
+            d_memory = dm if d_memory is None else d_memory + dm
+        return dy, d_memory

@@ -1,13 +1,14 @@
 """fastnn.optim: optimizers with torch.optim's update rules and learning-rate schedules.
 
 Every optimizer step is ONE fused kernel call per parameter (``sgd_step``, ``adam_step``,
-``adamw_step`` in the ``optim`` kernel family: compiled in csrc/optim.pyx, NumPy twins in
+``adamw_step``, ``rmsprop_step``, ``adagrad_step`` in the ``optim`` kernel family: compiled in csrc/optim.pyx, NumPy twins in
 fastnn/reference/optim.py).  Unlike the other families, these kernels update the parameter
 and its state arrays IN PLACE and return None.
 """
 from . import lr_scheduler  # noqa: F401
 from .adam import Adam, AdamW
 from .optimizer import Optimizer
+from .rmsprop import Adagrad, RMSprop
 from .sgd import SGD
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "lr_scheduler"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "lr_scheduler"]

@@ -7,13 +7,14 @@ formulas so their values equal torch's to the last bit; ``step(epoch)`` uses the
 closed form, as torch does.  ``get_cosine_schedule_with_warmup`` is the linear-warmup
 + cosine-decay LambdaLR used to train transformers.
 """
+import bisect
 import math
 import numbers
 
 from .optimizer import Optimizer
 
-__all__ = ["LRScheduler", "LambdaLR", "StepLR", "CosineAnnealingLR",
-           "get_cosine_schedule_with_warmup"]
+__all__ = ["LRScheduler", "LambdaLR", "StepLR", "CosineAnnealingLR", "LinearLR", "ExponentialLR",
+           "SequentialLR", "OneCycleLR", "ReduceLROnPlateau", "get_cosine_schedule_with_warmup"]
 
 
 class LRScheduler:
@@ -161,3 +162,334 @@ def get_cosine_schedule_with_warmup(optimizer, num_warmup_steps, num_training_st
         return min_lr_ratio + (1.0 - min_lr_ratio) * cos
 
     return LambdaLR(optimizer, lr_lambda, last_epoch)
+
+
+def _real(v, name):
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or v != v:
+        raise TypeError(f"{name} must be a real number, got {v!r}")
+    return float(v)
+
+
+def _positive_int(v, name, minimum=1):
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {v!r}")
+    return int(v)
+
+
+class LinearLR(LRScheduler):
+    """Scale the lr linearly from ``start_factor`` to ``end_factor`` over ``total_iters`` steps
+    (torch's recursive form; closed form for ``step(epoch)``)."""
+
+    def __init__(self, optimizer, start_factor=1.0 / 3, end_factor=1.0, total_iters=5,
+                 last_epoch=-1):
+        start_factor = _real(start_factor, "start_factor")
+        end_factor = _real(end_factor, "end_factor")
+        if start_factor > 1.0 or start_factor <= 0:
+            raise ValueError(f"start_factor must be in (0, 1], got {start_factor}")
+        if end_factor > 1.0 or end_factor < 0:
+            raise ValueError(f"end_factor must be in [0, 1], got {end_factor}")
+        self.start_factor, self.end_factor = start_factor, end_factor
+        self.total_iters = _positive_int(total_iters, "total_iters", 0)
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        groups = self.optimizer.param_groups
+        if self.last_epoch == 0:
+            return [g["lr"] * self.start_factor for g in groups]
+        if self._is_initial or self.last_epoch > self.total_iters:
+            return [g["lr"] for g in groups]
+        d = self.end_factor - self.start_factor
+        return [g["lr"] * (1.0 + d / (self.total_iters * self.start_factor
+                                      + (self.last_epoch - 1) * d)) for g in groups]
+
+    def _get_closed_form_lr(self):
+        return [base * (self.start_factor + (self.end_factor - self.start_factor)
+                        * min(self.total_iters, self.last_epoch) / self.total_iters)
+                for base in self.base_lrs]
+
+
+class ExponentialLR(LRScheduler):
+    """Multiply the lr by ``gamma`` every step."""
+
+    def __init__(self, optimizer, gamma, last_epoch=-1):
+        self.gamma = _real(gamma, "gamma")
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        groups = self.optimizer.param_groups
+        if self._is_initial:
+            return [g["lr"] for g in groups]
+        return [g["lr"] * self.gamma for g in groups]
+
+    def _get_closed_form_lr(self):
+        return [base * self.gamma ** self.last_epoch for base in self.base_lrs]
+
+
+def _set_lrs(sched, values):
+    for group, lr in zip(sched.optimizer.param_groups, values):
+        group["lr"] = lr
+    sched._last_lr = [g["lr"] for g in sched.optimizer.param_groups]
+
+
+class SequentialLR(LRScheduler):
+    """Run ``schedulers[0]`` until ``milestones[0]``, then ``schedulers[1]`` (restarted at its
+    epoch 0), ... (torch's semantics: the later schedulers' construction steps are undone)."""
+
+    def __init__(self, optimizer, schedulers, milestones, last_epoch=-1):
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"{type(optimizer).__name__} is not a fastnn Optimizer")
+        schedulers = list(schedulers)
+        milestones = list(milestones)
+        if not schedulers:
+            raise ValueError("SequentialLR expects at least one scheduler, got none")
+        for i, sch in enumerate(schedulers):
+            if not isinstance(sch, LRScheduler):
+                raise TypeError(f"schedulers[{i}] must be an LRScheduler, got {type(sch).__name__}")
+            if isinstance(sch, ReduceLROnPlateau):
+                raise ValueError(f"SequentialLR does not support ReduceLROnPlateau (schedulers[{i}]): "
+                                 f"its step needs a metric")
+            if sch.optimizer is not optimizer:
+                raise ValueError(f"schedulers[{i}] belongs to another optimizer; SequentialLR "
+                                 f"expects all schedulers to belong to the same optimizer")
+        if len(milestones) != len(schedulers) - 1:
+            raise ValueError(f"milestones must hold one entry fewer than schedulers, got "
+                             f"{len(milestones)} milestones for {len(schedulers)} schedulers")
+        for m in milestones:
+            _positive_int(m, "milestones", 0)
+        self._schedulers = schedulers
+        self._milestones = milestones
+        self.last_epoch = last_epoch + 1
+        self.optimizer = optimizer
+        for group in optimizer.param_groups:
+            group["lr"] = group["initial_lr"]
+        for sch in schedulers:   # undo the step each made on construction
+            sch.last_epoch -= 1
+        first = schedulers[bisect.bisect_right(milestones, 0)]
+        first._step_count = 0
+        first._is_initial = True
+        try:
+            first.step()
+        finally:
+            first._is_initial = False
+        self._last_lr = first.get_last_lr()
+
+    def step(self):
+        self.last_epoch += 1
+        idx = bisect.bisect_right(self._milestones, self.last_epoch)
+        sch = self._schedulers[idx]
+        if idx > 0 and self._milestones[idx - 1] == self.last_epoch:
+            # restart at epoch 0 without counting a step (torch's _update_lr(0))
+            sch.last_epoch = 0
+            closed = getattr(sch, "_get_closed_form_lr", None)
+            _set_lrs(sch, closed() if closed is not None else sch.get_lr())
+        else:
+            sch.step()
+        self._last_lr = sch.get_last_lr()
+
+    def state_dict(self):
+        sd = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_schedulers")}
+        sd["_schedulers"] = [s.state_dict() for s in self._schedulers]
+        return sd
+
+    def load_state_dict(self, state_dict):
+        state_dict = dict(state_dict)
+        subs = state_dict.pop("_schedulers")
+        self.__dict__.update(state_dict)
+        for sch, sd in zip(self._schedulers, subs):
+            sch.load_state_dict(sd)
+
+
+def _per_group(name, optimizer, value):
+    if isinstance(value, (list, tuple)):
+        if len(value) != len(optimizer.param_groups):
+            raise ValueError(f"expected {len(optimizer.param_groups)} values for {name}, got "
+                             f"{len(value)}")
+        return [_real(v, name) for v in value]
+    return [_real(value, name)] * len(optimizer.param_groups)
+
+
+class OneCycleLR(LRScheduler):
+    """The 1cycle policy (torch.optim.lr_scheduler.OneCycleLR): lr from max_lr/div_factor up
+    to max_lr over pct_start of ``total_steps``, then down to initial_lr/final_div_factor
+    ("cos" or "linear" annealing; ``three_phase`` goes back to initial_lr first).  With
+    ``cycle_momentum`` the momentum (SGD, RMSprop) or beta1 (Adam, AdamW) moves inversely
+    between max_momentum and base_momentum."""
+
+    def __init__(self, optimizer, max_lr, total_steps=None, epochs=None, steps_per_epoch=None,
+                 pct_start=0.3, anneal_strategy="cos", cycle_momentum=True, base_momentum=0.85,
+                 max_momentum=0.95, div_factor=25.0, final_div_factor=1e4, three_phase=False,
+                 last_epoch=-1):
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"{type(optimizer).__name__} is not a fastnn Optimizer")
+        self.optimizer = optimizer
+        if total_steps is not None:
+            self.total_steps = _positive_int(total_steps, "total_steps")
+        elif epochs is not None and steps_per_epoch is not None:
+            self.total_steps = (_positive_int(epochs, "epochs")
+                                * _positive_int(steps_per_epoch, "steps_per_epoch"))
+        else:
+            raise ValueError("You must define either total_steps OR (epochs AND steps_per_epoch)")
+        if isinstance(pct_start, bool) or not isinstance(pct_start, numbers.Real) \
+                or not 0 <= pct_start <= 1:
+            raise ValueError(f"pct_start must be a float between 0 and 1, got {pct_start!r}")
+        pct_start = float(pct_start)
+        if anneal_strategy not in ("cos", "linear"):
+            raise ValueError(f"anneal_strategy must be one of 'cos' or 'linear', got "
+                             f"{anneal_strategy!r}")
+        self.anneal_strategy = anneal_strategy
+        T = self.total_steps
+        if three_phase:
+            self._schedule_phases = [
+                dict(end_step=float(pct_start * T) - 1, start_lr="initial_lr", end_lr="max_lr",
+                     start_momentum="max_momentum", end_momentum="base_momentum"),
+                dict(end_step=float(2 * pct_start * T) - 2, start_lr="max_lr",
+                     end_lr="initial_lr", start_momentum="base_momentum",
+                     end_momentum="max_momentum"),
+                dict(end_step=T - 1, start_lr="initial_lr", end_lr="min_lr",
+                     start_momentum="max_momentum", end_momentum="max_momentum")]
+        else:
+            self._schedule_phases = [
+                dict(end_step=float(pct_start * T) - 1, start_lr="initial_lr", end_lr="max_lr",
+                     start_momentum="max_momentum", end_momentum="base_momentum"),
+                dict(end_step=T - 1, start_lr="max_lr", end_lr="min_lr",
+                     start_momentum="base_momentum", end_momentum="max_momentum")]
+        div_factor = _real(div_factor, "div_factor")
+        final_div_factor = _real(final_div_factor, "final_div_factor")
+        max_lrs = _per_group("max_lr", optimizer, max_lr)
+        if last_epoch == -1:
+            for m, group in zip(max_lrs, optimizer.param_groups):
+                group["initial_lr"] = m / div_factor
+                group["max_lr"] = m
+                group["min_lr"] = group["initial_lr"] / final_div_factor
+        self.cycle_momentum = bool(cycle_momentum)
+        if self.cycle_momentum:
+            if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
+                raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` "
+                                 "option enabled")
+            self.use_beta1 = "betas" in optimizer.defaults
+            max_ms = _per_group("max_momentum", optimizer, max_momentum)
+            base_ms = _per_group("base_momentum", optimizer, base_momentum)
+            if last_epoch == -1:
+                for m, b, group in zip(max_ms, base_ms, optimizer.param_groups):
+                    if self.use_beta1:
+                        group["betas"] = (m, *group["betas"][1:])
+                    else:
+                        group["momentum"] = m
+                    group["max_momentum"] = m
+                    group["base_momentum"] = b
+        super().__init__(optimizer, last_epoch)
+
+    def _anneal(self, start, end, pct):
+        if self.anneal_strategy == "cos":
+            return end + (start - end) / 2.0 * (math.cos(math.pi * pct) + 1)
+        return (end - start) * pct + start
+
+    def get_lr(self):
+        step_num = self.last_epoch
+        if step_num > self.total_steps:
+            raise ValueError(f"Tried to step {step_num} times. The specified number of total "
+                             f"steps is {self.total_steps}")
+        lrs = []
+        phases = self._schedule_phases
+        for group in self.optimizer.param_groups:
+            start_step = 0.0
+            for i, phase in enumerate(phases):
+                end_step = phase["end_step"]
+                if step_num <= end_step or i == len(phases) - 1:
+                    pct = (step_num - start_step) / (end_step - start_step)
+                    lr = self._anneal(group[phase["start_lr"]], group[phase["end_lr"]], pct)
+                    if self.cycle_momentum:
+                        mom = self._anneal(group[phase["start_momentum"]],
+                                           group[phase["end_momentum"]], pct)
+                    break
+                start_step = phase["end_step"]
+            lrs.append(lr)
+            if self.cycle_momentum:
+                if self.use_beta1:
+                    group["betas"] = (mom, *group["betas"][1:])
+                else:
+                    group["momentum"] = mom
+        return lrs
+
+
+class ReduceLROnPlateau(LRScheduler):
+    """Multiply the lr by ``factor`` once the metric passed to ``step(metric)`` has not improved
+    (by ``threshold``, relative or absolute) for more than ``patience`` steps; then wait
+    ``cooldown`` steps; never below ``min_lr``; changes smaller than ``eps`` are skipped."""
+
+    def __init__(self, optimizer, mode="min", factor=0.1, patience=10, threshold=1e-4,
+                 threshold_mode="rel", cooldown=0, min_lr=0, eps=1e-8):
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"{type(optimizer).__name__} is not a fastnn Optimizer")
+        self.factor = _real(factor, "factor")
+        if self.factor >= 1.0:
+            raise ValueError(f"factor must be < 1.0, got {factor}")
+        self.optimizer = optimizer
+        if isinstance(min_lr, (list, tuple)):
+            self.default_min_lr = None
+            self.min_lrs = _per_group("min_lr", optimizer, min_lr)
+        else:
+            self.default_min_lr = _real(min_lr, "min_lr")
+            self.min_lrs = [self.default_min_lr] * len(optimizer.param_groups)
+        self.patience = _positive_int(patience, "patience", 0)
+        self.cooldown = _positive_int(cooldown, "cooldown", 0)
+        self.eps = _real(eps, "eps")
+        if mode not in ("min", "max"):
+            raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
+        if threshold_mode not in ("rel", "abs"):
+            raise ValueError(f"threshold_mode must be 'rel' or 'abs', got {threshold_mode!r}")
+        self.mode, self.threshold_mode = mode, threshold_mode
+        self.threshold = _real(threshold, "threshold")
+        self.mode_worse = math.inf if mode == "min" else -math.inf
+        self.last_epoch = 0
+        self._step_count = 0
+        self._last_lr = [g["lr"] for g in optimizer.param_groups]
+        self._reset()
+
+    def _reset(self):
+        self.best = self.mode_worse
+        self.cooldown_counter = 0
+        self.num_bad_epochs = 0
+
+    @property
+    def in_cooldown(self):
+        return self.cooldown_counter > 0
+
+    def _is_better(self, a, best):
+        if self.mode == "min" and self.threshold_mode == "rel":
+            return a < best * (1.0 - self.threshold)
+        if self.mode == "min":
+            return a < best - self.threshold
+        if self.threshold_mode == "rel":
+            return a > best * (self.threshold + 1.0)
+        return a > best + self.threshold
+
+    def step(self, metrics, epoch=None):
+        current = float(metrics)
+        self.last_epoch = self.last_epoch + 1 if epoch is None else int(epoch)
+        if self._is_better(current, self.best):
+            self.best = current
+            self.num_bad_epochs = 0
+        else:
+            self.num_bad_epochs += 1
+        if self.in_cooldown:
+            self.cooldown_counter -= 1
+            self.num_bad_epochs = 0   # bad epochs in cooldown do not count
+        if self.num_bad_epochs > self.patience:
+            self._reduce_lr()
+            self.cooldown_counter = self.cooldown
+            self.num_bad_epochs = 0
+        self._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+
+    def _reduce_lr(self):
+        groups = self.optimizer.param_groups
+        if len(groups) != len(self.min_lrs):
+            if self.default_min_lr is None:
+                raise RuntimeError(f"the optimizer has {len(groups)} parameter groups but "
+                                   f"min_lr has {len(self.min_lrs)} entries")
+            self.min_lrs = [self.default_min_lr] * len(groups)
+        for i, group in enumerate(groups):
+            old = float(group["lr"])
+            new = max(old * self.factor, self.min_lrs[i])
+            if old - new > self.eps:
+                group["lr"] = new

@@ -17,10 +17,15 @@ parameter's dtype.
         after this update (1 on the first call); max_exp_avg_sq is None unless amsgrad.
     adamw_step(...same arguments...)
         decoupled decay: param *= 1 - lr * weight_decay first (torch.optim.AdamW).
+    rmsprop_step(param, grad, square_avg, grad_avg, momentum_buffer, lr, alpha, eps,
+                 weight_decay, momentum, maximize)
+        grad_avg is None unless centered, momentum_buffer None unless momentum > 0.
+    adagrad_step(param, grad, state_sum, clr, eps, weight_decay, maximize)
+        clr = lr / (1 + (step - 1) lr_decay), formed by the optimizer as torch does.
 """
 import numpy as np
 
-OPS = ("sgd_step", "adam_step", "adamw_step")
+OPS = ("sgd_step", "adam_step", "adamw_step", "rmsprop_step", "adagrad_step")
 
 
 def sgd_step(param, grad, momentum_buffer, lr, momentum, dampening, weight_decay,
@@ -77,3 +82,45 @@ def adamw_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta
                weight_decay, step, maximize):
     _adam(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
           weight_decay, step, maximize, True)
+
+
+def _lerp(a, b, w):
+    """torch.lerp's two forms (switched at weight 0.5)."""
+    return a + w * (b - a) if abs(w) < 0.5 else b - (b - a) * (1 - w)
+
+
+def _grad_with_decay(param, grad, weight_decay, maximize):
+    p = param.astype(np.float64)
+    g = grad.astype(np.float64)
+    if maximize:
+        g = -g
+    if weight_decay != 0:
+        g = g + weight_decay * p
+    return p, g
+
+
+def rmsprop_step(param, grad, square_avg, grad_avg, momentum_buffer, lr, alpha, eps,
+                 weight_decay, momentum, maximize):
+    p, g = _grad_with_decay(param, grad, weight_decay, maximize)
+    sq = square_avg.astype(np.float64) * alpha + (1 - alpha) * g * g
+    square_avg[...] = sq
+    if grad_avg is not None:
+        ga = _lerp(grad_avg.astype(np.float64), g, 1 - alpha)
+        grad_avg[...] = ga
+        avg = np.sqrt(sq - ga * ga)
+    else:
+        avg = np.sqrt(sq)
+    avg = avg + eps
+    if momentum_buffer is not None:
+        buf = momentum_buffer.astype(np.float64) * momentum + g / avg
+        momentum_buffer[...] = buf
+        param[...] = p - lr * buf
+    else:
+        param[...] = p - lr * (g / avg)
+
+
+def adagrad_step(param, grad, state_sum, clr, eps, weight_decay, maximize):
+    p, g = _grad_with_decay(param, grad, weight_decay, maximize)
+    s = state_sum.astype(np.float64) + g * g
+    state_sum[...] = s
+    param[...] = p - clr * (g / (np.sqrt(s) + eps))

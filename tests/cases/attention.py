@@ -137,3 +137,19 @@ MODULE_CASES = [
                _build("TransformerDecoderLayer", 6, 3, 8, 0.0, "gelu", batch_first=True,
                       norm_first=True), _x((2, 4, 6), (2, 3, 6)), backends=("cpu",)),
 ]
+
+
+def _stack(kind, n, norm, **kw):
+    def build(dt):
+        import fastnn.nn as nn
+        layer = getattr(nn, f"Transformer{kind}Layer")(6, 2, 8, **kw)
+        return getattr(nn, f"Transformer{kind}")(layer, n, norm=nn.LayerNorm(6) if norm else None).to(dt)
+    return build
+
+
+MODULE_CASES += [
+    ModuleCase("encoder_stack_norm", _stack("Encoder", 2, True, dropout=0.1), _x((4, 2, 6)),
+               backends=("cpu",)),
+    ModuleCase("decoder_stack", _stack("Decoder", 2, False, dropout=0.0, batch_first=True),
+               _x((2, 4, 6), (2, 3, 6)), backends=("cpu",)),
+]

@@ -1,3 +1,5 @@
+import warnings
+
 import numpy as np
 
 import fastnn.functional as F
@@ -43,4 +45,125 @@ CASES = [
     _case("ce_4d_weight_ignore_ls", _ce((2, 5, 3, 2), weight=True, ignore=True, ls=0.15),
           backends=("cpu",)),
     _case("ce_3d_prob_none", _ce((2, 4, 3), prob=True, reduction="none"), backends=("cpu",)),
+]
+
+
+# ------------------------------------------------------------------ nll_loss
+def _nll(shape, weight=False, ignore=False, reduction="mean", ignore_index=-100):
+    def make(rng, dt):
+        x = rng.standard_normal(shape).astype(dt)
+        C = shape[0] if len(shape) == 1 else shape[1]
+        t = rng.integers(0, C, shape[:1] + shape[2:] if len(shape) > 1 else ())
+        if ignore and t.size > 1:
+            t.reshape(-1)[1] = ignore_index
+        w = (rng.random(C) + 0.3).astype(dt) if weight else None
+        return (x, t, w, ignore_index, reduction), {}
+    return make
+
+
+def _torch_nll(torch, x, t, w, ignore_index, reduction):
+    w = None if w is None else w.detach()
+    return torch.nn.functional.nll_loss(x, t, weight=w, ignore_index=ignore_index,
+                                        reduction=reduction)
+
+
+def _nll_case(name, make, **kw):
+    return OpCase(name, F.nll_loss_fwd, F.nll_loss_bwd, make, (0,), _torch_nll, **kw)
+
+
+CASES += [
+    _nll_case("nll_mean", _nll((6, 5))),
+    _nll_case("nll_sum_weight_ignore", _nll((7, 4), weight=True, ignore=True, reduction="sum")),
+    _nll_case("nll_mean_weight_ignore", _nll((8, 5), weight=True, ignore=True, ignore_index=2)),
+    _nll_case("nll_none", _nll((5, 6), ignore=True, reduction="none")),
+    _nll_case("nll_unbatched", _nll((9,))),
+    _nll_case("nll_4d_weight", _nll((2, 5, 3, 2), weight=True, ignore=True), backends=("cpu",)),
+]
+
+
+# ------------------------------------------------------------------ elementwise losses
+def _pair(shape, x_kind="normal", y_kind="normal", weight=False, pos_weight=False):
+    """(input, target[, weight, pos_weight]) of one shape; kinds pick the value ranges."""
+    def values(rng, kind, dt):
+        if kind == "normal":
+            return np.asarray(rng.standard_normal(shape) * 2, dt)
+        if kind == "prob":     # probabilities away from 0 and 1 (finite differences)
+            return np.asarray(0.05 + 0.9 * rng.random(shape), dt)
+        if kind == "logprob":
+            return np.asarray(np.log(0.05 + 0.9 * rng.random(shape)), dt)
+        raise ValueError(kind)
+
+    def make(rng, dt):
+        x, y = values(rng, x_kind, dt), values(rng, y_kind, dt)
+        w = (rng.random(shape) + 0.3).astype(dt) if weight else None
+        pw = (rng.random(shape[-1:]) + 0.5).astype(dt) if pos_weight else None
+        return x, y, w, pw
+    return make
+
+
+def _ew_case(name, fwd, torch_name, shape, args=lambda x, y, w, pw: (x, y), kw=None,
+             x_kind="normal", y_kind="normal", weight=False, pos_weight=False,
+             torch_kw=lambda w, pw: {}, **case_kw):
+    """One elementwise-loss case: fwd(*args(x, y, w, pw)) vs torch_name(x, y, **kw)."""
+    pair = _pair(shape, x_kind, y_kind, weight, pos_weight)
+    kw = dict(kw or {})
+
+    def make(rng, dt):
+        x, y, w, pw = pair(rng, dt)
+        return args(x, y, w, pw), dict(kw)
+
+    def torch_fn(torch, x, y, *rest, **k):
+        # the positional tail of ``args`` after (x, y) is given again by name to torch
+        tensors = [r.detach() for r in rest if hasattr(r, "detach")]
+        w = tensors[0] if weight else None
+        pw = tensors[-1] if pos_weight else None
+        extra = {n: v for n, v in kw.items()}
+        extra.update(torch_kw(w, pw))
+        with warnings.catch_warnings():   # kl_div's "mean" warns that it will change
+            warnings.simplefilter("ignore", UserWarning)
+            return getattr(torch.nn.functional, torch_name)(x, y.detach(), **extra)
+    return OpCase(name, fwd, F.mse_loss_bwd, make, (0,), torch_fn, **case_kw)
+
+
+CASES += [
+    _ew_case("mse_mean", F.mse_loss_fwd, "mse_loss", (4, 5)),
+    _ew_case("mse_sum_3d", F.mse_loss_fwd, "mse_loss", (2, 3, 4), kw=dict(reduction="sum")),
+    _ew_case("mse_none_weight", F.mse_loss_fwd, "mse_loss", (3, 5), weight=True,
+             args=lambda x, y, w, pw: (x, y, "none", w), torch_kw=lambda w, pw: dict(weight=w, reduction="none")),
+    _ew_case("mse_mean_weight", F.mse_loss_fwd, "mse_loss", (3, 5), weight=True,
+             args=lambda x, y, w, pw: (x, y, "mean", w), torch_kw=lambda w, pw: dict(weight=w)),
+    _ew_case("l1_mean", F.l1_loss_fwd, "l1_loss", (4, 5)),
+    _ew_case("l1_none_1d", F.l1_loss_fwd, "l1_loss", (7,), kw=dict(reduction="none")),
+    _ew_case("smooth_l1_mean_beta", F.smooth_l1_loss_fwd, "smooth_l1_loss", (5, 6),
+             kw=dict(reduction="mean", beta=0.7)),
+    _ew_case("smooth_l1_sum_beta0", F.smooth_l1_loss_fwd, "smooth_l1_loss", (5, 6),
+             kw=dict(reduction="sum", beta=0.0)),
+    _ew_case("huber_none_delta", F.huber_loss_fwd, "huber_loss", (4, 6),
+             kw=dict(reduction="none", delta=1.5)),
+    _ew_case("huber_mean_weight", F.huber_loss_fwd, "huber_loss", (4, 6), weight=True,
+             args=lambda x, y, w, pw: (x, y, "mean", 0.5, w),
+             torch_kw=lambda w, pw: dict(delta=0.5, weight=w)),
+    _ew_case("bce_mean", F.binary_cross_entropy_fwd, "binary_cross_entropy", (4, 5),
+             x_kind="prob", y_kind="prob"),
+    _ew_case("bce_weight_sum", F.binary_cross_entropy_fwd, "binary_cross_entropy", (4, 5),
+             x_kind="prob", y_kind="prob", weight=True,
+             args=lambda x, y, w, pw: (x, y, w, "sum"),
+             torch_kw=lambda w, pw: dict(weight=w, reduction="sum")),
+    _ew_case("bce_logits_mean", F.binary_cross_entropy_with_logits_fwd,
+             "binary_cross_entropy_with_logits", (4, 5), y_kind="prob"),
+    _ew_case("bce_logits_weight_pos_weight_none", F.binary_cross_entropy_with_logits_fwd,
+             "binary_cross_entropy_with_logits", (3, 4, 5), y_kind="prob", weight=True,
+             pos_weight=True, args=lambda x, y, w, pw: (x, y, w, "none", pw),
+             torch_kw=lambda w, pw: dict(weight=w, pos_weight=pw, reduction="none")),
+    _ew_case("bce_logits_pos_weight_sum", F.binary_cross_entropy_with_logits_fwd,
+             "binary_cross_entropy_with_logits", (6, 3), y_kind="prob", pos_weight=True,
+             args=lambda x, y, w, pw: (x, y, None, "sum", pw),
+             torch_kw=lambda w, pw: dict(pos_weight=pw, reduction="sum")),
+    _ew_case("kl_div_batchmean", F.kl_div_fwd, "kl_div", (4, 5), x_kind="logprob",
+             y_kind="prob", kw=dict(reduction="batchmean")),
+    _ew_case("kl_div_mean", F.kl_div_fwd, "kl_div", (4, 5), x_kind="logprob", y_kind="prob"),
+    _ew_case("kl_div_log_target_sum", F.kl_div_fwd, "kl_div", (3, 2, 4), x_kind="logprob",
+             y_kind="logprob", kw=dict(reduction="sum", log_target=True)),
+    _ew_case("kl_div_none", F.kl_div_fwd, "kl_div", (3, 4), x_kind="logprob", y_kind="prob",
+             kw=dict(reduction="none")),
 ]

@@ -1,4 +1,4 @@
-"""Optim family on the GPU: fused in-place SGD / Adam / AdamW updates.
+"""Optim family on the GPU: fused in-place SGD / Adam / AdamW / RMSprop / Adagrad updates.
 
 One elementwise kernel per step and parameter updates the parameter and its state in
 place (torch.optim's single-tensor formulas, in the same order).  Hyperparameters and
@@ -6,25 +6,28 @@ the bias corrections are computed on the host in float64 and passed as scalars o
 parameter's dtype, so float32 parameters are updated in float32 arithmetic.
 """
 import math
+from types import SimpleNamespace
 
 from .. import _kit
 from .._kit import THREADS, kernel, cuda
 
-OPS = ("sgd_step", "adam_step", "adamw_step")
+OPS = ("sgd_step", "adam_step", "adamw_step", "rmsprop_step", "adagrad_step")
 
 
 @_kit.per_dtype
 def _kernels(dt):
     one = dt.type(1)
 
+    @cuda.jit(device=True)
+    def grad_of(g, p, i, wd, has_wd, maximize):
+        # torch's first lines: maximize flips the gradient, then the L2 penalty
+        d = -g[i] if maximize else g[i]
+        return d + wd * p[i] if has_wd else d
+
     @kernel
     def sgd(p, g, buf, n, lr, momentum, damp_c, wd, has_wd, nesterov, maximize, first, has_mom):
         for i in range(cuda.grid(1), n, cuda.gridsize(1)):
-            d = g[i]
-            if maximize:
-                d = -d
-            if has_wd:
-                d = d + wd * p[i]
+            d = grad_of(g, p, i, wd, has_wd, maximize)
             if has_mom:
                 if first:
                     b = d
@@ -63,25 +66,64 @@ def _kernels(dt):
                 vmax[i] = vi
             p[i] = w - step_size * mi / (math.sqrt(vi) / bc2_sqrt + eps)
 
-    return sgd, adam
+    @kernel
+    def rmsprop(p, g, sq, ga, buf, n, lr, alpha, oma, lerp_low, eps, wd, has_wd, momentum,
+                maximize, centered, has_mom):
+        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+            d = grad_of(g, p, i, wd, has_wd, maximize)
+            si = sq[i] * alpha + oma * d * d
+            sq[i] = si
+            if centered:
+                gai = ga[i]
+                if lerp_low:
+                    gai = gai + oma * (d - gai)
+                else:
+                    gai = d - (d - gai) * alpha
+                ga[i] = gai
+                a = math.sqrt(si - gai * gai) + eps
+            else:
+                a = math.sqrt(si) + eps
+            if has_mom:
+                b = buf[i] * momentum + d / a
+                buf[i] = b
+                p[i] = p[i] - lr * b
+            else:
+                p[i] = p[i] - lr * (d / a)
+
+    @kernel
+    def adagrad(p, g, ssum, n, clr, eps, wd, has_wd, maximize):
+        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+            d = grad_of(g, p, i, wd, has_wd, maximize)
+            si = ssum[i] + d * d
+            ssum[i] = si
+            p[i] = p[i] - clr * (d / (math.sqrt(si) + eps))
+
+    # fetched by name (DESIGN.md: never by tuple position)
+    return SimpleNamespace(sgd=sgd, adam=adam, rmsprop=rmsprop, adagrad=adagrad)
 
 
 def _cfg(n):
     return _kit.blocks_for(n), THREADS
 
 
+def _targets(grad, *named):
+    """(host, [in-place device targets], grad, dtype, n) for a step: ``named`` is (array or
+    None, name) pairs, the parameter first; host arrays go to the device and come back by
+    _kit.copy_back(host)."""
+    host = []
+    arrays = [_kit.inplace_target(a, name, host) for a, name in named]
+    p = arrays[0]
+    return host, arrays, _kit.dev(grad), _kit.dtype_of(p), _kit.numel(_kit.shape_of(p))
+
+
 def sgd_step(param, grad, momentum_buffer, lr, momentum, dampening, weight_decay,
              nesterov, maximize, first):
-    host = []
-    p = _kit.inplace_target(param, "param", host)
-    buf = _kit.inplace_target(momentum_buffer, "momentum_buffer", host)
-    g = _kit.dev(grad)
-    dt = _kit.dtype_of(p)
-    n = _kit.numel(_kit.shape_of(p))
+    host, (p, buf), g, dt, n = _targets(grad, (param, "param"),
+                                        (momentum_buffer, "momentum_buffer"))
     if n == 0:
         return None
     T = dt.type
-    sgd, _ = _kernels(dt)
+    sgd = _kernels(dt).sgd
     sgd[_cfg(n)](_kit.flat(p), _kit.flat(g), _kit.flat(p if buf is None else buf), n, T(lr),
                  T(momentum), T(1 - dampening), T(weight_decay), weight_decay != 0, bool(nesterov), bool(maximize),
                  bool(first), buf is not None)
@@ -91,20 +133,15 @@ def sgd_step(param, grad, momentum_buffer, lr, momentum, dampening, weight_decay
 
 def _adam(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
           weight_decay, step, maximize, decoupled):
-    host = []
-    p = _kit.inplace_target(param, "param", host)
-    m = _kit.inplace_target(exp_avg, "exp_avg", host)
-    v = _kit.inplace_target(exp_avg_sq, "exp_avg_sq", host)
-    vmax = _kit.inplace_target(max_exp_avg_sq, "max_exp_avg_sq", host)
-    g = _kit.dev(grad)
-    dt = _kit.dtype_of(p)
-    n = _kit.numel(_kit.shape_of(p))
+    host, (p, m, v, vmax), g, dt, n = _targets(
+        grad, (param, "param"), (exp_avg, "exp_avg"), (exp_avg_sq, "exp_avg_sq"),
+        (max_exp_avg_sq, "max_exp_avg_sq"))
     if n == 0:
         return None
     T = dt.type
     bias_correction1 = 1 - beta1 ** step
     bc2_sqrt = math.sqrt(1 - beta2 ** step)
-    _, adam = _kernels(dt)
+    adam = _kernels(dt).adam
     adam[_cfg(n)](_kit.flat(p), _kit.flat(g), _kit.flat(m), _kit.flat(v),
                   _kit.flat(v if vmax is None else vmax), n, T(1 - beta1), abs(1 - beta1) < 0.5, T(beta2), T(1 - beta2),
                   T(eps), T(weight_decay), weight_decay != 0, T(lr / bias_correction1), T(bc2_sqrt),
@@ -123,3 +160,31 @@ def adamw_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta
                weight_decay, step, maximize):
     _adam(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
           weight_decay, step, maximize, True)
+
+
+def rmsprop_step(param, grad, square_avg, grad_avg, momentum_buffer, lr, alpha, eps,
+                 weight_decay, momentum, maximize):
+    host, (p, sq, ga, buf), g, dt, n = _targets(
+        grad, (param, "param"), (square_avg, "square_avg"), (grad_avg, "grad_avg"),
+        (momentum_buffer, "momentum_buffer"))
+    if n == 0:
+        return None
+    T = dt.type
+    _kernels(dt).rmsprop[_cfg(n)](
+        _kit.flat(p), _kit.flat(g), _kit.flat(sq), _kit.flat(sq if ga is None else ga),
+        _kit.flat(sq if buf is None else buf), n, T(lr), T(alpha), T(1 - alpha),
+        abs(1 - alpha) < 0.5, T(eps), T(weight_decay), weight_decay != 0, T(momentum),
+        bool(maximize), ga is not None, buf is not None)
+    _kit.copy_back(host)
+    return None
+
+
+def adagrad_step(param, grad, state_sum, clr, eps, weight_decay, maximize):
+    host, (p, ssum), g, dt, n = _targets(grad, (param, "param"), (state_sum, "state_sum"))
+    if n == 0:
+        return None
+    T = dt.type
+    _kernels(dt).adagrad[_cfg(n)](_kit.flat(p), _kit.flat(g), _kit.flat(ssum), n, T(clr), T(eps),
+                             T(weight_decay), weight_decay != 0, bool(maximize))
+    _kit.copy_back(host)
+    return None
