@@ -99,7 +99,7 @@ def _kernels(dt):
             c = (e // P) % C
             y[e // (C * P), c, e % P] += bias[c]
 
-    return im2col, col2im, swap01, add_bias
+    return _kit.named(im2col=im2col, col2im=col2im, swap01=swap01, add_bias=add_bias)
 
 
 def _swap01(src3, bias=None):
@@ -108,7 +108,7 @@ def _swap01(src3, bias=None):
     out = _kit.empty((B, A, P), dt)
     total = A * B * P
     if total:
-        swap01 = _kernels(dt)[2]
+        swap01 = _kernels(dt).swap01
         swap01[_kit.blocks_for(total), THREADS](src3, out, total, A, B, P,
                                                 _kit.empty((1,), dt) if bias is None else bias,
                                                 bias is not None)
@@ -131,7 +131,7 @@ def conv2d(x, weight, bias, stride, padding, dilation, groups):
     cols = _kit.empty((G, K, N * P), dt)
     total = G * K * N * P
     if total:
-        im2col = _kernels(dt)[0]
+        im2col = _kernels(dt).im2col
         im2col[_kit.blocks_for(total), THREADS](x, cols, total, N, Cg, H, W, OH, OW, kh, kw,
                                                 sh, sw, pt, pl, dh, dw, K)
     yt = gemm_batched(_kit.reshape(weight, (G, O // G, K)), cols)      # (G, Og, N*P)
@@ -152,7 +152,7 @@ def _input_grad(dyt3, weight, x_shape, stride, padding, dilation, G):
     dx = _kit.empty((N, C, H, W), dt)
     total = N * C * H * W
     if total:
-        col2im = _kernels(dt)[1]
+        col2im = _kernels(dt).col2im
         col2im[_kit.blocks_for(total), THREADS](dcols, dx, total, N, C, Cg, H, W, OH, OW, kh, kw,
                                                 stride[0], stride[1], padding[0], padding[2],
                                                 dilation[0], dilation[1])
@@ -198,7 +198,7 @@ def conv_transpose2d(x, weight, bias, stride, padding, out_hw, dilation, groups)
     total = _kit.numel(y_shape)
     if bias is not None and total:
         P = y_shape[2] * y_shape[3]
-        _kernels(dt)[3][_kit.blocks_for(total), THREADS](_kit.reshape(y, (N, Og * G, P)), bias,
+        _kernels(dt).add_bias[_kit.blocks_for(total), THREADS](_kit.reshape(y, (N, Og * G, P)), bias,
                                                          total, Og * G, P)
     return y, (x, xt, weight, bias is not None, tuple(stride), tuple(padding), tuple(dilation), G)
 

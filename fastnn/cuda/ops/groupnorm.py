@@ -89,7 +89,7 @@ def _kernels(dt):
                 pw[n, c] = sw
                 pb[n, c] = sb
 
-    return fwd, bwd, param_partial
+    return _kit.named(fwd=fwd, bwd=bwd, param_partial=param_partial)
 
 
 def _dims(x, G):
@@ -109,7 +109,7 @@ def group_norm(x, weight, bias, G, eps):
     rstd = _kit.empty((R,), dt)
     if R:
         dummy = _kit.empty((1,), dt)
-        _kernels(dt)[0][_kit.row_blocks(R), ROW_THREADS](
+        _kernels(dt).fwd[_kit.row_blocks(R), ROW_THREADS](
             _kit.reshape(x, (R, M)), dummy if weight is None else weight,
             dummy if bias is None else bias, _kit.reshape(y, (R, M)), mean, rstd, R, M, S, G, Cg,
             dt.type(eps), weight is not None, bias is not None)
@@ -126,7 +126,7 @@ def group_norm_backward(dy, saved):
     ks = _kernels(dt)
     if R:
         w = _kit.empty((1,), dt) if weight is None else weight
-        ks[1][_kit.row_blocks(R), ROW_THREADS](_kit.reshape(dy, (R, M)), _kit.reshape(x, (R, M)),
+        ks.bwd[_kit.row_blocks(R), ROW_THREADS](_kit.reshape(dy, (R, M)), _kit.reshape(x, (R, M)),
                                                w, mean, rstd, _kit.reshape(dx, (R, M)), R, M, S,
                                                G, Cg, weight is not None)
     if weight is None and not has_bias:
@@ -136,7 +136,7 @@ def group_norm_backward(dy, saved):
     if N:
         pw = _kit.empty((N, C), dt)
         pb = _kit.empty((N, C), dt)
-        ks[2][_kit.row_blocks(N * C), ROW_THREADS](_kit.reshape(dy, (N * C, S)),
+        ks.param_partial[_kit.row_blocks(N * C), ROW_THREADS](_kit.reshape(dy, (N * C, S)),
                                                    _kit.reshape(x, (N * C, S)), mean, rstd, pw,
                                                    pb, N * C, C, S, G, Cg)
         _kit.reduce_partials(pw, dw)

@@ -18,7 +18,6 @@ then adds the partials in chunk order -- deterministic.  Backward is one element
 that recomputes from x and y.
 """
 import math
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -143,7 +142,7 @@ def _kernels(dt):
                 out[0] = s
 
     # fetched by name (DESIGN.md: never by tuple position)
-    return SimpleNamespace(fwd=fwd, bwd=bwd, reduce2=reduce2, row_grad=row_grad)
+    return _kit.named(fwd=fwd, bwd=bwd, reduce2=reduce2, row_grad=row_grad)
 
 
 def _targets(target, dt, M, C):
@@ -237,7 +236,7 @@ def _nll_kernels(dt):
                 continue
             dx[i, t] = -(w[t] if has_w else one) * row_grad(g, i, per_row, tot, mean)
 
-    return SimpleNamespace(fwd=nll_f, bwd=nll_b)
+    return _kit.named(fwd=nll_f, bwd=nll_b)
 
 
 def nll_loss(x, target, weight, ignore_index, reduction):
@@ -380,7 +379,7 @@ def _ew_kernels(dt):
             v = dterm(kind, x[i], y[i], pw[i] if has_pw else one, has_pw, p) * gi
             dx[i] = v * w[i] if has_w else v
 
-    return SimpleNamespace(none=ew_none, partial=ew_partial, total=ew_total, bwd=ew_b)
+    return _kit.named(none=ew_none, partial=ew_partial, total=ew_total, bwd=ew_b)
 
 
 def _inverse(divisor, T):

@@ -6,7 +6,6 @@ the bias corrections are computed on the host in float64 and passed as scalars o
 parameter's dtype, so float32 parameters are updated in float32 arithmetic.
 """
 import math
-from types import SimpleNamespace
 
 from .. import _kit
 from .._kit import THREADS, kernel, cuda
@@ -99,7 +98,7 @@ def _kernels(dt):
             p[i] = p[i] - clr * (d / (math.sqrt(si) + eps))
 
     # fetched by name (DESIGN.md: never by tuple position)
-    return SimpleNamespace(sgd=sgd, adam=adam, rmsprop=rmsprop, adagrad=adagrad)
+    return _kit.named(sgd=sgd, adam=adam, rmsprop=rmsprop, adagrad=adagrad)
 
 
 def _cfg(n):

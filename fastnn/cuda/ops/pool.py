@@ -174,7 +174,7 @@ def _kernels(dt):
                         s += dy[nc, p, q] / T(area)
             dx[nc, h, w] = s
 
-    return max_fwd, avg_fwd, bwd, adaptive_fwd, adaptive_bwd
+    return _kit.named(max_fwd=max_fwd, avg_fwd=avg_fwd, bwd=bwd, adaptive_fwd=adaptive_fwd, adaptive_bwd=adaptive_bwd)
 
 
 def _planes(a, shape):
@@ -191,7 +191,7 @@ def max_pool2d(x, kernel, stride, padding, dilation, out_hw):
     idx = _kit.empty((N, C, OH, OW), np.int64)
     total = N * C * OH * OW
     if total:
-        max_fwd = _kernels(dt)[0]
+        max_fwd = _kernels(dt).max_fwd
         max_fwd[_kit.blocks_for(total), THREADS](
             _planes(x, (N, C, H, W)), _planes(y, (N, C, OH, OW)), _planes(idx, (N, C, OH, OW)),
             total, H, W, OH, OW, *kernel, *stride, *padding, *dilation)
@@ -209,7 +209,7 @@ def _backward(dy, idx, shape, kernel, stride, padding, dilation, is_max, include
     total = N * C * H * W
     if total:
         idx = _kit.empty((1, 1, 1), np.int64) if idx is None else _planes(idx, (N, C, OH, OW))
-        _kernels(dt)[2][_kit.blocks_for(total), THREADS](
+        _kernels(dt).bwd[_kit.blocks_for(total), THREADS](
             _planes(dy, (N, C, OH, OW)), idx, _planes(dx, shape), total, H, W, OH, OW, *kernel,
             *stride, *padding, *dilation, is_max, include_pad, override)
     return dx
@@ -229,7 +229,7 @@ def avg_pool2d(x, kernel, stride, padding, out_hw, count_include_pad, divisor_ov
     total = N * C * OH * OW
     override = int(divisor_override) if divisor_override else 0
     if total:
-        avg_fwd = _kernels(dt)[1]
+        avg_fwd = _kernels(dt).avg_fwd
         avg_fwd[_kit.blocks_for(total), THREADS](
             _planes(x, (N, C, H, W)), _planes(y, (N, C, OH, OW)), total, H, W, OH, OW, *kernel,
             *stride, *padding, bool(count_include_pad), override)
@@ -252,7 +252,7 @@ def _adaptive(x, out_hw, is_max):
     idx = _kit.empty((N, C, OH, OW), np.int64) if is_max else _kit.empty((1, 1, 1), np.int64)
     total = N * C * OH * OW
     if total:
-        _kernels(dt)[3][_kit.blocks_for(total), THREADS](
+        _kernels(dt).adaptive_fwd[_kit.blocks_for(total), THREADS](
             _planes(x, (N, C, H, W)), _planes(y, (N, C, OH, OW)),
             _planes(idx, (N, C, OH, OW)) if is_max else idx, total, H, W, OH, OW, is_max)
     return y, idx, (N, C, H, W)
@@ -266,7 +266,7 @@ def _adaptive_backward(dy, idx, shape, is_max):
     dx = _kit.empty(shape, dt)
     total = N * C * H * W
     if total:
-        _kernels(dt)[4][_kit.blocks_for(total), THREADS](
+        _kernels(dt).adaptive_bwd[_kit.blocks_for(total), THREADS](
             _planes(dy, (N, C, OH, OW)), _planes(idx, (N, C, OH, OW)) if is_max else idx,
             _planes(dx, shape), total, H, W, OH, OW, is_max)
     return dx

@@ -63,7 +63,7 @@ def _kernels(dt):
                 sw += dy[r, c] * (x[r, c] * rstd[r])
             pw[ch, c] = sw
 
-    return fwd, bwd, param_partial
+    return _kit.named(fwd=fwd, bwd=bwd, param_partial=param_partial)
 
 
 def rms_norm(x, weight, D, eps):
@@ -75,7 +75,7 @@ def rms_norm(x, weight, D, eps):
     y = _kit.empty(shape, dt)
     rstd = _kit.empty((R,), dt)
     if n:
-        _kernels(dt)[0][_kit.row_blocks(R), ROW_THREADS](
+        _kernels(dt).fwd[_kit.row_blocks(R), ROW_THREADS](
             _kit.reshape(x, (R, D)), _kit.empty((1,), dt) if weight is None else _kit.flat(weight),
             _kit.reshape(y, (R, D)), rstd, R, D, dt.type(eps), weight is not None)
     return y, (x, weight, rstd, D)
@@ -94,14 +94,14 @@ def rms_norm_backward(dy, saved):
     if n:
         dy2, x2 = _kit.reshape(dy, (R, D)), _kit.reshape(x, (R, D))
         w = _kit.empty((1,), dt) if weight is None else _kit.flat(weight)
-        ks[1][_kit.row_blocks(R), ROW_THREADS](dy2, x2, w, rstd, _kit.reshape(dx, (R, D)), R, D,
+        ks.bwd[_kit.row_blocks(R), ROW_THREADS](dy2, x2, w, rstd, _kit.reshape(dx, (R, D)), R, D,
                                                weight is not None)
     if weight is not None:
         dw = _kit.empty((D,), dt)
         if n:
             chunk, K = _kit.chunking(R)
             pw = _kit.empty((K, D), dt)
-            ks[2][(_kit.blocks_for(D), K), THREADS](dy2, x2, rstd, pw, R, D, chunk)
+            ks.param_partial[(_kit.blocks_for(D), K), THREADS](dy2, x2, rstd, pw, R, D, chunk)
             _kit.reduce_partials(pw, dw)
         else:
             _kit.fill(dw, 0)
