@@ -23,35 +23,63 @@ def add_parser(sub):
     p = sub.add_parser("demo", help="train a small character-level GPT on Shakespeare (CPU)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     _arguments(p)
-    p.set_defaults(func=lambda a: run(a))
+    p.set_defaults(func=lambda a: run(a), check=lambda a: check_args(a, p.error))
     return p
 
 
+CHECKPOINT_TYPES = (".safetensors", ".npz")
+
+
 def _arguments(p):
-    p.add_argument("--steps", type=int, default=1000, help="total training steps (default 1000)")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--block-size", type=int, default=64, help="context length in characters")
-    p.add_argument("--n-layer", type=int, default=4)
-    p.add_argument("--n-head", type=int, default=4)
-    p.add_argument("--d-model", type=int, default=128)
-    p.add_argument("--dropout", type=float, default=0.0)
-    p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (AdamW)")
-    p.add_argument("--warmup", type=int, default=50, help="linear warmup steps")
-    p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--grad-clip", type=float, default=1.0, help="clip the global grad norm (0: off)")
+    from .cli import fraction, nonneg_float, nonneg_int, positive_float, positive_int
+    p.add_argument("--steps", type=nonneg_int, default=1000, help="total training steps (default 1000)")
+    p.add_argument("--batch-size", type=positive_int, default=16)
+    p.add_argument("--block-size", type=positive_int, default=64, help="context length in characters")
+    p.add_argument("--n-layer", type=positive_int, default=4)
+    p.add_argument("--n-head", type=positive_int, default=4)
+    p.add_argument("--d-model", type=positive_int, default=128)
+    p.add_argument("--dropout", type=fraction, default=0.0)
+    p.add_argument("--lr", type=positive_float, default=3e-3, help="peak learning rate (AdamW)")
+    p.add_argument("--warmup", type=nonneg_int, default=50, help="linear warmup steps")
+    p.add_argument("--weight-decay", type=nonneg_float, default=0.01)
+    p.add_argument("--grad-clip", type=nonneg_float, default=1.0,
+                   help="clip the global grad norm (0: off)")
     p.add_argument("--checkpoint", default="fastnn-demo.safetensors",
                    help="checkpoint path, .safetensors or .npz (default: %(default)s)")
-    p.add_argument("--save-every", type=int, default=250, help="also save every N steps (0: end only)")
+    p.add_argument("--save-every", type=nonneg_int, default=250,
+                   help="also save every N steps (0: end only)")
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     p.add_argument("--text", default=DEFAULT_TEXT, help="training text (default: the bundled plays)")
-    p.add_argument("--sample-chars", type=int, default=300, help="characters per sample")
+    p.add_argument("--sample-chars", type=nonneg_int, default=300, help="characters per sample")
     p.add_argument("--prompt", default="\n", help="sample prompt (default: a newline)")
-    p.add_argument("--temperature", type=float, default=0.8)
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--threads", type=int, default=None, help="threads (default: all CPUs)")
+    p.add_argument("--temperature", type=positive_float, default=0.8)
+    p.add_argument("--top-k", type=positive_int, default=None)
+    p.add_argument("--threads", type=positive_int, default=None, help="threads (default: all CPUs)")
     p.add_argument("--seed", type=int, default=1337)
-    p.add_argument("--eval-batches", type=int, default=8, help="batches for the validation loss")
+    p.add_argument("--eval-batches", type=positive_int, default=8,
+                   help="batches for the validation loss")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _checkpoint_problem(path, must_exist):
+    """A message when ``path`` cannot be a demo checkpoint (type, folder, existence)."""
+    from .cli import unreadable, unwritable
+    if not path.endswith(CHECKPOINT_TYPES):
+        return (f"--checkpoint {path}: the file name must end in "
+                f"{' or '.join(CHECKPOINT_TYPES)} (the format is chosen by it)")
+    return unreadable(path, "--checkpoint") if must_exist else unwritable(path, "--checkpoint")
+
+
+def check_args(args, error):
+    """Everything that would otherwise fail after minutes of training, checked first."""
+    from .cli import unreadable
+    msg = (_checkpoint_problem(args.checkpoint, must_exist=False)
+           or (args.resume and _checkpoint_problem(args.checkpoint, must_exist=True))
+           or unreadable(args.text, "--text"))
+    if msg:
+        error(msg)
+    if not args.resume and args.d_model % args.n_head:
+        error(f"--d-model {args.d_model} is not divisible by --n-head {args.n_head}")
 
 
 def main(argv=None):
@@ -202,6 +230,76 @@ def _data_parallel(args):
         raise SystemExit(f"fastnn demo: --batch-size ({args.batch_size}) must be a multiple of "
                          f"the number of ranks ({world})")
     return rank, world
+
+
+# ---------------------------------------------------------------------- fastnn generate
+def add_generate_parser(sub):
+    from .cli import nonneg_int, positive_float, positive_int, probability
+    p = sub.add_parser("generate", help="sample text from a `fastnn demo` checkpoint (no training)",
+                       description="Load a checkpoint written by `fastnn demo` and continue "
+                                   "a prompt with the trained model (KV-cached sampling).")
+    p.add_argument("--checkpoint", default="fastnn-demo.safetensors",
+                   help="a `fastnn demo` checkpoint, .safetensors or .npz (default: %(default)s)")
+    p.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
+    p.add_argument("--length", type=nonneg_int, default=300, help="characters to generate")
+    p.add_argument("--temperature", type=positive_float, default=0.8,
+                   help="softmax temperature (lower: more conservative)")
+    p.add_argument("--top-k", type=positive_int, default=None,
+                   help="sample among the k likeliest characters only (1: greedy)")
+    p.add_argument("--top-p", type=probability, default=None,
+                   help="nucleus sampling: the smallest set of characters with this total probability")
+    p.add_argument("--seed", type=int, default=None, help="random seed (default: a fresh one)")
+    p.add_argument("--threads", type=positive_int, default=None, help="threads (default: all CPUs)")
+    p.set_defaults(func=lambda a: generate(a),
+                   check=lambda a: _check_generate(a, p.error))
+    return p
+
+
+def _check_generate(args, error):
+    msg = _checkpoint_problem(args.checkpoint, must_exist=True)
+    if msg:
+        error(msg)
+
+
+def load_model(path):
+    """(GPT, CharData, meta) from a demo checkpoint; ValueError when it is not one."""
+    from fastnn.models import GPT, GPTConfig
+    arrays, meta = load_checkpoint(path)
+    try:
+        model = GPT(GPTConfig(**meta["config"]))
+        data = CharData("", meta["chars"])
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"{path}: incomplete demo metadata ({e})") from None
+    model.load_state_dict({k[len("model."):]: v for k, v in arrays.items()
+                           if k.startswith("model.")})
+    model.eval()
+    return model, data, meta
+
+
+def generate(args, out=None):
+    """``fastnn generate``: the prompt, continued by the checkpoint's model."""
+    import fastnn
+    out = sys.stdout if out is None else out
+    try:
+        model, data, meta = load_model(args.checkpoint)
+    except ValueError as e:
+        raise SystemExit(f"fastnn generate: {e}") from None
+    unknown = sorted(set(args.prompt) - set(data.chars))
+    if unknown:
+        raise SystemExit(f"fastnn generate: the prompt has characters the model's vocabulary "
+                         f"lacks: {''.join(unknown)!r}")
+    if args.threads:
+        fastnn.set_num_threads(args.threads)
+    if args.seed is not None:
+        fastnn.manual_seed(args.seed)
+    prompt = data.encode(args.prompt or "\n")
+    # top_p is passed only when asked for, so this runs on either generate signature
+    extra = {} if args.top_p is None else {"top_p": args.top_p}
+    ids = model.generate(prompt[None, :], args.length, temperature=args.temperature,
+                         top_k=args.top_k, **extra)
+    text = args.prompt + data.decode(ids[0, prompt.size:])
+    print(text, file=out)
+    return text
 
 
 def run(args, out=sys.stdout):

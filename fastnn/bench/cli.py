@@ -51,6 +51,8 @@ def _fmt_rate(case, t, bw, gf):
 def run(only=None, threads=None, json_path=None, plot_path=None, quick=False, out=sys.stdout,
         markdown_path=None):
     import fastnn
+    if plot_path:
+        _pyplot()      # no matplotlib: fail now, not after the whole run
     n = threads or fastnn.get_num_threads()
     fastnn.set_num_threads(n)
     torch = torch_or_none()
@@ -198,42 +200,120 @@ def _cpu_name():
 
 
 def plot(result, path):
-    """A bar chart of speedups (log scale): vs the reference and vs torch."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise SystemExit("--plot needs matplotlib: pip install 'fastnn[bench]'") from None
+    """Draw :func:`figure` into ``path`` (any image type matplotlib writes)."""
+    fig = figure(result)
+    fig.savefig(path, dpi=120)
+    _pyplot().close(fig)
+
+
+def figure(result):
+    """Horizontal bars of speedups (log scale), each labelled with its value.
+
+    One bar per measured comparison: vs the NumPy reference, and vs PyTorch where it was
+    measured.  Series with no value at all (no torch installed) get no bar and no legend
+    entry; a missing single value is drawn as no bar, never as a bar of 0 ("not measured")."""
+    plt = _pyplot()
     rows = result["rows"]
     labels = [f"{r['family']}: {r['op']} {r['shape']}" for r in rows]
+    series = [("vs NumPy reference", "tab:blue",
+               [r["speedup_vs_reference"] for r in rows]),
+              ("vs PyTorch CPU (> 1: fastnn faster)", "tab:orange",
+               [1.0 / r["time_ratio_vs_torch"] if r["time_ratio_vs_torch"] else None
+                for r in rows])]
+    series = [s for s in series if any(v is not None for v in s[2])]
+    n = max(len(series), 1)
+    height = 0.8 / n
     y = np.arange(len(rows))
-    fig, ax = plt.subplots(figsize=(11, 0.38 * len(rows) + 1.5))
-    ref = [r["speedup_vs_reference"] or 0 for r in rows]
-    tor = [1.0 / r["time_ratio_vs_torch"] if r["time_ratio_vs_torch"] else 0 for r in rows]
-    ax.barh(y - 0.2, ref, 0.4, label="speedup vs NumPy reference")
-    ax.barh(y + 0.2, tor, 0.4, label="speedup vs PyTorch CPU")
+    fig, ax = plt.subplots(figsize=(11, (0.3 + 0.22 * n) * len(rows) + 1.6))
+    values = [v for _, _, vals in series for v in vals if v]
+    lo = min(values + [1.0]) / 1.6
+    hi = max(values + [1.0]) * 3.0     # room for the value labels right of the longest bar
+    for k, (name, color, vals) in enumerate(series):
+        pos = y - 0.4 + height * (k + 0.5)
+        have = [i for i, v in enumerate(vals) if v]
+        # bars start at 0, which the log axis clips to its left edge
+        ax.barh(pos[have], [vals[i] for i in have], height * 0.9, color=color, label=name)
+        for i in have:
+            ax.text(max(vals[i], lo) * 1.04, pos[i], _fmt_x(vals[i]), va="center", fontsize=7)
+        for i in set(range(len(rows))) - set(have):
+            ax.text(lo * 1.04, pos[i], "not measured", va="center", fontsize=7, color="0.4")
     ax.axvline(1.0, color="k", lw=0.8)
     ax.set_xscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
     ax.set_yticks(y)
     ax.set_yticklabels(labels, fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("speedup (x, log scale; > 1 = fastnn faster)")
-    ax.set_title(f"fastnn {result['version']} on {result['processor']} ({result['threads']} threads)")
-    ax.legend(loc="lower right")
+    ax.set_xlabel("speedup of fastnn (x, log scale; > 1 = fastnn faster)")
+    torch_note = "" if result.get("torch") else "; PyTorch not installed"
+    ax.set_title(f"fastnn {result['version']}, {result['threads']} threads, "
+                 f"{result['processor']}{torch_note}", fontsize=9, loc="right")
+    ax.xaxis.set_major_formatter(_ticker().FuncFormatter(lambda v, _: f"{v:g}x"))
+    if series:   # above the bars, so it never hides one
+        ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=len(series), fontsize=8,
+                  frameon=False, borderaxespad=0.2)
+    ax.grid(axis="x", which="both", color="0.9", lw=0.5)
+    ax.set_axisbelow(True)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    return fig
+
+
+def _fmt_x(v):
+    return f"{v:.0f}x" if v >= 100 else f"{v:.1f}x" if v >= 10 else f"{v:.2f}x"
+
+
+def _ticker():
+    import matplotlib.ticker
+    return matplotlib.ticker
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise SystemExit("fastnn bench --plot needs matplotlib: pip install 'fastnn[bench]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def check_args(args, error):
+    """Fail before any timing: unknown families, bad output paths, matplotlib missing."""
+    from ..cli import missing, unwritable
+    if args.only:
+        known = set(families())
+        unknown = [f for f in args.only if f not in known]
+        if unknown and not collect(unknown):
+            error(f"unknown benchmark family {', '.join(unknown)}; families: "
+                  f"{', '.join(sorted(known))}")
+    for path, what in ((args.json, "--json"), (args.markdown, "--markdown"),
+                       (args.plot, "--plot")):
+        msg = path and unwritable(path, what)
+        if msg:
+            error(msg)
+    if args.plot:
+        msg = missing("matplotlib", "--plot", "bench")
+        if msg:
+            error(msg)
+        ext = os.path.splitext(args.plot)[1].lstrip(".").lower()
+        kinds = _pyplot().figure().canvas.get_supported_filetypes()
+        _pyplot().close("all")
+        if ext not in kinds:
+            error(f"--plot {args.plot}: unknown image type {ext!r}; use one of "
+                  f"{', '.join(sorted(kinds))}")
 
 
 def add_parser(sub):
+    from ..cli import positive_int
     p = sub.add_parser("bench", help="time fastnn's kernels vs the NumPy reference and PyTorch")
     p.add_argument("--only", action="append", metavar="FAMILY",
                    help="only this family (repeatable); families: " + ", ".join(families()))
-    p.add_argument("--threads", type=int, default=None, help="threads (default: all CPUs)")
+    p.add_argument("--threads", type=positive_int, default=None,
+                   help="threads (default: all CPUs)")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="also draw a bar chart (needs matplotlib)")
     p.add_argument("--markdown", metavar="FILE.md", help="also write the table as Markdown")
     p.add_argument("--quick", action="store_true", help="fewer repetitions")
     p.set_defaults(func=lambda a: run(a.only, a.threads, a.json, a.plot, a.quick,
-                                      markdown_path=a.markdown))
+                                      markdown_path=a.markdown),
+                   check=lambda a: check_args(a, p.error))
     return p
