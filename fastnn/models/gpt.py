@@ -142,46 +142,96 @@ class GPT(Module):
         return None
 
     # ------------------------------------------------------------------ sampling
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, rng=None):
-        """Append ``max_new_tokens`` sampled tokens to ``idx`` (B, T) and return (B, T + n).
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None, rng=None,
+                 attention_mask=None):
+        """Append ``max_new_tokens`` tokens to each prompt, with a key/value cache.
 
-        Each step runs the model (eval mode) on the last ``block_size`` tokens, divides the
-        last position's logits by ``temperature``, keeps the ``top_k`` largest (all when
-        None; top_k=1 is greedy decoding) and samples from the softmax.  Random numbers
-        come from ``rng`` (a numpy Generator) or fastnn's generator (``manual_seed``)."""
+        ``idx``: a (B, T) integer array (or one 1-D prompt, taken as B = 1) -> (B, T + n);
+        prompts of different lengths either as a list of 1-D prompts -> a list of 1-D
+        arrays (prompt + new tokens), or, as Hugging Face takes them, ``idx`` left-padded
+        with ``attention_mask`` (B, T) of 1 for real tokens and 0 for the padding before
+        them (any pad id) -> (B, T + n).  Each row then gives the tokens it would alone.
+
+        Decoding: ``temperature=0`` is greedy (argmax; Hugging Face's do_sample=False).
+        Otherwise the last logits are divided by ``temperature``, kept to the ``top_k``
+        largest and then to the smallest most-likely set of probability >= ``top_p``
+        (either None: no limit), and sampled with ``rng`` (a numpy Generator; default
+        fastnn's generator, seeded by ``fastnn.manual_seed``).
+
+        The prompt runs through the model once; then each step feeds one token per row
+        through the cached keys and values (inference only: no dropout, nothing kept for
+        backward).  When prompt + new tokens exceed ``block_size``, or the parameters live
+        on a GPU, each step re-runs the model on the last ``block_size`` tokens instead."""
+        from ._decode import next_tokens
+        ragged = isinstance(idx, (list, tuple)) and len(idx) > 0 and all(
+            np.ndim(p) == 1 for p in idx)
+        if ragged:
+            if attention_mask is not None:
+                raise ValueError("give either a list of prompts or idx with attention_mask, "
+                                 "not both")
+            idx, attention_mask = _left_pad(idx)
         idx = np.asarray(idx)
         if idx.ndim == 1:
             idx = idx[None, :]
         if idx.dtype.kind not in "iu" or idx.ndim != 2 or idx.shape[1] < 1:
             raise ValueError(f"idx must be a (batch, time) integer array with time >= 1, got "
                              f"{idx.dtype} {idx.shape}")
+        B, T = idx.shape
         max_new_tokens = int_arg(max_new_tokens, "max_new_tokens", 0)
         if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) \
-                or not temperature > 0:
-            raise ValueError(f"temperature must be > 0 (use top_k=1 for greedy), got {temperature!r}")
+                or not temperature >= 0 or not np.isfinite(temperature):
+            raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature!r}")
         if top_k is not None:
             top_k = int_arg(top_k, "top_k", 1)
+        if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, numbers.Real)
+                                  or not 0.0 < top_p <= 1.0):
+            raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+        pad = None
+        if attention_mask is not None:
+            pad = _left_padding(attention_mask, idx.shape)
+        real = idx if pad is None else np.where(np.arange(T)[None, :] >= pad[:, None], idx, 0)
+        if real.size and (real.min() < 0 or real.max() >= self.config.vocab_size):
+            raise IndexError(f"token ids must be in [0, {self.config.vocab_size}), got "
+                             f"[{real.min()}, {real.max()}]")
         rng = generator() if rng is None else rng
+        total = T + max_new_tokens
+        out = np.empty((B, total), np.int64)
+        out[:, :T] = idx
+        if max_new_tokens:
+            cached = total <= self.config.block_size and all(
+                type(p.data) is np.ndarray for p in self.parameters())
+            if pad is not None and not cached:
+                raise ValueError(f"prompts with an attention_mask need prompt + new tokens "
+                                 f"<= block_size ({T} + {max_new_tokens} > "
+                                 f"{self.config.block_size}) and the parameters on the host")
+            sample = lambda logits: next_tokens(logits, temperature, top_k, top_p, rng)  # noqa: E731
+            if cached:
+                self._generate_cached(out, T, pad, sample)
+            else:
+                self._generate_uncached(out, T, sample)
+        if ragged:
+            return [out[b, int(pad[b]):] for b in range(B)]
+        return out
+
+    def _generate_cached(self, out, T, pad, sample):
+        from ._decode import KVDecoder
+        dec = KVDecoder(self, out.shape[0], out.shape[1], pad)
+        logits = dec.prefill(out[:, :T])
+        for t in range(T, out.shape[1]):
+            out[:, t] = sample(logits)
+            if t + 1 < out.shape[1]:
+                logits = dec.step(out[:, t])
+
+    def _generate_uncached(self, out, T, sample):
+        """Every step re-runs the model on the last block_size tokens (eval mode)."""
         was_training = self.training
         self.eval()
-        out = idx.astype(np.int64)
         try:
-            for _ in range(max_new_tokens):
-                cond = out[:, -self.config.block_size:]
-                logits = np.asarray(self.forward(cond)[:, -1, :], dtype=np.float64) / temperature
-                if top_k is not None and top_k < logits.shape[-1]:
-                    kth = np.partition(logits, -top_k, axis=-1)[:, -top_k][:, None]
-                    logits = np.where(logits < kth, -np.inf, logits)
-                logits -= logits.max(axis=-1, keepdims=True)
-                probs = np.exp(logits)
-                probs /= probs.sum(axis=-1, keepdims=True)
-                u = rng.random((probs.shape[0], 1))
-                nxt = (np.cumsum(probs, axis=-1) < u).sum(axis=-1)
-                nxt = np.minimum(nxt, probs.shape[-1] - 1)
-                out = np.concatenate([out, nxt[:, None].astype(np.int64)], axis=1)
+            for t in range(T, out.shape[1]):
+                cond = out[:, max(0, t - self.config.block_size):t]
+                out[:, t] = sample(self.forward(cond)[:, -1, :])
         finally:
             self.train(was_training)
-        return out
 
     # ------------------------------------------------------------------ checkpoints
     def load_state_dict(self, state_dict, strict=True):
@@ -220,6 +270,38 @@ class GPT(Module):
         c = self.config
         return (f"vocab_size={c.vocab_size}, block_size={c.block_size}, n_layer={c.n_layer}, "
                 f"n_head={c.n_head}, d_model={c.d_model}, tie_weights={c.tie_weights}")
+
+
+def _left_pad(prompts):
+    """A list of 1-D prompts -> (idx (B, T_max) left-padded with 0, attention_mask)."""
+    rows = [np.asarray(p) for p in prompts]
+    for i, r in enumerate(rows):
+        if r.dtype.kind not in "iu" or r.size == 0:
+            raise ValueError(f"prompt {i} must be a non-empty 1-D sequence of token ids, got "
+                             f"{r.dtype} {r.shape}")
+    T = max(r.size for r in rows)
+    idx = np.zeros((len(rows), T), np.int64)
+    mask = np.zeros((len(rows), T), np.int64)
+    for i, r in enumerate(rows):
+        idx[i, T - r.size:] = r
+        mask[i, T - r.size:] = 1
+    return idx, mask
+
+
+def _left_padding(attention_mask, shape):
+    """attention_mask (B, T) of 0/1, zeros only before each row's first 1 -> (B,) pad counts."""
+    m = np.asarray(attention_mask)
+    if m.shape != shape:
+        raise ValueError(f"attention_mask must have idx's shape {shape}, got {m.shape}")
+    if m.dtype.kind not in "biu" or (m.size and not np.isin(m, (0, 1)).all()):
+        raise ValueError("attention_mask must hold 0 (padding) and 1 (token)")
+    m = m.astype(bool)
+    pad = (~m).sum(axis=1)
+    left = np.arange(shape[1])[None, :] >= pad[:, None]
+    if not np.array_equal(m, left) or (pad == shape[1]).any():
+        raise ValueError("attention_mask must be left padding: each row zeros then ones, with "
+                         "at least one 1 (pad prompts on the left for generation)")
+    return pad.astype(np.int64)
 
 
 def _gpt2_keys(state_dict, tied):
