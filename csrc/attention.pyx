@@ -110,7 +110,8 @@ cdef extern from "fnn_philox.h" nogil:
         uint32_t v[4]
     fnn_philox_out fnn_philox4x32(uint64_t block, uint64_t offset, uint64_t seed)
 
-OPS = ("scaled_dot_product_attention", "scaled_dot_product_attention_backward")
+OPS = ("scaled_dot_product_attention", "scaled_dot_product_attention_backward",
+       "varlen_attention")
 
 cdef enum:
     SERIAL_BH = 16    # >= this many (b, h) pairs: one task per pair in backward
@@ -733,3 +734,109 @@ def scaled_dot_product_attention_backward(cnp.ndarray d_out, tuple saved):
                              <double*>cnp.PyArray_DATA(dq), <double*>cnp.PyArray_DATA(dk),
                              <double*>cnp.PyArray_DATA(dv), <const double*>pm, pi, &g)
     return dq, dk, dv
+
+
+# ---------------------------------------------------------------- variable-length attention
+# Inference over sequences of different lengths without padding (FlashAttention's varlen):
+# batch entry b attends query rows q_start[b] .. + q_len[b] to key rows k_start[b] ..
+# + k_len[b] of its own sequence.  A packed batch (the real tokens of every sequence one
+# after another, B = 1, starts = cu_seqlens[:-1]) never computes a padded query or key;
+# a padded batch with right padding (k_len = real lengths) never reads a padded key.
+# Each task (b, h, block of query rows) is the forward's _fwd_block on a Geo narrowed to
+# that range: pointers moved to the range's first row, L = q_len[b], S = k_len[b].
+# Tasks go longest-first to the threads (dynamic schedule); each writes its own output
+# rows only, so results do not depend on the thread count.
+
+cdef void _varlen_fwd(const real* q, const real* k, const real* v, real* o,
+                      const int64_t* qs, const int64_t* ql, const int64_t* ks,
+                      const int64_t* kl, const int64_t* tasks, Py_ssize_t ntask,
+                      Py_ssize_t maxlen, const Geo* g, int nt) noexcept nogil:
+    cdef Py_ssize_t t, b, h, i0, FBQ = g.fbq
+    cdef Geo gl
+    cdef real* sb
+    cdef real* acc
+    cdef real* lse
+    cdef double* mrow
+    cdef double* lrow
+    with parallel(num_threads=nt):
+        sb = <real*>malloc(FBQ * g.fbk * sizeof(real))
+        acc = <real*>malloc((FBQ * g.Ev + 1) * sizeof(real))
+        lse = <real*>malloc((g.H * maxlen + 1) * sizeof(real))
+        mrow = <double*>malloc(2 * FBQ * sizeof(double))
+        lrow = mrow + FBQ
+        for t in prange(ntask, schedule="dynamic"):
+            b = tasks[3 * t]
+            h = tasks[3 * t + 1]
+            i0 = tasks[3 * t + 2]
+            gl = g[0]
+            gl.B = 1
+            gl.L = ql[b]
+            gl.S = kl[b]
+            _fwd_block(q + b * g.qb + qs[b] * g.qld, k + b * g.kb + ks[b] * g.kld,
+                       v + b * g.vb + ks[b] * g.vld, o + b * g.ob + qs[b] * g.old, lse,
+                       NULL, NULL, &gl, h, i0, sb, acc, mrow, lrow)
+        free(sb)
+        free(acc)
+        free(lse)
+        free(mrow)
+
+
+def varlen_attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object q_start,
+                     object q_len, object k_start, object k_len, int num_heads,
+                     bint seq_first, bint is_causal, double scale):
+    """-> out.  IN q, k, v as scaled_dot_product_attention (read in place when their rows
+    are unit-stride); q_start, q_len, k_start, k_len: int64 (nb,) with nb == B, or any nb
+    when B == 1 (a packed batch).  OUT out C-contiguous, q's row layout; query rows outside
+    every range are 0.  Inference-only (no dropout, no mask, nothing saved)."""
+    cdef int ra = 0 if seq_first else 1
+    if not _rows_ok(q, ra):
+        q = np.ascontiguousarray(q)
+    if not _rows_ok(k, ra):
+        k = np.ascontiguousarray(k)
+    if not _rows_ok(v, ra):
+        v = np.ascontiguousarray(v)
+    cdef Geo g = _geometry(q, k, v, num_heads, seq_first, None, is_causal, 0.0, scale, 0, 0)
+    if g.B == 1:            # a packed batch: every range lies in batch entry 0
+        g.qb = g.kb = g.vb = g.ob = 0
+    cdef cnp.ndarray[int64_t, ndim=1] qs = np.ascontiguousarray(q_start, dtype=np.int64)
+    cdef cnp.ndarray[int64_t, ndim=1] ql = np.ascontiguousarray(q_len, dtype=np.int64)
+    cdef cnp.ndarray[int64_t, ndim=1] ks = np.ascontiguousarray(k_start, dtype=np.int64)
+    cdef cnp.ndarray[int64_t, ndim=1] kl = np.ascontiguousarray(k_len, dtype=np.int64)
+    shape = (g.L, g.B, num_heads * g.Ev) if seq_first else (g.B, g.L, num_heads * g.Ev)
+    # ranges do not overlap (checked by the caller): all rows covered when the lengths add up
+    cdef bint covered = int(ql.sum()) == g.B * g.L
+    cdef cnp.ndarray out = (np.empty if covered else np.zeros)(shape, dtype=q.dtype)
+    # tasks (b, h, first query row), longest key range first
+    nqb = (ql + g.fbq - 1) // g.fbq
+    order = np.argsort(-(kl * np.minimum(ql, g.fbq)), kind="stable")
+    b_of = np.repeat(order, nqb[order] * num_heads)
+    j = np.arange(b_of.shape[0]) - np.repeat(np.cumsum(nqb[order] * num_heads)
+                                             - nqb[order] * num_heads, nqb[order] * num_heads)
+    h_of = j // np.repeat(nqb[order], nqb[order] * num_heads)
+    i_of = (j % np.repeat(nqb[order], nqb[order] * num_heads)) * g.fbq
+    cdef cnp.ndarray[int64_t, ndim=2] tasks = np.ascontiguousarray(
+        np.stack([b_of, h_of, i_of], axis=1), dtype=np.int64)
+    cdef Py_ssize_t ntask = tasks.shape[0]
+    cdef Py_ssize_t maxlen = int(ql.max()) if ql.shape[0] else 0
+    if ntask == 0:
+        return out
+    cdef int nt = _threads_for(int((ql * (kl + 1)).sum()) * num_heads * (g.E + g.Ev + 1),
+                               1 << 18)
+    if nt > ntask:
+        nt = <int>ntask
+    with single_threaded_blas():
+        if q.dtype == np.float32:
+            with nogil:
+                _varlen_fwd[float](<const float*>cnp.PyArray_DATA(q),
+                                   <const float*>cnp.PyArray_DATA(k),
+                                   <const float*>cnp.PyArray_DATA(v),
+                                   <float*>cnp.PyArray_DATA(out), &qs[0], &ql[0], &ks[0],
+                                   &kl[0], &tasks[0, 0], ntask, maxlen, &g, nt)
+        else:
+            with nogil:
+                _varlen_fwd[double](<const double*>cnp.PyArray_DATA(q),
+                                    <const double*>cnp.PyArray_DATA(k),
+                                    <const double*>cnp.PyArray_DATA(v),
+                                    <double*>cnp.PyArray_DATA(out), &qs[0], &ql[0], &ks[0],
+                                    &kl[0], &tasks[0, 0], ntask, maxlen, &g, nt)
+    return out

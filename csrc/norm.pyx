@@ -7,7 +7,7 @@
 # in double, then the chunk partials are added in order: deterministic, no atomics.
 cimport cython
 cimport numpy as cnp
-from cython.parallel cimport prange
+from cython.parallel cimport prange, parallel
 from libc.stdlib cimport calloc, malloc, free
 from libc.string cimport memset
 
@@ -19,7 +19,7 @@ cnp.import_array()
 
 include "fnn_runtime.pxi"
 
-OPS = ("layer_norm", "layer_norm_backward", "layer_norm_infer")
+OPS = ("layer_norm", "layer_norm_backward", "layer_norm_infer", "add_layer_norm_infer")
 
 
 cdef extern from "fnn_norm.h" nogil:
@@ -209,3 +209,46 @@ def layer_norm_backward(cnp.ndarray dy, tuple saved):
     if weight is None:
         dw = None
     return dx, dw, db
+
+
+# ---------------------------------------------------------------- add + layer_norm
+# The post-LN transformer's residual step y = layer_norm(x + residual) in one pass per
+# row: the sum is formed in a per-thread row buffer (in L1) and normalised from there,
+# so x + residual never goes to memory (inference-only: nothing is saved).
+
+cdef void _add_ln_fwd(const real* x, const real* res, real* y, const real* w, const real* b,
+                      Py_ssize_t rows, Py_ssize_t D, double eps) noexcept nogil:
+    cdef Py_ssize_t r, j
+    cdef int nt = _threads_for(rows * D, 1 << 14)
+    cdef real* buf
+    with parallel(num_threads=nt):
+        # the row sum, then this thread's (unused) mean and rstd
+        buf = <real*>malloc((D + 2) * sizeof(real))
+        for r in prange(rows, schedule="static"):
+            for j in range(D):
+                buf[j] = x[r * D + j] + res[r * D + j]
+            _ln_row(buf, y + r * D, w, b, D, eps, buf + D, buf + D + 1, False, NULL)
+        free(buf)
+
+
+def add_layer_norm_infer(cnp.ndarray x, cnp.ndarray residual, object weight, object bias,
+                         Py_ssize_t D, double eps):
+    """add_layer_norm_infer(x, residual, weight, bias, D, eps) -> layer_norm(x + residual).
+
+    IN  x, residual: C-contiguous, same shape and dtype, normalised over the last D
+        elements; weight, bias as layer_norm.  OUT y (x's shape).  Inference-only."""
+    cdef Py_ssize_t rows = cnp.PyArray_SIZE(x) // D if D else 0
+    cdef cnp.ndarray y = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(x), cnp.PyArray_DIMS(x),
+                                           cnp.PyArray_TYPE(x), 0)
+    cdef void* pw = _ptr(weight)
+    cdef void* pb = _ptr(bias)
+    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
+        _add_ln_fwd[float](<const float*>cnp.PyArray_DATA(x),
+                           <const float*>cnp.PyArray_DATA(residual), <float*>cnp.PyArray_DATA(y),
+                           <const float*>pw, <const float*>pb, rows, D, eps)
+    else:
+        _add_ln_fwd[double](<const double*>cnp.PyArray_DATA(x),
+                            <const double*>cnp.PyArray_DATA(residual),
+                            <double*>cnp.PyArray_DATA(y), <const double*>pw, <const double*>pb,
+                            rows, D, eps)
+    return y

@@ -20,7 +20,8 @@ from ._core import grad_in
 
 __all__ = ["scaled_dot_product_attention", "scaled_dot_product_attention_fwd",
            "scaled_dot_product_attention_bwd", "multi_head_attention_fwd",
-           "multi_head_attention_bwd", "attention_mask"]
+           "multi_head_attention_bwd", "attention_mask", "varlen_attention",
+           "padding_lengths"]
 
 
 def to_numpy(a):
@@ -287,3 +288,78 @@ def multi_head_attention_bwd(ctx, d_out):
     """-> (d_q, d_k, d_v) in the layouts of q, k, v."""
     be, saved, dy = grad_in(ctx, d_out)
     return be.scaled_dot_product_attention_backward(dy, saved)
+
+
+# ---------------------------------------------------------------- variable-length attention
+def _ranges(a, name, nb):
+    a = np.asarray(a)
+    if a.dtype.kind not in "iu" or a.shape != (nb,):
+        raise ValueError(f"{name} must be an integer array of shape ({nb},), got {a.dtype} "
+                         f"{a.shape}")
+    if nb and a.min() < 0:
+        raise ValueError(f"{name} must be >= 0, got {a.min()}")
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
+def varlen_attention(q, k, v, num_heads, q_start, q_len, k_start=None, k_len=None,
+                     batch_first=True, is_causal=False, scale=None):
+    """Multi-head attention over variable-length sequences without padding (inference;
+    FlashAttention's varlen) -> out in q's layout.
+
+    q (B, L, H*E), k (B, S, H*E), v (B, S, H*Ev) (or sequence-first); heads interleaved in
+    the features, column views of a fused QKV projection read in place.  Sequence b
+    attends its query rows q_start[b] .. q_start[b] + q_len[b] - 1 to key rows
+    k_start[b] .. + k_len[b] - 1 (defaults: the query ranges).  Two layouts:
+
+    * packed: B = 1 and the sequences one after another; q_start = cu_seqlens[:-1],
+      q_len = lengths -- no padded row exists at all;
+    * padded: one range per batch entry, e.g. q_start = 0, q_len = L, k_len = the real
+      lengths of right-padded keys -- padded keys are never read.
+
+    Query rows outside every range are 0.  Ranges must lie inside their sequence and
+    query ranges of one batch entry must not overlap."""
+    q = _feature_rows(q, "query")
+    k = _feature_rows(k, "key")
+    v = _feature_rows(v, "value")
+    same_dtype(q, k, "key", "query")
+    same_dtype(q, v, "value", "query")
+    H = num_heads
+    for a, n in ((q, "query"), (k, "key"), (v, "value")):
+        if a.ndim != 3 or a.shape[2] % H:
+            raise ValueError(f"{n} must be 3-D with features divisible by num_heads={H}, got "
+                             f"shape {tuple(a.shape)}")
+    ra = 1 if batch_first else 0
+    B, L, S = q.shape[1 - ra], q.shape[ra], k.shape[ra]
+    if k.shape[1 - ra] != B or v.shape[1 - ra] != B or v.shape[ra] != S or \
+            k.shape[2] != q.shape[2]:
+        raise ValueError(f"query {tuple(q.shape)}, key {tuple(k.shape)} and value "
+                         f"{tuple(v.shape)} do not match")
+    nb = np.asarray(q_start).shape[0] if np.ndim(q_start) == 1 else -1
+    if B != 1 and nb != B:
+        raise ValueError(f"q_start must have one entry per batch entry ({B}) unless the "
+                         f"batch is packed (B = 1), got shape {np.shape(q_start)}")
+    qs, ql = _ranges(q_start, "q_start", nb), _ranges(q_len, "q_len", nb)
+    ks = qs if k_start is None else _ranges(k_start, "k_start", nb)
+    kl = ql if k_len is None else _ranges(k_len, "k_len", nb)
+    if nb and ((qs + ql).max() > L or (ks + kl).max() > S):
+        raise ValueError(f"a query range ends after row {L} or a key range after row {S}")
+    if B == 1 and nb > 1:
+        o = np.argsort(qs, kind="stable")
+        if np.any(qs[o][1:] < (qs + ql)[o][:-1]):
+            raise ValueError("query ranges of a packed batch overlap")
+    sc = _check_scale(scale, q.shape[2] // H)
+    be = dispatch(q, k, v)
+    return be.varlen_attention(q, k, v, qs, ql, ks, kl, H, not batch_first, bool(is_causal),
+                               sc)
+
+
+def padding_lengths(key_padding_mask):
+    """Real lengths (N,) of a (N, S) key padding mask (bool True = padding, torch's MHA
+    convention) when every row is right-padded (real tokens first), else None."""
+    m = key_padding_mask
+    if type(m) is not np.ndarray or m.dtype != np.bool_ or m.ndim != 2:
+        return None
+    lengths = m.shape[1] - m.sum(axis=1)
+    if not np.array_equal(m, np.arange(m.shape[1]) >= lengths[:, None]):
+        return None
+    return lengths.astype(np.int64)

@@ -5,7 +5,8 @@ from .._backend import dispatch, host_backend
 from .._validate import float_array, norm_fast_args, positive_float, same_dtype
 from ._core import grad_in, make_ctx
 
-__all__ = ["layer_norm", "layer_norm_fwd", "layer_norm_bwd", "normalized_shape_tuple"]
+__all__ = ["layer_norm", "layer_norm_fwd", "layer_norm_bwd", "normalized_shape_tuple",
+           "add_layer_norm"]
 
 
 def normalized_shape_tuple(normalized_shape, name="normalized_shape"):
@@ -75,3 +76,15 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
         if be is not None:
             return be.layer_norm_infer(x, weight, bias, D, eps)
     return layer_norm_fwd(x, normalized_shape, weight, bias, eps)[0]
+
+
+def add_layer_norm(x, residual, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """layer_norm(x + residual, ...) in one pass (inference: no gradient): the residual
+    step of post-LN transformers.  x and residual: same shape and dtype."""
+    x, weight, bias, D, eps = _check(x, normalized_shape, weight, bias, eps)
+    r = float_array(residual, "residual")
+    same_dtype(x, r, "residual", "input")
+    if tuple(r.shape) != tuple(x.shape):
+        raise ValueError(f"residual must have the input's shape {tuple(x.shape)}, got "
+                         f"{tuple(r.shape)}")
+    return dispatch(x, r, weight, bias).add_layer_norm_infer(x, r, weight, bias, D, eps)

@@ -16,6 +16,7 @@ pre-training heads (``cls.*``).
 ``attention_mask`` follows the tokenizers' convention: 1 (or True) = a real token,
 0 = padding.  ``mean_pool`` averages the real tokens' hidden states.
 """
+import math
 import numbers
 
 import numpy as np
@@ -27,6 +28,23 @@ from ..nn.module import Module, ModuleList
 
 __all__ = ["BertConfig", "BertEncoder", "mean_pool"]
 
+# config.json's hidden_act -> (fastnn.nn module name, its argument): transformers' ACT2FN
+# names that are the exact GELU, its tanh approximation, or ReLU
+_ACTIVATIONS = {"gelu": ("GELU", "none"), "gelu_new": ("GELU", "tanh"),
+                "gelu_pytorch_tanh": ("GELU", "tanh"), "gelu_fast": ("GELU", "tanh"),
+                "relu": ("ReLU", None)}
+
+
+def _nn():
+    from .. import nn
+    return nn
+
+
+def _act_module(name):
+    nn = _nn()
+    cls, arg = _ACTIVATIONS[name]
+    return nn.GELU(approximate=arg) if cls == "GELU" else nn.ReLU()
+
 
 class BertConfig:
     """BERT hyperparameters with Hugging Face's names (bert-base's values by default)."""
@@ -35,7 +53,7 @@ class BertConfig:
                  num_attention_heads=12, intermediate_size=3072, max_position_embeddings=512,
                  type_vocab_size=2, layer_norm_eps=1e-12, hidden_dropout_prob=0.1,
                  attention_probs_dropout_prob=0.1, initializer_range=0.02, pad_token_id=0,
-                 add_pooling_layer=True):
+                 add_pooling_layer=True, hidden_act="gelu"):
         self.vocab_size = int_arg(vocab_size, "vocab_size", 1)
         self.hidden_size = int_arg(hidden_size, "hidden_size", 1)
         self.num_hidden_layers = int_arg(num_hidden_layers, "num_hidden_layers", 0)
@@ -59,6 +77,10 @@ class BertConfig:
         self.initializer_range = float(initializer_range)
         self.pad_token_id = pad_token_id
         self.add_pooling_layer = bool(add_pooling_layer)
+        if hidden_act not in _ACTIVATIONS:
+            raise ValueError(f"hidden_act must be one of {', '.join(map(repr, _ACTIVATIONS))}, "
+                             f"got {hidden_act!r}")
+        self.hidden_act = hidden_act
 
     @classmethod
     def from_dict(cls, d):
@@ -120,9 +142,57 @@ class BertLayer(Module):
             output=_Holder(dense=nn.Linear(D, D),
                            LayerNorm=nn.LayerNorm(D, eps=cfg.layer_norm_eps),
                            dropout=nn.Dropout(cfg.hidden_dropout_prob)))
-        self.intermediate = _Holder(dense=nn.Linear(D, I), intermediate_act_fn=nn.GELU())
+        self.intermediate = _Holder(dense=nn.Linear(D, I),
+                                    intermediate_act_fn=_act_module(cfg.hidden_act))
         self.output = _Holder(dense=nn.Linear(I, D), LayerNorm=nn.LayerNorm(D, eps=cfg.layer_norm_eps),
                               dropout=nn.Dropout(cfg.hidden_dropout_prob))
+
+    def _fused_qkv(self):
+        """(W_qkv (3D, D), b_qkv (3D,)) for the one-GEMM projection.  The query, key and
+        value parameters are made views of these arrays (so optimizer steps, which update
+        ``.data`` in place, stay visible); when a parameter's ``.data`` was replaced
+        (load_state_dict, .to) the fused arrays are rebuilt."""
+        sa = self.attention.self
+        lin = (sa.query, sa.key, sa.value)
+        f = self.__dict__.get("_qkv")
+        if f is not None and all(m.weight.data is w and m.bias.data is b
+                                 for m, w, b in zip(lin, f[2], f[3])):
+            return f[0], f[1]
+        W = np.concatenate([m.weight.data for m in lin])
+        B = np.concatenate([m.bias.data for m in lin])
+        D = lin[0].weight.data.shape[0]
+        ws = tuple(W[i * D:(i + 1) * D] for i in range(3))
+        bs = tuple(B[i * D:(i + 1) * D] for i in range(3))
+        for m, w, b in zip(lin, ws, bs):
+            m.weight.data = w
+            m.bias.data = b
+        object.__setattr__(self, "_qkv", (W, B, ws, bs))
+        return W, B
+
+    def forward_packed(self, be, x, starts, lengths):
+        """Inference on a packed batch: x (total_tokens, D), the real tokens of every
+        sequence one after another (sequence b: rows starts[b] .. + lengths[b]).  Dense
+        layers, GELU and the norms run on the packed matrix; attention per sequence
+        (varlen, reading q, k, v in place from the fused projection)."""
+        so, out, inter = self.attention.output, self.output, self.intermediate
+        W, B = self._fused_qkv()
+        D = x.shape[1]
+        qkv = be.linear(x, W, B)[0][None]
+        ctx = be.varlen_attention(qkv[..., :D], qkv[..., D:2 * D], qkv[..., 2 * D:], starts,
+                                  lengths, starts, lengths, self.num_heads, False, False,
+                                  1.0 / math.sqrt(D // self.num_heads))[0]
+        ln = so.LayerNorm
+        h = be.add_layer_norm_infer(be.linear(ctx, so.dense.weight.data, so.dense.bias.data)[0],
+                                    x, ln.weight.data, ln.bias.data, D, ln.eps)
+        act = inter.intermediate_act_fn
+        a = be.linear(h, inter.dense.weight.data, inter.dense.bias.data)[0]
+        if isinstance(act, _nn().GELU):
+            be.gelu(a, act.approximate, a)          # in place over the GEMM output
+        else:
+            be.relu(a, a)
+        ln = out.LayerNorm
+        return be.add_layer_norm_infer(be.linear(a, out.dense.weight.data, out.dense.bias.data)[0],
+                                       h, ln.weight.data, ln.bias.data, D, ln.eps)
 
     def forward(self, x, mask=None, mask_index=None):
         sa, so = self.attention.self, self.attention.output
@@ -210,19 +280,89 @@ class BertEncoder(Module):
             if token_type_ids.shape != (N, T) or token_type_ids.dtype.kind not in "iu":
                 raise ValueError(f"token_type_ids must be an integer array of shape {(N, T)}, "
                                  f"got {token_type_ids.dtype} {token_type_ids.shape}")
-        x = self.embeddings(ids, token_type_ids)
-        mask = index = None
+        am = None
         if attention_mask is not None:
             am = np.asarray(attention_mask)
             if am.shape != (N, T):
                 raise ValueError(f"attention_mask must have shape {(N, T)} (1 = token, "
                                  f"0 = padding), got {am.shape}")
+        be = self._inference_backend()
+        if be is not None:
+            packed, flat, starts, lengths = self._packed(be, ids, am, token_type_ids)
+            if flat is None:
+                return packed.reshape(N, T, -1)
+            out = np.zeros((N * T, packed.shape[1]), packed.dtype)
+            out[flat] = packed
+            return out.reshape(N, T, -1)
+        x = self.embeddings(ids, token_type_ids)
+        mask = index = None
+        if am is not None:
             padding = am == 0
             if padding.any():
                 mask, index = F.attention_mask(None, padding, N, cfg.num_attention_heads, T, T,
                                                x.dtype)
         for layer in self.encoder.layer:
             x = layer(x, mask, index)
+        return x
+
+    # ------------------------------------------------------------------ inference fast path
+    def _inference_backend(self):
+        """The host backend when forward may take the padding-free inference path (eval
+        mode, parameters on the host), else None."""
+        if self.training:
+            return None
+        from .._backend import host_backend
+        be = host_backend()
+        if be is None or type(self.embeddings.word_embeddings.weight.data) is not np.ndarray:
+            return None
+        return be
+
+    def _packed(self, be, ids, attention_mask, token_type_ids):
+        """-> (hidden (total_tokens, D), flat, starts, lengths): the real tokens only
+        (attention_mask != 0), sequence after sequence; ``flat`` their indices in the
+        flattened (N*T) batch (None when every token is real)."""
+        N, T = ids.shape
+        if attention_mask is None or attention_mask.all():
+            flat = None
+            lengths = np.full(N, T, np.int64)
+            ids_p = ids.reshape(-1)
+            pos = np.tile(np.arange(T), N)
+            tt = token_type_ids.reshape(-1)
+        else:
+            real = attention_mask.reshape(-1) != 0
+            flat = np.flatnonzero(real)
+            lengths = real.reshape(N, T).sum(axis=1).astype(np.int64)
+            ids_p = ids.reshape(-1)[flat]
+            pos = flat % T                   # absolute positions, as the padded model
+            tt = token_type_ids.reshape(-1)[flat]
+        starts = np.cumsum(lengths) - lengths
+        return self.forward_packed(ids_p, pos, tt, starts, lengths, be), flat, starts, lengths
+
+    def forward_packed(self, input_ids, position_ids, token_type_ids, starts, lengths,
+                       backend=None):
+        """Inference on a packed batch (no padding anywhere): input_ids, position_ids,
+        token_type_ids (total_tokens,) hold the tokens of every sequence one after another,
+        sequence b at rows starts[b] .. starts[b] + lengths[b] - 1 -> hidden states
+        (total_tokens, hidden_size).  What forward runs in eval mode."""
+        be = backend or self._inference_backend()
+        if be is None:
+            raise RuntimeError("forward_packed is inference-only: call model.eval() (and keep "
+                               "the parameters on the host)")
+        emb = self.embeddings
+        nv, npos = self.config.vocab_size, self.config.max_position_embeddings
+        for a, n, hi in ((input_ids, "input_ids", nv), (position_ids, "position_ids", npos),
+                         (token_type_ids, "token_type_ids", self.config.type_vocab_size)):
+            if a.size and (a.min() < 0 or a.max() >= hi):
+                raise ValueError(f"{n} must be in [0, {hi}), got values in "
+                                 f"[{a.min()}, {a.max()}]")
+        x = emb.word_embeddings.weight.data[input_ids]
+        x += emb.position_embeddings.weight.data[position_ids]
+        x += emb.token_type_embeddings.weight.data[token_type_ids]
+        ln = emb.LayerNorm
+        D = x.shape[1]
+        x = be.layer_norm_infer(x, ln.weight.data, ln.bias.data, D, ln.eps)
+        for layer in self.encoder.layer:
+            x = layer.forward_packed(be, x, starts, lengths)
         return x
 
     def backward(self, d_hidden):
@@ -239,6 +379,32 @@ class BertEncoder(Module):
                                 self.pooler.dense.bias.data))
 
     # ------------------------------------------------------------------ checkpoints
+    @classmethod
+    def from_pretrained(cls, path, dtype=None):
+        """The BertEncoder of a Hugging Face model directory: ``config.json`` (model_type
+        "bert") + ``model.safetensors``, in eval mode.  Never unpickles: a directory with
+        only ``pytorch_model.bin`` is refused.  A missing or invalid config field, an
+        unsupported architecture, or a tensor whose shape disagrees with the config is a
+        ValueError naming the file and the field."""
+        from ._hf import HFDir, check_shapes
+        d = HFDir(path, "BertEncoder")
+        cfg = _config_from_dir(d)
+        weights = d.weights()
+        names = {_bert_key(k) for k in weights}
+        cfg.add_pooling_layer = "pooler.dense.weight" in names
+        model = cls(cfg)
+        expected = {k: v.shape for k, v in model.state_dict().items()}
+        for k in names:
+            if k and k.startswith("encoder.layer.") and k not in expected:
+                raise ValueError(f"{d.file(d.weights_name())}: tensor {k!r} is not in a model "
+                                 f"with config.json's num_hidden_layers="
+                                 f"{cfg.num_hidden_layers}")
+        check_shapes(d, expected, weights, hint=_shape_fields, rename=_bert_key)
+        model.load_state_dict({k: v for k, v in weights.items() if _bert_key(k) in expected})
+        if dtype is not None and np.dtype(dtype) != np.float32:
+            model.to(np.dtype(dtype))
+        return model.eval()
+
     def load_state_dict(self, state_dict, strict=True):
         """Module.load_state_dict, accepting the common BERT checkpoint layouts."""
         return super().load_state_dict(_bert_keys(state_dict), strict)
@@ -260,6 +426,71 @@ def mean_pool(hidden, attention_mask=None):
     return (s / np.maximum(m.sum(axis=1, keepdims=True), 1)).astype(h.dtype)
 
 
+def _config_from_dir(d):
+    """BertConfig from an HFDir's config.json (every field checked, named on error)."""
+    d.check_model(("bert",), tuple(f"Bert{a}" for a in (
+        "Model", "ForMaskedLM", "ForPreTraining", "ForSequenceClassification",
+        "ForTokenClassification", "ForQuestionAnswering", "ForMultipleChoice",
+        "ForNextSentencePrediction", "LMHeadModel")))
+    pet = d.field("position_embedding_type", str, "absolute")
+    if pet != "absolute":
+        raise ValueError(f"{d.file('config.json')}: field 'position_embedding_type' is {pet!r}; "
+                         f"only 'absolute' is supported")
+    if d.field("is_decoder", bool, False) or d.field("add_cross_attention", bool, False):
+        raise ValueError(f"{d.file('config.json')}: field 'is_decoder' / 'add_cross_attention' "
+                         f"is set; BertEncoder is the encoder only")
+    act = d.field("hidden_act", str, "gelu")
+    if act not in _ACTIVATIONS:
+        raise ValueError(f"{d.file('config.json')}: field 'hidden_act' is {act!r}; supported: "
+                         f"{', '.join(map(repr, _ACTIVATIONS))}")
+    pos = lambda v: v > 0   # noqa: E731
+    kw = {n: d.field(n, int, check=pos) for n in (
+        "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+        "intermediate_size")}
+    kw["max_position_embeddings"] = d.field("max_position_embeddings", int, 512, check=pos)
+    kw["type_vocab_size"] = d.field("type_vocab_size", int, 2, check=pos)
+    kw["layer_norm_eps"] = d.field("layer_norm_eps", float, 1e-12, check=pos)
+    kw["pad_token_id"] = (None if d.config.get("pad_token_id", 0) is None
+                          else d.field("pad_token_id", int, 0))
+    for n in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+        kw[n] = d.field(n, float, 0.1, check=lambda v: 0 <= v < 1)
+    kw["initializer_range"] = d.field("initializer_range", float, 0.02)
+    if kw["hidden_size"] % kw["num_attention_heads"]:
+        raise ValueError(f"{d.file('config.json')}: field 'hidden_size' "
+                         f"({kw['hidden_size']}) is not divisible by 'num_attention_heads' "
+                         f"({kw['num_attention_heads']})")
+    if kw["pad_token_id"] is not None and not 0 <= kw["pad_token_id"] < kw["vocab_size"]:
+        kw["pad_token_id"] = None
+    return BertConfig(hidden_act=act, **kw)
+
+
+def _shape_fields(name):
+    """The config.json fields a parameter's shape comes from (for error messages)."""
+    if "word_embeddings" in name:
+        return "vocab_size, hidden_size"
+    if "position_embeddings" in name:
+        return "max_position_embeddings, hidden_size"
+    if "token_type_embeddings" in name:
+        return "type_vocab_size, hidden_size"
+    if "intermediate.dense" in name or (".output.dense" in name and "attention" not in name):
+        return "intermediate_size, hidden_size"
+    return "hidden_size"
+
+
+def _bert_key(k):
+    """A checkpoint name -> this model's name, or None for what is not a parameter here
+    (pre-training heads, the position_ids buffer)."""
+    if k.startswith("bert."):
+        k = k[len("bert."):]
+    if k.startswith("cls.") or k == "embeddings.position_ids":
+        return None
+    if k.endswith("LayerNorm.gamma"):
+        k = k[:-len("gamma")] + "weight"
+    elif k.endswith("LayerNorm.beta"):
+        k = k[:-len("beta")] + "bias"
+    return k
+
+
 def _bert_keys(state_dict):
     if not hasattr(state_dict, "items"):
         raise TypeError(f"state_dict must be a mapping of names to arrays, got "
@@ -269,13 +500,7 @@ def _bert_keys(state_dict):
         if not isinstance(k, str):
             out[k] = v
             continue
-        if k.startswith("bert."):
-            k = k[len("bert."):]
-        if k.startswith("cls.") or k == "embeddings.position_ids":
-            continue
-        if k.endswith("LayerNorm.gamma"):
-            k = k[:-len("gamma")] + "weight"
-        elif k.endswith("LayerNorm.beta"):
-            k = k[:-len("beta")] + "bias"
-        out[k] = v
+        k = _bert_key(k)
+        if k is not None:
+            out[k] = v
     return out

@@ -25,7 +25,8 @@ import numpy as np
 from .._random import philox_uniform
 from ._util import cast, f64
 
-OPS = ("scaled_dot_product_attention", "scaled_dot_product_attention_backward")
+OPS = ("scaled_dot_product_attention", "scaled_dot_product_attention_backward",
+       "varlen_attention")
 
 
 def dropout_multiplier(n, p, seed, offset):
@@ -98,3 +99,33 @@ def scaled_dot_product_attention_backward(d_out, saved):
     dQ = np.matmul(dS, K)
     dK = np.matmul(dS.transpose(0, 1, 3, 2), Q)
     return (_merge(dQ, seq_first, q), _merge(dK, seq_first, k), _merge(dV, seq_first, v))
+
+
+def varlen_attention(q, k, v, q_start, q_len, k_start, k_len, num_heads, seq_first, is_causal,
+                     scale):
+    """Variable-length attention (inference-only; FlashAttention's varlen): batch entry b
+    uses query rows q_start[b] .. q_start[b] + q_len[b] - 1 and key/value rows
+    k_start[b] .. k_start[b] + k_len[b] - 1 of its own sequence (layouts as above:
+    a packed batch of sequences is B = 1 with starts = cu_seqlens[:-1]).  Keys outside a
+    range are never read, query rows outside every range are 0 in the output.
+    is_causal: row i of a range attends keys j <= i of its range (top-left aligned)."""
+    H = num_heads
+    Q, K, V = _split(q, H, seq_first), _split(k, H, seq_first), _split(v, H, seq_first)
+    B, _, L, _ = Q.shape
+    out = np.zeros(Q.shape[:3] + (V.shape[3],))
+    nb = len(q_start)
+    for b in range(nb):
+        bb = b if B > 1 else 0
+        qs, ql, ks, kl = int(q_start[b]), int(q_len[b]), int(k_start[b]), int(k_len[b])
+        if ql == 0:
+            continue
+        s = np.matmul(Q[bb, :, qs:qs + ql], K[bb, :, ks:ks + kl].transpose(0, 2, 1)) * scale
+        if is_causal:
+            s = np.where(np.tril(np.ones((ql, kl), dtype=bool)), s, -np.inf)
+        if kl == 0:
+            continue
+        m = s.max(axis=-1, keepdims=True)
+        e = np.exp(s - m)
+        out[bb, :, qs:qs + ql] = np.matmul(e / e.sum(axis=-1, keepdims=True),
+                                           V[bb, :, ks:ks + kl])
+    return _merge(out, seq_first, q)

@@ -3,7 +3,7 @@ import numpy as np
 
 from ._util import cast, f64
 
-OPS = ("layer_norm", "layer_norm_backward", "layer_norm_infer")
+OPS = ("layer_norm", "layer_norm_backward", "layer_norm_infer", "add_layer_norm_infer")
 
 
 def layer_norm(x, weight, bias, D, eps):
@@ -42,3 +42,10 @@ def layer_norm_backward(dy, saved):
 def layer_norm_infer(x, weight, bias, D, eps):
     """layer_norm's output alone (inference-only: returns just y, saves nothing)."""
     return layer_norm(x, weight, bias, D, eps)[0]
+
+
+def add_layer_norm_infer(x, residual, weight, bias, D, eps):
+    """layer_norm(x + residual) (inference-only): the post-LN transformer's residual step.
+    The sum is rounded to the input dtype first, as the unfused x + residual would be."""
+    s = cast(f64(x) + f64(residual), x)
+    return layer_norm(s, weight, bias, D, eps)[0]
