@@ -9,7 +9,9 @@ Parameter names follow the GPT-2 checkpoint layout (``wte.weight``, ``wpe.weight
 ``ln_f.bias``), so the ``model.safetensors`` of a GPT-2 checkpoint loads directly:
 ``load_state_dict`` also accepts the ``transformer.`` prefix, the causal-mask buffers
 (``h.{i}.attn.bias`` / ``masked_bias``, not parameters here) and a tied ``lm_head.weight``.
-``GPT.from_state_dict(sd, n_head=12)`` builds the model that matches a checkpoint.
+``GPT.from_pretrained(dir)`` builds the model of a Hugging Face GPT-2 directory (config.json
+gives the shapes and n_head); ``GPT.from_state_dict(sd, n_head=12)`` the one matching bare
+weights.  ``generate`` decodes with a key/value cache (fastnn/models/_decode.py).
 """
 import numbers
 
@@ -28,7 +30,8 @@ class GPTConfig:
     """Hyperparameters (GPT-2 small's by default; GPT-2's config.json names in brackets)."""
 
     def __init__(self, vocab_size=50257, block_size=1024, n_layer=12, n_head=12, d_model=768,
-                 dropout=0.0, tie_weights=True, layer_norm_epsilon=1e-5):
+                 dropout=0.0, tie_weights=True, layer_norm_epsilon=1e-5,
+                 activation="gelu_tanh"):
         self.vocab_size = int_arg(vocab_size, "vocab_size", 1)      # [vocab_size]
         self.block_size = int_arg(block_size, "block_size", 1)      # [n_positions]
         self.n_layer = int_arg(n_layer, "n_layer", 0)
@@ -41,6 +44,10 @@ class GPTConfig:
         self.dropout = float(dropout)
         self.tie_weights = bool(tie_weights)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
+        if activation not in ("gelu_tanh", "gelu", "relu"):   # [activation_function]
+            raise ValueError(f"activation must be 'gelu_tanh' (GPT-2's gelu_new), 'gelu' or "
+                             f"'relu', got {activation!r}")
+        self.activation = activation
 
     def to_dict(self):
         return dict(self.__dict__)
@@ -78,6 +85,7 @@ class GPT(Module):
         for blk in self.h:
             for m in (blk.ln_1, blk.ln_2):
                 m.eps = cfg.layer_norm_epsilon
+            blk.mlp.activation = cfg.activation
         if np.dtype(dt) != np.float32:
             self.to(np.dtype(dt))
 
@@ -263,6 +271,33 @@ class GPT(Module):
         model.load_state_dict(sd)
         return model
 
+    @classmethod
+    def from_pretrained(cls, path, dtype=None):
+        """The GPT of a Hugging Face GPT-2 directory (``config.json`` with model_type "gpt2"
+        + ``model.safetensors``; the ``transformer.`` prefix, the causal-mask buffers and a
+        tied ``lm_head.weight`` are handled), in eval mode.  Never unpickles: a directory
+        with only ``pytorch_model.bin`` is refused.  A missing or invalid config field, an
+        unsupported architecture or option, or a tensor whose shape disagrees with the
+        config is a ValueError naming the file and the field."""
+        from ._hf import HFDir, check_shapes
+        d = HFDir(path, "GPT")
+        cfg = _config_from_dir(d)
+        weights = d.weights()
+        model = cls(cfg)
+        expected = {k: v.shape for k, v in model.state_dict().items()}
+        rename = lambda k: _gpt2_key(k, cfg.tie_weights)  # noqa: E731
+        for k in weights:
+            name = rename(k)
+            if name is not None and name not in expected:
+                raise ValueError(f"{d.file(d.weights_name())}: tensor {k!r} is not in a GPT "
+                                 f"with config.json's n_layer={cfg.n_layer}, "
+                                 f"tie_word_embeddings={cfg.tie_weights}")
+        check_shapes(d, expected, weights, hint=_shape_fields, rename=rename)
+        model.load_state_dict({rename(k): v for k, v in weights.items() if rename(k)})
+        if dtype is not None and np.dtype(dtype) != np.float32:
+            model.to(np.dtype(dtype))
+        return model.eval()
+
     def num_parameters(self):
         return sum(int(p.size) for p in self.parameters())
 
@@ -304,21 +339,79 @@ def _left_padding(attention_mask, shape):
     return pad.astype(np.int64)
 
 
+def _gpt2_key(k, tied):
+    """A GPT-2 checkpoint's tensor name -> fastnn GPT's (``transformer.`` stripped), or
+    None for what is no parameter here: the causal-mask buffers and, when ``tied``, the
+    LM head (it is wte.weight)."""
+    if isinstance(k, str) and k.startswith("transformer."):
+        k = k[len("transformer."):]
+    parts = k.split(".") if isinstance(k, str) else []
+    if len(parts) == 4 and parts[0] == "h" and parts[2] == "attn" and \
+            parts[3] in ("bias", "masked_bias"):
+        return None   # GPT-2's causal-mask buffers (the mask is built in, not stored)
+    if tied and k == "lm_head.weight":
+        return None
+    return k
+
+
 def _gpt2_keys(state_dict, tied):
-    """A GPT-2 checkpoint's names -> fastnn GPT's: strip ``transformer.``, drop the causal
-    mask buffers, and a tied ``lm_head.weight`` (when ``tied``; it is wte.weight)."""
+    """A GPT-2 checkpoint's names -> fastnn GPT's (see ``_gpt2_key``)."""
     if not hasattr(state_dict, "items"):
         raise TypeError(f"state_dict must be a mapping of names to arrays, got "
                         f"{type(state_dict).__name__}")
     out = {}
     for k, v in state_dict.items():
-        if isinstance(k, str) and k.startswith("transformer."):
-            k = k[len("transformer."):]
-        parts = k.split(".") if isinstance(k, str) else []
-        if len(parts) == 4 and parts[0] == "h" and parts[2] == "attn" and \
-                parts[3] in ("bias", "masked_bias"):
-            continue   # GPT-2's causal-mask buffers (the mask is built in, not stored)
-        if tied and k == "lm_head.weight":
-            continue
-        out[k] = v
+        name = _gpt2_key(k, tied)
+        if name is not None:
+            out[name] = v
     return out
+
+
+# config.json's activation_function -> FeedForward's activation ("gelu_new", GPT-2's, and
+# its aliases are the tanh approximation; gelu_fast is the same formula)
+_HF_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+                   "gelu_fast": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
+
+
+def _config_from_dir(d):
+    """GPTConfig from an HFDir's config.json (GPT-2 names, every field checked)."""
+    d.check_model(("gpt2",), ("GPT2LMHeadModel", "GPT2Model"))
+    cj = d.file("config.json")
+    pos = lambda v: v > 0   # noqa: E731
+    n_embd = d.field("n_embd", int, 768, check=pos)
+    n_head = d.field("n_head", int, 12, check=pos)
+    if n_embd % n_head:
+        raise ValueError(f"{cj}: field 'n_embd' ({n_embd}) is not divisible by 'n_head' "
+                         f"({n_head})")
+    act = d.field("activation_function", str, "gelu_new")
+    if act not in _HF_ACTIVATIONS:
+        raise ValueError(f"{cj}: field 'activation_function' is {act!r}; supported: "
+                         f"{', '.join(map(repr, _HF_ACTIVATIONS))}")
+    n_inner = d.config.get("n_inner")
+    if n_inner is not None and d.field("n_inner", int) != 4 * n_embd:
+        raise ValueError(f"{cj}: field 'n_inner' is {n_inner!r}; fastnn's GPT has the "
+                         f"GPT-2 MLP width 4 * n_embd = {4 * n_embd}")
+    for name, default, want in (("scale_attn_weights", True, True),
+                                ("scale_attn_by_inverse_layer_idx", False, False),
+                                ("add_cross_attention", False, False)):
+        if d.field(name, bool, default) != want:
+            raise ValueError(f"{cj}: field {name!r} must be {want} for fastnn's GPT")
+    return GPTConfig(vocab_size=d.field("vocab_size", int, 50257, check=pos),
+                     block_size=d.field("n_positions", int, 1024, check=pos),
+                     n_layer=d.field("n_layer", int, 12, check=lambda v: v >= 0),
+                     n_head=n_head, d_model=n_embd,
+                     dropout=d.field("resid_pdrop", float, 0.1, check=lambda v: 0 <= v < 1),
+                     tie_weights=d.field("tie_word_embeddings", bool, True),
+                     layer_norm_epsilon=d.field("layer_norm_epsilon", float, 1e-5, check=pos),
+                     activation=_HF_ACTIVATIONS[act])
+
+
+def _shape_fields(name):
+    """The config.json fields a parameter's shape comes from (for error messages)."""
+    if name.startswith("wte") or name.startswith("lm_head"):
+        return "vocab_size, n_embd"
+    if name.startswith("wpe"):
+        return "n_positions, n_embd"
+    if ".mlp." in name:
+        return "n_embd, n_inner = 4 * n_embd"
+    return "n_embd"
