@@ -237,3 +237,36 @@ def test_generate_bad_input():
     # padding positions may hold any id, even one outside the vocabulary
     out = m.generate(np.array([[-1, 2, 3]]), 2, temperature=0, attention_mask=[[0, 1, 1]])
     np.testing.assert_array_equal(out[0, 1:], m.generate([2, 3], 2, temperature=0)[0])
+
+
+# ------------------------------------------------------------------ the decode GEMM kernel
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_skinny_linear_matches_reference(dtype):
+    from fastnn._backend import backend
+    cpu, ref = backend("cpu"), backend("reference")
+    rng = np.random.default_rng(0)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+    # rows 1..9 cover the 4-row groups and their tails; in/out sizes off the 8/4/block grid
+    for M, K, N in [(1, 37, 300), (4, 64, 513), (5, 13, 70), (9, 771, 65), (16, 8, 1),
+                    (3, 1, 257), (0, 5, 6), (2, 5, 0)]:
+        x = rng.standard_normal((M, K)).astype(dtype)
+        for io in (True, False):
+            w = rng.standard_normal((K, N) if io else (N, K)).astype(dtype)
+            for b in (rng.standard_normal(N).astype(dtype), None):
+                y = cpu.skinny_linear(x, w, b, io)
+                assert y.shape == (M, N) and y.dtype == dtype
+                np.testing.assert_allclose(y, ref.skinny_linear(x, w, b, io), **tol)
+    # the same bits at any thread count (fixed column blocks, fixed summation order)
+    x = rng.standard_normal((8, 768)).astype(dtype)
+    w = rng.standard_normal((768, 3000)).astype(dtype)
+    wt = w.T.copy()
+    n = fastnn.get_num_threads()
+    try:
+        fastnn.set_num_threads(1)
+        one = [cpu.skinny_linear(x, w, None, True), cpu.skinny_linear(x, wt, None, False)]
+        fastnn.set_num_threads(2)
+        two = [cpu.skinny_linear(x, w, None, True), cpu.skinny_linear(x, wt, None, False)]
+    finally:
+        fastnn.set_num_threads(n)
+    for a, b in zip(one, two):
+        np.testing.assert_array_equal(a, b)

@@ -18,8 +18,27 @@ reads the modules' parameter arrays as they are and runs the same ops on them.
 import numpy as np
 
 from .. import functional as F
+from .._backend import host_backend
 
 _ACT = {"gelu_tanh": "tanh", "gelu": "none"}
+_SKINNY_ROWS = 16    # up to this many rows a GEMM streams its weight once (skinny_linear)
+
+
+def matmul(x, w, b, weight_in_out):
+    """x (..., in) times w -- (in, out) when ``weight_in_out`` (Conv1D), else (out, in) --
+    plus b (or None).  Decode steps (a few rows) use the backend's skinny_linear; the
+    prompt's many rows are a BLAS GEMM."""
+    rows = x.reshape(-1, x.shape[-1])
+    if rows.shape[0] <= _SKINNY_ROWS:
+        be = host_backend()
+        if be is not None:
+            c = np.ascontiguousarray     # no copy of what already is (the parameters)
+            y = be.skinny_linear(c(rows), c(w), None if b is None else c(b), weight_in_out)
+            return y.reshape(x.shape[:-1] + y.shape[-1:])
+    y = np.matmul(x, w if weight_in_out else w.T)
+    if b is not None:
+        y += b
+    return y
 
 
 class KVDecoder:
@@ -66,21 +85,18 @@ class KVDecoder:
     def _mlp(self, x, lw):
         (_, _, _, _, _, _, _, w2, b2, eps2, wfc, bfc, wp, bp, act) = lw
         h = F.layer_norm(x, (self.D,), w2, b2, eps2)
-        h = np.matmul(h, wfc)
-        h += bfc
+        h = matmul(h, wfc, bfc, True)
         if act == "relu":
             np.maximum(h, 0, out=h)
         else:
             h = F.gelu(h, _ACT[act], out=h)
-        y = np.matmul(h, wp)
-        y += bp
-        x += y
+        x += matmul(h, wp, bp, True)
         return x
 
     def logits(self, x):
         """(B, D) last hidden rows -> (B, vocab) logits (final layer norm, LM head)."""
         h = F.layer_norm(x, (self.D,), self.ln_f[0], self.ln_f[1], self.eps)
-        return np.matmul(h, self.head.T)
+        return matmul(h, self.head, None, False)
 
     # ------------------------------------------------------------------ prefill
     def prefill(self, idx):
@@ -97,16 +113,13 @@ class KVDecoder:
         for li, lw in enumerate(self.layers):
             w1, b1, eps1, wa, ba, wo, bo = lw[:7]
             h = F.layer_norm(x, (D,), w1, b1, eps1)
-            qkv = np.matmul(h, wa)
-            qkv += ba
+            qkv = matmul(h, wa, ba, True)
             q, k, v = qkv[..., :D], qkv[..., D:2 * D], qkv[..., 2 * D:]
             kv = self.cache[li]
             kv[0, :, :, :T] = k.reshape(B, T, H, E).transpose(0, 2, 1, 3)
             kv[1, :, :, :T] = v.reshape(B, T, H, E).transpose(0, 2, 1, 3)
             o, _ = F.multi_head_attention_fwd(q, k, v, H, True, mask, mask_index, 0.0, True)
-            y = np.matmul(o, wo)
-            y += bo
-            x += y
+            x += matmul(o, wo, bo, True)
             x = self._mlp(x, lw)
         self.t = T
         return self.logits(x[:, -1])
@@ -122,16 +135,13 @@ class KVDecoder:
         for li, lw in enumerate(self.layers):
             w1, b1, eps1, wa, ba, wo, bo = lw[:7]
             h = F.layer_norm(x, (D,), w1, b1, eps1)
-            qkv = np.matmul(h, wa)
-            qkv += ba
+            qkv = matmul(h, wa, ba, True)
             kv = self.cache[li]
             kv[0, :, :, t] = qkv[:, D:2 * D].reshape(B, H, E)
             kv[1, :, :, t] = qkv[:, 2 * D:].reshape(B, H, E)
             o = decode_attention(qkv[:, :D].reshape(B, H, 1, E), kv[0, :, :, :n],
                                  kv[1, :, :, :n], km, self.scale)
-            y = np.matmul(o.reshape(B, D), wo)
-            y += bo
-            x += y
+            x += matmul(o.reshape(B, D), wo, bo, True)
             x = self._mlp(x, lw)
         self.t = n
         return self.logits(x)

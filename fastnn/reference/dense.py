@@ -3,7 +3,7 @@ import numpy as np
 
 from ._util import cast, f64
 
-OPS = ("linear", "linear_backward")
+OPS = ("linear", "linear_backward", "skinny_linear")
 
 
 def linear(x, weight, bias):
@@ -22,3 +22,13 @@ def linear_backward(dy, saved):
     dw = g.T @ x2
     db = g.sum(axis=0) if has_bias else None
     return cast(dx, x), cast(dw, x), cast(db, x)
+
+
+def skinny_linear(x, weight, bias, weight_in_out):
+    """The few-row product of decoding, inference only: x (M, in) @ weight (in, out) when
+    ``weight_in_out`` (GPT-2's Conv1D layout), else x @ weight (out, in)^T; + bias."""
+    w = f64(weight) if weight_in_out else f64(weight).T
+    y = f64(x) @ w
+    if bias is not None:
+        y = y + f64(bias)
+    return cast(y, x)
