@@ -383,10 +383,7 @@ def _config_from_dir(d):
     if n_embd % n_head:
         raise ValueError(f"{cj}: field 'n_embd' ({n_embd}) is not divisible by 'n_head' "
                          f"({n_head})")
-    act = d.field("activation_function", str, "gelu_new")
-    if act not in _HF_ACTIVATIONS:
-        raise ValueError(f"{cj}: field 'activation_function' is {act!r}; supported: "
-                         f"{', '.join(map(repr, _HF_ACTIVATIONS))}")
+    act = d.field("activation_function", str, "gelu_new", check=_HF_ACTIVATIONS.__contains__)
     n_inner = d.config.get("n_inner")
     if n_inner is not None and d.field("n_inner", int) != 4 * n_embd:
         raise ValueError(f"{cj}: field 'n_inner' is {n_inner!r}; fastnn's GPT has the "
