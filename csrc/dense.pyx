@@ -24,7 +24,7 @@ include "fnn_runtime.pxi"
 include "fnn_gemm.pxi"
 include "fnn_colsum.pxi"
 
-OPS = ("linear", "linear_backward", "linear_act_infer")
+OPS = ("linear", "linear_backward", "linear_act_infer", "skinny_linear")
 
 
 cdef void _fill_bias(real* y, const real* b, Py_ssize_t rows, Py_ssize_t n, int nt) noexcept nogil:
@@ -334,3 +334,154 @@ def linear_act_infer(cnp.ndarray x, cnp.ndarray weight_t, object bias, str activ
                                            nt)
     return y
 
+
+# ---------------------------------------------------------------- few-row GEMMs (decoding)
+# A decode step multiplies a few rows (one token per sequence) by every weight matrix, so
+# its cost is streaming each weight from memory once.  OpenBLAS's small-M sgemm packs and
+# re-reads the weight (its 8-row product ran at a quarter of its GEMV's bandwidth here), so
+# these kernels read every weight element once for all rows.  Output columns are split in
+# fixed blocks over the threads, each output is one thread's sum in a fixed order: results
+# do not depend on the thread count.
+cdef enum:
+    _SK_VB = 64       # output columns per block, weight (out, in)
+
+
+cdef void _skinny_io_rows(const real* x, const real* w, real* p, Py_ssize_t M, Py_ssize_t K,
+                          Py_ssize_t N, Py_ssize_t k0, Py_ssize_t k1) noexcept nogil:
+    """p (M, N) = x[:, k0:k1] w[k0:k1], w (K, N): weight rows k0..k1 stream in order (one
+    contiguous run of memory), four at a time added to every output row (axpy form)."""
+    cdef Py_ssize_t m, j, k = k0
+    cdef real* pr
+    cdef const real* w0
+    cdef const real* w1
+    cdef const real* w2
+    cdef const real* w3
+    cdef real x0, x1, x2, x3
+    memset(p, 0, M * N * sizeof(real))
+    while k + 4 <= k1:
+        w0 = w + k * N
+        w1 = w0 + N
+        w2 = w1 + N
+        w3 = w2 + N
+        for m in range(M):
+            x0 = x[m * K + k]
+            x1 = x[m * K + k + 1]
+            x2 = x[m * K + k + 2]
+            x3 = x[m * K + k + 3]
+            pr = p + m * N
+            for j in range(N):
+                pr[j] = pr[j] + (x0 * w0[j] + x1 * w1[j] + x2 * w2[j] + x3 * w3[j])
+        k += 4
+    while k < k1:
+        w0 = w + k * N
+        for m in range(M):
+            x0 = x[m * K + k]
+            pr = p + m * N
+            for j in range(N):
+                pr[j] = pr[j] + x0 * w0[j]
+        k += 1
+
+
+cdef extern from "fnn_skinny.h" nogil:
+    void fnn_dot_rows_f32(const float* x, Py_ssize_t K, const float* w, int nr, float* out)
+
+
+cdef void _skinny_oi(const real* x, const real* w, const real* b, real* y, Py_ssize_t M,
+                     Py_ssize_t K, Py_ssize_t N, Py_ssize_t n0, Py_ssize_t n1) noexcept nogil:
+    """y[:, n0:n1] = x w[n0:n1]^T + b, w (N, K): each weight row is dotted with the x rows
+    (four at a time in float32, fnn_skinny.h) while it is in L1."""
+    cdef Py_ssize_t n, m, k, j, nr
+    cdef const real* wr
+    cdef const real* xr
+    cdef float out4[4]
+    cdef real s, bn
+    for n in range(n0, n1):
+        wr = w + n * K
+        bn = b[n] if b != NULL else 0
+        m = 0
+        while m < M:
+            nr = M - m if M - m < 4 else 4
+            if real is float:
+                fnn_dot_rows_f32(x + m * K, K, wr, <int>nr, out4)
+                for k in range(nr):
+                    y[(m + k) * N + n] = out4[k] + bn
+            else:
+                for k in range(nr):
+                    xr = x + (m + k) * K
+                    s = 0
+                    for j in range(K):
+                        s = s + xr[j] * wr[j]
+                    y[(m + k) * N + n] = s + bn
+            m += nr
+
+
+cdef enum:
+    _SK_KC = 4        # weight (in, out): rows split in this many chunks, summed in order
+
+
+cdef int _skinny(bint w_in_out, const real* x, const real* w, const real* b, real* y,
+                 Py_ssize_t M, Py_ssize_t K, Py_ssize_t N) noexcept nogil:
+    """-> 0, or -1 when out of memory.  weight (out, in): output columns in fixed blocks
+    over the threads.  weight (in, out): the weight's rows in _SK_KC fixed chunks, one
+    contiguous stream each, into per-chunk partial outputs then summed in chunk order --
+    column blocks of a row-major (in, out) weight would read it in short strided pieces."""
+    cdef Py_ssize_t nblk, i, j, m, n0, n1, c, MN = M * N
+    cdef int nt = _threads_for(N * K, 1 << 16)
+    cdef real* part
+    cdef real s
+    if not w_in_out:
+        nblk = (N + _SK_VB - 1) // _SK_VB
+        if nt > nblk:
+            nt = <int>nblk
+        for i in prange(nblk, nogil=True, schedule="static", num_threads=nt):
+            n0 = i * _SK_VB
+            n1 = n0 + _SK_VB
+            if n1 > N:
+                n1 = N
+            _skinny_oi(x, w, b, y, M, K, N, n0, n1)
+        return 0
+    part = <real*>fnn_alloc(_SK_KC * MN, sizeof(real))
+    if part == NULL:
+        return -1
+    if nt > _SK_KC:
+        nt = _SK_KC
+    for c in prange(_SK_KC, nogil=True, schedule="static", num_threads=nt):
+        _skinny_io_rows(x, w, part + c * MN, M, K, N, c * K // _SK_KC, (c + 1) * K // _SK_KC)
+    for i in range(MN):
+        s = (part[i] + part[MN + i]) + (part[2 * MN + i] + part[3 * MN + i])
+        y[i] = s + b[i % N] if b != NULL else s
+    free(part)
+    return 0
+
+
+def skinny_linear(cnp.ndarray x, cnp.ndarray weight, object bias, bint weight_in_out):
+    """skinny_linear(x, weight, bias, weight_in_out) -> y: the few-row product of decoding.
+
+    IN  x (M, in) C-contiguous; weight C-contiguous, same dtype: (in, out) when
+        weight_in_out (GPT-2's Conv1D layout, y = x weight + bias), else (out, in) (Linear's
+        and the tied LM head's, y = x weight^T + bias); bias (out,) C-contiguous or None.
+    OUT y (M, out).  Inference only (nothing saved)."""
+    cdef Py_ssize_t M = x.shape[0], K = x.shape[1]
+    cdef Py_ssize_t N = weight.shape[1] if weight_in_out else weight.shape[0]
+    cdef cnp.ndarray y = np.empty((M, N), dtype=x.dtype)
+    cdef cnp.ndarray b
+    cdef const void* bp = NULL
+    if bias is not None:
+        b = bias
+        bp = cnp.PyArray_DATA(b)
+    if M == 0 or N == 0:
+        return y
+    cdef int rc
+    if x.dtype == np.float32:
+        with nogil:
+            rc = _skinny[float](weight_in_out, <const float*>cnp.PyArray_DATA(x),
+                           <const float*>cnp.PyArray_DATA(weight), <const float*>bp,
+                           <float*>cnp.PyArray_DATA(y), M, K, N)
+    else:
+        with nogil:
+            rc = _skinny[double](weight_in_out, <const double*>cnp.PyArray_DATA(x),
+                            <const double*>cnp.PyArray_DATA(weight), <const double*>bp,
+                            <double*>cnp.PyArray_DATA(y), M, K, N)
+    if rc:
+        raise MemoryError("skinny_linear: out of memory for the partial sums")
+    return y

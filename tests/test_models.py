@@ -146,7 +146,9 @@ def test_gpt_generate():
     long = m.generate(np.zeros((2, 1), np.int64), 20)
     assert long.shape == (2, 21)
     with pytest.raises(ValueError, match="temperature"):
-        m.generate(idx, 2, temperature=0)
+        m.generate(idx, 2, temperature=-0.5)
+    # temperature=0 is greedy, without drawing random numbers
+    np.testing.assert_array_equal(m.generate(idx, 4, temperature=0, rng=None), g)
     with pytest.raises(ValueError):
         m.generate(idx, 2, top_k=0)
     with pytest.raises(ValueError):

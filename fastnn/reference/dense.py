@@ -3,7 +3,7 @@ import numpy as np
 
 from ._util import cast, f64
 
-OPS = ("linear", "linear_backward", "linear_act_infer")
+OPS = ("linear", "linear_backward", "linear_act_infer", "skinny_linear")
 
 
 def linear(x, weight, bias):
@@ -37,4 +37,14 @@ def linear_act_infer(x, weight_t, bias, activation):
         y = gelu(y, "tanh" if activation == "gelu_tanh" else "none", None)[0]
     elif activation != "none":
         raise ValueError(f"unknown activation {activation!r}")
+    return cast(y, x)
+
+
+def skinny_linear(x, weight, bias, weight_in_out):
+    """The few-row product of decoding, inference only: x (M, in) @ weight (in, out) when
+    ``weight_in_out`` (GPT-2's Conv1D layout), else x @ weight (out, in)^T; + bias."""
+    w = f64(weight) if weight_in_out else f64(weight).T
+    y = f64(x) @ w
+    if bias is not None:
+        y = y + f64(bias)
     return cast(y, x)
