@@ -187,12 +187,30 @@ def test_threadpool_limits_blas_governs_the_gemms(restore_threads):
     assert {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"} == {2}
 
 
+def _kernels_openmp_path():
+    """Real path of the OpenMP runtime fastnn's kernels are bound to (other packages may
+    load their own copies -- scikit-learn vendors a libgomp -- which fastnn leaves alone)."""
+    import ctypes
+    from fastnn.cpu import openmp_module
+    ext = ctypes.CDLL(openmp_module().__file__)
+    addr = ctypes.cast(ext.omp_get_max_threads, ctypes.c_void_p).value
+
+    class DlInfo(ctypes.Structure):
+        _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                    ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+    info = DlInfo()
+    assert ctypes.CDLL(None).dladdr(ctypes.c_void_p(addr), ctypes.byref(info))
+    return os.path.realpath(info.dli_fname.decode())
+
+
 def test_set_num_threads_shows_in_threadpool_info(restore_threads):
     from threadpoolctl import threadpool_info
+    ours = _kernels_openmp_path()
     for n in (1, 3, 2):
         fastnn.set_num_threads(n)
-        omp = {i["num_threads"] for i in threadpool_info() if i["user_api"] == "openmp"}
-        assert omp == {n}, f"set_num_threads({n}) but threadpool_info says {omp}"
+        omp = {i["num_threads"] for i in threadpool_info()
+               if i["user_api"] == "openmp" and os.path.realpath(i["filepath"]) == ours}
+        assert omp == {n}, f"set_num_threads({n}) but threadpool_info says {omp} for {ours}"
 
 
 def test_set_num_threads_is_process_wide(restore_threads):
