@@ -465,7 +465,7 @@ BAD_CALLS += [BadCall("Embedding(num_embeddings=-1)", lambda: nn.Embedding(-1, 3
 
 # ================================================================== loss
 def _ce_draw(D, dt):
-    n, c = D.side(0, 6, 512), D.side(1, 6, 1000)
+    n, c = D.side(0, 6, 16384), D.side(1, 6, 100)
     extra = D.dims(0, 1, side_lo=1, side_hi=3, big=())
     x = D.array((n, c) + extra, dt, D.choice([1.0, 4.0]))
     t = D.integers((n,) + extra, 0, c)
@@ -504,7 +504,7 @@ BAD_CALLS += [BadCall("CrossEntropyLoss(reduction='x')", lambda: nn.CrossEntropy
 
 
 def _nll_draw(D, dt):
-    n, c = D.side(0, 6, 512), D.side(1, 6, 1000)
+    n, c = D.side(0, 6, 16384), D.side(1, 6, 100)
     extra = D.dims(0, 1, side_lo=1, side_hi=3, big=())
     x = D.array((n, c) + extra, dt, 2.0)
     t = D.integers((n,) + extra, 0, c)
@@ -541,7 +541,8 @@ def _ew_draw(x_kind="normal", y_kind="normal", weight=False, pos_weight=False, t
         return D.array(shape, dt, D.choice([1.0, 3.0]))
 
     def draw(D, dt):
-        shape = D.dims(0, 4, big=(256, 400))
+        # big: 1M elements, so one call is long against its Python overhead (the GIL test)
+        shape = D.dims(0, 4, big=(512, 2048))
         x, y = values(D, x_kind, shape, dt), values(D, y_kind, shape, dt)
         w = D.uniform(shape, dt, 0.2, 2.0) if weight and D.bool() else None
         pw = (D.uniform(shape[-1:], dt, 0.5, 3.0) if pos_weight and shape and D.bool() else None)
