@@ -40,6 +40,15 @@ cdef extern from *:
     #endif
     }
 
+    static inline int fnn_reported_threads(void)
+    {
+    #ifdef _OPENMP
+        return fnn_max_threads();
+    #else
+        return __atomic_load_n(&fnn_requested_threads, __ATOMIC_RELAXED);
+    #endif
+    }
+
     static inline void fnn_request_threads(int n)
     {
         __atomic_store_n(&fnn_requested_threads, n, __ATOMIC_RELAXED);
@@ -65,6 +74,7 @@ cdef extern from *:
     void fnn_flag_set(int* flag) nogil
     int fnn_flag_get(const int* flag) nogil
     int fnn_max_threads() nogil
+    int fnn_reported_threads() nogil
     void fnn_request_threads(int n) nogil
     int fnn_team_size(int n) nogil
     int fnn_fork_serial
@@ -79,8 +89,10 @@ def _set_num_threads(int n):
 
 
 def _get_num_threads():
-    """Threads a kernel called from this thread may use now."""
-    return fnn_max_threads()
+    """Threads a kernel called from this thread may use now.  A build without OpenMP runs
+    every kernel on the calling thread and reports the count last requested (0 = none; the
+    caller then uses its default), which is what the BLAS pool gets."""
+    return fnn_reported_threads()
 
 
 def _fork_child_serial():

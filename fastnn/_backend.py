@@ -244,7 +244,9 @@ def get_num_threads():
     from . import cpu
     omp = cpu.openmp_module()
     if omp is not None:      # OpenMP's own count, as the kernels read it
-        return omp._get_num_threads()
+        n = omp._get_num_threads()
+        if n > 0:
+            return n         # (0: a build without OpenMP that was never given a count)
     if _num_threads[0] is None:
         _num_threads[0] = default_num_threads()
     return _num_threads[0]
