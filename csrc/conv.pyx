@@ -476,14 +476,35 @@ cdef void _wgrad_rows_chunk(const real* x, const real* gy, real* dw_part, Py_ssi
                 dw_part[(o * Kr + k) * g.kw + j] = acc[(j * g.O + o) * Kr + k]
 
 
-cdef int _bwd_gemm(const real* x, const real* w, const real* gy, real* dx, real* dw_part,
-                   Py_ssize_t nch, Py_ssize_t per, Geo* g, int nt) except -1 nogil:
+cdef enum:
+    _CH_BWD = 0        # conv2d backward: _bwd_chunk (d_input and/or d_weight)
+    _CH_WROWS = 1      # conv1d's d_weight alone by column tap: _wgrad_rows_chunk
+    _CH_TBWD = 2       # conv_transpose2d backward, one pass: _tbwd_chunk
+
+
+cdef inline void _run_chunk(int mode, const real* x, const real* w, const real* gy, real* dx,
+                            real* dw, Py_ssize_t n0, Py_ssize_t n1, real* col,
+                            Geo* g) noexcept nogil:
+    if mode == _CH_WROWS:
+        _wgrad_rows_chunk(x, gy, dw, n0, n1, col, g)
+    elif mode == _CH_TBWD:
+        _tbwd_chunk(x, w, gy, dx, dw, n0, n1, col, g)
+    else:
+        _bwd_chunk(x, w, gy, dx, dw, n0, n1, col, g)
+
+
+cdef int _chunked(int mode, const real* x, const real* w, const real* gy, real* dx,
+                  real* dw_part, Py_ssize_t nch, Py_ssize_t per, Geo* g,
+                  int nt) except -1 nogil:
+    """The image-chunk driver of the GEMM backwards: chunk ch (images ch*per ..) runs
+    ``mode``'s kernel into d_weight partial ch (added in chunk order by the caller), each
+    thread with its own column buffer (checked allocation: MemoryError, never NULL)."""
     cdef Py_ssize_t ch, n0, n1, csize = g.C * g.kh * g.kw * _tile_rows(g) * g.OW
     cdef Py_ssize_t wsz = g.O * g.Cg * g.kh * g.kw
-    cdef bint rows = dw_part != NULL and _wgrad_rows_ok(g, dx)
     cdef real* col = NULL
+    cdef real* dw
     cdef int failed = 0
-    if rows:
+    if mode == _CH_WROWS:
         csize = g.C * g.kh * (g.OW + g.dw * (g.kw - 1)) + g.kw * g.O * g.Cg * g.kh
     if nt > 1:
         with parallel(num_threads=nt):
@@ -497,11 +518,8 @@ cdef int _bwd_gemm(const real* x, const real* w, const real* gy, real* dx, real*
                 n1 = n0 + per
                 if n1 > g.N:
                     n1 = g.N
-                if rows:
-                    _wgrad_rows_chunk(x, gy, dw_part + ch * wsz, n0, n1, col, g)
-                else:
-                    _bwd_chunk(x, w, gy, dx, dw_part + ch * wsz if dw_part != NULL else NULL,
-                               n0, n1, col, g)
+                dw = dw_part + ch * wsz if dw_part != NULL else NULL
+                _run_chunk(mode, x, w, gy, dx, dw, n0, n1, col, g)
             free(col)
         if failed:
             _raise_nomem(csize * sizeof(real) + 64, 1)
@@ -512,13 +530,16 @@ cdef int _bwd_gemm(const real* x, const real* w, const real* gy, real* dx, real*
             n1 = n0 + per
             if n1 > g.N:
                 n1 = g.N
-            if rows:
-                _wgrad_rows_chunk(x, gy, dw_part + ch * wsz, n0, n1, col, g)
-            else:
-                _bwd_chunk(x, w, gy, dx, dw_part + ch * wsz if dw_part != NULL else NULL, n0, n1,
-                           col, g)
+            _run_chunk(mode, x, w, gy, dx, dw_part + ch * wsz if dw_part != NULL else NULL,
+                       n0, n1, col, g)
         free(col)
     return 0
+
+
+cdef int _bwd_gemm(const real* x, const real* w, const real* gy, real* dx, real* dw_part,
+                   Py_ssize_t nch, Py_ssize_t per, Geo* g, int nt) except -1 nogil:
+    cdef int mode = _CH_WROWS if dw_part != NULL and _wgrad_rows_ok(g, dx) else _CH_BWD
+    return _chunked(mode, x, w, gy, dx, dw_part, nch, per, g, nt)
 
 
 # ---------------------------------------------------------------- depthwise
@@ -967,30 +988,6 @@ cdef void _tbwd_chunk(const real* z, const real* w, const real* gx, real* y, rea
             r0 = r1
 
 
-cdef int _tbwd_run(const real* z, const real* w, const real* gx, real* y, real* part,
-                   Py_ssize_t nch, Py_ssize_t per, Geo* g, int nt) except -1 nogil:
-    cdef Py_ssize_t ch, n0, n1, csize = g.C * g.kh * g.kw * _tile_rows(g) * g.OW
-    cdef Py_ssize_t wsz = g.O * g.Cg * g.kh * g.kw
-    cdef real* col = NULL
-    cdef int failed = 0
-    with parallel(num_threads=nt):
-        col = <real*>fnn_alloc(csize * sizeof(real) + 64, 1)
-        if col == NULL:
-            fnn_flag_set(&failed)
-        for ch in prange(nch, schedule="dynamic", chunksize=1):
-            if col == NULL:
-                continue
-            n0 = ch * per
-            n1 = n0 + per
-            if n1 > g.N:
-                n1 = g.N
-            _tbwd_chunk(z, w, gx, y, part + ch * wsz, n0, n1, col, g)
-        free(col)
-    if failed:
-        _raise_nomem(csize * sizeof(real) + 64, 1)
-    return 0
-
-
 cdef tuple _tbwd(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray x, Geo* g):
     """(conv2d(dy, weight), d_weight) of conv_transpose2d in one pass (fixed image chunks,
     partials added in chunk order, as conv2d_backward)."""
@@ -1006,11 +1003,11 @@ cdef tuple _tbwd(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray x, Geo* g):
     with _blas_single() if nt > 1 else _no_context():
         with nogil:
             if f32:
-                _tbwd_run[float](<const float*>cnp.PyArray_DATA(dy), <const float*>cnp.PyArray_DATA(weight),
+                _chunked[float](_CH_TBWD, <const float*>cnp.PyArray_DATA(dy), <const float*>cnp.PyArray_DATA(weight),
                                  <const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(dx),
                                  <float*>cnp.PyArray_DATA(part), nch, per, g, nt)
             else:
-                _tbwd_run[double](<const double*>cnp.PyArray_DATA(dy), <const double*>cnp.PyArray_DATA(weight),
+                _chunked[double](_CH_TBWD, <const double*>cnp.PyArray_DATA(dy), <const double*>cnp.PyArray_DATA(weight),
                                   <const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(dx),
                                   <double*>cnp.PyArray_DATA(part), nch, per, g, nt)
     return dx, (part[0] if nch == 1 else _sum_parts(part).astype(dy.dtype))
