@@ -39,7 +39,24 @@ def _init_params(m, shape, n_bias, bias, dtype):
         m.register_parameter("bias", None)
 
 
-class Conv2d(Module):
+class _ConvNd(Module):
+    """Forward, backward and repr of Conv1d / Conv2d: the F pair in ``_op`` (fwd, bwd)."""
+
+    def forward(self, x):
+        b = self.bias
+        y, ctx = self._op[0](x, self.weight.data, None if b is None else b.data, self.stride,
+                             self.padding, self.dilation, self.groups)
+        self._keep(ctx)
+        return y
+
+    def backward(self, dy):
+        return _conv_backward(self, self._op[1], dy)
+
+    def extra_repr(self):
+        return _conv_repr(self)
+
+
+class Conv2d(_ConvNd):
     """torch.nn.Conv2d (padding_mode 'zeros'): weight (out, in/groups, kH, kW), bias (out,),
     both ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (torch's kaiming_uniform_(a=sqrt(5)))."""
 
@@ -58,18 +75,7 @@ class Conv2d(Module):
         _init_params(self, (self.out_channels, self.in_channels // self.groups) + self.kernel_size,
                      self.out_channels, bias, dtype)
 
-    def forward(self, x):
-        b = self.bias
-        y, ctx = F.conv2d_fwd(x, self.weight.data, None if b is None else b.data, self.stride,
-                              self.padding, self.dilation, self.groups)
-        self._keep(ctx)
-        return y
-
-    def backward(self, dy):
-        return _conv_backward(self, F.conv2d_bwd, dy)
-
-    def extra_repr(self):
-        return _conv_repr(self)
+    _op = (F.conv2d_fwd, F.conv2d_bwd)   # a tuple: not bound as methods
 
 
 def _conv_repr(m, extra=("padding", "dilation")):
@@ -96,7 +102,7 @@ def _conv_backward(m, bwd, dy):
     return dx
 
 
-class Conv1d(Module):
+class Conv1d(_ConvNd):
     """torch.nn.Conv1d (padding_mode 'zeros'): weight (out, in/groups, k), bias (out,), torch's
     init; input (N, C, L) or (C, L).  Runs conv2d's kernels on an (N, C, 1, L) view."""
 
@@ -116,18 +122,7 @@ class Conv1d(Module):
         _init_params(self, (self.out_channels, self.in_channels // self.groups) + self.kernel_size,
                      self.out_channels, bias, dtype)
 
-    def forward(self, x):
-        b = self.bias
-        y, ctx = F.conv1d_fwd(x, self.weight.data, None if b is None else b.data, self.stride,
-                              self.padding, self.dilation, self.groups)
-        self._keep(ctx)
-        return y
-
-    def backward(self, dy):
-        return _conv_backward(self, F.conv1d_bwd, dy)
-
-    def extra_repr(self):
-        return _conv_repr(self)
+    _op = (F.conv1d_fwd, F.conv1d_bwd)   # a tuple: not bound as methods
 
 
 class ConvTranspose2d(Module):
