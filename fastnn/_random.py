@@ -19,6 +19,8 @@ import threading
 
 import numpy as np
 
+from ._validate import is_int
+
 __all__ = ["manual_seed", "initial_seed", "generator", "next_offset", "philox_uniform"]
 
 _lock = threading.Lock()
@@ -29,7 +31,7 @@ _gen = [np.random.default_rng(0x5EED)]
 
 def manual_seed(seed):
     """Seed parameter init, dropout and rrelu (all backends)."""
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+    if not is_int(seed):
         raise TypeError(f"manual_seed: seed must be an int, got {type(seed).__name__}")
     seed = int(seed) & 0xFFFFFFFFFFFFFFFF
     with _lock:

@@ -7,14 +7,12 @@ returned).  Backward through an in-place forward works: the kernels save the out
 where backward can start from it (relu, leaky_relu with slope >= 0, sigmoid, tanh; and
 elu/selu/celu in place) and keep a copy of the input otherwise.
 """
-import math
-import numbers
 
 import numpy as np
 
 from .._backend import dispatch
 from .._random import next_offset
-from .._validate import float_array, is_device, norm_dim, same_dtype
+from .._validate import bool_arg, float_array, is_device, norm_dim, real, same_dtype
 from ._core import grad_in, make_ctx
 
 __all__ = [
@@ -38,22 +36,6 @@ SELU_ALPHA = 1.6732632423543772848170429916717
 SELU_SCALE = 1.0507009873554804934193349852946
 
 
-# ---------------------------------------------------------------- argument checks
-def _real(v, name):
-    if isinstance(v, bool) or not isinstance(v, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(v).__name__}")
-    v = float(v)
-    if not math.isfinite(v):
-        raise ValueError(f"{name} must be finite, got {v}")
-    return v
-
-
-def _bool(v, name):
-    if not isinstance(v, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool, got {type(v).__name__}")
-    return bool(v)
-
-
 def _same_memory(a, b):
     """a and b view exactly the same elements (same start, shape and strides)."""
     return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
@@ -67,7 +49,7 @@ def _launch(kernel_name, x, args, out, inplace):
     contiguous gets the result copied in afterwards."""
     src = x
     x = float_array(x, "input")
-    if _bool(inplace, "inplace"):
+    if bool_arg(inplace, "inplace"):
         if out is not None:
             raise ValueError("pass either out= or inplace=True, not both")
         out = src
@@ -134,7 +116,7 @@ def relu(x, inplace=False, out=None):
 
 # ---------------------------------------------------------------- leaky_relu
 def _leaky_args(negative_slope, inplace):
-    s = _real(negative_slope, "negative_slope")
+    s = real(negative_slope, "negative_slope", finite=True)
     if inplace and s < 0:
         raise ValueError(f"in-place leaky_relu needs negative_slope >= 0 (got {s}): its backward "
                          f"starts from the output, which a negative slope makes ambiguous; "
@@ -183,11 +165,11 @@ def prelu(x, weight):
 
 # ---------------------------------------------------------------- rrelu
 def _rrelu_args(lower, upper, training):
-    lo = _real(lower, "lower")
-    hi = _real(upper, "upper")
+    lo = real(lower, "lower", finite=True)
+    hi = real(upper, "upper", finite=True)
     if lo > hi:
         raise ValueError(f"rrelu: lower ({lo}) must be <= upper ({hi})")
-    training = _bool(training, "training")
+    training = bool_arg(training, "training")
     seed, offset = next_offset() if training else (0, 0)
     return lo, hi, training, seed, offset
 
@@ -217,7 +199,7 @@ def _elu_check_inplace(alpha, scale, input_scale, inplace):
 
 
 def elu_fwd(x, alpha=1.0, inplace=False, out=None):
-    a = _real(alpha, "alpha")
+    a = real(alpha, "alpha", finite=True)
     _elu_check_inplace(a, 1.0, 1.0, inplace)
     return _fwd("elu", x, (a, 1.0, 1.0), out, inplace)
 
@@ -244,7 +226,7 @@ def selu(x, inplace=False, out=None):
 
 
 def celu_fwd(x, alpha=1.0, inplace=False, out=None):
-    a = _real(alpha, "alpha")
+    a = real(alpha, "alpha", finite=True)
     if a == 0:
         raise ValueError("celu: alpha must not be 0 (the formula divides by alpha)")
     return _fwd("elu", x, (a, 1.0, 1.0 / a), out, inplace)
@@ -290,10 +272,10 @@ def silu(x, inplace=False, out=None):
 
 # ---------------------------------------------------------------- softplus
 def softplus_fwd(x, beta=1.0, threshold=20.0, out=None):
-    b = _real(beta, "beta")
+    b = real(beta, "beta", finite=True)
     if b == 0:
         raise ValueError("softplus: beta must not be 0 (the result is divided by beta)")
-    t = _real(threshold, "threshold")
+    t = real(threshold, "threshold", finite=True)
     if t < 0:
         raise ValueError(f"softplus: threshold must be >= 0, got {t}")
     return _fwd("softplus", x, (b, t), out, False)

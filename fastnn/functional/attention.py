@@ -9,19 +9,18 @@ A query row whose every key is masked gets zero weights -- output 0 and zero gra
 softmax there; the explicit softmax of older versions gave NaN).
 """
 import math
-import numbers
 
 import numpy as np
 
 from .. import _random
 from .._backend import dispatch
 from .._validate import float_array, is_device, same_dtype
+from .._validate import bool_arg, probability, real
 from ._core import grad_in
 
 __all__ = ["scaled_dot_product_attention", "scaled_dot_product_attention_fwd",
            "scaled_dot_product_attention_bwd", "multi_head_attention_fwd",
-           "multi_head_attention_bwd", "attention_mask", "varlen_attention",
-           "padding_lengths"]
+           "multi_head_attention_bwd", "attention_mask", "varlen_attention"]
 
 
 def to_numpy(a):
@@ -34,24 +33,10 @@ def to_device(a):
     return f(a)
 
 
-def _check_p(p, name="dropout_p"):
-    if isinstance(p, bool) or not isinstance(p, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(p).__name__}")
-    p = float(p)
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"{name} must be between 0 and 1, got {p}")
-    return p
-
-
 def _check_scale(scale, E):
     if scale is None:
         return 1.0 / math.sqrt(E) if E > 0 else 1.0
-    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
-        raise TypeError(f"scale must be a real number or None, got {type(scale).__name__}")
-    scale = float(scale)
-    if not math.isfinite(scale):
-        raise ValueError(f"scale must be finite, got {scale}")
-    return scale
+    return real(scale, "scale", finite=True, what="a real number or None")
 
 
 def _as_additive(mask, name, dtype, invert=False):
@@ -160,9 +145,8 @@ def scaled_dot_product_attention_fwd(query, key, value, attn_mask=None, dropout_
     if dev and not bq == bk == bv:
         raise ValueError(f"on the cuda backend query, key and value must have the same batch "
                          f"dimensions, got {bq}, {bk}, {bv}")
-    if not isinstance(is_causal, (bool, np.bool_)):
-        raise TypeError(f"is_causal must be a bool, got {type(is_causal).__name__}")
-    p = _check_p(dropout_p)
+    is_causal = bool_arg(is_causal, "is_causal")
+    p = probability(dropout_p, "dropout_p")
     sc = _check_scale(scale, E)
     mask = index = None
     if attn_mask is not None:
@@ -239,7 +223,7 @@ def multi_head_attention_fwd(q, k, v, num_heads, batch_first, mask=None, mask_in
         mask_index = np.ascontiguousarray(mask_index, dtype=np.int64)
     elif mask is not None and not is_device(mask):
         mask, mask_index = to_device(mask), to_device(mask_index)
-    p = _check_p(dropout_p)
+    p = probability(dropout_p, "dropout_p")
     sc = _check_scale(scale, E)
     be = dispatch(q, k, v)
     if be.name == "cuda":                  # host views go to the device C-contiguous

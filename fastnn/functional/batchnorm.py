@@ -1,10 +1,8 @@
 """BatchNorm family: batch_norm over channel axis 1 of (N, C, *), like torch's."""
-import numbers
-
 import numpy as np
 
 from .._backend import dispatch
-from .._validate import float_array, is_device, positive_float, same_dtype
+from .._validate import float_array, is_device, positive_float, real, same_dtype
 from ._core import grad_in, make_ctx
 
 __all__ = ["batch_norm", "batch_norm_fwd", "batch_norm_bwd"]
@@ -43,9 +41,7 @@ def batch_norm_fwd(x, running_mean, running_var, weight=None, bias=None, trainin
     b = _stat(bias, "bias", x, C)
     training = bool(training)
     eps = positive_float(eps, "eps")
-    if isinstance(momentum, bool) or not isinstance(momentum, numbers.Real):
-        raise TypeError(f"momentum must be a real number, got {type(momentum).__name__}")
-    momentum = float(momentum)
+    momentum = real(momentum, "momentum")
     if training:
         m = x.shape[0] * int(np.prod(x.shape[2:], dtype=np.int64))   # values per channel
         if m <= 1:

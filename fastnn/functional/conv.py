@@ -1,75 +1,12 @@
 """Conv family: conv2d (NCHW cross-correlation, like torch.nn.functional.conv2d), conv1d
 (run as conv2d on an (N, C, 1, L) view: the same kernels, no copy) and conv_transpose2d
 (conv2d's adjoint: its own backend op pair, built on the conv2d kernels)."""
-import numbers
-
 from .._backend import dispatch
-from .._validate import float_array, grad_like, same_dtype
+from .._validate import conv_padding, float_array, grad_like, groups_arg, pair, same_dtype, single
 from ._core import grad_in, make_ctx
 
 __all__ = ["conv2d", "conv2d_fwd", "conv2d_bwd", "conv1d", "conv1d_fwd", "conv1d_bwd",
-           "conv_transpose2d", "conv_transpose2d_fwd", "conv_transpose2d_bwd", "pair", "single",
-           "conv_padding"]
-
-
-def pair(v, name, minimum=1):
-    """An int or a pair of ints -> (a, b), each >= ``minimum``."""
-    if isinstance(v, numbers.Integral) and not isinstance(v, bool):
-        t = (int(v), int(v))
-    else:
-        try:
-            t = tuple(v)
-        except TypeError:
-            raise TypeError(f"{name} must be an int or a pair of ints, got {type(v).__name__}") from None
-        if len(t) == 1:
-            t = t * 2
-        if len(t) != 2 or any(isinstance(a, bool) or not isinstance(a, numbers.Integral) for a in t):
-            raise TypeError(f"{name} must be an int or a pair of ints, got {v!r}")
-        t = (int(t[0]), int(t[1]))
-    if t[0] < minimum or t[1] < minimum:
-        what = "positive" if minimum == 1 else f">= {minimum}"
-        raise ValueError(f"{name} must be {what}, got {v!r}")
-    return t
-
-
-def single(v, name, minimum=1):
-    """An int or a 1-sequence of ints -> int >= ``minimum`` (the 1-d layers' arguments)."""
-    if not (isinstance(v, numbers.Integral) and not isinstance(v, bool)):
-        try:
-            t = tuple(v)
-        except TypeError:
-            raise TypeError(f"{name} must be an int or a 1-tuple of ints, got {type(v).__name__}") from None
-        if len(t) != 1:
-            raise TypeError(f"{name} must be an int or a 1-tuple of ints, got {v!r}")
-        v = t[0]
-    return pair(v, name, minimum)[0]
-
-
-def conv_padding(padding, kernel, stride, dilation):
-    """torch's padding argument -> (top, bottom, left, right).  "same" puts the odd extra
-    pixel of an even effective kernel at the bottom/right, as torch does."""
-    if isinstance(padding, str):
-        if padding == "valid":
-            return (0, 0, 0, 0)
-        if padding == "same":
-            if stride != (1, 1):
-                raise ValueError(f"padding='same' is not supported for strided convolutions "
-                                 f"(stride={stride})")
-            th = dilation[0] * (kernel[0] - 1)
-            tw = dilation[1] * (kernel[1] - 1)
-            return (th // 2, th - th // 2, tw // 2, tw - tw // 2)
-        raise ValueError(f"padding must be an int, a pair of ints, 'same' or 'valid', got {padding!r}")
-    ph, pw = pair(padding, "padding", minimum=0)
-    return (ph, ph, pw, pw)
-
-
-def _groups(groups):
-    if isinstance(groups, bool) or not isinstance(groups, numbers.Integral):
-        raise TypeError(f"groups must be an int, got {type(groups).__name__}")
-    groups = int(groups)
-    if groups < 1:
-        raise ValueError(f"groups must be positive, got {groups}")
-    return groups
+           "conv_transpose2d", "conv_transpose2d_fwd", "conv_transpose2d_bwd"]
 
 
 def _check(x, weight, bias, stride, padding, dilation, groups, fn="conv2d"):
@@ -81,7 +18,7 @@ def _check(x, weight, bias, stride, padding, dilation, groups, fn="conv2d"):
         raise ValueError(f"{fn}: weight must be 4-D (out_channels, in_channels/groups, kH, kW), "
                          f"got shape {tuple(weight.shape)}")
     same_dtype(x, weight, "weight")
-    groups = _groups(groups)
+    groups = groups_arg(groups)
     N, C, H, W = x.shape
     O, Cg, kh, kw = weight.shape
     if C % groups:
@@ -192,7 +129,7 @@ def _check_transpose(x, weight, bias, stride, padding, output_padding, groups, d
         raise ValueError(f"conv_transpose2d: weight must be 4-D (in_channels, out_channels/groups, "
                          f"kH, kW), got shape {tuple(weight.shape)}")
     same_dtype(x, weight, "weight")
-    groups = _groups(groups)
+    groups = groups_arg(groups)
     N, C, H, W = x.shape
     Ci, Og, kh, kw = weight.shape
     if Ci != C:

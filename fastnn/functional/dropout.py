@@ -1,22 +1,10 @@
 """Dropout family: dropout (inverted scaling, counter-based masks)."""
-import numbers
-
 from .. import _random
 from .._backend import dispatch
-from .._validate import float_array
+from .._validate import float_array, probability
 from ._core import grad_in, make_ctx
 
-__all__ = ["dropout", "dropout_fwd", "dropout_bwd", "check_dropout_p"]
-
-
-def check_dropout_p(p, name="p"):
-    """``p`` as a float in [0, 1]; TypeError / ValueError otherwise."""
-    if isinstance(p, bool) or not isinstance(p, numbers.Real):
-        raise TypeError(f"dropout probability {name} must be a real number, got {type(p).__name__}")
-    p = float(p)
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout probability {name} has to be between 0 and 1, but got {p}")
-    return p
+__all__ = ["dropout", "dropout_fwd", "dropout_bwd"]
 
 
 def dropout_fwd(x, p=0.5, training=True):
@@ -25,7 +13,7 @@ def dropout_fwd(x, p=0.5, training=True):
     also when ``p == 0`` (no mask to apply: no kernel pass, no random draw).
     The mask comes from Philox keyed by ``fastnn.manual_seed``, the call counter and the
     element index: the same on every backend and at any thread count."""
-    p = check_dropout_p(p)
+    p = probability(p, "dropout probability p")
     x = float_array(x, "input")
     if not training or p == 0.0:
         return x, (None, None, x.shape, x.dtype)

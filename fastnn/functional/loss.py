@@ -1,39 +1,25 @@
 """Loss family: cross_entropy (fused log-softmax + NLL), nll_loss and the elementwise losses
 (mse, l1, smooth_l1, huber, binary_cross_entropy[_with_logits], kl_div), torch's semantics
 and normalisation.  Every loss has the three forms of _core.py; backward returns d_input."""
-import numbers
 
 import numpy as np
 
 from .._backend import dispatch
 from .._validate import float_array, is_device, same_dtype
+from .._validate import bool_arg, is_int, is_real, positive_float, reduction as check_reduction
+from .._validate import loss_args as check_loss_args
 from ._core import grad_in
 
-__all__ = ["cross_entropy", "cross_entropy_fwd", "cross_entropy_bwd", "check_loss_args",
+__all__ = ["cross_entropy", "cross_entropy_fwd", "cross_entropy_bwd",
            "nll_loss", "nll_loss_fwd", "nll_loss_bwd",
            "mse_loss", "mse_loss_fwd", "mse_loss_bwd", "l1_loss", "l1_loss_fwd", "l1_loss_bwd",
            "smooth_l1_loss", "smooth_l1_loss_fwd", "smooth_l1_loss_bwd",
            "huber_loss", "huber_loss_fwd", "huber_loss_bwd",
            "binary_cross_entropy", "binary_cross_entropy_fwd", "binary_cross_entropy_bwd",
            "binary_cross_entropy_with_logits", "binary_cross_entropy_with_logits_fwd",
-           "binary_cross_entropy_with_logits_bwd", "kl_div", "kl_div_fwd", "kl_div_bwd",
-           "check_reduction"]
+           "binary_cross_entropy_with_logits_bwd", "kl_div", "kl_div_fwd", "kl_div_bwd"]
 
-_REDUCTIONS = ("none", "mean", "sum")
 I64 = np.dtype(np.int64)
-
-
-def check_loss_args(ignore_index, reduction, label_smoothing):
-    if isinstance(ignore_index, bool) or not isinstance(ignore_index, numbers.Integral):
-        raise TypeError(f"ignore_index must be an int, got {type(ignore_index).__name__}")
-    if reduction not in _REDUCTIONS:
-        raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
-    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, numbers.Real):
-        raise TypeError(f"label_smoothing must be a real number, got {type(label_smoothing).__name__}")
-    ls = float(label_smoothing)
-    if not 0.0 <= ls <= 1.0:
-        raise ValueError(f"label_smoothing must be between 0.0 and 1.0, got {ls}")
-    return int(ignore_index), reduction, ls
 
 
 def _to_rows(a, C):
@@ -55,7 +41,7 @@ def _host_target(target):
         return to_numpy(target)
     if isinstance(target, np.ndarray):
         return target
-    if isinstance(target, numbers.Integral) and not isinstance(target, bool):
+    if is_int(target):
         return np.asarray(target, dtype=I64)
     raise TypeError(f"target must be an integer array of class indices or a float array of "
                     f"class probabilities, got {type(target).__name__}")
@@ -118,7 +104,7 @@ def cross_entropy_fwd(input, target, weight=None, ignore_index=-100, reduction="
 def _loss_grad(ctx, d_loss):
     """(backend, saved, validated d_loss): a Python float is accepted for "mean"/"sum"."""
     if not is_device(d_loss) and not isinstance(d_loss, np.ndarray):
-        if isinstance(d_loss, bool) or not isinstance(d_loss, (numbers.Real, np.generic)):
+        if not (is_real(d_loss) or isinstance(d_loss, np.generic)):
             raise TypeError(f"grad_output must be a float or an array, got {type(d_loss).__name__}")
         d_loss = np.asarray(d_loss, dtype=ctx[3])
     return grad_in(ctx, d_loss)
@@ -183,13 +169,6 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
 
 
 # ------------------------------------------------------------------ elementwise losses
-def check_reduction(reduction, batchmean=False):
-    allowed = _REDUCTIONS + (("batchmean",) if batchmean else ())
-    if not isinstance(reduction, str) or reduction not in allowed:
-        raise ValueError(f"reduction must be one of {allowed}, got {reduction!r}")
-    return reduction
-
-
 def _legacy_reduction(size_average, reduce, reduction):
     """torch's deprecated size_average/reduce pair, mapped onto ``reduction`` as torch does."""
     if size_average is None and reduce is None:
@@ -254,15 +233,6 @@ def _elementwise_bwd(ctx, d_loss=1.0):
     return be.elementwise_loss_backward(d_loss, saved)
 
 
-def _real(v, name, positive=False):
-    if isinstance(v, bool) or not isinstance(v, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(v).__name__}")
-    v = float(v)
-    if v != v or v < 0 or (positive and v == 0):
-        raise ValueError(f"{name} must be {'> 0' if positive else '>= 0'}, got {v}")
-    return v
-
-
 def mse_loss_fwd(input, target, reduction="mean", weight=None):
     """-> (loss, ctx): (input - target)^2 (times weight), reduced ("mean" with a weight:
     divided by sum(weight), as torch)."""
@@ -276,14 +246,14 @@ def l1_loss_fwd(input, target, reduction="mean", weight=None):
 
 def smooth_l1_loss_fwd(input, target, reduction="mean", beta=1.0):
     """-> (loss, ctx): 0.5 d^2 / beta for |d| < beta, else |d| - beta / 2 (beta = 0: L1)."""
-    return _elementwise_fwd("smooth_l1", input, target, None, None, _real(beta, "beta"),
-                            reduction)
+    return _elementwise_fwd("smooth_l1", input, target, None, None,
+                            positive_float(beta, "beta", allow_zero=True), reduction)
 
 
 def huber_loss_fwd(input, target, reduction="mean", delta=1.0, weight=None):
     """-> (loss, ctx): 0.5 d^2 for |d| < delta, else delta (|d| - delta / 2)."""
     return _elementwise_fwd("huber", input, target, weight, None,
-                            _real(delta, "delta", positive=True), reduction)
+                            positive_float(delta, "delta"), reduction)
 
 
 def _check_probabilities(x):
@@ -313,8 +283,7 @@ def binary_cross_entropy_with_logits_fwd(input, target, weight=None, reduction="
 def kl_div_fwd(input, target, reduction="mean", log_target=False):
     """-> (loss, ctx): target (log target - input) (input holds log-probabilities); with
     log_target, exp(target) (target - input).  "batchmean" divides the sum by input.shape[0]."""
-    if not isinstance(log_target, (bool, np.bool_)):
-        raise TypeError(f"log_target must be a bool, got {type(log_target).__name__}")
+    log_target = bool_arg(log_target, "log_target")
     return _elementwise_fwd("kl_div_log" if log_target else "kl_div", input, target, None, None,
                             0.0, reduction, batchmean=True)
 

@@ -1,37 +1,15 @@
 """Norm family: layer_norm."""
-import numbers
-
 from .._backend import dispatch, host_backend
-from .._validate import float_array, norm_fast_args, positive_float, same_dtype
+from .._validate import float_array, norm_fast_args, normalized_shape_arg, positive_float, same_dtype
 from ._core import grad_in, make_ctx
 
-__all__ = ["layer_norm", "layer_norm_fwd", "layer_norm_bwd", "normalized_shape_tuple",
+__all__ = ["layer_norm", "layer_norm_fwd", "layer_norm_bwd",
            "add_layer_norm"]
-
-
-def normalized_shape_tuple(normalized_shape, name="normalized_shape"):
-    if isinstance(normalized_shape, numbers.Integral) and not isinstance(normalized_shape, bool):
-        ns = (int(normalized_shape),)
-    else:
-        try:
-            ns = tuple(normalized_shape)
-        except TypeError:
-            raise TypeError(f"{name} must be an int or a sequence of ints, "
-                            f"got {type(normalized_shape).__name__}") from None
-        for d in ns:
-            if isinstance(d, bool) or not isinstance(d, numbers.Integral):
-                raise TypeError(f"{name} must contain ints, got {normalized_shape!r}")
-        ns = tuple(int(d) for d in ns)
-    if len(ns) == 0:
-        raise ValueError(f"{name} must name at least one dimension, got ()")
-    if any(d < 0 for d in ns):
-        raise ValueError(f"{name} must be non-negative, got {ns}")
-    return ns
 
 
 def _check(x, ns, weight, bias, eps):
     x = float_array(x, "input")
-    ns = normalized_shape_tuple(ns)
+    ns = normalized_shape_arg(ns)
     k = len(ns)
     if x.ndim < k or tuple(x.shape)[x.ndim - k:] != ns:
         raise ValueError(f"input of shape {tuple(x.shape)} does not end in normalized_shape {ns}")

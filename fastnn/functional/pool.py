@@ -1,19 +1,16 @@
 """Pool family: max_pool2d, avg_pool2d, adaptive_avg_pool2d, adaptive_max_pool2d (NCHW) and
 max_pool1d / avg_pool1d (run as the 2-d pools on an (N, C, 1, L) view), like
 torch.nn.functional."""
-import numbers
-
 from .._backend import dispatch
-from .._validate import float_array, grad_like
+from .._validate import float_array, grad_like, int_arg, output_size_pair, pair, single
 from ._core import grad_in, make_ctx
-from .conv import pair, single
 
 __all__ = ["max_pool2d", "max_pool2d_fwd", "max_pool2d_bwd",
-           "avg_pool2d", "avg_pool2d_fwd", "avg_pool2d_bwd", "pool_output_size",
+           "avg_pool2d", "avg_pool2d_fwd", "avg_pool2d_bwd",
            "adaptive_avg_pool2d", "adaptive_avg_pool2d_fwd", "adaptive_avg_pool2d_bwd",
            "adaptive_max_pool2d", "adaptive_max_pool2d_fwd", "adaptive_max_pool2d_bwd",
            "max_pool1d", "max_pool1d_fwd", "max_pool1d_bwd",
-           "avg_pool1d", "avg_pool1d_fwd", "avg_pool1d_bwd", "adaptive_output_size"]
+           "avg_pool1d", "avg_pool1d_fwd", "avg_pool1d_bwd"]
 
 
 def pool_output_size(n, k, s, p, d, ceil_mode):
@@ -76,10 +73,7 @@ def avg_pool2d_fwd(x, kernel_size, stride=None, padding=0, ceil_mode=False,
     x, kernel, stride, pad, _, out_hw = _geometry("avg_pool2d", x, kernel_size, stride,
                                                   padding, 1, ceil_mode)
     if divisor_override is not None:
-        if isinstance(divisor_override, bool) or not isinstance(divisor_override, numbers.Integral):
-            raise TypeError(f"divisor_override must be an int or None, got "
-                            f"{type(divisor_override).__name__}")
-        divisor_override = int(divisor_override)
+        divisor_override = int_arg(divisor_override, "divisor_override", what="an int or None")
         if divisor_override == 0:
             raise ValueError("divisor_override must be non-zero")
     be = dispatch(x)
@@ -102,32 +96,6 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_in
 
 
 # ---------------------------------------------------------------- adaptive pooling
-def adaptive_output_size(output_size, in_hw, name="output_size"):
-    """torch's output_size: an int, or a pair whose entries are ints or None (None keeps
-    that input dimension) -> (OH, OW)."""
-    if isinstance(output_size, numbers.Integral) and not isinstance(output_size, bool):
-        t = (output_size, output_size)
-    else:
-        try:
-            t = tuple(output_size)
-        except TypeError:
-            raise TypeError(f"{name} must be an int or a pair of ints / None, got "
-                            f"{type(output_size).__name__}") from None
-        if len(t) != 2:
-            raise ValueError(f"{name} must have 2 entries, got {output_size!r}")
-    out = []
-    for v, n in zip(t, in_hw):
-        if v is None:
-            out.append(int(n))
-            continue
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-            raise TypeError(f"{name} entries must be ints or None, got {output_size!r}")
-        if v < 0:
-            raise ValueError(f"{name} must be non-negative, got {output_size!r}")
-        out.append(int(v))
-    return tuple(out)
-
-
 def _adaptive_input(fn, x):
     x = float_array(x, "input")
     if x.ndim not in (3, 4):
@@ -142,7 +110,7 @@ def _adaptive_input(fn, x):
 
 def _adaptive_fwd(fn, op, x, output_size):
     x, x4 = _adaptive_input(fn, x)
-    out_hw = adaptive_output_size(output_size, x4.shape[2:])
+    out_hw = output_size_pair(output_size, x4.shape[2:])
     be = dispatch(x4)
     y4, saved = getattr(be, op)(x4, out_hw)
     y = y4.reshape(y4.shape[1:]) if x.ndim == 3 else y4

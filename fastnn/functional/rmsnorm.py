@@ -2,16 +2,15 @@
 import numpy as np
 
 from .._backend import dispatch
-from .._validate import float_array, positive_float, same_dtype
+from .._validate import float_array, normalized_shape_arg, positive_float, same_dtype
 from ._core import grad_in, make_ctx
-from .norm import normalized_shape_tuple
 
 __all__ = ["rms_norm", "rms_norm_fwd", "rms_norm_bwd"]
 
 
 def _check(x, normalized_shape, weight, eps):
     x = float_array(x, "input")
-    ns = normalized_shape_tuple(normalized_shape)
+    ns = normalized_shape_arg(normalized_shape)
     k = len(ns)
     if x.ndim < k or tuple(x.shape)[x.ndim - k:] != ns:
         raise ValueError(f"input of shape {tuple(x.shape)} does not end in normalized_shape {ns}")

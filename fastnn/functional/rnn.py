@@ -15,11 +15,9 @@ unbatched; hx is (num_layers * num_directions, B, hidden_size) (2-D when unbatch
 None (zeros, and then d_hx is None).  The cells (``lstm_cell_fwd(x, hx, w_ih, w_hh,
 b_ih, b_hh)`` ...) are one time step of a one-layer network and run on the same kernels.
 """
-import numbers
-
 from .._backend import dispatch
 from .._random import next_offset
-from .._validate import float_array, grad_like, int_arg, same_dtype
+from .._validate import float_array, grad_like, int_arg, probability, same_dtype
 
 __all__ = ["rnn", "rnn_fwd", "rnn_bwd", "gru", "gru_fwd", "gru_bwd", "lstm", "lstm_fwd", "lstm_bwd",
            "rnn_cell", "rnn_cell_fwd", "rnn_cell_bwd", "gru_cell", "gru_cell_fwd", "gru_cell_bwd",
@@ -37,12 +35,8 @@ def check_nonlinearity(nonlinearity):
 
 
 def check_dropout(p):
-    if isinstance(p, bool) or not isinstance(p, numbers.Real):
-        raise TypeError(f"dropout must be a real number in [0, 1), got {type(p).__name__}")
-    p = float(p)
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {p}")
-    return p
+    """The inter-layer dropout: [0, 1) (torch allows 1, but the kernels scale by 1 / (1 - p))."""
+    return probability(p, "dropout", allow_one=False)
 
 
 def _reshape(a, shape):

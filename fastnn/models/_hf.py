@@ -12,8 +12,9 @@ and, where there is one, the field (config key or tensor name) that is wrong.
     check_shapes(d, expected, weights, hint) # config-vs-weights shape mismatches
 """
 import json
-import numbers
 import os
+
+from .._validate import is_int, is_real
 
 __all__ = ["HFDir", "check_shapes"]
 
@@ -65,9 +66,9 @@ class HFDir:
         v = self.config[key]
         ok = True
         if kind is int:
-            ok = isinstance(v, numbers.Integral) and not isinstance(v, bool)
+            ok = is_int(v)
         elif kind is float:
-            ok = isinstance(v, numbers.Real) and not isinstance(v, bool)
+            ok = is_real(v)
         elif kind is bool:
             ok = isinstance(v, bool)
         elif kind is str:

@@ -17,12 +17,11 @@ pre-training heads (``cls.*``).
 0 = padding.  ``mean_pool`` averages the real tokens' hidden states.
 """
 import math
-import numbers
 
 import numpy as np
 
 from .. import functional as F
-from .._validate import int_arg
+from .._validate import int_arg, is_real
 from ..nn import init
 from ..nn.module import Module, ModuleList
 
@@ -71,9 +70,9 @@ class BertConfig:
         self.type_vocab_size = int_arg(type_vocab_size, "type_vocab_size", 1)
         for v, n in ((hidden_dropout_prob, "hidden_dropout_prob"),
                      (attention_probs_dropout_prob, "attention_probs_dropout_prob")):
-            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 <= v < 1:
+            if not is_real(v) or not 0 <= v < 1:
                 raise ValueError(f"{n} must be in [0, 1), got {v!r}")
-        if isinstance(layer_norm_eps, bool) or not isinstance(layer_norm_eps, numbers.Real) \
+        if not is_real(layer_norm_eps) \
                 or not layer_norm_eps > 0:
             raise ValueError(f"layer_norm_eps must be > 0, got {layer_norm_eps!r}")
         self.layer_norm_eps = float(layer_norm_eps)

@@ -13,13 +13,12 @@ Parameter names follow the GPT-2 checkpoint layout (``wte.weight``, ``wpe.weight
 gives the shapes and n_head); ``GPT.from_state_dict(sd, n_head=12)`` the one matching bare
 weights.  ``generate`` decodes with a key/value cache (fastnn/models/_decode.py).
 """
-import numbers
 
 import numpy as np
 
 from .. import functional as F
 from .._random import generator
-from .._validate import int_arg
+from .._validate import int_arg, is_real
 from ..nn import init
 from ..nn.module import Module, ModuleList, Parameter
 
@@ -39,7 +38,7 @@ class GPTConfig:
         self.d_model = int_arg(d_model, "d_model", 1)              # [n_embd]
         if self.d_model % self.n_head:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
-        if not isinstance(dropout, numbers.Real) or not 0.0 <= dropout < 1.0:
+        if not is_real(dropout) or not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
         self.dropout = float(dropout)
         self.tie_weights = bool(tie_weights)
@@ -186,12 +185,12 @@ class GPT(Module):
                              f"{idx.dtype} {idx.shape}")
         B, T = idx.shape
         max_new_tokens = int_arg(max_new_tokens, "max_new_tokens", 0)
-        if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) \
+        if not is_real(temperature) \
                 or not temperature >= 0 or not np.isfinite(temperature):
             raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature!r}")
         if top_k is not None:
             top_k = int_arg(top_k, "top_k", 1)
-        if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, numbers.Real)
+        if top_p is not None and (not is_real(top_p)
                                   or not 0.0 < top_p <= 1.0):
             raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
         pad = None

@@ -15,6 +15,7 @@ import os
 
 import numpy as np
 
+from .._validate import is_int
 from ._hf import HFDir, read_json
 
 __all__ = ["SentenceEncoder"]
@@ -90,7 +91,7 @@ class SentenceEncoder:
         if os.path.isfile(st_cfg):
             c = read_json(st_cfg, "sentence-transformers' settings")
             v = c.get("max_seq_length", max_len) if isinstance(c, dict) else None
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            if not is_int(v) or v < 1:
                 raise ValueError(f"{st_cfg}: field 'max_seq_length' has an invalid value {v!r}")
             max_len = min(v, max_len)
         tok_file = os.path.join(tpath, "tokenizer.json")
@@ -168,7 +169,7 @@ class SentenceEncoder:
     def _encode_text(self, texts, batch_size):
         """Tokenize without padding; sort by length, run batches of ``batch_size``
         sentences packed (no padding), put the embeddings back in input order."""
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        if not is_int(batch_size) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         encs = self._tokenizer().encode_batch(texts)
         lens = np.array([len(e.ids) for e in encs], np.int64)

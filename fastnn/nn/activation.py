@@ -1,6 +1,7 @@
 """Activation modules (torch.nn names, constructor arguments and defaults)."""
 from .. import functional as F
-from .._validate import int_arg
+from .._validate import bool_arg, int_arg, real
+from ..functional.activation import _elu_check_inplace, _leaky_args
 from . import init
 from .module import Module, Parameter
 
@@ -48,7 +49,7 @@ class _Inplace(_Elementwise):
 
     def __init__(self, inplace=False):
         super().__init__()
-        self.inplace = F.activation._bool(inplace, "inplace")
+        self.inplace = bool_arg(inplace, "inplace")
 
 
 class ReLU(_Inplace, op="relu"):
@@ -60,7 +61,7 @@ class LeakyReLU(_Inplace, op="leaky_relu"):
 
     def __init__(self, negative_slope=0.01, inplace=False):
         super().__init__(inplace)
-        self.negative_slope = F.activation._leaky_args(negative_slope, self.inplace)[0]
+        self.negative_slope = _leaky_args(negative_slope, self.inplace)[0]
 
 
 class PReLU(Module):
@@ -70,7 +71,7 @@ class PReLU(Module):
     def __init__(self, num_parameters=1, init=0.25, dtype=None):
         super().__init__()
         self.num_parameters = int_arg(num_parameters, "num_parameters", minimum=1)
-        v = F.activation._real(init, "init")
+        v = real(init, "init", finite=True)
         self.weight = Parameter(_full((self.num_parameters,), v, dtype or "float32"))
 
     def forward(self, x):
@@ -101,8 +102,8 @@ class RReLU(_Inplace, op="rrelu"):
 
     def __init__(self, lower=1.0 / 8, upper=1.0 / 3, inplace=False):
         super().__init__(inplace)
-        self.lower = F.activation._real(lower, "lower")
-        self.upper = F.activation._real(upper, "upper")
+        self.lower = real(lower, "lower", finite=True)
+        self.upper = real(upper, "upper", finite=True)
         if self.lower > self.upper:
             raise ValueError(f"RReLU: lower ({self.lower}) must be <= upper ({self.upper})")
 
@@ -117,8 +118,8 @@ class ELU(_Inplace, op="elu"):
 
     def __init__(self, alpha=1.0, inplace=False):
         super().__init__(inplace)
-        self.alpha = F.activation._real(alpha, "alpha")
-        F.activation._elu_check_inplace(self.alpha, 1.0, 1.0, self.inplace)
+        self.alpha = real(alpha, "alpha", finite=True)
+        _elu_check_inplace(self.alpha, 1.0, 1.0, self.inplace)
 
 
 class SELU(_Inplace, op="selu"):
@@ -154,8 +155,8 @@ class Softplus(_Elementwise, op="softplus"):
 
     def __init__(self, beta=1.0, threshold=20.0):
         super().__init__()
-        self.beta = F.activation._real(beta, "beta")
-        self.threshold = F.activation._real(threshold, "threshold")
+        self.beta = real(beta, "beta", finite=True)
+        self.threshold = real(threshold, "threshold", finite=True)
         if self.beta == 0:
             raise ValueError("Softplus: beta must not be 0")
         if self.threshold < 0:

@@ -12,8 +12,8 @@ import math
 import numpy as np
 
 from .. import functional as F
-from .._validate import float_array, int_arg, is_device, same_dtype
-from ..functional.attention import joined
+from .._validate import float_array, int_arg, is_device, probability, same_dtype
+from ..functional.attention import joined, padding_lengths
 from . import init
 from .dense import Linear
 from .dropout import Dropout
@@ -80,7 +80,7 @@ class MultiheadAttention(Module):
         self.kdim = E if kdim is None else int_arg(kdim, "kdim", 1)
         self.vdim = E if vdim is None else int_arg(vdim, "vdim", 1)
         self._qkv_same_embed_dim = self.kdim == E and self.vdim == E
-        self.dropout = F.check_dropout_p(dropout, "dropout")
+        self.dropout = probability(dropout, "dropout")
         self.batch_first = bool(batch_first)
         dt = dtype or "float32"
         if self._qkv_same_embed_dim:
@@ -183,7 +183,7 @@ class MultiheadAttention(Module):
         lengths = None
         if (not self.training and key_padding_mask is not None and attn_mask is None
                 and not is_causal and not need_weights and not is_device(qp)):
-            lengths = F.padding_lengths(key_padding_mask)
+            lengths = padding_lengths(key_padding_mask)
         if lengths is not None:
             # inference with right-padded keys: variable-length attention never reads a
             # padded key (the same result as the masked kernel, without the masked work)
@@ -274,7 +274,7 @@ class CausalSelfAttention(Module):
         if d % self.n_heads:
             raise ValueError(f"d_model must be divisible by n_heads, got d_model={d} and "
                              f"n_heads={self.n_heads}")
-        self.dropout = F.check_dropout_p(dropout, "dropout")
+        self.dropout = probability(dropout, "dropout")
         self.c_attn = Conv1D(3 * d, d, dtype)
         self.c_proj = Conv1D(d, d, dtype)
         self.resid_dropout = Dropout(self.dropout)

@@ -4,12 +4,11 @@ torch's names and state: ``weight``, ``bias`` (affine), buffers ``running_mean``
 ``running_var`` and ``num_batches_tracked`` (int64, 0-d) when track_running_stats.
 momentum=None makes the running statistics a cumulative average (factor
 1 / num_batches_tracked)."""
-import numbers
 
 import numpy as np
 
 from .. import functional as F
-from .._validate import int_arg, positive_float
+from .._validate import int_arg, positive_float, real
 from . import init
 from .module import Module, Parameter
 
@@ -26,9 +25,7 @@ class _BatchNorm(Module):
         self.num_features = int_arg(num_features, "num_features", 1)
         self.eps = positive_float(eps, "eps")
         if momentum is not None:
-            if isinstance(momentum, bool) or not isinstance(momentum, numbers.Real):
-                raise TypeError(f"momentum must be a float or None, got {type(momentum).__name__}")
-            momentum = float(momentum)
+            momentum = real(momentum, "momentum", what="a float or None")
         self.momentum = momentum
         self.affine = bool(affine)
         self.track_running_stats = bool(track_running_stats)

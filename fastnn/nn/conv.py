@@ -1,10 +1,9 @@
 """Convolution modules: Conv1d, Conv2d, ConvTranspose2d and DepthwiseSeparableConv2d."""
 import math
-import numbers
 
 from .. import functional as F
 from ..functional.conv import transpose_output_size
-from .._validate import int_arg
+from .._validate import conv_padding, groups_arg, int_arg, pair, single
 from . import init
 from .module import Module, Parameter
 
@@ -14,7 +13,7 @@ __all__ = ["Conv1d", "Conv2d", "ConvTranspose2d", "DepthwiseSeparableConv2d"]
 def _channels(m, in_channels, out_channels, groups, padding_mode):
     m.in_channels = int_arg(in_channels, "in_channels", 1)
     m.out_channels = int_arg(out_channels, "out_channels", 1)
-    m.groups = int_arg(groups, "groups", 1)
+    m.groups = groups_arg(groups)
     if m.in_channels % m.groups:
         raise ValueError(f"in_channels ({m.in_channels}) must be divisible by groups ({m.groups})")
     if m.out_channels % m.groups:
@@ -64,14 +63,14 @@ class Conv2d(_ConvNd):
                  groups=1, bias=True, padding_mode="zeros", dtype=None):
         super().__init__()
         _channels(self, in_channels, out_channels, groups, padding_mode)
-        self.kernel_size = F.pair(kernel_size, "kernel_size")
-        self.stride = F.pair(stride, "stride")
-        self.dilation = F.pair(dilation, "dilation")
+        self.kernel_size = pair(kernel_size, "kernel_size")
+        self.stride = pair(stride, "stride")
+        self.dilation = pair(dilation, "dilation")
         if isinstance(padding, str):
-            F.conv_padding(padding, self.kernel_size, self.stride, self.dilation)  # validates
+            conv_padding(padding, self.kernel_size, self.stride, self.dilation)  # validates
             self.padding = padding
         else:
-            self.padding = F.pair(padding, "padding", minimum=0)
+            self.padding = pair(padding, "padding", minimum=0)
         _init_params(self, (self.out_channels, self.in_channels // self.groups) + self.kernel_size,
                      self.out_channels, bias, dtype)
 
@@ -110,15 +109,15 @@ class Conv1d(_ConvNd):
                  groups=1, bias=True, padding_mode="zeros", dtype=None):
         super().__init__()
         _channels(self, in_channels, out_channels, groups, padding_mode)
-        self.kernel_size = (F.single(kernel_size, "kernel_size"),)
-        self.stride = (F.single(stride, "stride"),)
-        self.dilation = (F.single(dilation, "dilation"),)
+        self.kernel_size = (single(kernel_size, "kernel_size"),)
+        self.stride = (single(stride, "stride"),)
+        self.dilation = (single(dilation, "dilation"),)
         if isinstance(padding, str):
-            F.conv_padding(padding, (1,) + self.kernel_size, (1,) + self.stride,
+            conv_padding(padding, (1,) + self.kernel_size, (1,) + self.stride,
                            (1,) + self.dilation)  # validates
             self.padding = padding
         else:
-            self.padding = (F.single(padding, "padding", minimum=0),)
+            self.padding = (single(padding, "padding", minimum=0),)
         _init_params(self, (self.out_channels, self.in_channels // self.groups) + self.kernel_size,
                      self.out_channels, bias, dtype)
 
@@ -135,14 +134,14 @@ class ConvTranspose2d(Module):
                  dtype=None):
         super().__init__()
         _channels(self, in_channels, out_channels, groups, padding_mode)
-        self.kernel_size = F.pair(kernel_size, "kernel_size")
-        self.stride = F.pair(stride, "stride")
-        self.dilation = F.pair(dilation, "dilation")
+        self.kernel_size = pair(kernel_size, "kernel_size")
+        self.stride = pair(stride, "stride")
+        self.dilation = pair(dilation, "dilation")
         if isinstance(padding, str):
             raise ValueError(f"padding must be an int or a pair of ints for ConvTranspose2d, "
                              f"got {padding!r}")
-        self.padding = F.pair(padding, "padding", minimum=0)
-        self.output_padding = F.pair(output_padding, "output_padding", minimum=0)
+        self.padding = pair(padding, "padding", minimum=0)
+        self.output_padding = pair(output_padding, "output_padding", minimum=0)
         for a in (0, 1):
             if self.output_padding[a] >= self.stride[a] and self.output_padding[a] >= self.dilation[a]:
                 raise ValueError(f"output_padding {self.output_padding} must be smaller than "

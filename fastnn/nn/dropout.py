@@ -1,5 +1,6 @@
 """Dropout module."""
 from .. import functional as F
+from .._validate import probability
 from .module import Module
 
 __all__ = ["Dropout"]
@@ -10,7 +11,7 @@ class Dropout(Module):
 
     def __init__(self, p=0.5, inplace=False):
         super().__init__()
-        self.p = F.check_dropout_p(p)
+        self.p = probability(p, "dropout probability p")
         self.inplace = bool(inplace)   # accepted for torch compatibility; outputs are fresh
 
     def forward(self, x):

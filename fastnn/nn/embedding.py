@@ -2,7 +2,7 @@
 import numpy as np
 
 from .. import functional as F
-from .._validate import float_array, int_arg, is_device
+from .._validate import float_array, int_arg, is_device, padding_index
 from . import init
 from .module import Module, Parameter
 
@@ -18,7 +18,7 @@ class Embedding(Module):
         super().__init__()
         self.num_embeddings = int_arg(num_embeddings, "num_embeddings", 0)
         self.embedding_dim = int_arg(embedding_dim, "embedding_dim", 0)
-        self.padding_idx = F.check_padding_idx(padding_idx, self.num_embeddings)
+        self.padding_idx = padding_index(padding_idx, self.num_embeddings)
         w = init.normal((self.num_embeddings, self.embedding_dim), 1.0, 0.0, dtype or "float32")
         if self.padding_idx is not None:
             w[self.padding_idx] = 0

@@ -1,7 +1,6 @@
 """Shape modules: Flatten and Unflatten (torch.nn's), views whose backward reshapes back."""
-import numbers
 
-from .._validate import grad_like, norm_dim
+from .._validate import grad_like, int_arg, is_int, norm_dim
 from .module import Module
 
 __all__ = ["Flatten", "Unflatten"]
@@ -21,10 +20,8 @@ class Flatten(Module):
 
     def __init__(self, start_dim=1, end_dim=-1):
         super().__init__()
-        for v, name in ((start_dim, "start_dim"), (end_dim, "end_dim")):
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-                raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-        self.start_dim, self.end_dim = int(start_dim), int(end_dim)
+        self.start_dim = int_arg(start_dim, "start_dim")
+        self.end_dim = int_arg(end_dim, "end_dim")
 
     def forward(self, input):
         shape = _shape(input)
@@ -57,14 +54,13 @@ class Unflatten(Module):
 
     def __init__(self, dim, unflattened_size):
         super().__init__()
-        if isinstance(dim, bool) or not isinstance(dim, numbers.Integral):
-            raise TypeError(f"dim must be an int, got {type(dim).__name__}")
+        int_arg(dim, "dim")
         if isinstance(unflattened_size, (str, bytes)) or not hasattr(unflattened_size, "__iter__"):
             raise TypeError(f"unflattened_size must be a tuple or list of ints, got "
                             f"{type(unflattened_size).__name__}")
         sizes = tuple(unflattened_size)
         for v in sizes:
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < -1:
+            if not is_int(v) or v < -1:
                 raise ValueError(f"unflattened_size must hold ints >= 0 (or one -1), got {sizes}")
         if sum(1 for v in sizes if v == -1) > 1 or not sizes:
             raise ValueError(f"unflattened_size must be non-empty with at most one -1, got {sizes}")

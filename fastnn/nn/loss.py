@@ -4,7 +4,9 @@ reduction="none"); ``crit.backward()`` returns d_input."""
 import numpy as np
 
 from .. import functional as F
-from .._validate import float_array, is_device
+from .._validate import bool_arg, float_array, is_device, positive_float
+from .._validate import loss_args as check_loss_args, reduction as check_reduction
+from ..functional.loss import _legacy_reduction
 from .module import Module
 
 __all__ = ["CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss",
@@ -36,8 +38,8 @@ class _Loss(Module):
 
     def __init__(self, size_average=None, reduce=None, reduction="mean", batchmean=False):
         super().__init__()
-        self.reduction = F.check_reduction(
-            F.loss._legacy_reduction(size_average, reduce, reduction), batchmean)
+        self.reduction = check_reduction(
+            _legacy_reduction(size_average, reduce, reduction), batchmean)
 
     def _finish(self, loss, ctx):
         self._keep(ctx)
@@ -74,7 +76,7 @@ class SmoothL1Loss(_Loss):
 
     def __init__(self, size_average=None, reduce=None, reduction="mean", beta=1.0):
         super().__init__(size_average, reduce, reduction)
-        self.beta = F.loss._real(beta, "beta")
+        self.beta = positive_float(beta, "beta", allow_zero=True)
 
     def forward(self, input, target):
         return self._finish(*F.smooth_l1_loss_fwd(input, target, self.reduction, self.beta))
@@ -88,7 +90,7 @@ class HuberLoss(_Loss):
 
     def __init__(self, reduction="mean", delta=1.0):
         super().__init__(reduction=reduction)
-        self.delta = F.loss._real(delta, "delta", positive=True)
+        self.delta = positive_float(delta, "delta")
 
     def forward(self, input, target):
         return self._finish(*F.huber_loss_fwd(input, target, self.reduction, self.delta))
@@ -133,9 +135,7 @@ class KLDivLoss(_Loss):
 
     def __init__(self, size_average=None, reduce=None, reduction="mean", log_target=False):
         super().__init__(size_average, reduce, reduction, batchmean=True)
-        if not isinstance(log_target, (bool, np.bool_)):
-            raise TypeError(f"log_target must be a bool, got {type(log_target).__name__}")
-        self.log_target = bool(log_target)
+        self.log_target = bool_arg(log_target, "log_target")
 
     def forward(self, input, target):
         return self._finish(*F.kl_div_fwd(input, target, self.reduction, self.log_target))
@@ -153,7 +153,7 @@ class NLLLoss(_Loss):
     def __init__(self, weight=None, size_average=None, ignore_index=-100, reduce=None,
                  reduction="mean"):
         super().__init__(size_average, reduce, reduction)
-        self.ignore_index = F.check_loss_args(ignore_index, self.reduction, 0.0)[0]
+        self.ignore_index = check_loss_args(ignore_index, self.reduction, 0.0)[0]
         self.register_buffer("weight", _weight_buffer(weight, one_d=True))
 
     def forward(self, input, target):
@@ -177,7 +177,7 @@ class CrossEntropyLoss(_Loss):
 
     def __init__(self, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
         Module.__init__(self)
-        self.ignore_index, self.reduction, self.label_smoothing = F.check_loss_args(
+        self.ignore_index, self.reduction, self.label_smoothing = check_loss_args(
             ignore_index, reduction, label_smoothing)
         self.register_buffer("weight", _weight_buffer(weight, one_d=True))
 

@@ -1,5 +1,6 @@
 """Normalisation modules: LayerNorm, GroupNorm, RMSNorm."""
 from .. import functional as F
+from .._validate import normalized_shape_arg
 from . import init
 from .module import Module, Parameter
 
@@ -10,7 +11,7 @@ class LayerNorm(Module):
     def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, dtype=None):
         super().__init__()
         from .._validate import positive_float
-        self.normalized_shape = F.normalized_shape_tuple(normalized_shape)
+        self.normalized_shape = normalized_shape_arg(normalized_shape)
         self.eps = positive_float(eps, "eps")
         self.elementwise_affine = bool(elementwise_affine)
         dt = dtype or "float32"
@@ -95,7 +96,7 @@ class RMSNorm(Module):
     def __init__(self, normalized_shape, eps=None, elementwise_affine=True, dtype=None):
         super().__init__()
         from .._validate import positive_float
-        self.normalized_shape = F.normalized_shape_tuple(normalized_shape)
+        self.normalized_shape = normalized_shape_arg(normalized_shape)
         self.eps = None if eps is None else positive_float(eps, "eps")
         self.elementwise_affine = bool(elementwise_affine)
         if self.elementwise_affine:

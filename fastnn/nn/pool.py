@@ -1,6 +1,7 @@
 """Pooling modules (no parameters): MaxPool1d/2d, AvgPool1d/2d, AdaptiveAvgPool2d,
 AdaptiveMaxPool2d."""
 from .. import functional as F
+from .._validate import output_size_pair, pair, single
 from .module import Module
 
 __all__ = ["MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool2d",
@@ -12,10 +13,10 @@ class MaxPool2d(Module):
 
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
         super().__init__()
-        self.kernel_size = F.pair(kernel_size, "kernel_size")
-        self.stride = self.kernel_size if stride is None else F.pair(stride, "stride")
-        self.padding = F.pair(padding, "padding", minimum=0)
-        self.dilation = F.pair(dilation, "dilation")
+        self.kernel_size = pair(kernel_size, "kernel_size")
+        self.stride = self.kernel_size if stride is None else pair(stride, "stride")
+        self.padding = pair(padding, "padding", minimum=0)
+        self.dilation = pair(dilation, "dilation")
         self.ceil_mode = bool(ceil_mode)
         if self.padding[0] > self.kernel_size[0] // 2 or self.padding[1] > self.kernel_size[1] // 2:
             raise ValueError(f"MaxPool2d: padding {self.padding} must be at most half of "
@@ -41,9 +42,9 @@ class AvgPool2d(Module):
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                  divisor_override=None):
         super().__init__()
-        self.kernel_size = F.pair(kernel_size, "kernel_size")
-        self.stride = self.kernel_size if stride is None else F.pair(stride, "stride")
-        self.padding = F.pair(padding, "padding", minimum=0)
+        self.kernel_size = pair(kernel_size, "kernel_size")
+        self.stride = self.kernel_size if stride is None else pair(stride, "stride")
+        self.padding = pair(padding, "padding", minimum=0)
         self.ceil_mode = bool(ceil_mode)
         self.count_include_pad = bool(count_include_pad)
         self.divisor_override = divisor_override
@@ -73,10 +74,10 @@ class MaxPool1d(Module):
         super().__init__()
         if return_indices:
             raise ValueError("MaxPool1d: return_indices=True is not supported")
-        self.kernel_size = F.single(kernel_size, "kernel_size")
-        self.stride = self.kernel_size if stride is None else F.single(stride, "stride")
-        self.padding = F.single(padding, "padding", minimum=0)
-        self.dilation = F.single(dilation, "dilation")
+        self.kernel_size = single(kernel_size, "kernel_size")
+        self.stride = self.kernel_size if stride is None else single(stride, "stride")
+        self.padding = single(padding, "padding", minimum=0)
+        self.dilation = single(dilation, "dilation")
         self.return_indices = False
         self.ceil_mode = bool(ceil_mode)
         if self.padding > self.kernel_size // 2:
@@ -102,9 +103,9 @@ class AvgPool1d(Module):
 
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
         super().__init__()
-        self.kernel_size = F.single(kernel_size, "kernel_size")
-        self.stride = self.kernel_size if stride is None else F.single(stride, "stride")
-        self.padding = F.single(padding, "padding", minimum=0)
+        self.kernel_size = single(kernel_size, "kernel_size")
+        self.stride = self.kernel_size if stride is None else single(stride, "stride")
+        self.padding = single(padding, "padding", minimum=0)
         self.ceil_mode = bool(ceil_mode)
         self.count_include_pad = bool(count_include_pad)
         if self.padding > self.kernel_size // 2:
@@ -129,7 +130,7 @@ class _AdaptivePool2d(Module):
 
     def __init__(self, output_size):
         super().__init__()
-        F.adaptive_output_size(output_size, (1, 1))  # validates
+        output_size_pair(output_size, (1, 1))  # validates
         self.output_size = output_size
 
     def forward(self, x):

@@ -8,11 +8,10 @@ A whole stack runs in one functional call (one backend op), so the module holds 
 kernel code and never builds arrays itself (it works unchanged on device arrays).
 """
 import math
-import numbers
 import warnings
 
 from .. import functional as F
-from .._validate import int_arg
+from .._validate import bool_arg, int_arg
 from ..functional.rnn import check_dropout, check_nonlinearity
 from . import init
 from .module import Module, Parameter
@@ -20,12 +19,6 @@ from .module import Module, Parameter
 __all__ = ["RNNBase", "RNN", "GRU", "LSTM", "RNNCellBase", "RNNCell", "GRUCell", "LSTMCell"]
 
 _GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "GRU": 3, "LSTM": 4}
-
-
-def _bool(v, name):
-    if not isinstance(v, (bool, numbers.Integral)):
-        raise TypeError(f"{name} must be a bool, got {type(v).__name__}")
-    return bool(v)
 
 
 class RNNBase(Module):
@@ -40,10 +33,10 @@ class RNNBase(Module):
         self.input_size = int_arg(input_size, "input_size", 0)
         self.hidden_size = int_arg(hidden_size, "hidden_size", 1)
         self.num_layers = int_arg(num_layers, "num_layers", 1)
-        self.bias = _bool(bias, "bias")
-        self.batch_first = _bool(batch_first, "batch_first")
+        self.bias = bool_arg(bias, "bias", allow_int=True)
+        self.batch_first = bool_arg(batch_first, "batch_first", allow_int=True)
         self.dropout = check_dropout(dropout)
-        self.bidirectional = _bool(bidirectional, "bidirectional")
+        self.bidirectional = bool_arg(bidirectional, "bidirectional", allow_int=True)
         if self.dropout > 0 and self.num_layers == 1:
             warnings.warn("dropout option adds dropout after all but last recurrent layer, so non-zero "
                           f"dropout expects num_layers greater than 1, but got dropout={self.dropout} "
@@ -173,7 +166,7 @@ class RNNCellBase(Module):
         super().__init__()
         self.input_size = int_arg(input_size, "input_size", 0)
         self.hidden_size = int_arg(hidden_size, "hidden_size", 1)
-        self.bias = _bool(bias, "bias")
+        self.bias = bool_arg(bias, "bias", allow_int=True)
         G, H = {"rnn": 1, "gru": 3, "lstm": 4}[kind], self.hidden_size
         object.__setattr__(self, "_kind", kind)
         dt = dtype or "float32"

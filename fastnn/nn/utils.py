@@ -1,9 +1,9 @@
 """fastnn.nn.utils: gradient clipping (torch.nn.utils' rules) and parameter helpers."""
 import math
-import numbers
 
 import numpy as np
 
+from .._validate import positive_float, real
 from .module import Parameter
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_", "get_total_norm", "parameters_to_vector"]
@@ -54,9 +54,7 @@ def _norm_of(g, norm_type):
 def _check_norm_type(norm_type):
     if isinstance(norm_type, str) and norm_type == "inf":
         return math.inf
-    if isinstance(norm_type, bool) or not isinstance(norm_type, numbers.Real):
-        raise TypeError(f"norm_type must be a real number or 'inf', got {type(norm_type).__name__}")
-    return float(norm_type)
+    return real(norm_type, "norm_type", what="a real number or 'inf'")
 
 
 def get_total_norm(grads, norm_type=2.0, error_if_nonfinite=False):
@@ -99,11 +97,7 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     clipping (a float).  torch's rule: coef = max_norm / (total + 1e-6), clamped to 1.
     Parameters without a gradient are ignored."""
     params = _params(parameters)
-    if isinstance(max_norm, bool) or not isinstance(max_norm, numbers.Real):
-        raise TypeError(f"max_norm must be a real number, got {type(max_norm).__name__}")
-    max_norm = float(max_norm)
-    if math.isnan(max_norm) or max_norm < 0:
-        raise ValueError(f"max_norm must be >= 0, got {max_norm}")
+    max_norm = positive_float(max_norm, "max_norm", allow_zero=True)
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return 0.0
@@ -119,11 +113,7 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
 def clip_grad_value_(parameters, clip_value):
     """Clamp every gradient element of ``parameters`` to [-clip_value, clip_value] in place."""
     params = _params(parameters)
-    if isinstance(clip_value, bool) or not isinstance(clip_value, numbers.Real):
-        raise TypeError(f"clip_value must be a real number, got {type(clip_value).__name__}")
-    clip_value = float(clip_value)
-    if math.isnan(clip_value) or clip_value < 0:
-        raise ValueError(f"clip_value must be >= 0, got {clip_value}")
+    clip_value = positive_float(clip_value, "clip_value", allow_zero=True)
     for p in params:
         g = p.grad
         if g is None:

@@ -1,6 +1,5 @@
 """Adam and AdamW (torch.optim's rules, bias correction as torch, optional amsgrad)."""
-import numbers
-
+from .._validate import real
 from .optimizer import Optimizer, check_nonneg
 
 __all__ = ["Adam", "AdamW"]
@@ -30,9 +29,7 @@ class Adam(Optimizer):
         except (TypeError, ValueError):
             raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}") from None
         for i, b in enumerate((b1, b2)):
-            if isinstance(b, bool) or not isinstance(b, numbers.Real):
-                raise TypeError(f"beta parameter at index {i} must be a real number, got "
-                                f"{type(b).__name__}")
+            b = real(b, f"beta parameter at index {i}")
             if not 0.0 <= b < 1.0:
                 raise ValueError(f"Invalid beta parameter at index {i}: {b} (must be in [0, 1))")
         group["betas"] = (float(b1), float(b2))

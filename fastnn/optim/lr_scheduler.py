@@ -9,8 +9,8 @@ closed form, as torch does.  ``get_cosine_schedule_with_warmup`` is the linear-w
 """
 import bisect
 import math
-import numbers
 
+from .._validate import is_int, is_real
 from .optimizer import Optimizer
 
 __all__ = ["LRScheduler", "LambdaLR", "StepLR", "CosineAnnealingLR", "LinearLR", "ExponentialLR",
@@ -21,7 +21,7 @@ class LRScheduler:
     def __init__(self, optimizer, last_epoch=-1):
         if not isinstance(optimizer, Optimizer):
             raise TypeError(f"{type(optimizer).__name__} is not a fastnn Optimizer")
-        if isinstance(last_epoch, bool) or not isinstance(last_epoch, numbers.Integral) \
+        if not is_int(last_epoch) \
                 or last_epoch < -1:
             raise ValueError(f"last_epoch must be an int >= -1, got {last_epoch!r}")
         self.optimizer = optimizer
@@ -92,7 +92,7 @@ class StepLR(LRScheduler):
     """Multiply the lr by ``gamma`` every ``step_size`` steps."""
 
     def __init__(self, optimizer, step_size, gamma=0.1, last_epoch=-1):
-        if isinstance(step_size, bool) or not isinstance(step_size, numbers.Integral) \
+        if not is_int(step_size) \
                 or step_size < 1:
             raise ValueError(f"step_size must be a positive int, got {step_size!r}")
         self.step_size = int(step_size)
@@ -114,7 +114,7 @@ class CosineAnnealingLR(LRScheduler):
     """eta_min + (initial_lr - eta_min) (1 + cos(pi t / T_max)) / 2 (torch's recursive form)."""
 
     def __init__(self, optimizer, T_max, eta_min=0.0, last_epoch=-1):
-        if isinstance(T_max, bool) or not isinstance(T_max, numbers.Real) or not T_max > 0:
+        if not is_real(T_max) or not T_max > 0:
             raise ValueError(f"T_max must be > 0, got {T_max!r}")
         self.T_max = T_max
         self.eta_min = float(eta_min)
@@ -148,7 +148,7 @@ def get_cosine_schedule_with_warmup(optimizer, num_warmup_steps, num_training_st
     LambdaLR."""
     for v, name in ((num_warmup_steps, "num_warmup_steps"),
                     (num_training_steps, "num_training_steps")):
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0:
+        if not is_int(v) or v < 0:
             raise ValueError(f"{name} must be an int >= 0, got {v!r}")
     if not 0.0 <= min_lr_ratio <= 1.0:
         raise ValueError(f"min_lr_ratio must be in [0, 1], got {min_lr_ratio!r}")
@@ -165,13 +165,13 @@ def get_cosine_schedule_with_warmup(optimizer, num_warmup_steps, num_training_st
 
 
 def _real(v, name):
-    if isinstance(v, bool) or not isinstance(v, numbers.Real) or v != v:
+    if not is_real(v) or v != v:
         raise TypeError(f"{name} must be a real number, got {v!r}")
     return float(v)
 
 
 def _positive_int(v, name, minimum=1):
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < minimum:
+    if not is_int(v) or v < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}, got {v!r}")
     return int(v)
 
@@ -329,7 +329,7 @@ class OneCycleLR(LRScheduler):
                                 * _positive_int(steps_per_epoch, "steps_per_epoch"))
         else:
             raise ValueError("You must define either total_steps OR (epochs AND steps_per_epoch)")
-        if isinstance(pct_start, bool) or not isinstance(pct_start, numbers.Real) \
+        if not is_real(pct_start) \
                 or not 0 <= pct_start <= 1:
             raise ValueError(f"pct_start must be a float between 0 and 1, got {pct_start!r}")
         pct_start = float(pct_start)

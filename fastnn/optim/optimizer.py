@@ -10,12 +10,11 @@ skipped, as torch skips them.
 """
 import copy
 import math
-import numbers
 
 import numpy as np
 
 from .._backend import dispatch
-from .._validate import F32, F64, float_array, is_device
+from .._validate import F32, F64, float_array, is_device, real
 from ..nn.module import Parameter
 
 __all__ = ["Optimizer", "required"]
@@ -31,9 +30,7 @@ required = _Required()
 
 def check_nonneg(value, name):
     """A real number >= 0 (ValueError otherwise, as torch's 'Invalid ... value')."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    v = float(value)
+    v = real(value, name)
     if not v >= 0.0 or math.isnan(v):
         raise ValueError(f"Invalid {name}: {value} (must be >= 0)")
     return v

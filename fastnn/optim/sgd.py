@@ -1,4 +1,5 @@
 """SGD with momentum, dampening, Nesterov and L2 weight decay (torch.optim.SGD's rules)."""
+from .._validate import is_real
 from .optimizer import Optimizer, check_nonneg
 
 __all__ = ["SGD"]
@@ -20,7 +21,7 @@ class SGD(Optimizer):
         group["momentum"] = check_nonneg(group["momentum"], "momentum value")
         group["weight_decay"] = check_nonneg(group["weight_decay"], "weight_decay value")
         d = group["dampening"]
-        if isinstance(d, bool) or not isinstance(d, (int, float)) or d != d:
+        if not is_real(d) or d != d:
             raise TypeError(f"dampening must be a real number, got {d!r}")
         group["dampening"] = float(d)
         group["nesterov"] = bool(group["nesterov"])
