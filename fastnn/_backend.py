@@ -18,8 +18,6 @@ import threading
 
 import numpy as np
 
-from ._validate import is_int
-
 __all__ = ["set_backend", "get_backend", "use_backend", "available_backends",
            "set_num_threads", "get_num_threads", "backend", "current", "dispatch"]
 
@@ -223,6 +221,7 @@ def set_num_threads(n):
     omp_get_max_threads reads; each kernel reads it at call time), so OMP_NUM_THREADS,
     threadpoolctl's threadpool_limits and this function all govern the same number, and
     threadpoolctl.threadpool_info() shows it."""
+    from ._validate import is_int   # here: _validate loads fastnn.cpu, which imports this module
     if not is_int(n):
         raise TypeError(f"set_num_threads: n must be an int, got {type(n).__name__}")
     n = int(n)
