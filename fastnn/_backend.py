@@ -15,11 +15,15 @@ import importlib
 import os
 import pkgutil
 import threading
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 __all__ = ["set_backend", "get_backend", "use_backend", "available_backends",
            "set_num_threads", "get_num_threads", "backend", "current", "dispatch"]
+
+if TYPE_CHECKING:   # the ops' signatures, for editors (fastnn/_ops.pyi, tools/gen_ops_stub.py)
+    from ._ops import Ops
 
 _BACKEND_NAMES = ("reference", "cpu", "cuda")
 
@@ -67,7 +71,7 @@ _state = _State()
 _lock = threading.RLock()
 
 
-def backend(name):
+def backend(name) -> "Ops":
     """The Backend object called ``name`` (loaded on first use)."""
     be = _backends.get(name)
     if be is not None:
@@ -121,14 +125,14 @@ def _default():
     return be
 
 
-def host_backend():
+def host_backend() -> "Ops | None":
     """The backend in force if it takes NumPy arrays (reference or cpu), else None.
     The shells' fast path: no per-array dispatch."""
     be = _state.backend or _default_be[0] or _default()
     return None if be.name == "cuda" else be
 
 
-def current():
+def current() -> "Ops":
     """The Backend in force for this thread."""
     be = _state.backend
     if be is None:
@@ -175,7 +179,7 @@ def use_backend(name):
         _state.backend = prev
 
 
-def dispatch(*arrays):
+def dispatch(*arrays) -> "Ops":
     """The backend for a call on ``arrays``.
 
     NumPy inputs run on the backend in force.  Device arrays (anything with
