@@ -80,10 +80,6 @@ _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 
 
-def is_simulator():
-    return SIM
-
-
 def numba_type(dtype):
     """The numba scalar type of a NumPy dtype (for cuda.shared/local.array)."""
     return numba.from_dtype(np.dtype(dtype))
