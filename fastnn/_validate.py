@@ -279,6 +279,31 @@ def grad_like(dy, ctx_shape, ctx_dtype, name="grad_output"):
     return dy
 
 
+def normalized_dims(x, ns):
+    """normalized_shape checked against ``x``'s trailing dims -> (ns tuple, their product D)."""
+    ns = normalized_shape_arg(ns)
+    k = len(ns)
+    if x.ndim < k or tuple(x.shape)[x.ndim - k:] != ns:
+        raise ValueError(f"input of shape {tuple(x.shape)} does not end in normalized_shape {ns}")
+    D = 1
+    for d in ns:
+        D *= d
+    return ns, D
+
+
+def param_arrays(x, shape, what, *named):
+    """Optional parameter arrays ``(name, array)``, each of shape ``shape`` (named ``what``
+    in the message) and ``x``'s dtype -> the arrays as float_array gives them (None stays
+    None).  All are converted before any shape is checked (a list has no .shape)."""
+    arrays = [None if a is None else float_array(a, name) for name, a in named]
+    for (name, _), a in zip(named, arrays):
+        if a is not None:
+            if tuple(a.shape) != shape:
+                raise ValueError(f"{name} must have shape {what} = {shape}, got {tuple(a.shape)}")
+            same_dtype(x, a, name)
+    return arrays
+
+
 # ---------------------------------------------------------------- indices and enums
 I64 = np.dtype(np.int64)
 REDUCTIONS = ("none", "mean", "sum")

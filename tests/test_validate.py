@@ -308,3 +308,33 @@ def test_dropout_probability_outside_refused_everywhere(p):
                  lambda: nn.RNN(4, 3, dropout=False)):
         with pytest.raises(TypeError, match="must be a real number"):
             call()
+
+
+# ---------------------------------------------------------------- norm and conv parameters
+def test_normalized_dims():
+    x = np.zeros((2, 3, 4))
+    assert V.normalized_dims(x, 4) == ((4,), 4)
+    assert V.normalized_dims(x, (3, 4)) == ((3, 4), 12)
+    assert V.normalized_dims(x, [2, 3, 4]) == ((2, 3, 4), 24)
+    assert V.normalized_dims(np.zeros((2, 0)), 0) == ((0,), 0)
+    for bad in (3, (2, 4), (1, 2, 3, 4)):
+        with pytest.raises(ValueError, match="does not end in normalized_shape"):
+            V.normalized_dims(x, bad)
+
+
+def test_param_arrays():
+    x = np.zeros((2, 3), np.float32)
+    w = np.ones(3, np.float32)
+    a, b = V.param_arrays(x, (3,), "normalized_shape", ("weight", w), ("bias", None))
+    assert a is w and b is None
+    strided = np.ones(6, np.float32)[::2]
+    (c,) = V.param_arrays(x, (3,), "(num_channels,)", ("weight", strided))
+    assert c.flags.c_contiguous and c.tolist() == [1, 1, 1]
+    with pytest.raises(ValueError, match=r"bias must have shape \(out_channels,\) = \(4,\), got \(3,\)"):
+        V.param_arrays(x, (4,), "(out_channels,)", ("bias", w))
+    with pytest.raises(TypeError, match="bias has dtype float64 but input has dtype float32"):
+        V.param_arrays(x, (3,), "normalized_shape", ("weight", w), ("bias", np.ones(3)))
+    # every array is converted before a shape is checked: a list is a TypeError first
+    with pytest.raises(TypeError, match="bias must be a float32 or float64 NumPy array"):
+        V.param_arrays(x, (3,), "normalized_shape", ("weight", np.ones(2, np.float32)),
+                       ("bias", [1.0, 2.0, 3.0]))

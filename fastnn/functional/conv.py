@@ -2,7 +2,8 @@
 (run as conv2d on an (N, C, 1, L) view: the same kernels, no copy) and conv_transpose2d
 (conv2d's adjoint: its own backend op pair, built on the conv2d kernels)."""
 from .._backend import dispatch
-from .._validate import conv_padding, float_array, grad_like, groups_arg, pair, same_dtype, single
+from .._validate import conv_padding, float_array, grad_like, groups_arg, pair, param_arrays
+from .._validate import same_dtype, single
 from ._core import grad_in, make_ctx
 
 __all__ = ["conv2d", "conv2d_fwd", "conv2d_bwd", "conv1d", "conv1d_fwd", "conv1d_bwd",
@@ -42,11 +43,7 @@ def _check(x, weight, bias, stride, padding, dilation, groups, fn="conv2d"):
         raise ValueError(f"conv2d: kernel size {ekh}x{ekw} (dilation {dilation}) is larger than "
                          f"the padded input {Hp}x{Wp} (input shape {tuple(x.shape)}, "
                          f"padding {padding!r})")
-    if bias is not None:
-        bias = float_array(bias, "bias")
-        if tuple(bias.shape) != (O,):
-            raise ValueError(f"bias must have shape (out_channels,) = ({O},), got {tuple(bias.shape)}")
-        same_dtype(x, bias, "bias")
+    bias, = param_arrays(x, (O,), "(out_channels,)", ("bias", bias))
     return x, weight, bias, stride, pad, dilation, groups
 
 
@@ -156,12 +153,7 @@ def _check_transpose(x, weight, bias, stride, padding, output_padding, groups, d
     if OH < 1 or OW < 1:
         raise ValueError(f"conv_transpose2d: padding {pad} leaves an empty output {OH}x{OW} "
                          f"(input shape {tuple(x.shape)}, kernel {kh}x{kw})")
-    if bias is not None:
-        bias = float_array(bias, "bias")
-        if tuple(bias.shape) != (Og * groups,):
-            raise ValueError(f"bias must have shape (out_channels,) = ({Og * groups},), got "
-                             f"{tuple(bias.shape)}")
-        same_dtype(x, bias, "bias")
+    bias, = param_arrays(x, (Og * groups,), "(out_channels,)", ("bias", bias))
     return x, weight, bias, stride, pad, opad, dilation, groups, (OH, OW)
 
 

@@ -1,6 +1,6 @@
 """GroupNorm family: group_norm (like torch.nn.functional.group_norm)."""
 from .._backend import dispatch
-from .._validate import float_array, int_arg, positive_float, same_dtype
+from .._validate import float_array, int_arg, param_arrays, positive_float
 from ._core import grad_in, make_ctx
 
 __all__ = ["group_norm", "group_norm_fwd", "group_norm_bwd"]
@@ -16,16 +16,7 @@ def _check(x, num_groups, weight, bias, eps):
     if C % G:
         raise ValueError(f"group_norm: num_groups={G} must divide the input channels {C} "
                          f"(input shape {tuple(x.shape)})")
-    if weight is not None:
-        weight = float_array(weight, "weight")
-    if bias is not None:
-        bias = float_array(bias, "bias")
-    for a, name in ((weight, "weight"), (bias, "bias")):
-        if a is not None:
-            if tuple(a.shape) != (C,):
-                raise ValueError(f"{name} must have shape (num_channels,) = ({C},), got "
-                                 f"{tuple(a.shape)}")
-            same_dtype(x, a, name)
+    weight, bias = param_arrays(x, (C,), "(num_channels,)", ("weight", weight), ("bias", bias))
     eps = positive_float(eps, "eps")
     return x, G, weight, bias, eps
 

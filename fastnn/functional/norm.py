@@ -1,6 +1,7 @@
 """Norm family: layer_norm."""
 from .._backend import dispatch, host_backend
-from .._validate import float_array, norm_fast_args, normalized_shape_arg, positive_float, same_dtype
+from .._validate import float_array, norm_fast_args, normalized_dims, param_arrays, positive_float
+from .._validate import same_dtype
 from ._core import grad_in, make_ctx
 
 __all__ = ["layer_norm", "layer_norm_fwd", "layer_norm_bwd",
@@ -9,24 +10,10 @@ __all__ = ["layer_norm", "layer_norm_fwd", "layer_norm_bwd",
 
 def _check(x, ns, weight, bias, eps):
     x = float_array(x, "input")
-    ns = normalized_shape_arg(ns)
-    k = len(ns)
-    if x.ndim < k or tuple(x.shape)[x.ndim - k:] != ns:
-        raise ValueError(f"input of shape {tuple(x.shape)} does not end in normalized_shape {ns}")
-    if weight is not None:
-        weight = float_array(weight, "weight")  # first: a list has no .shape
-    if bias is not None:
-        bias = float_array(bias, "bias")
-    for a, name in ((weight, "weight"), (bias, "bias")):
-        if a is not None:
-            if tuple(a.shape) != ns:
-                raise ValueError(f"{name} must have shape normalized_shape = {ns}, got {tuple(a.shape)}")
-            same_dtype(x, a, name)
+    ns, D = normalized_dims(x, ns)
+    weight, bias = param_arrays(x, ns, "normalized_shape", ("weight", weight), ("bias", bias))
     if eps.__class__ is not float or not eps > 0:
         eps = positive_float(eps, "eps")
-    D = 1
-    for d in ns:
-        D *= d
     return x, weight, bias, D, eps
 
 

@@ -2,7 +2,7 @@
 import numpy as np
 
 from .._backend import dispatch
-from .._validate import float_array, normalized_shape_arg, positive_float, same_dtype
+from .._validate import float_array, normalized_dims, param_arrays, positive_float
 from ._core import grad_in, make_ctx
 
 __all__ = ["rms_norm", "rms_norm_fwd", "rms_norm_bwd"]
@@ -10,21 +10,10 @@ __all__ = ["rms_norm", "rms_norm_fwd", "rms_norm_bwd"]
 
 def _check(x, normalized_shape, weight, eps):
     x = float_array(x, "input")
-    ns = normalized_shape_arg(normalized_shape)
-    k = len(ns)
-    if x.ndim < k or tuple(x.shape)[x.ndim - k:] != ns:
-        raise ValueError(f"input of shape {tuple(x.shape)} does not end in normalized_shape {ns}")
-    if weight is not None:
-        weight = float_array(weight, "weight")
-        if tuple(weight.shape) != ns:
-            raise ValueError(f"weight must have shape normalized_shape = {ns}, got "
-                             f"{tuple(weight.shape)}")
-        same_dtype(x, weight, "weight")
+    ns, D = normalized_dims(x, normalized_shape)
+    weight, = param_arrays(x, ns, "normalized_shape", ("weight", weight))
     # torch: eps=None means the machine epsilon of the input's dtype
     eps = float(np.finfo(x.dtype).eps) if eps is None else positive_float(eps, "eps")
-    D = 1
-    for d in ns:
-        D *= d
     return x, weight, D, eps
 
 
