@@ -1,9 +1,9 @@
 """std_layer_norm op cases, and module cases for the transformer blocks (nn/blocks.py)."""
 import numpy as np
 
-import fastnn.functional as F
 from fastnn import nn
-from harness import ModuleCase, OpCase
+from harness import ModuleCase
+from reliability_registry import op
 
 
 def _sln(shape, affine=True, bias=True, eps=1e-6, const_row=False):
@@ -18,27 +18,15 @@ def _sln(shape, affine=True, bias=True, eps=1e-6, const_row=False):
     return make
 
 
-def _torch_sln(torch, x, a, b, eps):
-    y = (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + eps)
-    if a is not None:
-        y = a * y
-    if b is not None:
-        y = y + b
-    return y
-
-
+sln = op("std_layer_norm")
 CASES = [
-    OpCase("std_layer_norm_2d", F.std_layer_norm_fwd, F.std_layer_norm_bwd, _sln((5, 9)),
-           (0, 1, 2), _torch_sln),
-    OpCase("std_layer_norm_3d_eps", F.std_layer_norm_fwd, F.std_layer_norm_bwd,
-           _sln((2, 3, 16), eps=1e-2), (0, 1, 2), _torch_sln),
-    OpCase("std_layer_norm_no_affine", F.std_layer_norm_fwd, F.std_layer_norm_bwd,
-           _sln((4, 7), affine=False, bias=False), (0, 1, 2), _torch_sln),
-    OpCase("std_layer_norm_bias_only", F.std_layer_norm_fwd, F.std_layer_norm_bwd,
-           _sln((3, 6), affine=False), (0, 1, 2), _torch_sln),
+    sln.case("std_layer_norm_2d", _sln((5, 9))),
+    sln.case("std_layer_norm_3d_eps", _sln((2, 3, 16), eps=1e-2)),
+    sln.case("std_layer_norm_no_affine", _sln((4, 7), affine=False, bias=False)),
+    sln.case("std_layer_norm_bias_only", _sln((3, 6), affine=False)),
     # a constant row: std 0, gradient r * (g - mean(g)) (torch autograd gives NaN there)
-    OpCase("std_layer_norm_const_row", F.std_layer_norm_fwd, F.std_layer_norm_bwd,
-           _sln((3, 5), const_row=True), (0, 1, 2), gradcheck=False),
+    sln.case("std_layer_norm_const_row", _sln((3, 5), const_row=True), torch_fn=None,
+             gradcheck=False),
 ]
 
 
