@@ -342,6 +342,7 @@ def _gelu_draw(D, dt):
 
 FUZZ.append(Op("gelu", F.gelu_fwd, F.gelu_bwd, _gelu_draw, ("input", "approximate"),
                ("gelu", "gelu_backward"), infer=F.gelu, family="activation",
+               threads=(5, 6),   # tanh, none
                torch_fn=lambda torch, x, a: torch.nn.functional.gelu(x, approximate=a),
                bad=[Bad("approximate='erf'", _set(1, "erf"), "approximate"),
                     Bad("approximate=None", _set(1, None), "approximate")]))
@@ -386,6 +387,7 @@ FUZZ += [
     _act("sigmoid", huge=True, torch_fn=lambda torch, x: torch.sigmoid(x)),
     _act("tanh", torch_fn=lambda torch, x: torch.tanh(x)),
     _act("rrelu", lambda D: [D.choice([0.125, 0.0]), D.choice([1 / 3, 0.5]), D.bool()], random=True,
+         threads=(5, 6),   # eval, training (random slopes)
          bad=[Bad("lower > upper", _set(1, 0.9), "lower|upper"),
               Bad("lower str", _set(1, "a"), "lower")]),
 ]
@@ -490,7 +492,7 @@ def _torch_ce(torch, x, t, w, ignore_index, reduction, ls):
 FUZZ.append(Op("cross_entropy", F.cross_entropy_fwd, F.cross_entropy_bwd, _ce_draw,
                    ("input", "target", "weight", None, None, None), ("cross_entropy", "cross_entropy_backward"),
                    infer=F.cross_entropy, huge=True, family="loss", rtol32=5e-4, atol32=5e-5,
-                   torch_fn=_torch_ce,
+                   torch_fn=_torch_ce, threads=(5, 6),   # "none"; weighted "sum", label smoothing
                    bad=[Bad("target out of range", _set(1, lambda t: t + 1000), "target",
                             exc=(IndexError, ValueError)),
                         Bad("target float", _set(1, lambda t: t.astype(np.float32)[..., None]), "target"),
@@ -601,7 +603,7 @@ def _ew_op(name, draw, names, params, bad=(), infer=None, **kw):
 
 FUZZ += [
     _ew_op("mse_loss", _ew_draw(weight=True, tail=lambda D, w, pw: (D.choice(_RED), w)),
-           (None, "weight"), ("reduction", "weight"),
+           (None, "weight"), ("reduction", "weight"), threads=(5, 6),   # "none"; weighted "sum"
            infer=lambda x, y, r, w: F.mse_loss(x, y, reduction=r, weight=w),
            bad=[Bad("reduction 'avg'", _set(2, "avg"), "reduction"),
                                   Bad("weight of another shape", _set(3, np.ones(1, np.float32)),
@@ -714,6 +716,8 @@ def _bn_draw(D, dt):
     n = D.side(2 if train else 0, 5, 64)
     c = D.side(1, 4, 32)
     spatial = D.dims(0, 2, side_lo=1, side_hi=3, big=(16, 16))
+    if D.big and D.bool():   # large inputs: also the (N, C) layout, many rows
+        n, spatial = 16384, ()
     x = D.array((n, c) + spatial, dt, 2.0, 0.5)
     stats = D.bool() or not train
     rm = D.array((c,), dt, 0.1) if stats else None
@@ -733,6 +737,7 @@ FUZZ.append(Op("batch_norm", F.batch_norm_fwd, F.batch_norm_bwd, _bn_draw,
                    ("input", "running_mean", "running_var", "weight", "bias", None, "momentum", "eps"),
                    ("batch_norm", "batch_norm_backward"), infer=F.batch_norm, family="batchnorm",
                    grad_of=(0, 3, 4), torch_fn=_torch_bn,
+                   threads=(5, 8, 11),   # (N, C) training; (N, C, H, W) training, eval
                    rtol32=5e-4, atol32=5e-4, mutable=(1, 2),
                    bad=[Bad("running_mean wrong length", _set(1, lambda a: np.zeros(9, np.float32)),
                             "running_mean"),
@@ -826,7 +831,7 @@ FUZZ.append(Op("max_pool2d", F.max_pool2d_fwd, F.max_pool2d_bwd, _maxpool_draw,
 FUZZ.append(Op("avg_pool2d", F.avg_pool2d_fwd, F.avg_pool2d_bwd, _avgpool_draw,
                    ("input", "kernel_size", "stride", "padding", None, None, "divisor_override"),
                    ("avg_pool2d", "avg_pool2d_backward"), infer=F.avg_pool2d, family="pool",
-                   torch_fn=_tf("avg_pool2d"),
+                   torch_fn=_tf("avg_pool2d"), threads=(5, 6),   # count_include_pad True; False
                    bad=_pool_bad + [Bad("divisor_override 0", _set(6, 0), "divisor_override")]))
 
 
@@ -1112,7 +1117,8 @@ def _sdpa_draw(D, dt):
             mask[:, 0] = True  # every query may attend somewhere
         elif kind == "float":
             mask = D.array((L, S), dt)
-    return [q, k, v, mask, 0.0, causal, D.choice([None, 0.5])], {}
+    p = 0.2 if D.big else 0.0   # the thread tests: dropout's Philox offsets per thread, too
+    return [q, k, v, mask, p, causal, D.choice([None, 0.5])], {}
 
 
 def _torch_sdpa(torch, q, k, v, m, p, causal, scale):
@@ -1124,7 +1130,7 @@ FUZZ.append(Op("scaled_dot_product_attention", F.scaled_dot_product_attention_fw
                    F.scaled_dot_product_attention_bwd, _sdpa_draw,
                    ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale"),
                    ("scaled_dot_product_attention", "scaled_dot_product_attention_backward"),
-                   infer=F.scaled_dot_product_attention, family="attention",
+                   infer=F.scaled_dot_product_attention, family="attention", random=True,
                    grad_of=(0, 1, 2), torch_fn=_torch_sdpa,
                    rtol32=5e-4, atol32=5e-5, examples=30,
                    bad=[Bad("key wrong E", _set(1, lambda k: np.concatenate([k, k], -1)), "key|query"),
