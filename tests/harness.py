@@ -143,6 +143,14 @@ class ModuleCase:
 
 
 # ------------------------------------------------------------------ helpers
+def in_dtype(ctor):
+    """A ModuleCase ``build``: ``ctor()`` (float32), made float64 for the float64 runs."""
+    def build(dt):
+        m = ctor()
+        return m.double() if np.dtype(dt) == np.float64 else m
+    return build
+
+
 def is_float_array(a):
     return isinstance(a, np.ndarray) and a.dtype.kind == "f"
 

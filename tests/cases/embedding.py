@@ -1,7 +1,5 @@
-import numpy as np
-
 from fastnn import nn
-from harness import ModuleCase
+from harness import ModuleCase, in_dtype
 from reliability_registry import op
 
 
@@ -33,15 +31,8 @@ def _idx(B, T, num):
     return lambda rng, dt: (rng.integers(0, num, (B, T)),)
 
 
-def _build(ctor):
-    def build(dt):
-        m = ctor()
-        return m.double() if np.dtype(dt) == np.float64 else m
-    return build
-
-
 MODULE_CASES = [
-    ModuleCase("embedding_module_padding", _build(lambda: nn.Embedding(9, 4, padding_idx=0)),
+    ModuleCase("embedding_module_padding", in_dtype(lambda: nn.Embedding(9, 4, padding_idx=0)),
                _idx(3, 6, 9)),
-    ModuleCase("positional_embedding", _build(lambda: nn.PositionalEmbedding(8, 5)), _idx(3, 6, 50)),
+    ModuleCase("positional_embedding", in_dtype(lambda: nn.PositionalEmbedding(8, 5)), _idx(3, 6, 50)),
 ]

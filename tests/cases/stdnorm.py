@@ -1,8 +1,6 @@
 """std_layer_norm op cases, and module cases for the transformer blocks (nn/blocks.py)."""
-import numpy as np
-
 from fastnn import nn
-from harness import ModuleCase
+from harness import ModuleCase, in_dtype
 from reliability_registry import op
 
 
@@ -34,21 +32,14 @@ def _x(shape):
     return lambda rng, dt: (rng.standard_normal(shape).astype(dt),)
 
 
-def _seeded(ctor):
-    def build(dt):
-        m = ctor()
-        return m.double() if np.dtype(dt) == np.float64 else m
-    return build
-
-
 MODULE_CASES = [
-    ModuleCase("conv1d_gpt2", _seeded(lambda: nn.Conv1D(6, 5)), _x((2, 3, 5))),
-    ModuleCase("feedforward_gelu_tanh", _seeded(lambda: nn.FeedForward(6)), _x((2, 4, 6))),
+    ModuleCase("conv1d_gpt2", in_dtype(lambda: nn.Conv1D(6, 5)), _x((2, 3, 5))),
+    ModuleCase("feedforward_gelu_tanh", in_dtype(lambda: nn.FeedForward(6)), _x((2, 4, 6))),
     ModuleCase("feedforward_dropout",
-               _seeded(lambda: nn.FeedForward(5, 7, dropout=0.3)), _x((3, 5))),
+               in_dtype(lambda: nn.FeedForward(5, 7, dropout=0.3)), _x((3, 5))),
     ModuleCase("feedforward_relu_dropout",
-               _seeded(lambda: nn.FeedForward(5, 7, dropout=0.3, activation="relu")), _x((3, 5))),
-    ModuleCase("residual_feedforward", _seeded(lambda: nn.Residual(nn.FeedForward(4, 8))),
+               in_dtype(lambda: nn.FeedForward(5, 7, dropout=0.3, activation="relu")), _x((3, 5))),
+    ModuleCase("residual_feedforward", in_dtype(lambda: nn.Residual(nn.FeedForward(4, 8))),
                _x((2, 3, 4))),
-    ModuleCase("std_layer_norm_module", _seeded(lambda: nn.StdLayerNorm(6)), _x((4, 6))),
+    ModuleCase("std_layer_norm_module", in_dtype(lambda: nn.StdLayerNorm(6)), _x((4, 6))),
 ]
