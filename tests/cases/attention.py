@@ -25,8 +25,9 @@ def _sdpa(qs, ks, vs, mask=None, causal=False, scale=None, p=0.0, dead_row=None)
     return make
 
 
-def _op(name, make, **kw):
-    return op("scaled_dot_product_attention").case(name, make, **kw)
+def _op(name, make, random=False, **kw):
+    """The op is ``random`` (its large inputs use dropout); these cases only where p > 0."""
+    return op("scaled_dot_product_attention").case(name, make, random=random, **kw)
 
 
 def _mha(batch_first, H, L, S, N, E, Ev, causal=False, mask=False, p=0.0):
