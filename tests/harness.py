@@ -1,7 +1,11 @@
 """The op test harness (in the style of Chainer's FunctionTestCase).
 
-An op joins by declaring an ``OpCase`` in ``tests/cases/<family>.py``: how to make its
-inputs, which F pair computes it, and (optionally) the torch expression it must match.
+Every op is declared once, as an ``Op`` in tests/reliability_registry.py: its F pair, the
+inference form, kernels, argument names, ``grad_of``, ``torch_fn``, ``draw`` and bad calls.
+The fuzzer, the bad-input table, the thread and leak tests run from those declarations;
+the harness runs fixed, tiny configurations of them, declared in ``tests/cases/<family>.py``
+as ``op("linear").case("linear_2d", make, **overrides)``: only how to make the inputs
+(and what differs for that configuration) is written there.
 The harness then checks, for every backend x dtype:
 
 * the backend equals the reference, forward and backward, on NON-contiguous inputs;
@@ -22,8 +26,66 @@ DTYPES = (np.float32, np.float64)
 
 
 @dataclasses.dataclass
+class Op:
+    """One op, declared once (tests/reliability_registry.py); what every test of it reads.
+
+    fwd(*args, **kwargs) -> (out, ctx);  bwd(ctx, d_out) -> grads;  infer: F.op, the
+        inference form (same validation).
+    draw(D, dtype) -> (args, kwargs): VALID arguments of a random configuration, built
+        through the drawer ``D`` (tests/reliability_registry.py: hypothesis for the
+        fuzzer, fixed seeds for the bad-input table, ``big`` inputs for the thread tests).
+        None: the op is checked by its harness cases only (``not_fuzzed`` says where else).
+    names: the name the error message must use for each positional argument.
+    kernels: backend op names (cuda runs it when none is pending).
+    grad_of, torch_fn: as in ``OpCase``; the defaults of the op's cases.
+    rtol32 .. atol64: the fuzzer's tolerances (the cases keep ``OpCase``'s unless given).
+    threads: RngDraw seeds of the large inputs the thread tests run (one id each; the
+        first keeps the op's plain name).
+    """
+
+    name: str
+    fwd: Callable
+    bwd: Optional[Callable]
+    draw: Optional[Callable] = None      # (D, dtype) -> (args, kwargs)
+    names: Sequence[Optional[str]] = ()  # error-message name of each positional arg
+    kernels: Sequence[str] = ()          # backend op names (cuda runs it when none is pending)
+    infer: Optional[Callable] = None     # F.op, the inference form (same validation)
+    rtol32: float = 1e-4
+    atol32: float = 1e-5
+    rtol64: float = 1e-9
+    atol64: float = 1e-11
+    special: bool = True                 # NaN / inf propagation test
+    huge: bool = False                   # 1e+-30 float32 test
+    random: bool = False                 # Philox RNG: reseed before each backend's run
+    bad: Sequence[Any] = ()              # op-specific invalid calls (reliability_registry.Bad)
+    mixed: bool = True                   # generate mixed float32/float64 bad calls
+    examples: int = 40                   # hypothesis examples per dtype on cpu
+    family: str = ""                     # for per-family tests (leaks); default: the name
+    gil: bool = True                     # the compiled kernels release the GIL (tested)
+    blas: bool = False                   # calls BLAS GEMMs (deterministic: fixed output blocks)
+    mutable: Sequence[int] = ()          # args the op updates in place (running stats)
+    special_known: str = ""              # a known NaN/inf divergence (strict xfail, reported)
+    grad_of: Sequence[Optional[int]] = (0,)
+    torch_fn: Optional[Callable] = None
+    threads: Sequence[int] = (5,)
+    not_fuzzed: str = ""                 # draw is None: where the op is exercised instead
+
+    def __str__(self):
+        return self.name
+
+    def case(self, name, make, **overrides):
+        """A fixed harness configuration of this op: ``make(rng, dtype) -> (args, kwargs)``;
+        ``overrides`` are ``OpCase`` fields (gradcheck=False, backends=..., torch_fn=None,
+        or fwd / bwd / grad_of adapters where the case lays the arguments out differently)."""
+        kw = dict(fwd=self.fwd, bwd=self.bwd, grad_of=self.grad_of, torch_fn=self.torch_fn,
+                  random=self.random)
+        kw.update(overrides)
+        return OpCase(name, make=make, op=self, **kw)
+
+
+@dataclasses.dataclass
 class OpCase:
-    """One op configuration.
+    """One op configuration (made by ``Op.case``).
 
     make(rng, dtype) -> (args, kwargs): ``args`` are the positional inputs of ``fwd``
         (arrays, None, or other values); float arrays in ``args`` are the differentiable
@@ -51,6 +113,7 @@ class OpCase:
     gradcheck_eps: float = 1e-6
     noncontig: bool = True
     random: bool = False  # uses the counter-based RNG: reseed before each run
+    op: Optional[Op] = None  # the declaration it configures
 
     def __str__(self):
         return self.name
@@ -80,6 +143,14 @@ class ModuleCase:
 
 
 # ------------------------------------------------------------------ helpers
+def in_dtype(ctor):
+    """A ModuleCase ``build``: ``ctor()`` (float32), made float64 for the float64 runs."""
+    def build(dt):
+        m = ctor()
+        return m.double() if np.dtype(dt) == np.float64 else m
+    return build
+
+
 def is_float_array(a):
     return isinstance(a, np.ndarray) and a.dtype.kind == "f"
 

@@ -1,15 +1,19 @@
-"""What the reliability tests (fuzz, bad input, threads, leaks) run, one entry per op / module.
+"""Every op, declared once, and what the reliability tests (fuzz, bad input, threads, leaks)
+run, one entry per op / module.
 
 A family joins with a few declarative lines here:
 
-* ``FuzzOp`` -- an F pair plus ``draw(D, dtype) -> (args, kwargs)``, which builds VALID
+* ``Op`` (tests/harness.py) -- an F pair plus ``draw(D, dtype) -> (args, kwargs)``, which builds VALID
   arguments of a random configuration through the drawer ``D`` (shapes with zero-size and
   length-1 dims, hyperparameters in their valid ranges).  The same ``draw`` drives
   hypothesis (``HypDraw``, tests/test_fuzz.py), the fixed examples of the bad-input table
   (``RngDraw``) and the large inputs of the thread-determinism test (``RngDraw(big=True)``).
   ``names`` gives the name the error message must use for each positional argument;
   ``bad`` lists op-specific invalid calls (``Bad``); dtype / non-array / grad_output
-  mistakes are generated for every op from ``names`` alone.
+  mistakes are generated for every op from ``names`` alone.  ``grad_of`` and ``torch_fn``
+  serve the harness: its fixed configurations (tests/cases/<family>.py) are made with
+  ``op("name").case("case_id", make)`` and take the F pair, ``grad_of`` and ``torch_fn``
+  from here.  An op without ``draw`` is checked by its harness cases only (``not_fuzzed``).
 * ``ModuleSpec`` -- how to build a module and its forward inputs (threads, leaks,
   backward-before-forward, backward twice, wrong inputs).
 * ``BadCall`` -- a free-form invalid call (constructors, hyperparameters of modules).
@@ -22,6 +26,7 @@ import numpy as np
 import fastnn
 import fastnn.functional as F
 import fastnn.nn as nn
+from harness import Op
 
 E = (ValueError, TypeError, IndexError)
 
@@ -135,33 +140,7 @@ class Bad:
     exc: Any = E
 
 
-@dataclasses.dataclass
-class FuzzOp:
-    name: str
-    fwd: Callable
-    bwd: Optional[Callable]
-    draw: Callable                       # (D, dtype) -> (args, kwargs)
-    names: Sequence[Optional[str]]       # error-message name of each positional arg
-    kernels: Sequence[str]               # backend op names (cuda runs it when none is pending)
-    infer: Optional[Callable] = None     # F.op, the inference form (same validation)
-    rtol32: float = 1e-4
-    atol32: float = 1e-5
-    rtol64: float = 1e-9
-    atol64: float = 1e-11
-    special: bool = True                 # NaN / inf propagation test
-    huge: bool = False                   # 1e+-30 float32 test
-    random: bool = False                 # Philox RNG: reseed before each backend's run
-    bad: Sequence[Bad] = ()
-    mixed: bool = True                   # generate mixed float32/float64 bad calls
-    examples: int = 40                   # hypothesis examples per dtype on cpu
-    family: str = ""                     # for per-family tests (leaks); default: the name
-    gil: bool = True                     # the compiled kernels release the GIL (tested)
-    blas: bool = False                   # calls BLAS GEMMs (deterministic: fixed output blocks)
-    mutable: Sequence[int] = ()          # args the op updates in place (running stats)
-    special_known: str = ""              # a known NaN/inf divergence (strict xfail, reported)
-
-    def __str__(self):
-        return self.name
+FuzzOp = Op   # the old name (branches that still declare ``FuzzOp(...)``): same fields
 
 
 @dataclasses.dataclass
@@ -220,9 +199,14 @@ def _linear_draw(D, dt):
     return [x, w, b], {}
 
 
-FUZZ.append(FuzzOp(
+def _torch_linear(torch, x, w, b):
+    return torch.nn.functional.linear(x, w, b)
+
+
+FUZZ.append(Op(
     "linear", F.linear_fwd, F.linear_bwd, _linear_draw, ("input", "weight", "bias"),
     ("linear", "linear_backward"), infer=F.linear, blas=True, family="dense",
+    grad_of=(0, 1, 2), torch_fn=_torch_linear,
     bad=[
         Bad("weight 1-D", _set(1, lambda w: w[0]), "weight"),
         Bad("weight 3-D", _set(1, lambda w: w[None]), "weight"),
@@ -265,10 +249,15 @@ def _ln_draw(D, dt):
     return [x, ns, w, b, eps], {}
 
 
-FUZZ.append(FuzzOp(
+def _torch_ln(torch, x, ns, w, b, eps):
+    return torch.nn.functional.layer_norm(x, ns, w, b, eps)
+
+
+FUZZ.append(Op(
     "layer_norm", F.layer_norm_fwd, F.layer_norm_bwd, _ln_draw,
     ("input", None, "weight", "bias", None), ("layer_norm", "layer_norm_backward"),
     infer=F.layer_norm, family="norm", huge=True, rtol32=5e-4, atol32=5e-4,
+    grad_of=(0, 2, 3), torch_fn=_torch_ln,
     bad=[
         Bad("normalized_shape mismatch", _set(1, lambda ns: tuple(ns[:-1]) + (ns[-1] + 1,)),
             "normalized_shape"),
@@ -314,12 +303,12 @@ _sm_bad = [
     Bad("dim float", _set(1, 1.0), "dim"),
     Bad("dim None", _set(1, None), "dim"),
 ]
-FUZZ.append(FuzzOp("softmax", F.softmax_fwd, F.softmax_bwd, _sm_draw, ("input", "dim"),
-                   ("softmax", "softmax_backward"), infer=F.softmax, huge=True, bad=_sm_bad,
-                   family="softmax"))
-FUZZ.append(FuzzOp("log_softmax", F.log_softmax_fwd, F.log_softmax_bwd, _sm_draw, ("input", "dim"),
-                   ("log_softmax", "log_softmax_backward"), infer=F.log_softmax, huge=True,
-                   bad=_sm_bad, family="softmax"))
+FUZZ.append(Op("softmax", F.softmax_fwd, F.softmax_bwd, _sm_draw, ("input", "dim"),
+               ("softmax", "softmax_backward"), infer=F.softmax, huge=True, bad=_sm_bad,
+               family="softmax", torch_fn=lambda torch, x, d: torch.softmax(x, d)))
+FUZZ.append(Op("log_softmax", F.log_softmax_fwd, F.log_softmax_bwd, _sm_draw, ("input", "dim"),
+               ("log_softmax", "log_softmax_backward"), infer=F.log_softmax, huge=True,
+               bad=_sm_bad, family="softmax", torch_fn=lambda torch, x, d: torch.log_softmax(x, d)))
 
 
 def _sm_module(cls):
@@ -351,27 +340,37 @@ def _gelu_draw(D, dt):
     return [D.array(D.dims(0, 4), dt, 3.0), D.choice(["none", "tanh"])], {}
 
 
-FUZZ.append(FuzzOp("gelu", F.gelu_fwd, F.gelu_bwd, _gelu_draw, ("input", "approximate"),
-                   ("gelu", "gelu_backward"), infer=F.gelu, family="activation",
-                   bad=[Bad("approximate='erf'", _set(1, "erf"), "approximate"),
-                        Bad("approximate=None", _set(1, None), "approximate")]))
+FUZZ.append(Op("gelu", F.gelu_fwd, F.gelu_bwd, _gelu_draw, ("input", "approximate"),
+               ("gelu", "gelu_backward"), infer=F.gelu, family="activation",
+               threads=(5, 6),   # tanh, none
+               torch_fn=lambda torch, x, a: torch.nn.functional.gelu(x, approximate=a),
+               bad=[Bad("approximate='erf'", _set(1, "erf"), "approximate"),
+                    Bad("approximate=None", _set(1, None), "approximate")]))
 MODULES.append(ModuleSpec("GELU", lambda dt: nn.GELU("tanh"), _x_make((4, 3)),
                           bad_inputs=[("bool input", lambda x: x > 0, "input")]))
 BAD_CALLS += [BadCall("GELU(approximate='fast')", lambda: nn.GELU("fast"), "approximate")]
 
 
 # ================================================================== activations (all)
-def _act(name, extra=None, huge=False, scale=3.0, bad=(), random=False, kernels=None):
-    """An elementwise activation F.<name>_fwd(x, *extra(D))."""
+def _tf(name, **fixed):
+    """torch.nn.functional.<name>(x, *rest, **fixed)."""
+    def fn(torch, *args, **kw):
+        return getattr(torch.nn.functional, name)(*args, **fixed, **kw)
+    return fn
+
+
+def _act(name, extra=None, huge=False, scale=3.0, bad=(), random=False, kernels=None, torch_fn=None,
+         threads=(5,)):
+    """An elementwise activation F.<name>_fwd(x, *extra(D)); torch: F.<name>(x, *extra)."""
     fwd, bwd, inf = getattr(F, name + "_fwd"), getattr(F, name + "_bwd"), getattr(F, name)
 
     def draw(D, dt):
         x = D.array(D.dims(0, 4), dt, scale)
         return [x] + (list(extra(D)) if extra else []), {}
     n_extra = len(extra(RngDraw(0))) if extra else 0
-    return FuzzOp(name, fwd, bwd, draw, ("input",) + (None,) * n_extra,
-                  kernels or (name, name + "_backward"), infer=inf, huge=huge, bad=list(bad),
-                  family="activation", random=random)
+    return Op(name, fwd, bwd, draw, ("input",) + (None,) * n_extra,
+              kernels or (name, name + "_backward"), infer=inf, huge=huge, bad=list(bad),
+              family="activation", random=random, torch_fn=torch_fn or _tf(name), threads=threads)
 
 
 FUZZ += [
@@ -385,15 +384,16 @@ FUZZ += [
     _act("silu"),
     _act("softplus", lambda D: [D.choice([1.0, 0.5, 2.0]), D.choice([20.0, 1.0, 5.0])], huge=True,
          bad=[Bad("beta = 0", _set(1, 0.0), "beta"), Bad("threshold str", _set(2, "x"), "threshold")]),
-    _act("sigmoid", huge=True),
-    _act("tanh"),
+    _act("sigmoid", huge=True, torch_fn=lambda torch, x: torch.sigmoid(x)),
+    _act("tanh", torch_fn=lambda torch, x: torch.tanh(x)),
     _act("rrelu", lambda D: [D.choice([0.125, 0.0]), D.choice([1 / 3, 0.5]), D.bool()], random=True,
+         threads=(5, 6),   # eval, training (random slopes)
          bad=[Bad("lower > upper", _set(1, 0.9), "lower|upper"),
               Bad("lower str", _set(1, "a"), "lower")]),
 ]
-FUZZ.append(FuzzOp("softmin", F.softmin_fwd, F.softmin_bwd, _sm_draw, ("input", "dim"),
-                   ("softmax", "softmax_backward", "neg"), infer=F.softmin, huge=True, bad=_sm_bad,
-                   family="softmax"))
+FUZZ.append(Op("softmin", F.softmin_fwd, F.softmin_bwd, _sm_draw, ("input", "dim"),
+               ("softmax", "softmax_backward", "neg"), infer=F.softmin, huge=True, bad=_sm_bad,
+               family="softmax", torch_fn=lambda torch, x, d: torch.nn.functional.softmin(x, d)))
 
 
 def _prelu_draw(D, dt):
@@ -402,11 +402,12 @@ def _prelu_draw(D, dt):
     return [D.array(shape, dt, 3.0), D.array((c,), dt, 0.3, 0.25)], {}
 
 
-FUZZ.append(FuzzOp("prelu", F.prelu_fwd, F.prelu_bwd, _prelu_draw, ("input", "weight"),
-                   ("prelu", "prelu_backward"), infer=F.prelu, family="activation",
-                   bad=[Bad("weight wrong length", _set(1, lambda w: np.ones(w.size + 7, w.dtype)),
-                            "weight"),
-                        Bad("weight 2-D", _set(1, lambda w: w.reshape(1, -1)), "weight")]))
+FUZZ.append(Op("prelu", F.prelu_fwd, F.prelu_bwd, _prelu_draw, ("input", "weight"),
+               ("prelu", "prelu_backward"), infer=F.prelu, family="activation",
+               grad_of=(0, 1), torch_fn=_tf("prelu"),
+               bad=[Bad("weight wrong length", _set(1, lambda w: np.ones(w.size + 7, w.dtype)),
+                        "weight"),
+                    Bad("weight 2-D", _set(1, lambda w: w.reshape(1, -1)), "weight")]))
 
 for _cls, _args in [(nn.ReLU, ()), (nn.LeakyReLU, (0.2,)), (nn.ELU, (0.7,)), (nn.SELU, ()),
                     (nn.CELU, (1.3,)), (nn.SiLU, ()), (nn.Softplus, (2.0, 5.0)), (nn.Sigmoid, ()),
@@ -428,10 +429,12 @@ def _dropout_draw(D, dt):
     return [D.array(D.dims(0, 4), dt), D.choice([0.0, 0.1, 0.5, 0.9, 1.0]), D.bool()], {}
 
 
-FUZZ.append(FuzzOp("dropout", F.dropout_fwd, F.dropout_bwd, _dropout_draw, ("input", "p", None),
-                   ("dropout", "dropout_backward"), infer=F.dropout, random=True, family="dropout",
-                   bad=[Bad("p = 1.5", _set(1, 1.5), "p"), Bad("p < 0", _set(1, -0.1), "p"),
-                        Bad("p str", _set(1, "0.5"), "p")]))
+FUZZ.append(Op("dropout", F.dropout_fwd, F.dropout_bwd, _dropout_draw, ("input", "p", None),
+               ("dropout", "dropout_backward"), infer=F.dropout, random=True, family="dropout",
+               # torch's mask is its own: compared where p and training fix the result
+               torch_fn=lambda torch, x, p, t: torch.nn.functional.dropout(x, p, t),
+               bad=[Bad("p = 1.5", _set(1, 1.5), "p"), Bad("p < 0", _set(1, -0.1), "p"),
+                    Bad("p str", _set(1, "0.5"), "p")]))
 MODULES.append(ModuleSpec("Dropout", lambda dt: nn.Dropout(0.3), _x_make((4, 3)), random=True))
 BAD_CALLS += [BadCall("Dropout(p=2)", lambda: nn.Dropout(2.0), "p")]
 
@@ -444,9 +447,14 @@ def _emb_draw(D, dt):
     return [idx, D.array((num, dim), dt), pad], {}
 
 
-FUZZ.append(FuzzOp("embedding", F.embedding_fwd, F.embedding_bwd, _emb_draw,
+def _torch_emb(torch, idx, w, padding_idx):
+    return torch.nn.functional.embedding(idx, w, padding_idx)
+
+
+FUZZ.append(Op("embedding", F.embedding_fwd, F.embedding_bwd, _emb_draw,
                    ("input", "weight", "padding_idx"), ("embedding", "embedding_backward"),
                    infer=F.embedding, family="embedding", special=False,
+                   grad_of=(1,), torch_fn=_torch_emb,
                    bad=[Bad("index too large", _set(0, lambda i: i + 1000), "input|ind", exc=(IndexError, ValueError)),
                         Bad("index negative", _set(0, lambda i: i - 1000), "input|ind", exc=(IndexError, ValueError)),
                         Bad("float indices", _set(0, lambda i: i.astype(np.float32)), "input|ind"),
@@ -475,9 +483,16 @@ def _ce_draw(D, dt):
     return [x, t, w, -100, D.choice(["mean", "sum", "none"]), D.choice([0.0, 0.1, 0.5])], {}
 
 
-FUZZ.append(FuzzOp("cross_entropy", F.cross_entropy_fwd, F.cross_entropy_bwd, _ce_draw,
+def _torch_ce(torch, x, t, w, ignore_index, reduction, ls):
+    w = None if w is None else w.detach()       # torch: nll_loss is not differentiable in weight
+    return torch.nn.functional.cross_entropy(x, t, weight=w, ignore_index=ignore_index,
+                                             reduction=reduction, label_smoothing=ls)
+
+
+FUZZ.append(Op("cross_entropy", F.cross_entropy_fwd, F.cross_entropy_bwd, _ce_draw,
                    ("input", "target", "weight", None, None, None), ("cross_entropy", "cross_entropy_backward"),
                    infer=F.cross_entropy, huge=True, family="loss", rtol32=5e-4, atol32=5e-5,
+                   torch_fn=_torch_ce, threads=(5, 6),   # "none"; weighted "sum", label smoothing
                    bad=[Bad("target out of range", _set(1, lambda t: t + 1000), "target",
                             exc=(IndexError, ValueError)),
                         Bad("target float", _set(1, lambda t: t.astype(np.float32)[..., None]), "target"),
@@ -514,8 +529,15 @@ def _nll_draw(D, dt):
     return [x, t, w, -100, D.choice(["mean", "sum", "none"])], {}
 
 
-FUZZ.append(FuzzOp("nll_loss", F.nll_loss_fwd, F.nll_loss_bwd, _nll_draw,
+def _torch_nll(torch, x, t, w, ignore_index, reduction):
+    w = None if w is None else w.detach()
+    return torch.nn.functional.nll_loss(x, t, weight=w, ignore_index=ignore_index,
+                                        reduction=reduction)
+
+
+FUZZ.append(Op("nll_loss", F.nll_loss_fwd, F.nll_loss_bwd, _nll_draw,
                    ("input", "target", "weight", None, None), ("nll_loss", "nll_loss_backward"),
+                   torch_fn=_torch_nll,
                    infer=lambda x, t, w, ii, red: F.nll_loss(x, t, w, ignore_index=ii, reduction=red),
                    family="loss",
                    bad=[Bad("target out of range", _set(1, lambda t: t + 1000), "target",
@@ -556,54 +578,74 @@ _ew_bad = [Bad("target shape != input shape", _set(1, lambda y: np.zeros(y.shape
            Bad("target int", _set(1, lambda y: y.astype(np.int64)), "target")]
 
 
-def _ew_op(name, draw, names, bad=(), infer=None, **kw):
-    """``infer`` maps the draw's positional arguments onto the torch-shaped F.<name>."""
+def _torch_ew(name, params):
+    """torch.nn.functional.<name>(x, y, **params) for F.<name>_fwd(x, y, *params): the
+    positional tail is given again by name; target and weights are not differentiated."""
+    def fn(torch, x, y, *rest, **kw):
+        import warnings
+        kw = dict(zip(params, rest), **kw)
+        kw = {k: (v.detach() if hasattr(v, "detach") else v) for k, v in kw.items()}
+        with warnings.catch_warnings():   # kl_div's "mean" warns that it will change
+            warnings.simplefilter("ignore", UserWarning)
+            return getattr(torch.nn.functional, name)(x, y.detach(), **kw)
+    return fn
+
+
+def _ew_op(name, draw, names, params, bad=(), infer=None, **kw):
+    """``infer`` maps the draw's positional arguments onto the torch-shaped F.<name>;
+    ``params``: torch's names of the positional arguments after (input, target)."""
     fwd, bwd = getattr(F, name + "_fwd"), getattr(F, name + "_bwd")
-    return FuzzOp(name, fwd, bwd, draw, ("input", "target") + tuple(names),
-                  ("elementwise_loss", "elementwise_loss_backward"), infer=infer, family="loss",
-                  bad=_ew_bad + list(bad), rtol32=5e-4, atol32=5e-5, **kw)
+    return Op(name, fwd, bwd, draw, ("input", "target") + tuple(names),
+              ("elementwise_loss", "elementwise_loss_backward"), infer=infer, family="loss",
+              bad=_ew_bad + list(bad), rtol32=5e-4, atol32=5e-5,
+              torch_fn=_torch_ew(name, params), **kw)
 
 
 FUZZ += [
     _ew_op("mse_loss", _ew_draw(weight=True, tail=lambda D, w, pw: (D.choice(_RED), w)),
-           (None, "weight"), infer=lambda x, y, r, w: F.mse_loss(x, y, reduction=r, weight=w),
+           (None, "weight"), ("reduction", "weight"), threads=(5, 6),   # "none"; weighted "sum"
+           infer=lambda x, y, r, w: F.mse_loss(x, y, reduction=r, weight=w),
            bad=[Bad("reduction 'avg'", _set(2, "avg"), "reduction"),
                                   Bad("weight of another shape", _set(3, np.ones(1, np.float32)),
                                       "weight")]),
-    _ew_op("l1_loss", _ew_draw(tail=lambda D, w, pw: (D.choice(_RED),)), (None,),
+    _ew_op("l1_loss", _ew_draw(tail=lambda D, w, pw: (D.choice(_RED),)), (None,), ("reduction",),
            infer=lambda x, y, r: F.l1_loss(x, y, reduction=r),
            bad=[Bad("reduction 'batchmean'", _set(2, "batchmean"), "reduction")]),
     _ew_op("smooth_l1_loss", _ew_draw(tail=lambda D, w, pw: (D.choice(_RED), D.choice([1.0, 0.5, 0.0]))),
-           (None, None), infer=lambda x, y, r, b: F.smooth_l1_loss(x, y, reduction=r, beta=b),
+           (None, None), ("reduction", "beta"),
+           infer=lambda x, y, r, b: F.smooth_l1_loss(x, y, reduction=r, beta=b),
            bad=[Bad("beta < 0", _set(3, -1.0), "beta"),
                               Bad("beta str", _set(3, "1"), "beta")]),
     _ew_op("huber_loss", _ew_draw(weight=True, tail=lambda D, w, pw: (D.choice(_RED), D.choice([1.0, 0.3]), w)),
-           (None, None, "weight"), infer=F.huber_loss, bad=[Bad("delta 0", _set(3, 0.0), "delta"),
+           (None, None, "weight"), ("reduction", "delta", "weight"),
+           infer=F.huber_loss, bad=[Bad("delta 0", _set(3, 0.0), "delta"),
                                         Bad("weight not broadcastable",
                                             _set(4, np.ones((7, 9, 11), np.float32)), "weight")]),
     # probabilities: +-inf cannot be injected (outside [0, 1] is refused), so no special test
     _ew_op("binary_cross_entropy", _ew_draw("prob", "prob", weight=True,
                                             tail=lambda D, w, pw: (w, D.choice(_RED))),
-           ("weight", None), special=False,
+           ("weight", None), ("weight", "reduction"), special=False,
            infer=lambda x, y, w, r: F.binary_cross_entropy(x, y, w, reduction=r),
            bad=[Bad("input > 1", _set(0, lambda x: x + 2.0), "input", exc=ValueError),
                 Bad("input < 0", _set(0, lambda x: x - 2.0), "input", exc=ValueError)]),
     _ew_op("binary_cross_entropy_with_logits",
            _ew_draw(y_kind="prob", weight=True, pos_weight=True,
                     tail=lambda D, w, pw: (w, D.choice(_RED), pw)),
-           ("weight", None, "pos_weight"), huge=True,
+           ("weight", None, "pos_weight"), ("weight", "reduction", "pos_weight"), huge=True,
            infer=lambda x, y, w, r, pw: F.binary_cross_entropy_with_logits(x, y, w, reduction=r,
                                                                            pos_weight=pw),
            bad=[Bad("pos_weight not broadcastable", _set(4, np.ones(13, np.float32)), "pos_weight")]),
     _ew_op("kl_div", _ew_draw("logprob", "prob",
                               tail=lambda D, w, pw: (D.choice(_RED + ["batchmean"]), False)),
-           (None, None), infer=lambda x, y, r, lt: F.kl_div(x, y, reduction=r, log_target=lt),
+           (None, None), ("reduction", "log_target"),
+           infer=lambda x, y, r, lt: F.kl_div(x, y, reduction=r, log_target=lt),
            bad=[Bad("log_target str", _set(3, "yes"), "log_target")]),
 ]
 FUZZ.append(dataclasses.replace(
     _ew_op("kl_div", _ew_draw("logprob", "logprob",
                               tail=lambda D, w, pw: (D.choice(_RED + ["batchmean"]), True)),
-           (None, None), infer=lambda x, y, r, lt: F.kl_div(x, y, reduction=r, log_target=lt)),
+           (None, None), ("reduction", "log_target"),
+           infer=lambda x, y, r, lt: F.kl_div(x, y, reduction=r, log_target=lt)),
     name="kl_div_log_target"))
 
 
@@ -648,8 +690,18 @@ def _std_draw(D, dt):
             D.array((d,), dt) if D.bool() else None, D.choice([1e-6, 1e-3])], {}
 
 
-FUZZ.append(FuzzOp("std_layer_norm", F.std_layer_norm_fwd, F.std_layer_norm_bwd, _std_draw,
+def _torch_sln(torch, x, a, b, eps):
+    y = (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + eps)
+    if a is not None:
+        y = a * y
+    if b is not None:
+        y = y + b
+    return y
+
+
+FUZZ.append(Op("std_layer_norm", F.std_layer_norm_fwd, F.std_layer_norm_bwd, _std_draw,
                    ("input", "a", "b", "eps"), ("std_layer_norm", "std_layer_norm_backward"),
+                   grad_of=(0, 1, 2), torch_fn=_torch_sln,
                    infer=F.std_layer_norm, family="stdnorm", rtol32=5e-4, atol32=5e-4,
                    bad=[Bad("a wrong shape", _set(1, lambda a: np.ones(99, np.float32)), "a"),
                         Bad("eps < 0", _set(3, -1.0), "eps")]))
@@ -664,6 +716,8 @@ def _bn_draw(D, dt):
     n = D.side(2 if train else 0, 5, 64)
     c = D.side(1, 4, 32)
     spatial = D.dims(0, 2, side_lo=1, side_hi=3, big=(16, 16))
+    if D.big and D.bool():   # large inputs: also the (N, C) layout, many rows
+        n, spatial = 16384, ()
     x = D.array((n, c) + spatial, dt, 2.0, 0.5)
     stats = D.bool() or not train
     rm = D.array((c,), dt, 0.1) if stats else None
@@ -673,9 +727,17 @@ def _bn_draw(D, dt):
     return [x, rm, rv, w, b, train, D.choice([0.1, 0.5]), D.choice([1e-5, 1e-3])], {}
 
 
-FUZZ.append(FuzzOp("batch_norm", F.batch_norm_fwd, F.batch_norm_bwd, _bn_draw,
+def _torch_bn(torch, x, rm, rv, w, b, training, momentum, eps):
+    rm = None if rm is None else rm.detach()
+    rv = None if rv is None else rv.detach()
+    return torch.nn.functional.batch_norm(x, rm, rv, w, b, training, momentum, eps)
+
+
+FUZZ.append(Op("batch_norm", F.batch_norm_fwd, F.batch_norm_bwd, _bn_draw,
                    ("input", "running_mean", "running_var", "weight", "bias", None, "momentum", "eps"),
                    ("batch_norm", "batch_norm_backward"), infer=F.batch_norm, family="batchnorm",
+                   grad_of=(0, 3, 4), torch_fn=_torch_bn,
+                   threads=(5, 8, 11),   # (N, C) training; (N, C, H, W) training, eval
                    rtol32=5e-4, atol32=5e-4, mutable=(1, 2),
                    bad=[Bad("running_mean wrong length", _set(1, lambda a: np.zeros(9, np.float32)),
                             "running_mean"),
@@ -712,9 +774,20 @@ def _conv_draw(D, dt):
     return [x, wt, b, stride, pad, dil, groups], {}
 
 
-FUZZ.append(FuzzOp("conv2d", F.conv2d_fwd, F.conv2d_bwd, _conv_draw,
+def _torch_conv(name):
+    def fn(torch, *args):
+        import warnings
+        with warnings.catch_warnings():
+            # torch notes that padding='same' with an even kernel pads a copy of the input
+            warnings.simplefilter("ignore", UserWarning)
+            return getattr(torch.nn.functional, name)(*args)
+    return fn
+
+
+FUZZ.append(Op("conv2d", F.conv2d_fwd, F.conv2d_bwd, _conv_draw,
                    ("input", "weight", "bias", "stride", "padding", "dilation", "groups"),
                    ("conv2d", "conv2d_backward"), infer=F.conv2d, family="conv",
+                   grad_of=(0, 1, 2), torch_fn=_torch_conv("conv2d"),
                    rtol32=5e-4, atol32=5e-5, examples=30,
                    bad=[Bad("weight 3-D", _set(1, lambda w: w[0]), "weight"),
                         Bad("channels mismatch", _set(1, lambda w: np.concatenate([w, w], 1)),
@@ -750,13 +823,15 @@ _pool_bad = [Bad("kernel_size 0", _set(1, 0), "kernel_size"),
              Bad("stride 0", _set(2, 0), "stride"),
              Bad("padding > kernel/2", _set(3, 5), "padding|pad"),
              Bad("2-D input", _set(0, lambda x: x[0, 0]), "input")]
-FUZZ.append(FuzzOp("max_pool2d", F.max_pool2d_fwd, F.max_pool2d_bwd, _maxpool_draw,
+FUZZ.append(Op("max_pool2d", F.max_pool2d_fwd, F.max_pool2d_bwd, _maxpool_draw,
                    ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode"),
                    ("max_pool2d", "max_pool2d_backward"), infer=F.max_pool2d, family="pool",
+                   torch_fn=_tf("max_pool2d"),
                    bad=_pool_bad + [Bad("dilation 0", _set(4, 0), "dilation")]))
-FUZZ.append(FuzzOp("avg_pool2d", F.avg_pool2d_fwd, F.avg_pool2d_bwd, _avgpool_draw,
+FUZZ.append(Op("avg_pool2d", F.avg_pool2d_fwd, F.avg_pool2d_bwd, _avgpool_draw,
                    ("input", "kernel_size", "stride", "padding", None, None, "divisor_override"),
                    ("avg_pool2d", "avg_pool2d_backward"), infer=F.avg_pool2d, family="pool",
+                   torch_fn=_tf("avg_pool2d"), threads=(5, 6),   # count_include_pad True; False
                    bad=_pool_bad + [Bad("divisor_override 0", _set(6, 0), "divisor_override")]))
 
 
@@ -795,9 +870,10 @@ def _conv1d_draw(D, dt):
     return [x, wt, b, stride, pad, dil, groups], {}
 
 
-FUZZ.append(FuzzOp("conv1d", F.conv1d_fwd, F.conv1d_bwd, _conv1d_draw,
+FUZZ.append(Op("conv1d", F.conv1d_fwd, F.conv1d_bwd, _conv1d_draw,
                    ("input", "weight", "bias", "stride", "padding", "dilation", "groups"),
                    ("conv2d", "conv2d_backward"), infer=F.conv1d, family="conv",
+                   grad_of=(0, 1, 2), torch_fn=_torch_conv("conv1d"),
                    rtol32=5e-4, atol32=5e-5, examples=30,
                    bad=[Bad("weight 2-D", _set(1, lambda w: w[0]), "weight"),
                         Bad("4-D input", _set(0, lambda x: x[None, None]), "input"),
@@ -831,10 +907,11 @@ def _tconv_draw(D, dt):
 
 from fastnn.functional.conv import transpose_output_size  # noqa: E402
 
-FUZZ.append(FuzzOp("conv_transpose2d", F.conv_transpose2d_fwd, F.conv_transpose2d_bwd, _tconv_draw,
+FUZZ.append(Op("conv_transpose2d", F.conv_transpose2d_fwd, F.conv_transpose2d_bwd, _tconv_draw,
                    ("input", "weight", "bias", "stride", "padding", "output_padding", "groups",
                     "dilation"),
                    ("conv_transpose2d", "conv_transpose2d_backward"), infer=F.conv_transpose2d,
+                   grad_of=(0, 1, 2), torch_fn=_torch_conv("conv_transpose2d"),
                    family="conv", rtol32=5e-4, atol32=5e-5, examples=30,
                    bad=[Bad("weight 3-D", _set(1, lambda w: w[0]), "weight"),
                         Bad("in_channels mismatch", _set(1, lambda w: np.concatenate([w, w], 0)),
@@ -873,13 +950,15 @@ _pool1d_bad = [Bad("kernel_size 0", _set(1, 0), "kernel_size"),
                Bad("stride 0", _set(2, 0), "stride"),
                Bad("padding > kernel/2", _set(3, 5), "padding|pad"),
                Bad("4-D input", _set(0, lambda x: x[None, None] if x.ndim == 2 else x[None]), "input")]
-FUZZ.append(FuzzOp("max_pool1d", F.max_pool1d_fwd, F.max_pool1d_bwd, _maxpool1d_draw,
+FUZZ.append(Op("max_pool1d", F.max_pool1d_fwd, F.max_pool1d_bwd, _maxpool1d_draw,
                    ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode"),
                    ("max_pool2d", "max_pool2d_backward"), infer=F.max_pool1d, family="pool",
+                   torch_fn=_tf("max_pool1d"),
                    bad=_pool1d_bad + [Bad("dilation 0", _set(4, 0), "dilation")]))
-FUZZ.append(FuzzOp("avg_pool1d", F.avg_pool1d_fwd, F.avg_pool1d_bwd, _avgpool1d_draw,
+FUZZ.append(Op("avg_pool1d", F.avg_pool1d_fwd, F.avg_pool1d_bwd, _avgpool1d_draw,
                    ("input", "kernel_size", "stride", "padding", None, None),
                    ("avg_pool2d", "avg_pool2d_backward"), infer=F.avg_pool1d, family="pool",
+                   torch_fn=_tf("avg_pool1d"),
                    bad=_pool1d_bad))
 
 
@@ -902,14 +981,16 @@ _adaptive_bad = [Bad("output_size negative", _set(1, (-1, 2)), "output_size"),
                  Bad("output_size float", _set(1, 2.5), "output_size"),
                  Bad("2-D input", _set(0, lambda x: x.reshape(x.shape[-2], -1)), "input"),
                  Bad("empty spatial input", _set(0, lambda x: x[..., :0]), "input")]
-FUZZ.append(FuzzOp("adaptive_avg_pool2d", F.adaptive_avg_pool2d_fwd, F.adaptive_avg_pool2d_bwd,
+FUZZ.append(Op("adaptive_avg_pool2d", F.adaptive_avg_pool2d_fwd, F.adaptive_avg_pool2d_bwd,
                    _adaptive_draw, ("input", "output_size"),
                    ("adaptive_avg_pool2d", "adaptive_avg_pool2d_backward"),
-                   infer=F.adaptive_avg_pool2d, family="pool", bad=_adaptive_bad))
-FUZZ.append(FuzzOp("adaptive_max_pool2d", F.adaptive_max_pool2d_fwd, F.adaptive_max_pool2d_bwd,
+                   infer=F.adaptive_avg_pool2d, family="pool", bad=_adaptive_bad,
+                   torch_fn=_tf("adaptive_avg_pool2d")))
+FUZZ.append(Op("adaptive_max_pool2d", F.adaptive_max_pool2d_fwd, F.adaptive_max_pool2d_bwd,
                    _adaptive_draw, ("input", "output_size"),
                    ("adaptive_max_pool2d", "adaptive_max_pool2d_backward"),
-                   infer=F.adaptive_max_pool2d, family="pool", bad=_adaptive_bad))
+                   infer=F.adaptive_max_pool2d, family="pool", bad=_adaptive_bad,
+                   torch_fn=_tf("adaptive_max_pool2d")))
 
 
 def _seq1d(c):
@@ -960,10 +1041,15 @@ def _gn_draw(D, dt):
     return [x, G, w, b, D.choice([1e-5, 1e-3, 0.1])], {}
 
 
-FUZZ.append(FuzzOp(
+def _torch_gn(torch, x, G, w, b, eps):
+    return torch.nn.functional.group_norm(x, G, w, b, eps)
+
+
+FUZZ.append(Op(
     "group_norm", F.group_norm_fwd, F.group_norm_bwd, _gn_draw,
     ("input", None, "weight", "bias", None), ("group_norm", "group_norm_backward"),
     infer=F.group_norm, family="groupnorm", huge=True, rtol32=5e-4, atol32=5e-4,
+    grad_of=(0, 2, 3), torch_fn=_torch_gn,
     bad=[Bad("num_groups not dividing channels", _set(1, lambda g: g * 2 + 5), "num_groups"),
          Bad("num_groups 0", _set(1, 0), "num_groups"),
          Bad("num_groups float", _set(1, 2.0), "num_groups"),
@@ -982,10 +1068,15 @@ def _rms_draw(D, dt):
     return [x, ns, w, D.choice([None, 1e-5, 1e-3, 0.1])], {}
 
 
-FUZZ.append(FuzzOp(
+def _torch_rms(torch, x, ns, w, eps):
+    return torch.nn.functional.rms_norm(x, ns, w, eps)
+
+
+FUZZ.append(Op(
     "rms_norm", F.rms_norm_fwd, F.rms_norm_bwd, _rms_draw,
     ("input", None, "weight", None), ("rms_norm", "rms_norm_backward"),
     infer=F.rms_norm, family="rmsnorm", huge=True, rtol32=5e-4, atol32=5e-4,
+    grad_of=(0, 2), torch_fn=_torch_rms,
     bad=[Bad("normalized_shape mismatch", _set(1, lambda ns: tuple(ns[:-1]) + (ns[-1] + 1,)),
              "normalized_shape"),
          Bad("normalized_shape empty", _set(1, ()), "normalized_shape"),
@@ -1026,14 +1117,21 @@ def _sdpa_draw(D, dt):
             mask[:, 0] = True  # every query may attend somewhere
         elif kind == "float":
             mask = D.array((L, S), dt)
-    return [q, k, v, mask, 0.0, causal, D.choice([None, 0.5])], {}
+    p = 0.2 if D.big else 0.0   # the thread tests: dropout's Philox offsets per thread, too
+    return [q, k, v, mask, p, causal, D.choice([None, 0.5])], {}
 
 
-FUZZ.append(FuzzOp("scaled_dot_product_attention", F.scaled_dot_product_attention_fwd,
+def _torch_sdpa(torch, q, k, v, m, p, causal, scale):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m, dropout_p=p,
+                                                            is_causal=causal, scale=scale)
+
+
+FUZZ.append(Op("scaled_dot_product_attention", F.scaled_dot_product_attention_fwd,
                    F.scaled_dot_product_attention_bwd, _sdpa_draw,
                    ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale"),
                    ("scaled_dot_product_attention", "scaled_dot_product_attention_backward"),
-                   infer=F.scaled_dot_product_attention, family="attention",
+                   infer=F.scaled_dot_product_attention, family="attention", random=True,
+                   grad_of=(0, 1, 2), torch_fn=_torch_sdpa,
                    rtol32=5e-4, atol32=5e-5, examples=30,
                    bad=[Bad("key wrong E", _set(1, lambda k: np.concatenate([k, k], -1)), "key|query"),
                         Bad("value wrong S", _set(2, lambda v: np.concatenate([v, v], -2)), "value|key"),
@@ -1085,7 +1183,7 @@ def _cell(kind):
            Bad("input 1-D", _set(0, lambda x: x.reshape(-1)), "input")]
     if kind == "rnn":
         bad.append(Bad("nonlinearity 'sigmoid'", _set(6, "sigmoid"), "nonlinearity"))
-    return FuzzOp(kind + "_cell", fwd, bwd, draw, names, (kind + "_cell", kind + "_cell_backward"),
+    return Op(kind + "_cell", fwd, bwd, draw, names, (kind + "_cell", kind + "_cell_backward"),
                   infer=getattr(F, kind + "_cell"), family="rnn", rtol32=5e-4,
                   atol32=5e-5, bad=bad)
 
@@ -1179,17 +1277,35 @@ BAD_CALLS += [
     BadCall("TransformerEncoderLayer(8, nhead=3)", lambda: nn.TransformerEncoderLayer(8, 3), "nhead|num_heads|embed"),
 ]
 
-# Functional ops not fuzzed one by one, and where they are exercised instead.
-NOT_FUZZED = {
-    "rnn_fwd": "full sequences: built from rnn_cell's kernels (fuzzed); nn.RNN in the module tables",
-    "gru_fwd": "full sequences: built from gru_cell's kernels (fuzzed); nn.GRU in the module tables",
-    "lstm_fwd": "full sequences: built from lstm_cell's kernels (fuzzed); nn.LSTM in the module tables",
-    "multi_head_attention_fwd": "nn.MultiheadAttention / CausalSelfAttention / Transformer layers in "
-                                "the module tables; its core is scaled_dot_product_attention (fuzzed)",
-}
+# Functional ops not fuzzed one by one: checked by their harness cases (tests/cases/) and
+# exercised elsewhere as ``not_fuzzed`` says.
+_SEQ = "full sequences: built from {0}_cell's kernels (fuzzed); nn.{1} in the module tables"
+HARNESS_ONLY = [
+    Op("rnn", F.rnn_fwd, F.rnn_bwd, family="rnn", not_fuzzed=_SEQ.format("rnn", "RNN")),
+    Op("gru", F.gru_fwd, F.gru_bwd, family="rnn", not_fuzzed=_SEQ.format("gru", "GRU")),
+    Op("lstm", F.lstm_fwd, F.lstm_bwd, family="rnn", not_fuzzed=_SEQ.format("lstm", "LSTM")),
+    Op("multi_head_attention", F.multi_head_attention_fwd, F.multi_head_attention_bwd,
+       family="attention", grad_of=(0, 1, 2),
+       not_fuzzed="nn.MultiheadAttention / CausalSelfAttention / Transformer layers in the module "
+                  "tables; its core is scaled_dot_product_attention (fuzzed)"),
+]
+NOT_FUZZED = {o.fwd.__name__: o.not_fuzzed for o in HARNESS_ONLY}
 
 
 # ------------------------------------------------------------------ lookups
+def all_ops():
+    """Every declared op: the fuzzed ones, then those checked by harness cases only."""
+    return list(FUZZ) + list(HARNESS_ONLY)
+
+
+def op(name):
+    """The declaration named ``name`` (tests/cases/<family>.py: ``op("linear").case(...)``)."""
+    for o in all_ops():
+        if o.name == name:
+            return o
+    raise KeyError(f"no op {name!r} in tests/reliability_registry.py")
+
+
 def fuzz_ops():
     return list(FUZZ)
 

@@ -386,3 +386,20 @@ def test_every_public_op_and_module_is_in_the_registry():
     mods = sorted(n for n in dir(nn) if isinstance(getattr(nn, n), type)
                   and issubclass(getattr(nn, n), nn.Module) and n not in abstract and n not in specs)
     assert not mods, f"modules with no ModuleSpec: {mods}"
+
+
+def test_every_op_is_declared_once_and_has_harness_cases():
+    """One declaration per op: each harness case (tests/cases/) is made from a registry op
+    with ``op(name).case(...)``, and each op has at least one fixed harness configuration."""
+    from cases import all_cases
+    from reliability_registry import all_ops
+    ops = all_ops()
+    names = [o.name for o in ops]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    assert not twice, f"ops declared twice: {twice}"
+    cases = all_cases()
+    loose = sorted(c.name for c in cases if c.op is None or c.op not in ops)
+    assert not loose, f"harness cases not made from a registry op (use op(name).case(...)): {loose}"
+    covered = {c.op.name for c in cases}
+    bare = sorted(n for n in names if n not in covered)
+    assert not bare, f"ops with no harness case in tests/cases/: {bare}"

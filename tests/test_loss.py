@@ -106,25 +106,6 @@ def test_all_ignored_and_empty_follow_torch(backend):
     assert torch.isnan(tl)
 
 
-def test_deterministic_across_threads():
-    rng = np.random.default_rng(3)
-    x = rng.standard_normal((700, 300)).astype(np.float32)
-    t = rng.integers(0, 300, 700)
-    w = (rng.random(300) + 0.5).astype(np.float32)
-    old = fastnn.get_num_threads()
-    res = []
-    try:
-        for n in (1, 2, 3):
-            fastnn.set_num_threads(n)
-            l, ctx = F.cross_entropy_fwd(x, t, w, label_smoothing=0.1)
-            res.append((l, F.cross_entropy_bwd(ctx)))
-    finally:
-        fastnn.set_num_threads(old)
-    for l, d in res[1:]:
-        np.testing.assert_array_equal(l, res[0][0])
-        np.testing.assert_array_equal(d, res[0][1])
-
-
 def test_noncontiguous_and_int32_targets():
     rng = np.random.default_rng(4)
     x = rng.standard_normal((6, 10))
@@ -372,24 +353,6 @@ def test_nll_loss_module_matches_torch(backend):
     tl.backward()
     np.testing.assert_allclose(loss, tl.item(), rtol=1e-5)
     np.testing.assert_allclose(d, tx.grad.numpy(), rtol=1e-5, atol=1e-8)
-
-
-def test_elementwise_losses_deterministic_across_threads():
-    """Fixed chunks summed in order: the same bits at 1, 2 and 3 threads."""
-    rng = np.random.default_rng(6)
-    x = rng.standard_normal(300001).astype(np.float32)
-    y = rng.random(300001).astype(np.float32)
-    old = fastnn.get_num_threads()
-    try:
-        res = []
-        for n in (1, 2, 3):
-            fastnn.set_num_threads(n)
-            res.append((F.binary_cross_entropy_with_logits(x, y), F.mse_loss(x, y),
-                        F.kl_div(x, y, reduction="batchmean")))
-        for r in res[1:]:
-            assert [float(v) for v in r] == [float(v) for v in res[0]]
-    finally:
-        fastnn.set_num_threads(old)
 
 
 def test_elementwise_loss_bad_input_names_the_argument():

@@ -89,29 +89,6 @@ def test_ceil_mode_last_window_starts_inside():
     assert pool_output_size(6, 3, 2, 1, 1, True) == 4
 
 
-@pytest.mark.parametrize("kind,kw", [("max", dict(kernel_size=3, stride=2, padding=1)),
-                                     ("max", dict(kernel_size=2)),
-                                     ("avg", dict(kernel_size=3, stride=2, padding=1)),
-                                     ("avg", dict(kernel_size=3, stride=1, padding=1,
-                                                  count_include_pad=False))])
-def test_pool_bit_identical_across_threads(kind, kw):
-    x = np.random.default_rng(0).standard_normal((4, 16, 40, 36)).astype(np.float32)
-    fwd = F.max_pool2d_fwd if kind == "max" else F.avg_pool2d_fwd
-    bwd = F.max_pool2d_bwd if kind == "max" else F.avg_pool2d_bwd
-    old = fastnn.get_num_threads()
-    res = []
-    try:
-        for n in (1, 2, 3):
-            fastnn.set_num_threads(n)
-            y, ctx = fwd(x, **kw)
-            res.append((y, bwd(ctx, np.sin(y))))
-    finally:
-        fastnn.set_num_threads(old)
-    for r in res[1:]:
-        for a, e in zip(r, res[0]):
-            np.testing.assert_array_equal(a, e)
-
-
 def test_pool_modules_stride_default_and_repr():
     m = nn.MaxPool2d(3)
     assert m.stride == (3, 3)

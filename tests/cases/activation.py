@@ -1,8 +1,8 @@
 import numpy as np
 
 import fastnn.nn as nn
-import fastnn.functional as F
-from harness import ModuleCase, OpCase
+from harness import ModuleCase
+from reliability_registry import op
 
 
 def _x(shape=(5, 13), scale=3.0, *extra):
@@ -12,13 +12,6 @@ def _x(shape=(5, 13), scale=3.0, *extra):
         x = np.where(np.abs(x) < 1e-3, 0.5, x)
         return (x.astype(dt),) + tuple(extra), {}
     return make
-
-
-def _tf(name, **fixed):
-    """torch.nn.functional.<name>(x, *rest, **fixed)."""
-    def fn(torch, *args, **kw):
-        return getattr(torch.nn.functional, name)(*args, **fixed, **kw)
-    return fn
 
 
 def _prelu_inputs(shape, c):
@@ -31,52 +24,39 @@ def _prelu_inputs(shape, c):
 
 
 CASES = [
-    OpCase("relu", F.relu_fwd, F.relu_bwd, _x(), (0,), _tf("relu")),
-    OpCase("relu_3d", F.relu_fwd, F.relu_bwd, _x((2, 3, 7)), (0,), _tf("relu")),
-    OpCase("leaky_relu", F.leaky_relu_fwd, F.leaky_relu_bwd, _x(), (0,), _tf("leaky_relu")),
-    OpCase("leaky_relu_0.001", F.leaky_relu_fwd, F.leaky_relu_bwd, _x((4, 9), 3.0, 0.001), (0,),
-           _tf("leaky_relu")),
-    OpCase("leaky_relu_negative_slope", F.leaky_relu_fwd, F.leaky_relu_bwd, _x((4, 9), 3.0, -0.3),
-           (0,), _tf("leaky_relu")),
-    OpCase("leaky_relu_zero_slope", F.leaky_relu_fwd, F.leaky_relu_bwd, _x((4, 9), 3.0, 0.0), (0,),
-           _tf("leaky_relu")),
-    OpCase("prelu_one", F.prelu_fwd, F.prelu_bwd, _prelu_inputs((3, 4, 5), 1), (0, 1), _tf("prelu")),
-    OpCase("prelu_channels", F.prelu_fwd, F.prelu_bwd, _prelu_inputs((2, 3, 4, 5), 3), (0, 1),
-           _tf("prelu")),
-    OpCase("prelu_2d", F.prelu_fwd, F.prelu_bwd, _prelu_inputs((6, 4), 4), (0, 1), _tf("prelu")),
-    OpCase("prelu_1d", F.prelu_fwd, F.prelu_bwd, _prelu_inputs((7,), 1), (0, 1), _tf("prelu")),
-    OpCase("rrelu_eval", F.rrelu_fwd, F.rrelu_bwd, _x((4, 9), 3.0, 0.1, 0.3, False), (0,),
-           _tf("rrelu")),
-    OpCase("rrelu_train", F.rrelu_fwd, F.rrelu_bwd, _x((5, 11), 3.0, 0.1, 0.3, True), (0,),
-           random=True),
-    OpCase("rrelu_train_defaults", F.rrelu_fwd, F.rrelu_bwd, _x((3, 37), 3.0, 1 / 8, 1 / 3, True),
-           (0,), random=True),
-    OpCase("elu", F.elu_fwd, F.elu_bwd, _x(), (0,), _tf("elu")),
-    OpCase("elu_alpha_0.5", F.elu_fwd, F.elu_bwd, _x((4, 9), 3.0, 0.5), (0,), _tf("elu")),
-    OpCase("elu_negative_alpha", F.elu_fwd, F.elu_bwd, _x((4, 9), 3.0, -0.7), (0,), _tf("elu")),
-    OpCase("selu", F.selu_fwd, F.selu_bwd, _x(), (0,), _tf("selu")),
-    OpCase("celu", F.celu_fwd, F.celu_bwd, _x(), (0,), _tf("celu")),
-    OpCase("celu_alpha_2", F.celu_fwd, F.celu_bwd, _x((4, 9), 3.0, 2.0), (0,), _tf("celu")),
-    OpCase("celu_negative_alpha", F.celu_fwd, F.celu_bwd, _x((4, 9), 3.0, -1.5), (0,), _tf("celu")),
-    OpCase("gelu_exact", F.gelu_fwd, F.gelu_bwd, _x((5, 13), 3.0, "none"), (0,),
-           lambda torch, x, a: torch.nn.functional.gelu(x, approximate=a)),
-    OpCase("gelu_tanh", F.gelu_fwd, F.gelu_bwd, _x((5, 13), 3.0, "tanh"), (0,),
-           lambda torch, x, a: torch.nn.functional.gelu(x, approximate=a)),
-    OpCase("silu", F.silu_fwd, F.silu_bwd, _x(), (0,), _tf("silu")),
-    OpCase("softplus", F.softplus_fwd, F.softplus_bwd, _x((5, 13), 8.0), (0,), _tf("softplus")),
-    OpCase("softplus_beta_threshold", F.softplus_fwd, F.softplus_bwd, _x((5, 13), 3.0, 2.0, 1.5),
-           (0,), _tf("softplus")),
-    OpCase("softplus_negative_beta", F.softplus_fwd, F.softplus_bwd, _x((4, 9), 3.0, -0.5, 1.0),
-           (0,), _tf("softplus")),
-    OpCase("sigmoid", F.sigmoid_fwd, F.sigmoid_bwd, _x((5, 13), 4.0), (0,),
-           lambda torch, x: torch.sigmoid(x)),
-    OpCase("tanh", F.tanh_fwd, F.tanh_bwd, _x((5, 13), 2.0), (0,), lambda torch, x: torch.tanh(x)),
+    op("relu").case("relu", _x()),
+    op("relu").case("relu_3d", _x((2, 3, 7))),
+    op("leaky_relu").case("leaky_relu", _x()),
+    op("leaky_relu").case("leaky_relu_0.001", _x((4, 9), 3.0, 0.001)),
+    op("leaky_relu").case("leaky_relu_negative_slope", _x((4, 9), 3.0, -0.3)),
+    op("leaky_relu").case("leaky_relu_zero_slope", _x((4, 9), 3.0, 0.0)),
+    op("prelu").case("prelu_one", _prelu_inputs((3, 4, 5), 1)),
+    op("prelu").case("prelu_channels", _prelu_inputs((2, 3, 4, 5), 3)),
+    op("prelu").case("prelu_2d", _prelu_inputs((6, 4), 4)),
+    op("prelu").case("prelu_1d", _prelu_inputs((7,), 1)),
+    op("rrelu").case("rrelu_eval", _x((4, 9), 3.0, 0.1, 0.3, False), random=False),
+    op("rrelu").case("rrelu_train", _x((5, 11), 3.0, 0.1, 0.3, True), torch_fn=None),
+    op("rrelu").case("rrelu_train_defaults", _x((3, 37), 3.0, 1 / 8, 1 / 3, True), torch_fn=None),
+    op("elu").case("elu", _x()),
+    op("elu").case("elu_alpha_0.5", _x((4, 9), 3.0, 0.5)),
+    op("elu").case("elu_negative_alpha", _x((4, 9), 3.0, -0.7)),
+    op("selu").case("selu", _x()),
+    op("celu").case("celu", _x()),
+    op("celu").case("celu_alpha_2", _x((4, 9), 3.0, 2.0)),
+    op("celu").case("celu_negative_alpha", _x((4, 9), 3.0, -1.5)),
+    op("gelu").case("gelu_exact", _x((5, 13), 3.0, "none")),
+    op("gelu").case("gelu_tanh", _x((5, 13), 3.0, "tanh")),
+    op("silu").case("silu", _x()),
+    op("softplus").case("softplus", _x((5, 13), 8.0)),
+    op("softplus").case("softplus_beta_threshold", _x((5, 13), 3.0, 2.0, 1.5)),
+    op("softplus").case("softplus_negative_beta", _x((4, 9), 3.0, -0.5, 1.0)),
+    op("sigmoid").case("sigmoid", _x((5, 13), 4.0)),
+    op("tanh").case("tanh", _x((5, 13), 2.0)),
 ]
 
 for shape, dim in [((4, 10), -1), ((3, 5, 4), 1), ((6,), 0), ((2, 3, 4), 0)]:
     tag = "x".join(map(str, shape)) + f"_d{dim}"
-    CASES.append(OpCase(f"softmin_{tag}", F.softmin_fwd, F.softmin_bwd, _x(shape, 3.0, dim), (0,),
-                        lambda torch, x, d: torch.nn.functional.softmin(x, d)))
+    CASES.append(op("softmin").case(f"softmin_{tag}", _x(shape, 3.0, dim)))
 
 
 def _module(cls, *args, **kw):

@@ -1,7 +1,8 @@
 import numpy as np
 
 import fastnn.functional as F
-from harness import ModuleCase, OpCase
+from harness import ModuleCase
+from reliability_registry import op
 
 
 def _sdpa(qs, ks, vs, mask=None, causal=False, scale=None, p=0.0, dead_row=None):
@@ -24,14 +25,9 @@ def _sdpa(qs, ks, vs, mask=None, causal=False, scale=None, p=0.0, dead_row=None)
     return make
 
 
-def _torch_sdpa(torch, q, k, v, m, p, causal, scale):
-    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m, dropout_p=p,
-                                                            is_causal=causal, scale=scale)
-
-
-def _op(name, make, torch_fn=_torch_sdpa, **kw):
-    return OpCase(name, F.scaled_dot_product_attention_fwd, F.scaled_dot_product_attention_bwd,
-                  make, (0, 1, 2), torch_fn, **kw)
+def _op(name, make, random=False, **kw):
+    """The op is ``random`` (its large inputs use dropout); these cases only where p > 0."""
+    return op("scaled_dot_product_attention").case(name, make, random=random, **kw)
 
 
 def _mha(batch_first, H, L, S, N, E, Ev, causal=False, mask=False, p=0.0):
@@ -67,17 +63,15 @@ CASES = [
     # batch broadcasting is a host-side convenience (the cuda shell requires equal batch dims)
     _op("sdpa_broadcast_batch", _sdpa((2, 1, 4, 3), (1, 3, 5, 3), (2, 3, 5, 2)),
         backends=("cpu",)),
-    _op("sdpa_dropout", _sdpa((2, 2, 5, 4), (2, 2, 6, 4), (2, 2, 6, 3), p=0.3), None,
+    _op("sdpa_dropout", _sdpa((2, 2, 5, 4), (2, 2, 6, 4), (2, 2, 6, 3), p=0.3), torch_fn=None,
         random=True),
     _op("sdpa_dropout_mask", _sdpa((3, 6, 4), (3, 6, 4), (3, 6, 2),
-                                          mask=("float", (3, 1, 6)), p=0.5), None, random=True),
-    OpCase("mha_core_batch_first", F.multi_head_attention_fwd, F.multi_head_attention_bwd,
-           _mha(True, 2, 4, 5, 2, 3, 2), (0, 1, 2)),
-    OpCase("mha_core_seq_first_mask_causal", F.multi_head_attention_fwd,
-           F.multi_head_attention_bwd, _mha(False, 3, 5, 5, 2, 2, 3, causal=True, mask=True),
-           (0, 1, 2)),
-    OpCase("mha_core_seq_first_dropout", F.multi_head_attention_fwd, F.multi_head_attention_bwd,
-           _mha(False, 2, 4, 6, 2, 3, 3, mask=True, p=0.25), (0, 1, 2), random=True),
+                                          mask=("float", (3, 1, 6)), p=0.5), torch_fn=None, random=True),
+    op("multi_head_attention").case("mha_core_batch_first", _mha(True, 2, 4, 5, 2, 3, 2)),
+    op("multi_head_attention").case("mha_core_seq_first_mask_causal",
+                                    _mha(False, 3, 5, 5, 2, 2, 3, causal=True, mask=True)),
+    op("multi_head_attention").case("mha_core_seq_first_dropout",
+                                    _mha(False, 2, 4, 6, 2, 3, 3, mask=True, p=0.25), random=True),
 ]
 
 

@@ -1,7 +1,6 @@
 import numpy as np
 
-import fastnn.functional as F
-from harness import OpCase
+from reliability_registry import op
 
 
 def _bn(shape, training, affine=True, bias=True, eps=1e-5):
@@ -18,14 +17,8 @@ def _bn(shape, training, affine=True, bias=True, eps=1e-5):
     return make
 
 
-def _torch_bn(torch, x, rm, rv, w, b, training, momentum, eps):
-    rm = None if rm is None else rm.detach()
-    rv = None if rv is None else rv.detach()
-    return torch.nn.functional.batch_norm(x, rm, rv, w, b, training, momentum, eps)
-
-
 def _case(name, *a, **k):
-    return OpCase(name, F.batch_norm_fwd, F.batch_norm_bwd, _bn(*a, **k), (0, 3, 4), _torch_bn)
+    return op("batch_norm").case(name, _bn(*a, **k))
 
 
 CASES = [

@@ -1,7 +1,6 @@
 import numpy as np
 
-import fastnn.functional as F
-from harness import OpCase
+from reliability_registry import op
 
 
 def _conv(xs, ws, bias=True, stride=1, padding=0, dilation=1, groups=1):
@@ -13,16 +12,8 @@ def _conv(xs, ws, bias=True, stride=1, padding=0, dilation=1, groups=1):
     return make
 
 
-def _torch_conv(torch, x, w, b, stride, padding, dilation, groups):
-    import warnings
-    with warnings.catch_warnings():
-        # torch notes that padding='same' with an even kernel pads a copy of the input
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.nn.functional.conv2d(x, w, b, stride, padding, dilation, groups)
-
-
 def _case(name, *a, **k):
-    return OpCase(name, F.conv2d_fwd, F.conv2d_bwd, _conv(*a, **k), (0, 1, 2), _torch_conv)
+    return op("conv2d").case(name, _conv(*a, **k))
 
 
 CASES = [
@@ -61,17 +52,8 @@ CASES = [
     _case("conv2d_big_padding", (1, 1, 2, 3), (2, 1, 2, 2), padding=3),
 ]
 
-
-
-def _torch_conv1d(torch, x, w, b, stride, padding, dilation, groups):
-    import warnings
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)   # as _torch_conv: 'same', even kernel
-        return torch.nn.functional.conv1d(x, w, b, stride, padding, dilation, groups)
-
-
 def _case1d(name, *a, **k):
-    return OpCase(name, F.conv1d_fwd, F.conv1d_bwd, _conv(*a, **k), (0, 1, 2), _torch_conv1d)
+    return op("conv1d").case(name, _conv(*a, **k))
 
 
 def _tconv(xs, ws, bias=True, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
@@ -83,14 +65,8 @@ def _tconv(xs, ws, bias=True, stride=1, padding=0, output_padding=0, groups=1, d
     return make
 
 
-def _torch_tconv(torch, x, w, b, stride, padding, output_padding, groups, dilation):
-    return torch.nn.functional.conv_transpose2d(x, w, b, stride, padding, output_padding, groups,
-                                                dilation)
-
-
 def _tcase(name, *a, **k):
-    return OpCase(name, F.conv_transpose2d_fwd, F.conv_transpose2d_bwd, _tconv(*a, **k), (0, 1, 2),
-                  _torch_tconv)
+    return op("conv_transpose2d").case(name, _tconv(*a, **k))
 
 
 CASES += [

@@ -1,7 +1,6 @@
 import numpy as np
 
-import fastnn.functional as F
-from harness import OpCase
+from reliability_registry import op
 
 
 def _linear(shape_x, n_out, bias):
@@ -14,15 +13,10 @@ def _linear(shape_x, n_out, bias):
     return make
 
 
-def _torch_linear(torch, x, w, b):
-    return torch.nn.functional.linear(x, w, b)
-
-
+linear = op("linear")
 CASES = [
-    OpCase("linear_2d", F.linear_fwd, F.linear_bwd, _linear((5, 7), 3, True), (0, 1, 2), _torch_linear),
-    OpCase("linear_3d_nobias", F.linear_fwd, F.linear_bwd, _linear((2, 3, 6), 4, False), (0, 1, 2),
-           _torch_linear),
-    OpCase("linear_1d", F.linear_fwd, F.linear_bwd, _linear((6,), 2, True), (0, 1, 2), _torch_linear),
-    OpCase("linear_zero_rows", F.linear_fwd, F.linear_bwd, _linear((0, 4), 3, True), (0, 1, 2),
-           _torch_linear, gradcheck=False),
+    linear.case("linear_2d", _linear((5, 7), 3, True)),
+    linear.case("linear_3d_nobias", _linear((2, 3, 6), 4, False)),
+    linear.case("linear_1d", _linear((6,), 2, True)),
+    linear.case("linear_zero_rows", _linear((0, 4), 3, True), gradcheck=False),
 ]

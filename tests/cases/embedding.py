@@ -1,8 +1,6 @@
-import numpy as np
-
-import fastnn.functional as F
 from fastnn import nn
-from harness import ModuleCase, OpCase
+from harness import ModuleCase, in_dtype
+from reliability_registry import op
 
 
 def _emb(num, dim, idx_shape, padding_idx=None, dups=False):
@@ -17,22 +15,15 @@ def _emb(num, dim, idx_shape, padding_idx=None, dups=False):
     return make
 
 
-def _torch_emb(torch, idx, w, padding_idx):
-    return torch.nn.functional.embedding(idx, w, padding_idx)
-
-
+embedding = op("embedding")
 CASES = [
-    OpCase("embedding_2d_idx", F.embedding_fwd, F.embedding_bwd, _emb(11, 6, (3, 5), dups=True),
-           (1,), _torch_emb),
+    embedding.case("embedding_2d_idx", _emb(11, 6, (3, 5), dups=True)),
     # padding_idx: the padding row is read by the forward but gets no gradient (torch's rule),
     # so central differences disagree there by design; the torch comparison checks these.
-    OpCase("embedding_1d_idx_padding", F.embedding_fwd, F.embedding_bwd, _emb(7, 4, (9,), 2, True),
-           (1,), _torch_emb, gradcheck=False),
-    OpCase("embedding_neg_padding", F.embedding_fwd, F.embedding_bwd, _emb(6, 5, (2, 2, 3), -1, True),
-           (1,), _torch_emb, gradcheck=False),
-    OpCase("embedding_scalar_idx", F.embedding_fwd, F.embedding_bwd, _emb(5, 3, ()), (1,), _torch_emb),
-    OpCase("embedding_empty_idx", F.embedding_fwd, F.embedding_bwd, _emb(5, 3, (0, 4)), (1,),
-           _torch_emb, gradcheck=False),
+    embedding.case("embedding_1d_idx_padding", _emb(7, 4, (9,), 2, True), gradcheck=False),
+    embedding.case("embedding_neg_padding", _emb(6, 5, (2, 2, 3), -1, True), gradcheck=False),
+    embedding.case("embedding_scalar_idx", _emb(5, 3, ())),
+    embedding.case("embedding_empty_idx", _emb(5, 3, (0, 4)), gradcheck=False),
 ]
 
 
@@ -40,15 +31,8 @@ def _idx(B, T, num):
     return lambda rng, dt: (rng.integers(0, num, (B, T)),)
 
 
-def _build(ctor):
-    def build(dt):
-        m = ctor()
-        return m.double() if np.dtype(dt) == np.float64 else m
-    return build
-
-
 MODULE_CASES = [
-    ModuleCase("embedding_module_padding", _build(lambda: nn.Embedding(9, 4, padding_idx=0)),
+    ModuleCase("embedding_module_padding", in_dtype(lambda: nn.Embedding(9, 4, padding_idx=0)),
                _idx(3, 6, 9)),
-    ModuleCase("positional_embedding", _build(lambda: nn.PositionalEmbedding(8, 5)), _idx(3, 6, 50)),
+    ModuleCase("positional_embedding", in_dtype(lambda: nn.PositionalEmbedding(8, 5)), _idx(3, 6, 50)),
 ]

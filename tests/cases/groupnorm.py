@@ -1,7 +1,6 @@
 import numpy as np
 
-import fastnn.functional as F
-from harness import OpCase
+from reliability_registry import op
 
 
 def _gn(shape, G, affine, eps=1e-5):
@@ -13,12 +12,8 @@ def _gn(shape, G, affine, eps=1e-5):
     return make
 
 
-def _torch_gn(torch, x, G, w, b, eps):
-    return torch.nn.functional.group_norm(x, G, w, b, eps)
-
-
 def _case(name, *a, **k):
-    return OpCase(name, F.group_norm_fwd, F.group_norm_bwd, _gn(*a, **k), (0, 2, 3), _torch_gn)
+    return op("group_norm").case(name, _gn(*a, **k))
 
 
 CASES = [

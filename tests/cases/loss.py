@@ -1,9 +1,6 @@
-import warnings
-
 import numpy as np
 
-import fastnn.functional as F
-from harness import OpCase
+from reliability_registry import op
 
 
 def _ce(shape, prob=False, weight=False, ignore=False, reduction="mean", ls=0.0, ignore_index=-100):
@@ -22,14 +19,8 @@ def _ce(shape, prob=False, weight=False, ignore=False, reduction="mean", ls=0.0,
     return make
 
 
-def _torch_ce(torch, x, t, w, ignore_index, reduction, ls):
-    w = None if w is None else w.detach()       # torch: nll_loss is not differentiable in weight
-    return torch.nn.functional.cross_entropy(x, t, weight=w, ignore_index=ignore_index,
-                                             reduction=reduction, label_smoothing=ls)
-
-
 def _case(name, make, **kw):
-    return OpCase(name, F.cross_entropy_fwd, F.cross_entropy_bwd, make, (0,), _torch_ce, **kw)
+    return op("cross_entropy").case(name, make, **kw)
 
 
 CASES = [
@@ -61,14 +52,8 @@ def _nll(shape, weight=False, ignore=False, reduction="mean", ignore_index=-100)
     return make
 
 
-def _torch_nll(torch, x, t, w, ignore_index, reduction):
-    w = None if w is None else w.detach()
-    return torch.nn.functional.nll_loss(x, t, weight=w, ignore_index=ignore_index,
-                                        reduction=reduction)
-
-
 def _nll_case(name, make, **kw):
-    return OpCase(name, F.nll_loss_fwd, F.nll_loss_bwd, make, (0,), _torch_nll, **kw)
+    return op("nll_loss").case(name, make, **kw)
 
 
 CASES += [
@@ -101,69 +86,50 @@ def _pair(shape, x_kind="normal", y_kind="normal", weight=False, pos_weight=Fals
     return make
 
 
-def _ew_case(name, fwd, torch_name, shape, args=lambda x, y, w, pw: (x, y), kw=None,
-             x_kind="normal", y_kind="normal", weight=False, pos_weight=False,
-             torch_kw=lambda w, pw: {}, **case_kw):
-    """One elementwise-loss case: fwd(*args(x, y, w, pw)) vs torch_name(x, y, **kw)."""
+def _ew_case(name, op_name, shape, args=lambda x, y, w, pw: (x, y), kw=None,
+             x_kind="normal", y_kind="normal", weight=False, pos_weight=False, **case_kw):
+    """One elementwise-loss case of op ``op_name``: F.<op>_fwd(*args(x, y, w, pw), **kw)."""
     pair = _pair(shape, x_kind, y_kind, weight, pos_weight)
     kw = dict(kw or {})
 
     def make(rng, dt):
         x, y, w, pw = pair(rng, dt)
         return args(x, y, w, pw), dict(kw)
-
-    def torch_fn(torch, x, y, *rest, **k):
-        # the positional tail of ``args`` after (x, y) is given again by name to torch
-        tensors = [r.detach() for r in rest if hasattr(r, "detach")]
-        w = tensors[0] if weight else None
-        pw = tensors[-1] if pos_weight else None
-        extra = {n: v for n, v in kw.items()}
-        extra.update(torch_kw(w, pw))
-        with warnings.catch_warnings():   # kl_div's "mean" warns that it will change
-            warnings.simplefilter("ignore", UserWarning)
-            return getattr(torch.nn.functional, torch_name)(x, y.detach(), **extra)
-    return OpCase(name, fwd, F.mse_loss_bwd, make, (0,), torch_fn, **case_kw)
+    return op(op_name).case(name, make, **case_kw)
 
 
 CASES += [
-    _ew_case("mse_mean", F.mse_loss_fwd, "mse_loss", (4, 5)),
-    _ew_case("mse_sum_3d", F.mse_loss_fwd, "mse_loss", (2, 3, 4), kw=dict(reduction="sum")),
-    _ew_case("mse_none_weight", F.mse_loss_fwd, "mse_loss", (3, 5), weight=True,
-             args=lambda x, y, w, pw: (x, y, "none", w), torch_kw=lambda w, pw: dict(weight=w, reduction="none")),
-    _ew_case("mse_mean_weight", F.mse_loss_fwd, "mse_loss", (3, 5), weight=True,
-             args=lambda x, y, w, pw: (x, y, "mean", w), torch_kw=lambda w, pw: dict(weight=w)),
-    _ew_case("l1_mean", F.l1_loss_fwd, "l1_loss", (4, 5)),
-    _ew_case("l1_none_1d", F.l1_loss_fwd, "l1_loss", (7,), kw=dict(reduction="none")),
-    _ew_case("smooth_l1_mean_beta", F.smooth_l1_loss_fwd, "smooth_l1_loss", (5, 6),
+    _ew_case("mse_mean", "mse_loss", (4, 5)),
+    _ew_case("mse_sum_3d", "mse_loss", (2, 3, 4), kw=dict(reduction="sum")),
+    _ew_case("mse_none_weight", "mse_loss", (3, 5), weight=True,
+             args=lambda x, y, w, pw: (x, y, "none", w)),
+    _ew_case("mse_mean_weight", "mse_loss", (3, 5), weight=True,
+             args=lambda x, y, w, pw: (x, y, "mean", w)),
+    _ew_case("l1_mean", "l1_loss", (4, 5)),
+    _ew_case("l1_none_1d", "l1_loss", (7,), kw=dict(reduction="none")),
+    _ew_case("smooth_l1_mean_beta", "smooth_l1_loss", (5, 6),
              kw=dict(reduction="mean", beta=0.7)),
-    _ew_case("smooth_l1_sum_beta0", F.smooth_l1_loss_fwd, "smooth_l1_loss", (5, 6),
+    _ew_case("smooth_l1_sum_beta0", "smooth_l1_loss", (5, 6),
              kw=dict(reduction="sum", beta=0.0)),
-    _ew_case("huber_none_delta", F.huber_loss_fwd, "huber_loss", (4, 6),
+    _ew_case("huber_none_delta", "huber_loss", (4, 6),
              kw=dict(reduction="none", delta=1.5)),
-    _ew_case("huber_mean_weight", F.huber_loss_fwd, "huber_loss", (4, 6), weight=True,
-             args=lambda x, y, w, pw: (x, y, "mean", 0.5, w),
-             torch_kw=lambda w, pw: dict(delta=0.5, weight=w)),
-    _ew_case("bce_mean", F.binary_cross_entropy_fwd, "binary_cross_entropy", (4, 5),
+    _ew_case("huber_mean_weight", "huber_loss", (4, 6), weight=True,
+             args=lambda x, y, w, pw: (x, y, "mean", 0.5, w)),
+    _ew_case("bce_mean", "binary_cross_entropy", (4, 5),
              x_kind="prob", y_kind="prob"),
-    _ew_case("bce_weight_sum", F.binary_cross_entropy_fwd, "binary_cross_entropy", (4, 5),
+    _ew_case("bce_weight_sum", "binary_cross_entropy", (4, 5),
              x_kind="prob", y_kind="prob", weight=True,
-             args=lambda x, y, w, pw: (x, y, w, "sum"),
-             torch_kw=lambda w, pw: dict(weight=w, reduction="sum")),
-    _ew_case("bce_logits_mean", F.binary_cross_entropy_with_logits_fwd,
-             "binary_cross_entropy_with_logits", (4, 5), y_kind="prob"),
-    _ew_case("bce_logits_weight_pos_weight_none", F.binary_cross_entropy_with_logits_fwd,
-             "binary_cross_entropy_with_logits", (3, 4, 5), y_kind="prob", weight=True,
-             pos_weight=True, args=lambda x, y, w, pw: (x, y, w, "none", pw),
-             torch_kw=lambda w, pw: dict(weight=w, pos_weight=pw, reduction="none")),
-    _ew_case("bce_logits_pos_weight_sum", F.binary_cross_entropy_with_logits_fwd,
-             "binary_cross_entropy_with_logits", (6, 3), y_kind="prob", pos_weight=True,
-             args=lambda x, y, w, pw: (x, y, None, "sum", pw),
-             torch_kw=lambda w, pw: dict(pos_weight=pw, reduction="sum")),
-    _ew_case("kl_div_batchmean", F.kl_div_fwd, "kl_div", (4, 5), x_kind="logprob",
+             args=lambda x, y, w, pw: (x, y, w, "sum")),
+    _ew_case("bce_logits_mean", "binary_cross_entropy_with_logits", (4, 5), y_kind="prob"),
+    _ew_case("bce_logits_weight_pos_weight_none", "binary_cross_entropy_with_logits", (3, 4, 5), y_kind="prob", weight=True,
+             pos_weight=True, args=lambda x, y, w, pw: (x, y, w, "none", pw)),
+    _ew_case("bce_logits_pos_weight_sum", "binary_cross_entropy_with_logits", (6, 3), y_kind="prob", pos_weight=True,
+             args=lambda x, y, w, pw: (x, y, None, "sum", pw)),
+    _ew_case("kl_div_batchmean", "kl_div", (4, 5), x_kind="logprob",
              y_kind="prob", kw=dict(reduction="batchmean")),
-    _ew_case("kl_div_mean", F.kl_div_fwd, "kl_div", (4, 5), x_kind="logprob", y_kind="prob"),
-    _ew_case("kl_div_log_target_sum", F.kl_div_fwd, "kl_div", (3, 2, 4), x_kind="logprob",
+    _ew_case("kl_div_mean", "kl_div", (4, 5), x_kind="logprob", y_kind="prob"),
+    _ew_case("kl_div_log_target_sum", "kl_div_log_target", (3, 2, 4), x_kind="logprob",
              y_kind="logprob", kw=dict(reduction="sum", log_target=True)),
-    _ew_case("kl_div_none", F.kl_div_fwd, "kl_div", (3, 4), x_kind="logprob", y_kind="prob",
+    _ew_case("kl_div_none", "kl_div", (3, 4), x_kind="logprob", y_kind="prob",
              kw=dict(reduction="none")),
 ]

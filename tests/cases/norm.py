@@ -1,7 +1,6 @@
 import numpy as np
 
-import fastnn.functional as F
-from harness import OpCase
+from reliability_registry import op
 
 
 def _ln(shape, k, affine, bias, eps=1e-5):
@@ -14,17 +13,10 @@ def _ln(shape, k, affine, bias, eps=1e-5):
     return make
 
 
-def _torch_ln(torch, x, ns, w, b, eps):
-    return torch.nn.functional.layer_norm(x, ns, w, b, eps)
-
-
+layer_norm = op("layer_norm")
 CASES = [
-    OpCase("layer_norm_last", F.layer_norm_fwd, F.layer_norm_bwd, _ln((4, 9), 1, True, True),
-           (0, 2, 3), _torch_ln),
-    OpCase("layer_norm_two_dims", F.layer_norm_fwd, F.layer_norm_bwd, _ln((2, 3, 4, 5), 2, True, True),
-           (0, 2, 3), _torch_ln),
-    OpCase("layer_norm_no_affine", F.layer_norm_fwd, F.layer_norm_bwd, _ln((3, 8), 1, False, False),
-           (0, 2, 3), _torch_ln),
-    OpCase("layer_norm_no_bias", F.layer_norm_fwd, F.layer_norm_bwd, _ln((3, 2, 6), 1, True, False, 1e-3),
-           (0, 2, 3), _torch_ln),
+    layer_norm.case("layer_norm_last", _ln((4, 9), 1, True, True)),
+    layer_norm.case("layer_norm_two_dims", _ln((2, 3, 4, 5), 2, True, True)),
+    layer_norm.case("layer_norm_no_affine", _ln((3, 8), 1, False, False)),
+    layer_norm.case("layer_norm_no_bias", _ln((3, 2, 6), 1, True, False, 1e-3)),
 ]

@@ -1,7 +1,6 @@
 import numpy as np
 
-import fastnn.functional as F
-from harness import OpCase
+from reliability_registry import op
 
 
 def _x(shape, *rest):
@@ -12,22 +11,12 @@ def _x(shape, *rest):
     return make
 
 
-def _torch_max(torch, x, k, s, p, d, ceil):
-    return torch.nn.functional.max_pool2d(x, k, s, p, d, ceil)
-
-
-def _torch_avg(torch, x, k, s, p, ceil, cip, div):
-    return torch.nn.functional.avg_pool2d(x, k, s, p, ceil, cip, div)
-
-
 def _max(name, shape, k, s=None, p=0, d=1, ceil=False):
-    return OpCase(name, F.max_pool2d_fwd, F.max_pool2d_bwd, _x(shape, k, s, p, d, ceil), (0,),
-                  _torch_max)
+    return op("max_pool2d").case(name, _x(shape, k, s, p, d, ceil))
 
 
 def _avg(name, shape, k, s=None, p=0, ceil=False, cip=True, div=None):
-    return OpCase(name, F.avg_pool2d_fwd, F.avg_pool2d_bwd, _x(shape, k, s, p, ceil, cip, div), (0,),
-                  _torch_avg)
+    return op("avg_pool2d").case(name, _x(shape, k, s, p, ceil, cip, div))
 
 
 CASES = [
@@ -53,19 +42,7 @@ CASES = [
 
 
 def _adaptive(name, shape, out, kind):
-    fwd, bwd = ((F.adaptive_avg_pool2d_fwd, F.adaptive_avg_pool2d_bwd) if kind == "avg"
-                else (F.adaptive_max_pool2d_fwd, F.adaptive_max_pool2d_bwd))
-    fn = "adaptive_avg_pool2d" if kind == "avg" else "adaptive_max_pool2d"
-    return OpCase(name, fwd, bwd, _x(shape, out), (0,),
-                  lambda torch, x, o: getattr(torch.nn.functional, fn)(x, o))
-
-
-def _torch_max1d(torch, x, k, s, p, d, ceil):
-    return torch.nn.functional.max_pool1d(x, k, s, p, d, ceil)
-
-
-def _torch_avg1d(torch, x, k, s, p, ceil, cip):
-    return torch.nn.functional.avg_pool1d(x, k, s, p, ceil, cip)
+    return op(f"adaptive_{kind}_pool2d").case(name, _x(shape, out))
 
 
 CASES += [
@@ -79,16 +56,10 @@ CASES += [
     _adaptive("adaptive_max_pool2d_none", (2, 2, 4, 6), (2, None), "max"),
     _adaptive("adaptive_max_pool2d_upsample", (1, 2, 3, 2), (5, 4), "max"),
     _adaptive("adaptive_max_pool2d_3d_input", (2, 6, 5), (4, 3), "max"),
-    OpCase("max_pool1d_k3_s2_p1", F.max_pool1d_fwd, F.max_pool1d_bwd, _x((2, 3, 9), 3, 2, 1, 1, False),
-           (0,), _torch_max1d),
-    OpCase("max_pool1d_dilation_ceil", F.max_pool1d_fwd, F.max_pool1d_bwd,
-           _x((1, 2, 10), 2, 3, 1, 2, True), (0,), _torch_max1d),
-    OpCase("max_pool1d_unbatched", F.max_pool1d_fwd, F.max_pool1d_bwd, _x((3, 8), 2, None, 0, 1, False),
-           (0,), _torch_max1d),
-    OpCase("avg_pool1d_k3_s2_p1", F.avg_pool1d_fwd, F.avg_pool1d_bwd, _x((2, 3, 9), 3, 2, 1, False, True),
-           (0,), _torch_avg1d),
-    OpCase("avg_pool1d_exclude_ceil", F.avg_pool1d_fwd, F.avg_pool1d_bwd,
-           _x((1, 2, 10), 4, 3, 2, True, False), (0,), _torch_avg1d),
-    OpCase("avg_pool1d_unbatched", F.avg_pool1d_fwd, F.avg_pool1d_bwd, _x((3, 8), 2, None, 0, False, True),
-           (0,), _torch_avg1d),
+    op("max_pool1d").case("max_pool1d_k3_s2_p1", _x((2, 3, 9), 3, 2, 1, 1, False)),
+    op("max_pool1d").case("max_pool1d_dilation_ceil", _x((1, 2, 10), 2, 3, 1, 2, True)),
+    op("max_pool1d").case("max_pool1d_unbatched", _x((3, 8), 2, None, 0, 1, False)),
+    op("avg_pool1d").case("avg_pool1d_k3_s2_p1", _x((2, 3, 9), 3, 2, 1, False, True)),
+    op("avg_pool1d").case("avg_pool1d_exclude_ceil", _x((1, 2, 10), 4, 3, 2, True, False)),
+    op("avg_pool1d").case("avg_pool1d_unbatched", _x((3, 8), 2, None, 0, False, True)),
 ]

@@ -1,7 +1,6 @@
 import numpy as np
 
-import fastnn.functional as F
-from harness import OpCase
+from reliability_registry import op
 
 
 def _rms(shape, k, affine, eps=1e-5):
@@ -13,12 +12,8 @@ def _rms(shape, k, affine, eps=1e-5):
     return make
 
 
-def _torch_rms(torch, x, ns, w, eps):
-    return torch.nn.functional.rms_norm(x, ns, w, eps)
-
-
 def _case(name, *a, **k):
-    return OpCase(name, F.rms_norm_fwd, F.rms_norm_bwd, _rms(*a, **k), (0, 2), _torch_rms)
+    return op("rms_norm").case(name, _rms(*a, **k))
 
 
 CASES = [

@@ -2,13 +2,16 @@
 
 The op cases pass the initial states and every weight as separate positional arrays, so
 the harness makes each of them non-contiguous, gradient-checks each, and compares each
-gradient with torch.lstm / torch.gru / torch.rnn_* (torch's flat-weight functions).
+gradient with torch.lstm / torch.gru / torch.rnn_* (torch's flat-weight functions): each
+case gives ``Op.case`` its own fwd / bwd / torch_fn adapters for that flat layout around the
+op's F pair (tests/reliability_registry.py: rnn, gru, lstm, *_cell).
 """
 import numpy as np
 
 import fastnn.functional as F
 import fastnn.nn as nn
-from harness import ModuleCase, OpCase, random_like
+from harness import ModuleCase, random_like
+from reliability_registry import op
 
 _G = {"rnn": 1, "gru": 3, "lstm": 4}
 
@@ -69,9 +72,9 @@ def _seq(kind, name, T, B, I, H, L=1, bi=False, bias=True, bf=False, hx=True, no
             outs = getattr(torch, "rnn_" + nonlin)(x, states[0], w, *args)
         return tuple(o.squeeze(1) for o in outs) if unbatched else tuple(outs)
 
-    return OpCase(name, fwd, bwd, make, tuple(range(1 + ns + nw)),
-                  None if (dropout and training) else torch_fn,
-                  random=bool(dropout and training), rtol32=5e-4, atol32=5e-5)
+    return op(kind).case(name, make, fwd=fwd, bwd=bwd, grad_of=tuple(range(1 + ns + nw)),
+                         torch_fn=None if (dropout and training) else torch_fn,
+                         random=bool(dropout and training), rtol32=5e-4, atol32=5e-5)
 
 
 def _cell(kind, name, B, I, H, bias=True, hx=True, nonlin="tanh", unbatched=False):
@@ -120,7 +123,8 @@ def _cell(kind, name, B, I, H, bias=True, hx=True, nonlin="tanh", unbatched=Fals
             return tuple(o.squeeze(0) for o in out) if kind == "lstm" else out.squeeze(0)
         return out
 
-    return OpCase(name, fwd, bwd, make, tuple(range(1 + ns + 4)), torch_fn, rtol32=5e-4, atol32=5e-5)
+    return op(kind + "_cell").case(name, make, fwd=fwd, bwd=bwd, grad_of=tuple(range(1 + ns + 4)),
+                                   torch_fn=torch_fn, rtol32=5e-4, atol32=5e-5)
 
 
 CASES = [

@@ -1,9 +1,7 @@
 """std_layer_norm op cases, and module cases for the transformer blocks (nn/blocks.py)."""
-import numpy as np
-
-import fastnn.functional as F
 from fastnn import nn
-from harness import ModuleCase, OpCase
+from harness import ModuleCase, in_dtype
+from reliability_registry import op
 
 
 def _sln(shape, affine=True, bias=True, eps=1e-6, const_row=False):
@@ -18,27 +16,15 @@ def _sln(shape, affine=True, bias=True, eps=1e-6, const_row=False):
     return make
 
 
-def _torch_sln(torch, x, a, b, eps):
-    y = (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + eps)
-    if a is not None:
-        y = a * y
-    if b is not None:
-        y = y + b
-    return y
-
-
+sln = op("std_layer_norm")
 CASES = [
-    OpCase("std_layer_norm_2d", F.std_layer_norm_fwd, F.std_layer_norm_bwd, _sln((5, 9)),
-           (0, 1, 2), _torch_sln),
-    OpCase("std_layer_norm_3d_eps", F.std_layer_norm_fwd, F.std_layer_norm_bwd,
-           _sln((2, 3, 16), eps=1e-2), (0, 1, 2), _torch_sln),
-    OpCase("std_layer_norm_no_affine", F.std_layer_norm_fwd, F.std_layer_norm_bwd,
-           _sln((4, 7), affine=False, bias=False), (0, 1, 2), _torch_sln),
-    OpCase("std_layer_norm_bias_only", F.std_layer_norm_fwd, F.std_layer_norm_bwd,
-           _sln((3, 6), affine=False), (0, 1, 2), _torch_sln),
+    sln.case("std_layer_norm_2d", _sln((5, 9))),
+    sln.case("std_layer_norm_3d_eps", _sln((2, 3, 16), eps=1e-2)),
+    sln.case("std_layer_norm_no_affine", _sln((4, 7), affine=False, bias=False)),
+    sln.case("std_layer_norm_bias_only", _sln((3, 6), affine=False)),
     # a constant row: std 0, gradient r * (g - mean(g)) (torch autograd gives NaN there)
-    OpCase("std_layer_norm_const_row", F.std_layer_norm_fwd, F.std_layer_norm_bwd,
-           _sln((3, 5), const_row=True), (0, 1, 2), gradcheck=False),
+    sln.case("std_layer_norm_const_row", _sln((3, 5), const_row=True), torch_fn=None,
+             gradcheck=False),
 ]
 
 
@@ -46,21 +32,14 @@ def _x(shape):
     return lambda rng, dt: (rng.standard_normal(shape).astype(dt),)
 
 
-def _seeded(ctor):
-    def build(dt):
-        m = ctor()
-        return m.double() if np.dtype(dt) == np.float64 else m
-    return build
-
-
 MODULE_CASES = [
-    ModuleCase("conv1d_gpt2", _seeded(lambda: nn.Conv1D(6, 5)), _x((2, 3, 5))),
-    ModuleCase("feedforward_gelu_tanh", _seeded(lambda: nn.FeedForward(6)), _x((2, 4, 6))),
+    ModuleCase("conv1d_gpt2", in_dtype(lambda: nn.Conv1D(6, 5)), _x((2, 3, 5))),
+    ModuleCase("feedforward_gelu_tanh", in_dtype(lambda: nn.FeedForward(6)), _x((2, 4, 6))),
     ModuleCase("feedforward_dropout",
-               _seeded(lambda: nn.FeedForward(5, 7, dropout=0.3)), _x((3, 5))),
+               in_dtype(lambda: nn.FeedForward(5, 7, dropout=0.3)), _x((3, 5))),
     ModuleCase("feedforward_relu_dropout",
-               _seeded(lambda: nn.FeedForward(5, 7, dropout=0.3, activation="relu")), _x((3, 5))),
-    ModuleCase("residual_feedforward", _seeded(lambda: nn.Residual(nn.FeedForward(4, 8))),
+               in_dtype(lambda: nn.FeedForward(5, 7, dropout=0.3, activation="relu")), _x((3, 5))),
+    ModuleCase("residual_feedforward", in_dtype(lambda: nn.Residual(nn.FeedForward(4, 8))),
                _x((2, 3, 4))),
-    ModuleCase("std_layer_norm_module", _seeded(lambda: nn.StdLayerNorm(6)), _x((4, 6))),
+    ModuleCase("std_layer_norm_module", in_dtype(lambda: nn.StdLayerNorm(6)), _x((4, 6))),
 ]
