@@ -71,11 +71,15 @@ def unreadable(path, what):
 def build_info():
     """How the installed fastnn was built: {'version', 'compiled', 'variants', 'openmp', ...}.
 
-    ``openmp`` maps each compiled variant to its OpenMP version (0: serial build)."""
+    ``openmp`` maps each compiled variant to its OpenMP version (0: serial build);
+    ``variants`` are the loaded ones, ``cpu_runs`` those this CPU and OS can run (best
+    first), ``forced`` the FASTNN_VARIANT setting (None: the best one is picked)."""
     import fastnn
     from ._backend import backend
+    from . import cpu as _cpu
     info = {"version": fastnn.__version__, "compiled": False, "variants": [], "openmp": {},
-            "fallbacks": None, "error": None}
+            "fallbacks": None, "error": None, "cpu_runs": _cpu.cpu_variants(),
+            "forced": os.environ.get("FASTNN_VARIANT", "").strip().lower() or None}
     try:
         cpu = backend("cpu")
     except ImportError as e:
@@ -121,6 +125,9 @@ def info(args, out=None):
     print(f"python {platform.python_version()} on {platform.machine()} {platform.system()}, "
           f"numpy {np.__version__}", file=out)
     print(_kernels_line(b), file=out)
+    print(f"kernel variant: {'+'.join(b['variants']) or '-'} "
+          f"({'forced by FASTNN_VARIANT' if b['forced'] else 'the best this CPU runs'}); "
+          f"this CPU runs {', '.join(b['cpu_runs'])}", file=out)
     if b["compiled"] and b["fallbacks"]:
         print(f"ops served by the NumPy reference: {', '.join(b['fallbacks'])}", file=out)
     print(f"backends: {', '.join(fastnn.available_backends())}; default {fastnn.get_backend()}; "
