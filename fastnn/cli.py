@@ -108,6 +108,13 @@ def _kernels_line(info):
     return f"cpu kernels compiled (variant {'+'.join(info['variants'])}), {threads}"
 
 
+def variant_line(info):
+    """Which kernel variant is loaded and why, and what this CPU could run."""
+    return (f"kernel variant: {'+'.join(info['variants']) or '-'} "
+            f"({'forced by FASTNN_VARIANT' if info['forced'] else 'the best this CPU runs'}); "
+            f"this CPU runs {', '.join(info['cpu_runs'])}")
+
+
 def version_line():
     info = build_info()
     return f"fastnn {info['version']}: {_kernels_line(info)}"
@@ -125,9 +132,7 @@ def info(args, out=None):
     print(f"python {platform.python_version()} on {platform.machine()} {platform.system()}, "
           f"numpy {np.__version__}", file=out)
     print(_kernels_line(b), file=out)
-    print(f"kernel variant: {'+'.join(b['variants']) or '-'} "
-          f"({'forced by FASTNN_VARIANT' if b['forced'] else 'the best this CPU runs'}); "
-          f"this CPU runs {', '.join(b['cpu_runs'])}", file=out)
+    print(variant_line(b), file=out)
     if b["compiled"] and b["fallbacks"]:
         print(f"ops served by the NumPy reference: {', '.join(b['fallbacks'])}", file=out)
     print(f"backends: {', '.join(fastnn.available_backends())}; default {fastnn.get_backend()}; "

@@ -108,9 +108,10 @@ def test_bad_forced_variant_fails_at_import_with_the_reason():
 @pytest.mark.parametrize("variant", _runnable_built())
 def test_forced_variant_is_reported(variant):
     """FASTNN_VARIANT=v loads v for every family, and `fastnn --version` / `fastnn info`
-    name it."""
+    name it (info prints variant_line)."""
     code = ("import fastnn, fastnn.cli as c; be = fastnn._backend.backend('cpu'); "
-            "print(sorted(set(be.variant.values()))); print(c.version_line()); c.info(None)")
+            "print(sorted(set(be.variant.values()))); print(c.version_line()); "
+            "print(c.variant_line(c.build_info()))")
     r = subprocess.run([sys.executable, "-c", code], env=_env(variant), capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, r.stderr
@@ -142,3 +143,14 @@ def test_variant_equals_the_reference(variant):
                        cwd=ROOT)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert " passed" in r.stdout and " failed" not in r.stdout
+
+
+def test_info_and_bench_header_name_the_variant(monkeypatch):
+    import io
+
+    from fastnn import cli
+    buf = io.StringIO()
+    cli.info(None, out=buf)
+    loaded = sorted(set(fastnn._backend.backend("cpu").variant.values()))
+    assert f"kernel variant: {'+'.join(loaded)}" in buf.getvalue()
+    assert f"this CPU runs {', '.join(cpu.cpu_variants())}" in buf.getvalue()
