@@ -25,13 +25,19 @@ def test_ceiling_is_taken_at_the_rows_size(monkeypatch):
 
     monkeypatch.setattr(core, "copy_bandwidth", fake)
     ceil = core.Ceilings(threads=2)
-    assert ceil.size_class(3 << 20) == 4 << 20 and ceil.size_class(16 << 20) == 16 << 20
+    assert ceil.size_class(3 << 20) == 3 << 20 and ceil.size_class((16 << 20) + 5) == 16 << 20
     assert ceil.size_class(10) == 1 << 16
     small = ceil.copy_at(16 << 20)
     assert small == pytest.approx(110.0 * 2 ** 0.5)
     assert {(t, h) for _, t, h in calls} == {(1, "memcpy"), (2, "memcpy"), (1, "ufunc"), (2, "ufunc")}
     n = len(calls)
-    assert ceil.copy_at(15 << 20) == small and len(calls) == n      # cached per size class
+    assert ceil.copy_at((16 << 20) + 100) == small and len(calls) == n      # cached per size
+    # a refresh measures again and keeps the best rate seen
+    monkeypatch.setattr(core, "copy_bandwidth", lambda *a: 1.0)
+    assert ceil.copy_at(16 << 20, refresh=True) == small
+    monkeypatch.setattr(core, "copy_bandwidth", lambda *a: 500.0)
+    assert ceil.copy_at(16 << 20, refresh=True) == 500.0
+    monkeypatch.setattr(core, "copy_bandwidth", fake)
     assert ceil.copy_at(256 << 20) == pytest.approx(22.0 * 2 ** 0.5)
 
     # a row moving 80 MB of traffic over a 32 MB working set: 40 GB/s achieved is 26% of the

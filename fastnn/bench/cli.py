@@ -107,6 +107,9 @@ def run(only=None, threads=None, json_path=None, plot_path=None, quick=False, ou
         t_others = {k: time_fn(f, mt, c.max_reps) for k, f in fns.items()
                     if k not in ("fastnn", "reference", "torch") and f is not None}
         del fns
+        if c.bytes and not c.flops:
+            # the row's ceiling, measured again now: under the same load as the row
+            ceil.copy_at(c.working_set or c.bytes, refresh=True)
         row = dict(family=c.family, op=c.op, shape=c.shape, fastnn_ms=t_fast * 1e3,
                    reference_ms=None if t_ref is None else t_ref * 1e3,
                    torch_ms=None if t_torch is None else t_torch * 1e3,

@@ -95,9 +95,12 @@ def copy_bandwidth(nbytes=256 << 20, min_time=0.3, threads=1, how="memcpy"):
 
 
 class Ceilings:
-    """Copy-bandwidth ceilings by working-set size, measured once per size class (powers of
-    two) and cached: a memory-bound row is measured against a copy of its own size, so an
-    input that fits in cache is not compared with DRAM bandwidth."""
+    """Copy-bandwidth ceilings by working-set size: a memory-bound row is measured against
+    a copy of its own working-set size, so an input that fits in cache is not compared
+    with DRAM bandwidth.  Every measurement is a lower bound of what the machine can copy
+    at that size, so the ceiling is the best one seen in the run; ``refresh`` measures
+    again (the runner does so right after each row, so a row timed in a quiet moment is
+    not compared with a ceiling measured in a busy one)."""
 
     def __init__(self, threads=1, min_time=0.2):
         self.threads = threads
@@ -105,19 +108,20 @@ class Ceilings:
         self._cache = {}
 
     def size_class(self, nbytes):
-        return 1 << max(int(np.ceil(np.log2(max(nbytes, 1 << 16)))), 16)
+        """The size a ceiling is measured at: ``nbytes`` rounded to 64 KiB (at least 64 KiB)."""
+        return max(int(round(nbytes / 65536.0)), 1) * 65536
 
-    def copy_at(self, nbytes):
-        """The best copy rate (GB/s, read + write) at the size class of ``nbytes``: memcpy
-        (streaming stores) and a ufunc copy (cached stores), on one thread and on
-        ``threads`` threads (thread start-up dominates small copies) -- the fastest
-        counts, so a kernel using either kind of store is measured against the better."""
+    def copy_at(self, nbytes, refresh=False):
+        """The best copy rate (GB/s, read + write) at ``nbytes``: memcpy (streaming
+        stores) and a ufunc copy (cached stores), on one thread and on ``threads``
+        threads (thread start-up dominates small copies) -- the fastest counts, so a
+        kernel using either kind of store is measured against the better."""
         k = self.size_class(nbytes)
-        if k not in self._cache:
+        if refresh or k not in self._cache:
             rates = [copy_bandwidth(k, self.min_time, t, how)
                      for how in ("memcpy", "ufunc")
                      for t in sorted({1, self.threads})]
-            self._cache[k] = max(rates)
+            self._cache[k] = max(rates + [self._cache.get(k, 0.0)])
         return self._cache[k]
 
 
