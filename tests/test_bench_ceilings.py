@@ -9,7 +9,7 @@ from fastnn.bench import core
 
 
 def test_copy_bandwidth_measures_both_kinds_of_copy():
-    for how in ("memcpy", "ufunc"):
+    for how in ("memcpy", "ufunc", "kernel"):
         for threads in (1, 2):
             assert core.copy_bandwidth(1 << 20, min_time=0.0, threads=threads, how=how) > 0
 
@@ -29,7 +29,8 @@ def test_ceiling_is_taken_at_the_rows_size(monkeypatch):
     assert ceil.size_class(10) == 1 << 16
     small = ceil.copy_at(16 << 20)
     assert small == pytest.approx(110.0 * 2 ** 0.5)
-    assert {(t, h) for _, t, h in calls} == {(1, "memcpy"), (2, "memcpy"), (1, "ufunc"), (2, "ufunc")}
+    assert {(t, h) for _, t, h in calls} == {(1, "memcpy"), (2, "memcpy"), (1, "ufunc"), (2, "ufunc"),
+                                             (2, "kernel")}
     n = len(calls)
     assert ceil.copy_at((16 << 20) + 100) == small and len(calls) == n      # cached per size
     # a refresh measures again and keeps the best rate seen

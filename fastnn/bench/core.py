@@ -68,14 +68,27 @@ def copy_bandwidth(nbytes=256 << 20, min_time=0.3, threads=1, how="memcpy"):
     destination) of ``nbytes``: 256 MiB is far past the last-level cache (the DRAM
     ceiling); a row's own size gives the ceiling that row can reach (its inputs may sit
     in L2/L3).  ``how``: "memcpy" (np.copyto: glibc streams large copies past the cache
-    with non-temporal stores) or "ufunc" (np.positive into the destination: ordinary
-    stores, which keep a cache-sized destination in cache).  ``threads`` Python threads
-    copy one part each (NumPy releases the GIL; one copy runs on one core)."""
+    with non-temporal stores), "ufunc" (np.positive into the destination: ordinary
+    stores, which keep a cache-sized destination in cache) -- ``threads`` Python threads
+    copy one part each (NumPy releases the GIL; one copy runs on one core) -- or
+    "kernel" (fastnn's own ``neg``: a copy with a sign flip on ``threads`` OpenMP
+    threads, the kernels' threading without a Python thread pool's start-up)."""
     n = max(nbytes // 8, 1024)
     a = np.ones(n, dtype=np.float32)
     b = np.empty_like(a)
     op = np.copyto if how == "memcpy" else (lambda dst, src: np.positive(src, out=dst))
     ex = None
+    if how == "kernel":
+        import fastnn
+        from fastnn._backend import backend
+        neg = backend("cpu").neg
+        before = fastnn.get_num_threads()
+        fastnn.set_num_threads(threads)
+        try:
+            t = time_fn(lambda: neg(a, b), min_time=min_time, max_reps=200)
+        finally:
+            fastnn.set_num_threads(before)
+        return 2 * a.nbytes / t / 1e9
     if threads <= 1:
         fn = lambda: op(b, a)  # noqa: E731
     else:
@@ -114,13 +127,18 @@ class Ceilings:
     def copy_at(self, nbytes, refresh=False):
         """The best copy rate (GB/s, read + write) at ``nbytes``: memcpy (streaming
         stores) and a ufunc copy (cached stores), on one thread and on ``threads``
-        threads (thread start-up dominates small copies) -- the fastest counts, so a
-        kernel using either kind of store is measured against the better."""
+        threads (thread start-up dominates small copies), and fastnn's neg kernel on
+        ``threads`` OpenMP threads -- the fastest counts, so a kernel using either kind
+        of store or the kernels' threading is measured against the better."""
         k = self.size_class(nbytes)
         if refresh or k not in self._cache:
             rates = [copy_bandwidth(k, self.min_time, t, how)
                      for how in ("memcpy", "ufunc")
                      for t in sorted({1, self.threads})]
+            try:
+                rates.append(copy_bandwidth(k, self.min_time, self.threads, "kernel"))
+            except ImportError:      # the compiled kernels are not built
+                pass
             self._cache[k] = max(rates + [self._cache.get(k, 0.0)])
         return self._cache[k]
 
