@@ -3,10 +3,13 @@
 Every ``csrc/<family>.pyx`` becomes the extension ``fastnn._cpu.<variant>.<family>``.
 Cython directives are set here once for all modules.
 
-Variants: on x86-64 each family is compiled twice, ``base`` (the x86-64 baseline, SSE2,
-runs anywhere) and ``avx2`` (x86-64-v3: AVX2 + FMA); ``fastnn.cpu`` picks the best one the
-running CPU supports.  That keeps wheels portable while the loops get 256-bit vectors --
-PyTorch and NumPy dispatch at run time for the same reason.  Elsewhere only ``base`` is built.
+Variants: on x86-64 each family is compiled three times, ``base`` (the x86-64 baseline,
+SSE2, runs anywhere), ``avx2`` (x86-64-v3: AVX2 + FMA) and ``avx512`` (x86-64-v4:
+AVX-512F/BW/DQ/VL, with ``-mprefer-vector-width=512`` -- without it GCC keeps
+auto-vectorised loops at 256 bits on v4 and the build would only add masks); ``fastnn.cpu``
+picks the best one the running CPU and OS support (``FASTNN_VARIANT`` forces one).  That
+keeps wheels portable while the loops get 256- or 512-bit vectors -- PyTorch and NumPy
+dispatch at run time for the same reason.  Elsewhere only ``base`` is built.
 
 Cythonizing and the OpenMP probe happen in ``build_ext`` only, so ``sdist`` and the
 metadata steps of a PEP 517 build are quick and never compile anything.  Release builds
@@ -17,7 +20,7 @@ Environment switches:
   FASTNN_NO_OPENMP=1    build without OpenMP even when the compiler has it
   FASTNN_EXT=a,b        build only these families (development: parallel builds of
                         different families do not touch each other's files)
-  FASTNN_VARIANTS=v,..  build only these variants (base, avx2); development speed-up
+  FASTNN_VARIANTS=v,..  build only these variants (base, avx2, avx512); development speed-up
   FASTNN_BUILD_JOBS=n   parallel compile jobs (default: the number of CPUs)
   CFLAGS/CPPFLAGS/LDFLAGS are honoured, also by the OpenMP probe (macOS: point them at
   Homebrew's libomp, see README.md)
@@ -86,6 +89,7 @@ def _variants():
     out = {"base": []}
     if platform.machine().lower() in ("x86_64", "amd64"):
         out["avx2"] = ["-march=x86-64-v3"]
+        out["avx512"] = ["-march=x86-64-v4", "-mprefer-vector-width=512"]
     wanted = [s.strip() for s in os.environ.get("FASTNN_VARIANTS", "").split(",") if s.strip()]
     if wanted:
         out = {k: v for k, v in out.items() if k in wanted}
@@ -155,7 +159,7 @@ class BuildExt(build_ext):
             ext.define_macros = [m for m in ext.define_macros if m[0] != "FASTNN_HAVE_OPENMP"]
             ext.define_macros.append(("FASTNN_HAVE_OPENMP", "1" if omp else "0"))
             ext.extra_compile_args = opt + cflags + [a for a in ext.extra_compile_args
-                                                     if a.startswith("-march")]
+                                                     if a.startswith(("-march", "-mprefer"))]
             ext.extra_link_args = list(ldflags)
         directives = {
             "language_level": 3,

@@ -47,6 +47,16 @@ def wheel(path):
     sos = [n for n in names if ".so" in os.path.basename(n)]
     kernels = [n for n in sos if n.startswith("fastnn/_cpu/")]
     assert kernels, "the wheel has no compiled kernels"
+    # every variant carries every family: base everywhere, avx2 and avx512 on x86-64
+    by_variant = {}
+    for n in kernels:
+        parts = n.split("/")
+        by_variant.setdefault(parts[2], set()).add(parts[3].split(".")[0])
+    want = ["base", "avx2", "avx512"] if any("x86_64" in t for t in tags) else ["base"]
+    assert sorted(by_variant) == sorted(want), f"kernel variants {sorted(by_variant)}, want {want}"
+    fams = by_variant["base"]
+    for v, f in by_variant.items():
+        assert f == fams, f"variant {v} lacks {sorted(fams - f)} / has extra {sorted(f - fams)}"
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), "no LICENSE in the wheel"
     for field in ("License-Expression: BSD-3-Clause", "Requires-Python: >=3.10",
                   "Classifier: Programming Language :: Python :: 3.14", "Project-URL: "):
@@ -56,7 +66,8 @@ def wheel(path):
     assert unpacked / len(kernels) < 600e3, f"kernels average {unpacked / len(kernels) / 1e3:.0f} kB: debug info?"
     libs = [os.path.basename(n) for n in sos if ".libs/" in n]
     print(f"wheel ok: {os.path.basename(path)}\n  tag {', '.join(tags)}; "
-          f"{os.path.getsize(path) / 1e6:.2f} MB zipped; {len(kernels)} kernel modules, "
+          f"{os.path.getsize(path) / 1e6:.2f} MB zipped; {len(kernels)} kernel modules "
+          f"({len(fams)} families x variants {', '.join(sorted(by_variant))}), "
           f"{unpacked / 1e6:.2f} MB unpacked; vendored libraries: {', '.join(libs) or 'none'}")
     return tags, libs
 

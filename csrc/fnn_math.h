@@ -73,8 +73,8 @@ static inline float fnn_expf(float x) {
    after rounding) is fine; d > 88 is outside the contract.  The polynomial
    1 + r + C2 r^2 + ... + C6 r^6 (the fit's r coefficient is 1) goes by Estrin's scheme:
    the exp loops are latency-bound, and its chain is 4 operations instead of 6.
-   fnn_exp_nonpos_ps is the same computation on 8 lanes (AVX2+FMA); the scalar form
-   serves the other builds and the loop tails. */
+   fnn_exp_nonpos_ps is the same computation on 8 lanes (AVX2+FMA), fnn_exp_nonpos_ps16
+   on 16 (AVX-512); the scalar form serves the other builds and the loop tails. */
 #define FNN_EXPNP_C2 4.999999106e-01f
 #define FNN_EXPNP_C3 1.666641980e-01f
 #define FNN_EXPNP_C4 4.166822508e-02f
@@ -121,6 +121,31 @@ static inline __m256 fnn_exp_nonpos_ps(__m256 d) {
     __m256i e = _mm256_add_epi32(_mm256_castps_si256(p),
                                  _mm256_slli_epi32(_mm256_castps_si256(t), 23));
     return _mm256_andnot_ps(under, _mm256_castsi256_ps(e));
+}
+#endif
+
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+#define FNN_HAVE_AVX512 1
+/* fnn_exp_nonpos_ps on 16 lanes (the avx512 build): the same operations lane for lane,
+   so the same bits as the 8-lane form and as fnn_expf_nonpos with FMA contraction */
+static inline __m512 fnn_exp_nonpos_ps16(__m512 d) {
+    const __m512 lo = _mm512_set1_ps(FNN_EXPNP_LO);
+    __mmask16 under = _mm512_cmp_ps_mask(d, lo, _CMP_LT_OQ);  /* false for NaN */
+    __m512 dc = _mm512_max_ps(lo, d);                          /* NaN d -> d */
+    __m512 t = _mm512_fmadd_ps(dc, _mm512_set1_ps(1.44269504088896341f),
+                               _mm512_set1_ps(12582912.0f));
+    __m512 n = _mm512_sub_ps(t, _mm512_set1_ps(12582912.0f));
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), dc);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 r2 = _mm512_mul_ps(r, r);
+    __m512 a = _mm512_fmadd_ps(_mm512_set1_ps(FNN_EXPNP_C3), r, _mm512_set1_ps(FNN_EXPNP_C2));
+    __m512 b = _mm512_fmadd_ps(_mm512_set1_ps(FNN_EXPNP_C5), r, _mm512_set1_ps(FNN_EXPNP_C4));
+    b = _mm512_fmadd_ps(_mm512_set1_ps(FNN_EXPNP_C6), r2, b);
+    __m512 p = _mm512_fmadd_ps(_mm512_fmadd_ps(b, r2, a), r2,
+                               _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    __m512i e = _mm512_add_epi32(_mm512_castps_si512(p),
+                                 _mm512_slli_epi32(_mm512_castps_si512(t), 23));
+    return _mm512_maskz_mov_ps((__mmask16)~under, _mm512_castsi512_ps(e));
 }
 #endif
 
@@ -234,6 +259,19 @@ static inline float fnn_exp_nonpos_f(float x) {
     p = p * r + 5.0000001201e-1f;
     float y = (p * r * r + r + 1.0f) * fnn_pow2u((int32_t)n);
     return x < -87.33654f ? 0.0f : y;
+}
+
+/* sigmoid(x) = 1 / (1 + exp(-x)) from e = exp(-|x|) in (0, 1]: 1 / (1 + e) for x >= 0,
+   e / (1 + e) below -- no overflow side, so the exponential is fnn_exp_nonpos_f (one
+   2^n scaling, no clamps) and there is one division.  A clamped exp would let the
+   compiler split the loop's lanes by range and emit a second, masked division for the
+   saturated ones (GCC 12 does, at every vector width): that division was the bottleneck
+   of SiLU and sigmoid.  sigmoid(x < -87.3) flushes to 0 (the exact value is below
+   FLT_MIN); +-inf give 1 / 0, NaN propagates (x >= 0 is false: e * r = NaN). */
+static inline float fnn_sigmoidf(float x) {
+    float e = fnn_exp_nonpos_f(-fnn_absf(x));
+    float r = 1.0f / (1.0f + e);
+    return x >= 0.0f ? r : e * r;
 }
 
 static inline float fnn_gauss_cdf_f(float x, float* gauss) {

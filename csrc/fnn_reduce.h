@@ -133,32 +133,38 @@ static inline double fnn_dot_d(const double* x, const double* y, ptrdiff_t n) {
 
 /* max over 32 lanes; a NaN sticks in its lane (v > m is false for it, v != v true),
    so the result is NaN if any element is NaN; -inf for n == 0 */
-#define FNN_DEFINE_REDUCE(T, SFX)                                                        \
-static inline T fnn_max_##SFX(const T* x, ptrdiff_t n) {                                \
-    T m[32];                                                                             \
-    for (int k = 0; k < 32; ++k) m[k] = -(T)INFINITY;                                   \
-    ptrdiff_t j = 0;                                                                     \
-    for (; j + 32 <= n; j += 32)                                                         \
-        for (int k = 0; k < 32; ++k) {                                                   \
-            T v = x[j + k];                                                              \
-            m[k] = (v > m[k] || v != v) ? v : m[k];                                      \
-        }                                                                                \
-    for (; j < n; ++j) {                                                                 \
-        T v = x[j];                                                                      \
-        m[j & 31] = (v > m[j & 31] || v != v) ? v : m[j & 31];                           \
-    }                                                                                    \
-    T r = m[0];                                                                          \
-    for (int k = 1; k < 32; ++k) r = (m[k] > r || m[k] != m[k]) ? m[k] : r;              \
-    return r;                                                                            \
-}
-
 #include <math.h>
-#if defined(__AVX2__) && defined(__FMA__)
+/* fnn_max_d, and fnn_max_f where no vector form below replaces it */
+#define FNN_T double
+#define FNN_TNAME(name) name##_d
+#include "fnn_reduce_impl.h"
+#undef FNN_T
+#undef FNN_TNAME
+#if defined(__AVX512F__)
+/* the same result on 16-lane max_ps with NaNs tracked in a mask on the side (max_ps(v, m)
+   keeps m when v is NaN, so a NaN is remembered in `nan` instead); the maximum is exact,
+   so any lane order gives the same value */
+static inline float fnn_max_f(const float* x, ptrdiff_t n) {
+    __m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0;
+    __mmask16 nan = 0;
+    ptrdiff_t j = 0;
+    for (; j + 32 <= n; j += 32) {
+        __m512 v0 = _mm512_loadu_ps(x + j), v1 = _mm512_loadu_ps(x + j + 16);
+        m0 = _mm512_max_ps(v0, m0); m1 = _mm512_max_ps(v1, m1);
+        nan |= _mm512_cmp_ps_mask(v0, v1, _CMP_UNORD_Q);
+    }
+    if (nan) return NAN;
+    float r = _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
+    for (; j < n; ++j) {
+        float v = x[j];
+        if (v != v) return v;
+        r = v > r ? v : r;
+    }
+    return r;
+}
+#elif defined(__AVX2__) && defined(__FMA__)
 /* the same result on max_ps (one operation a vector) with NaNs tracked on the side:
    max_ps(v, m) keeps m when v is NaN, so a NaN is remembered in `nan` instead */
-#define fnn_max_f fnn_max_f_generic
-FNN_DEFINE_REDUCE(float, f)
-#undef fnn_max_f
 static inline float fnn_max_f(const float* x, ptrdiff_t n) {
     __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
     __m256 nan = _mm256_setzero_ps();
@@ -184,7 +190,10 @@ static inline float fnn_max_f(const float* x, ptrdiff_t n) {
     return r;
 }
 #else
-FNN_DEFINE_REDUCE(float, f)
+#define FNN_T float
+#define FNN_TNAME(name) name##_f
+#include "fnn_reduce_impl.h"
+#undef FNN_T
+#undef FNN_TNAME
 #endif
-FNN_DEFINE_REDUCE(double, d)
 #endif

@@ -3,7 +3,7 @@
  * Forward: max; e = exp(x - max) into y with the sum in 32 float lanes (fnn_reduce.h's
  * lane structure, blocks folded in double), the next row prefetched meanwhile; then
  * y *= 1 / sum (or y = x - lse for log-softmax).  The exponentials are fnn_expf_nonpos
- * (x - max <= 0), 8 lanes at a time with AVX2+FMA.  Backward: memory-bound, so a large
+ * (x - max <= 0), 16 lanes at a time with AVX-512, 8 with AVX2+FMA.  Backward: memory-bound, so a large
  * d_input (`stream`, chosen by the caller) goes out with non-temporal stores
  * (fnn_stream.h): no read-for-ownership of every output line. */
 #ifndef FNN_SOFTMAX_H
@@ -28,7 +28,20 @@ static inline double fnn_exp_shift_sum_f(const float* x, float m, float* e, ptrd
         ptrdiff_t b1 = b0 + FNN_BLOCK < n ? b0 + FNN_BLOCK : n;
         float a[32] = {0};
         ptrdiff_t j = b0;
-#if defined(FNN_HAVE_AVX2)
+#if defined(FNN_HAVE_AVX512)
+        /* two 16-lane accumulators hold the same 32 lanes as the AVX2 path's four:
+           the same sums, bit for bit */
+        __m512 vm = _mm512_set1_ps(m);
+        __m512 s0 = _mm512_setzero_ps(), s1 = s0;
+        for (; j + 32 <= b1; j += 32) {
+            if (pf) { __builtin_prefetch(pf + j); __builtin_prefetch(pf + j + 16); }
+            __m512 e0 = fnn_exp_nonpos_ps16(_mm512_sub_ps(_mm512_loadu_ps(x + j), vm));
+            __m512 e1 = fnn_exp_nonpos_ps16(_mm512_sub_ps(_mm512_loadu_ps(x + j + 16), vm));
+            s0 = _mm512_add_ps(s0, e0); s1 = _mm512_add_ps(s1, e1);
+            if (e) { _mm512_storeu_ps(e + j, e0); _mm512_storeu_ps(e + j + 16, e1); }
+        }
+        _mm512_storeu_ps(a, s0); _mm512_storeu_ps(a + 16, s1);
+#elif defined(FNN_HAVE_AVX2)
         __m256 vm = _mm256_set1_ps(m);
         __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
         for (; j + 32 <= b1; j += 32) {
@@ -101,25 +114,18 @@ static inline void fnn_softmax_row_d(const double* x, double* y, ptrdiff_t n, in
     }
 }
 
-#define FNN_DEFINE_SOFTMAX_BWD(T, SFX, EXP)                                              \
-static inline void fnn_softmax_bwd_row_##SFX(const T* restrict dy, const T* restrict y,  \
-                                             T* restrict dx_out, ptrdiff_t n, int logsm, \
-                                             int stream) {                               \
-    /* a streamed dx is written into a stack row first, then out with NT stores */       \
-    T buf[FNN_SM_ROWBUF];                                                                \
-    int via_buf = stream && n <= FNN_SM_ROWBUF;                                          \
-    T* restrict dx = via_buf ? buf : dx_out;                                             \
-    ptrdiff_t j;                                                                         \
-    if (logsm) {                                                                         \
-        T s = (T)fnn_sum_##SFX(dy, n);                                                   \
-        for (j = 0; j < n; ++j) dx[j] = dy[j] - EXP(y[j]) * s;                           \
-    } else {                                                                             \
-        T s = (T)fnn_dot_##SFX(dy, y, n);                                                \
-        for (j = 0; j < n; ++j) dx[j] = y[j] * (dy[j] - s);                              \
-    }                                                                                    \
-    if (via_buf) { fnn_stream_copy_##SFX(dx_out, buf, n); fnn_stream_fence(); }          \
-}
-
-FNN_DEFINE_SOFTMAX_BWD(float, f, fnn_expf_nonpos)
-FNN_DEFINE_SOFTMAX_BWD(double, d, exp)
+#define FNN_T float
+#define FNN_TNAME(name) name##_f
+#define FNN_S_EXP fnn_expf_nonpos
+#include "fnn_softmax_impl.h"
+#undef FNN_T
+#undef FNN_TNAME
+#undef FNN_S_EXP
+#define FNN_T double
+#define FNN_TNAME(name) name##_d
+#define FNN_S_EXP exp
+#include "fnn_softmax_impl.h"
+#undef FNN_T
+#undef FNN_TNAME
+#undef FNN_S_EXP
 #endif

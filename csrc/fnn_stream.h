@@ -21,7 +21,10 @@
 /* y[0:n] = src[0:n], the aligned body with non-temporal stores */
 static inline void fnn_stream_copy_f(float* restrict y, const float* restrict src, ptrdiff_t n) {
     ptrdiff_t j = 0;
-#if defined(FNN_HAVE_AVX2)
+#if defined(FNN_HAVE_AVX512)
+    for (; j < n && ((uintptr_t)(y + j) & 63); ++j) y[j] = src[j];
+    for (; j + 16 <= n; j += 16) _mm512_stream_ps(y + j, _mm512_loadu_ps(src + j));
+#elif defined(FNN_HAVE_AVX2)
     for (; j < n && ((uintptr_t)(y + j) & 31); ++j) y[j] = src[j];
     for (; j + 8 <= n; j += 8) _mm256_stream_ps(y + j, _mm256_loadu_ps(src + j));
 #elif defined(__SSE2__)
@@ -33,7 +36,10 @@ static inline void fnn_stream_copy_f(float* restrict y, const float* restrict sr
 
 static inline void fnn_stream_copy_d(double* restrict y, const double* restrict src, ptrdiff_t n) {
     ptrdiff_t j = 0;
-#if defined(FNN_HAVE_AVX2)
+#if defined(FNN_HAVE_AVX512)
+    for (; j < n && ((uintptr_t)(y + j) & 63); ++j) y[j] = src[j];
+    for (; j + 8 <= n; j += 8) _mm512_stream_pd(y + j, _mm512_loadu_pd(src + j));
+#elif defined(FNN_HAVE_AVX2)
     for (; j < n && ((uintptr_t)(y + j) & 31); ++j) y[j] = src[j];
     for (; j + 4 <= n; j += 4) _mm256_stream_pd(y + j, _mm256_loadu_pd(src + j));
 #elif defined(__SSE2__)

@@ -71,11 +71,15 @@ def unreadable(path, what):
 def build_info():
     """How the installed fastnn was built: {'version', 'compiled', 'variants', 'openmp', ...}.
 
-    ``openmp`` maps each compiled variant to its OpenMP version (0: serial build)."""
+    ``openmp`` maps each compiled variant to its OpenMP version (0: serial build);
+    ``variants`` are the loaded ones, ``cpu_runs`` those this CPU and OS can run (best
+    first), ``forced`` the FASTNN_VARIANT setting (None: the best one is picked)."""
     import fastnn
     from ._backend import backend
+    from . import cpu as _cpu
     info = {"version": fastnn.__version__, "compiled": False, "variants": [], "openmp": {},
-            "fallbacks": None, "error": None}
+            "fallbacks": None, "error": None, "cpu_runs": _cpu.cpu_variants(),
+            "forced": os.environ.get("FASTNN_VARIANT", "").strip().lower() or None}
     try:
         cpu = backend("cpu")
     except ImportError as e:
@@ -104,6 +108,13 @@ def _kernels_line(info):
     return f"cpu kernels compiled (variant {'+'.join(info['variants'])}), {threads}"
 
 
+def variant_line(info):
+    """Which kernel variant is loaded and why, and what this CPU could run."""
+    return (f"kernel variant: {'+'.join(info['variants']) or '-'} "
+            f"({'forced by FASTNN_VARIANT' if info['forced'] else 'the best this CPU runs'}); "
+            f"this CPU runs {', '.join(info['cpu_runs'])}")
+
+
 def version_line():
     info = build_info()
     return f"fastnn {info['version']}: {_kernels_line(info)}"
@@ -121,6 +132,7 @@ def info(args, out=None):
     print(f"python {platform.python_version()} on {platform.machine()} {platform.system()}, "
           f"numpy {np.__version__}", file=out)
     print(_kernels_line(b), file=out)
+    print(variant_line(b), file=out)
     if b["compiled"] and b["fallbacks"]:
         print(f"ops served by the NumPy reference: {', '.join(b['fallbacks'])}", file=out)
     print(f"backends: {', '.join(fastnn.available_backends())}; default {fastnn.get_backend()}; "

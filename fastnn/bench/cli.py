@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from .core import copy_bandwidth, sgemm_rate, time_fn, torch_or_none
+from .core import Ceilings, sgemm_rate, time_fn, torch_or_none
 
 _NOT_FAMILIES = {"core", "cli"}
 
@@ -36,7 +36,14 @@ def collect(only=None):
     return out
 
 
-def _fmt_rate(case, t, bw, gf):
+def _fmt_size(nbytes):
+    return f"{nbytes / (1 << 20):.0f} MiB" if nbytes >= 1 << 20 else f"{nbytes / 1024:.0f} KiB"
+
+
+def _fmt_rate(case, t, ceil, gf, dram):
+    """Achieved rate and its share of the ceiling: GFLOP/s against sgemm, GB/s against a
+    copy of the row's own working-set size (``ceil``: fastnn.bench.core.Ceilings) and,
+    for reference, against the DRAM copy rate ``dram``."""
     if t is None:
         return ""
     if case.flops:
@@ -44,7 +51,10 @@ def _fmt_rate(case, t, bw, gf):
         return f"{r:7.1f} GFLOP/s ({100 * r / gf:3.0f}% sgemm)"
     if case.bytes:
         r = case.bytes / t / 1e9
-        return f"{r:7.1f} GB/s ({100 * r / bw:3.0f}% copy)"
+        ws = case.working_set or case.bytes
+        c = ceil.copy_at(ws)
+        return (f"{r:7.1f} GB/s ({100 * r / c:3.0f}% of copy at {_fmt_size(ceil.size_class(ws))}"
+                f"; {100 * r / dram:.0f}% DRAM copy)")
     return ""
 
 
@@ -65,9 +75,12 @@ def run(only=None, threads=None, json_path=None, plot_path=None, quick=False, ou
           f"{sorted(set(fastnn._backend.backend('cpu').variant.values()))}, torch "
           f"{torch.__version__ if torch else 'not installed'}", file=out)
     print("measuring the machine's ceilings ...", file=sys.stderr, flush=True)
-    bw = copy_bandwidth()
+    ceil = Ceilings(threads=n)
+    bw = ceil.copy_at(256 << 20)
     gf = sgemm_rate()
-    print(f"ceilings: copy bandwidth {bw:.1f} GB/s (read+write), sgemm {gf:.1f} GFLOP/s", file=out)
+    print(f"ceilings: DRAM copy bandwidth {bw:.1f} GB/s (read+write, 256 MiB working set, "
+          f"{n} threads), sgemm {gf:.1f} GFLOP/s; a memory-bound row's own ceiling is the copy "
+          f"rate at its working-set size (in-cache sizes copy faster)", file=out)
     rows = []
     header = (f"{'family':<10} {'op':<34} {'shape':<26} {'fastnn ms':>10} {'ref ms':>9} "
               f"{'vs ref':>7} {'torch ms':>9} {'vs torch':>8}  achieved")
@@ -94,12 +107,16 @@ def run(only=None, threads=None, json_path=None, plot_path=None, quick=False, ou
         t_others = {k: time_fn(f, mt, c.max_reps) for k, f in fns.items()
                     if k not in ("fastnn", "reference", "torch") and f is not None}
         del fns
+        if c.bytes and not c.flops:
+            # the row's ceiling, measured again now: under the same load as the row
+            ceil.copy_at(c.working_set or c.bytes, refresh=True)
         row = dict(family=c.family, op=c.op, shape=c.shape, fastnn_ms=t_fast * 1e3,
                    reference_ms=None if t_ref is None else t_ref * 1e3,
                    torch_ms=None if t_torch is None else t_torch * 1e3,
                    speedup_vs_reference=None if t_ref is None else t_ref / t_fast,
                    time_ratio_vs_torch=None if t_torch is None else t_fast / t_torch,
                    gbps=None if not c.bytes else c.bytes / t_fast / 1e9,
+                   ceiling_gbps=None if not c.bytes or c.flops else ceil.copy_at(c.working_set or c.bytes),
                    gflops=None if not c.flops else c.flops / t_fast / 1e9)
         if t_others:
             row.update(others_ms={k: t * 1e3 for k, t in t_others.items()},
@@ -115,7 +132,7 @@ def run(only=None, threads=None, json_path=None, plot_path=None, quick=False, ou
         to_s = f"{row['torch_ms']:9.3f}" if t_torch else f"{'-':>9}"
         tr_s = f"{row['time_ratio_vs_torch']:7.2f}x" if t_torch else f"{'-':>8}"
         print(f"{c.family:<10} {c.op:<34} {c.shape:<26} {row['fastnn_ms']:10.3f} {ref_s} {sp_s} "
-              f"{to_s} {tr_s}  {_fmt_rate(c, t_fast, bw, gf)}", file=out, flush=True)
+              f"{to_s} {tr_s}  {_fmt_rate(c, t_fast, ceil, gf, bw)}", file=out, flush=True)
         if tokens:
             print(f"{'':<10} -> {_fmt_tokens(row)}", file=out, flush=True)
         if t_others:
@@ -161,8 +178,10 @@ def markdown(result):
     """The results as a Markdown section (for BENCHMARKS.md)."""
     lines = [f"Machine: {result['processor']}, {result['nproc']} CPUs, {result['threads']} threads; "
              f"torch {result['torch']}; date {result['date']}.",
-             f"Ceilings measured in the same run: copy bandwidth {result['copy_gbps']:.1f} GB/s "
-             f"(read+write), sgemm {result['sgemm_gflops']:.1f} GFLOP/s.", "",
+             f"Ceilings measured in the same run: DRAM copy bandwidth {result['copy_gbps']:.1f} GB/s "
+             f"(read+write, 256 MiB), sgemm {result['sgemm_gflops']:.1f} GFLOP/s; each memory-bound "
+             f"row's percentage is of a copy of its own working-set size (cache-resident sizes "
+             f"copy faster than DRAM).", "",
              "| family | op | shape | fastnn ms | reference ms | speedup vs ref | torch ms "
              "| fastnn/torch time | achieved |",
              "|---|---|---|---:|---:|---:|---:|---:|---|"]
@@ -171,7 +190,9 @@ def markdown(result):
         if r["gflops"]:
             ach = f"{r['gflops']:.1f} GFLOP/s ({100 * r['gflops'] / result['sgemm_gflops']:.0f}% sgemm)"
         elif r["gbps"]:
-            ach = f"{r['gbps']:.1f} GB/s ({100 * r['gbps'] / result['copy_gbps']:.0f}% copy)"
+            c = r.get("ceiling_gbps") or result["copy_gbps"]
+            ach = (f"{r['gbps']:.1f} GB/s ({100 * r['gbps'] / c:.0f}% of copy at its size; "
+                   f"{100 * r['gbps'] / result['copy_gbps']:.0f}% DRAM)")
         f = lambda v, fmt: "-" if v is None else format(v, fmt)  # noqa: E731
         x = lambda v: "-" if v is None else format(v, ".2f") + "x"  # noqa: E731
         sp = "-" if r["speedup_vs_reference"] is None else format(r["speedup_vs_reference"], ".1f") + "x"

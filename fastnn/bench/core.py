@@ -6,7 +6,9 @@ by implementation: ``"fastnn"`` (the cpu backend), ``"reference"`` (the NumPy tw
 None where it would take too long), ``"torch"`` (PyTorch CPU; None when torch is not
 installed -- use ``torch_or_none()``).  Every callable runs the same work (e.g. forward
 + backward).  ``bytes``/``flops`` give the work's minimum memory traffic / arithmetic,
-so the report shows achieved GB/s or GFLOP/s next to the measured ceilings.
+so the report shows achieved GB/s or GFLOP/s next to the measured ceilings.  A memory-
+bound row's ceiling is the copy rate at its working-set size (``Ceilings``): a 16 MB input
+sits in a 32 MB L3 and must not be compared with DRAM bandwidth alone.
 """
 import dataclasses
 import time
@@ -25,6 +27,9 @@ class BenchCase:
     flops: Optional[float] = None
     min_time: float = 0.25      # seconds of repeated runs per implementation
     max_reps: int = 200
+    # bytes of the distinct arrays the work touches (its ceiling is a copy of this size);
+    # None: ``bytes`` (every array touched once)
+    working_set: Optional[float] = None
 
 
 def torch_or_none():
@@ -58,13 +63,84 @@ def time_fn(fn, min_time=0.25, max_reps=200, warmup=1):
     return best
 
 
-def copy_bandwidth(nbytes=256 << 20, min_time=0.3):
-    """Machine copy bandwidth, GB/s, counting read + write (np.copyto of 256 MiB, all threads)."""
-    n = nbytes // 8
-    a = np.ones(n, dtype=np.float64)
+def copy_bandwidth(nbytes=256 << 20, min_time=0.3, threads=1, how="memcpy"):
+    """Copy bandwidth, GB/s counting read + write, with a working set (source +
+    destination) of ``nbytes``: 256 MiB is far past the last-level cache (the DRAM
+    ceiling); a row's own size gives the ceiling that row can reach (its inputs may sit
+    in L2/L3).  ``how``: "memcpy" (np.copyto: glibc streams large copies past the cache
+    with non-temporal stores), "ufunc" (np.positive into the destination: ordinary
+    stores, which keep a cache-sized destination in cache) -- ``threads`` Python threads
+    copy one part each (NumPy releases the GIL; one copy runs on one core) -- or
+    "kernel" (fastnn's own ``neg``: a copy with a sign flip on ``threads`` OpenMP
+    threads, the kernels' threading without a Python thread pool's start-up)."""
+    n = max(nbytes // 8, 1024)
+    a = np.ones(n, dtype=np.float32)
     b = np.empty_like(a)
-    t = time_fn(lambda: np.copyto(b, a), min_time=min_time, max_reps=50)
+    op = np.copyto if how == "memcpy" else (lambda dst, src: np.positive(src, out=dst))
+    ex = None
+    if how == "kernel":
+        import fastnn
+        from fastnn._backend import backend
+        neg = backend("cpu").neg
+        before = fastnn.get_num_threads()
+        fastnn.set_num_threads(threads)
+        try:
+            t = time_fn(lambda: neg(a, b), min_time=min_time, max_reps=200)
+        finally:
+            fastnn.set_num_threads(before)
+        return 2 * a.nbytes / t / 1e9
+    if threads <= 1:
+        fn = lambda: op(b, a)  # noqa: E731
+    else:
+        import concurrent.futures as cf
+        ex = cf.ThreadPoolExecutor(threads)
+        bounds = [n * t // threads for t in range(threads + 1)]
+        parts = [(b[bounds[t]:bounds[t + 1]], a[bounds[t]:bounds[t + 1]]) for t in range(threads)]
+
+        def fn():
+            list(ex.map(lambda p: op(p[0], p[1]), parts))
+    try:
+        t = time_fn(fn, min_time=min_time, max_reps=200)
+    finally:
+        if ex is not None:
+            ex.shutdown()
     return 2 * a.nbytes / t / 1e9
+
+
+class Ceilings:
+    """Copy-bandwidth ceilings by working-set size: a memory-bound row is measured against
+    a copy of its own working-set size, so an input that fits in cache is not compared
+    with DRAM bandwidth.  Every measurement is a lower bound of what the machine can copy
+    at that size, so the ceiling is the best one seen in the run; ``refresh`` measures
+    again (the runner does so right after each row, so a row timed in a quiet moment is
+    not compared with a ceiling measured in a busy one)."""
+
+    def __init__(self, threads=1, min_time=0.2):
+        self.threads = threads
+        self.min_time = min_time
+        self._cache = {}
+
+    def size_class(self, nbytes):
+        """The size a ceiling is measured at: ``nbytes`` rounded to 64 KiB (at least 64 KiB)."""
+        return max(int(round(nbytes / 65536.0)), 1) * 65536
+
+    def copy_at(self, nbytes, refresh=False):
+        """The best copy rate (GB/s, read + write) at ``nbytes``: memcpy (streaming
+        stores) and a ufunc copy (cached stores), on one thread and on ``threads``
+        threads (thread start-up dominates small copies), and fastnn's neg kernel on
+        ``threads`` OpenMP threads -- the fastest counts, so a kernel using either kind
+        of store or the kernels' threading is measured against the better."""
+        k = self.size_class(nbytes)
+        if refresh or k not in self._cache:
+            rates = [copy_bandwidth(k, self.min_time, t, how)
+                     for how in ("memcpy", "ufunc")
+                     for t in sorted({1, self.threads})]
+            try:
+                rates.append(copy_bandwidth(k, self.min_time, self.threads, "kernel"))
+            except ImportError:      # the compiled kernels are not built
+                pass
+            self._cache[k] = max(rates + [self._cache.get(k, 0.0)])
+        return self._cache[k]
 
 
 def sgemm_rate(n=2048, min_time=0.3):

@@ -13,22 +13,78 @@ from .._backend import Backend
 _modules = None
 
 
-def cpu_variants():
-    """Variants this CPU can run, best first."""
-    out = []
+VARIANTS = ("avx512", "avx2", "base")     # best first
+# what each variant needs (setup.py: -march=x86-64-v4 / x86-64-v3), as NumPy names them
+_NEEDS = {"avx512": ("AVX2", "FMA3", "AVX512F", "AVX512CD", "AVX512BW", "AVX512DQ", "AVX512VL"),
+          "avx2": ("AVX2", "FMA3"), "base": ()}
+_WHAT = {"avx512": "AVX-512F/CD/BW/DQ/VL with the ZMM and opmask state enabled by the OS",
+         "avx2": "AVX2 and FMA", "base": "nothing beyond the x86-64 baseline"}
+
+
+class VariantError(RuntimeError):
+    """FASTNN_VARIANT names a variant that is unknown, not built, or not runnable here."""
+
+
+def _cpu_features():
+    """NumPy's run-time CPU feature table.  Sound for the OS side too: NumPy reports AVX,
+    AVX2/FMA3 only when XCR0 (xgetbv) shows the YMM state enabled, and the AVX512* flags
+    only when XCR0 bits 5-7 (opmask, ZMM0-15 upper halves, ZMM16-31) are set as well --
+    a kernel or hypervisor that does not save the ZMM registers hides them."""
     try:
         import numpy._core._multiarray_umath as mu
-        feats = mu.__cpu_features__
+        return dict(mu.__cpu_features__)
     except (ImportError, AttributeError):  # pragma: no cover - numpy < 2
         try:
             import numpy.core._multiarray_umath as mu
-            feats = mu.__cpu_features__
+            return dict(mu.__cpu_features__)
         except (ImportError, AttributeError):
-            feats = {}
-    if feats.get("AVX2") and feats.get("FMA3"):
-        out.append("avx2")
-    out.append("base")
-    return out
+            return {}
+
+
+def cpu_variants(features=None):
+    """Variants this CPU (and OS) can run, best first; ``features``: a NumPy-style
+    feature dict to judge instead of this machine's (tests)."""
+    feats = _cpu_features() if features is None else features
+    return [v for v in VARIANTS if all(feats.get(f) for f in _NEEDS[v])]
+
+
+def _built(variant):
+    import importlib.util
+    try:
+        return importlib.util.find_spec(f"fastnn._cpu.{variant}._openmp") is not None
+    except ImportError:
+        return False
+
+
+def forced_variant():
+    """The variant FASTNN_VARIANT forces (checked: known, built, runnable), or None."""
+    import os
+    name = os.environ.get("FASTNN_VARIANT", "").strip().lower()
+    if not name:
+        return None
+    if name not in VARIANTS:
+        raise VariantError(f"FASTNN_VARIANT={name!r} is not a kernel variant; expected one of "
+                           f"{', '.join(VARIANTS)} (or unset: the best this CPU runs)")
+    runs = cpu_variants()
+    if name not in runs:
+        raise VariantError(f"FASTNN_VARIANT={name}: this CPU cannot run it (it needs "
+                           f"{_WHAT[name]}); it runs: {', '.join(runs)}")
+    if not _built(name):
+        built = [v for v in VARIANTS if _built(v)]
+        raise VariantError(f"FASTNN_VARIANT={name}: that variant is not built in this "
+                           f"installation (built: {', '.join(built) or 'none'})")
+    return name
+
+
+def load_order():
+    """Variants to load from, best first: the forced one and those below it, else every
+    variant this CPU runs.  A family missing from a better variant (a partial development
+    build) comes from the next one down."""
+    runs = cpu_variants()
+    forced = forced_variant()
+    if forced is not None:
+        return runs[runs.index(forced):]
+    return runs
 
 
 def compiled_modules():
@@ -37,7 +93,7 @@ def compiled_modules():
     if _modules is None:
         import fastnn._cpu as pkg
         families = {}
-        for variant in reversed(cpu_variants()):   # base first, better ones override
+        for variant in reversed(load_order()):   # base first, better ones override
             try:
                 vpkg = importlib.import_module(f"fastnn._cpu.{variant}")
             except ImportError:
@@ -77,7 +133,7 @@ def openmp_module():
     entry points, nothing else), best variant; None where the kernels are not built."""
     if not _openmp:
         mod = None
-        for variant in cpu_variants():
+        for variant in load_order():
             try:
                 mod = importlib.import_module(f"fastnn._cpu.{variant}._openmp")
                 break
@@ -99,7 +155,7 @@ def load_openmp():
 
 def shell_module():
     """The compiled fast-check helpers (fastnn._cpu.<variant>._shell), best variant."""
-    for variant in cpu_variants():
+    for variant in load_order():
         try:
             return importlib.import_module(f"fastnn._cpu.{variant}._shell")
         except ImportError:

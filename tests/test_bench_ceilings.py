@@ -1,0 +1,63 @@
+"""fastnn bench's memory ceilings: each memory-bound row is measured against a copy of its
+own working-set size (a 16 MB input sits in a 32 MB L3; DRAM bandwidth is the wrong
+ceiling for it), the best of memcpy / ufunc copies on 1 and n threads."""
+import numpy as np
+import pytest
+
+from fastnn.bench import cli as bench_cli
+from fastnn.bench import core
+
+
+def test_copy_bandwidth_measures_both_kinds_of_copy():
+    for how in ("memcpy", "ufunc", "kernel"):
+        for threads in (1, 2):
+            assert core.copy_bandwidth(1 << 20, min_time=0.0, threads=threads, how=how) > 0
+
+
+def test_ceiling_is_taken_at_the_rows_size(monkeypatch):
+    calls = []
+
+    def fake(nbytes, min_time, threads, how):
+        calls.append((nbytes, threads, how))
+        # cache-resident sizes copy faster; ufunc copies win in cache, memcpy past it
+        fast = 100.0 if nbytes <= 32 << 20 else 20.0
+        return fast * (1.1 if (how == "ufunc") == (nbytes <= 32 << 20) else 1.0) * threads ** 0.5
+
+    monkeypatch.setattr(core, "copy_bandwidth", fake)
+    ceil = core.Ceilings(threads=2)
+    assert ceil.size_class(3 << 20) == 3 << 20 and ceil.size_class((16 << 20) + 5) == 16 << 20
+    assert ceil.size_class(10) == 1 << 16
+    small = ceil.copy_at(16 << 20)
+    assert small == pytest.approx(110.0 * 2 ** 0.5)
+    assert {(t, h) for _, t, h in calls} == {(1, "memcpy"), (2, "memcpy"), (1, "ufunc"), (2, "ufunc"),
+                                             (2, "kernel")}
+    n = len(calls)
+    assert ceil.copy_at((16 << 20) + 100) == small and len(calls) == n      # cached per size
+    # a refresh measures again and keeps the best rate seen
+    monkeypatch.setattr(core, "copy_bandwidth", lambda *a: 1.0)
+    assert ceil.copy_at(16 << 20, refresh=True) == small
+    monkeypatch.setattr(core, "copy_bandwidth", lambda *a: 500.0)
+    assert ceil.copy_at(16 << 20, refresh=True) == 500.0
+    monkeypatch.setattr(core, "copy_bandwidth", fake)
+    assert ceil.copy_at(256 << 20) == pytest.approx(22.0 * 2 ** 0.5)
+
+    # a row moving 80 MB of traffic over a 32 MB working set: 40 GB/s achieved is 26% of the
+    # in-cache copy, not 129% of a DRAM copy
+    case = core.BenchCase("x", "op", "s", make=None, bytes=80e6, working_set=32 << 20)
+    s = bench_cli._fmt_rate(case, 80e6 / 40e9, ceil, 1.0, 31.0)
+    assert "26% of copy at 32 MiB" in s and "129% DRAM copy" in s
+    # without working_set the traffic is the size
+    case = core.BenchCase("x", "op", "s", make=None, bytes=float(16 << 20))
+    s = bench_cli._fmt_rate(case, (16 << 20) / 40e9, ceil, 1.0, 31.0)
+    assert "of copy at 16 MiB" in s
+
+
+def test_markdown_uses_the_rows_ceiling():
+    row = dict(family="f", op="o", shape="s", fastnn_ms=1.0, reference_ms=None, torch_ms=None,
+               speedup_vs_reference=None, time_ratio_vs_torch=None, gbps=50.0, gflops=None,
+               ceiling_gbps=100.0)
+    res = dict(processor="p", nproc=2, threads=2, torch=None, date="d", copy_gbps=25.0,
+               sgemm_gflops=1.0, rows=[row])
+    md = bench_cli.markdown(res)
+    assert "50% of copy at its size; 200% DRAM" in md
+    assert np.isfinite(row["gbps"])
