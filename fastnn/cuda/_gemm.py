@@ -15,7 +15,7 @@ gelu_tanh) to the accumulator before the one store of each output (the inference
 import math
 
 from . import _kit
-from ._kit import kernel, TILE, cdiv, cuda, dtype_of, shape_of
+from ._kit import TILE, cdiv, cuda, dm, dtype_of, gid, gsz, int32, kernel, shape_of
 from ._runtime import SIM
 
 __all__ = ["gemm", "gemm_batched", "backend_name", "ACT"]
@@ -79,13 +79,11 @@ def _kernels(dt):
         sb = cuda.shared.array((TILE, TILE), NT)
         tx = cuda.threadIdx.x
         ty = cuda.threadIdx.y
-        tiles_n = (N + TILE - 1) // TILE
-        tiles_m = (M + TILE - 1) // TILE
-        for tile in range(cuda.blockIdx.x, Z * tiles_m * tiles_n, cuda.gridDim.x):
-            tn = tile % tiles_n
-            r = tile // tiles_n
-            tm = r % tiles_m
-            z = r // tiles_m
+        tiles_n, _ = dm(N + TILE - 1, TILE)
+        tiles_m, _ = dm(M + TILE - 1, TILE)
+        for tile in range(cuda.blockIdx.x, int32(Z * tiles_m * tiles_n), cuda.gridDim.x):
+            r, tn = dm(tile, tiles_n)
+            z, tm = dm(r, tiles_m)
             za = z if a_batched else 0
             zb = z if b_batched else 0
             row = tm * TILE + ty
@@ -119,11 +117,9 @@ def _kernels(dt):
     def gemm_small(A, B, C, bias, M, N, K, ta, tb, has_bias, a_batched, b_batched, Z, act):
         # tiny products (an RNN step, a 1-row linear): one thread per output element, no
         # shared-memory staging -- the tiles would be mostly padding
-        for e in range(cuda.grid(1), Z * M * N, cuda.gridsize(1)):
-            col = e % N
-            r = e // N
-            row = r % M
-            z = r // M
+        for e in range(gid(), int32(Z * M * N), gsz()):
+            r, col = dm(e, N)
+            z, row = dm(r, M)
             za = z if a_batched else 0
             zb = z if b_batched else 0
             acc = zero
@@ -136,8 +132,8 @@ def _kernels(dt):
     @kernel
     def bias_act(C, bias, n, N, has_bias, act):
         # the epilogue as its own pass (after cuBLAS)
-        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
-            C[i] = epilogue(C[i], bias, i % N, has_bias, act)
+        for i in range(gid(), n, gsz()):
+            C[i] = epilogue(C[i], bias, dm(i, N)[1], has_bias, act)
 
     return _kit.named(gemm_tiled=gemm_tiled, bias_act=bias_act, gemm_small=gemm_small)
 

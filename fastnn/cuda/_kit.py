@@ -362,47 +362,50 @@ def dev(a):
 
 @kernel
 def _fill(x, v, n):
-    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+    for i in range(gid(), n, gsz()):
         x[i] = v
 
 
 @kernel
 def _add_into(dst, src, n):
-    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+    for i in range(gid(), n, gsz()):
         dst[i] += src[i]
 
 
 @kernel
 def _copy1(src, dst, n):
-    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+    for i in range(gid(), n, gsz()):
         dst[i] = src[i]
 
 
 @kernel
 def _copy2(src, dst, n):
-    d1 = src.shape[1]
-    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
-        dst[i] = src[i // d1, i % d1]
+    d1 = int32(src.shape[1])
+    for i in range(gid(), n, gsz()):
+        r, c = dm(i, d1)
+        dst[i] = src[r, c]
 
 
 @kernel
 def _copy3(src, dst, n):
-    d1 = src.shape[1]
-    d2 = src.shape[2]
-    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
-        r = i // d2
-        dst[i] = src[r // d1, r % d1, i % d2]
+    d1 = int32(src.shape[1])
+    d2 = int32(src.shape[2])
+    for i in range(gid(), n, gsz()):
+        r, c2 = dm(i, d2)
+        c0, c1 = dm(r, d1)
+        dst[i] = src[c0, c1, c2]
 
 
 @kernel
 def _copy4(src, dst, n):
-    d1 = src.shape[1]
-    d2 = src.shape[2]
-    d3 = src.shape[3]
-    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
-        r = i // d3
-        r2 = r // d2
-        dst[i] = src[r2 // d1, r2 % d1, r % d2, i % d3]
+    d1 = int32(src.shape[1])
+    d2 = int32(src.shape[2])
+    d3 = int32(src.shape[3])
+    for i in range(gid(), n, gsz()):
+        r, c3 = dm(i, d3)
+        r2, c2 = dm(r, d2)
+        c0, c1 = dm(r2, d1)
+        dst[i] = src[c0, c1, c2, c3]
 
 
 _COPY = {1: _copy1, 2: _copy2, 3: _copy3, 4: _copy4}
@@ -483,10 +486,9 @@ def accumulate(dst, src):
 @kernel
 def _transpose2(src, dst, n, C):
     # dst (C, R) = src (R, C).T; threads walk dst in order (coalesced writes)
-    for e in range(cuda.grid(1), n, cuda.gridsize(1)):
-        R = n // C
-        j = e // R
-        i = e - j * R
+    R, _ = dm(n, C)
+    for e in range(gid(), n, gsz()):
+        j, i = dm(e, R)
         dst[j, i] = src[i, j]
 
 
@@ -504,11 +506,9 @@ def transpose2d(a):
 @kernel
 def _swap12(src, dst, n, B, C):
     # dst (A, C, B) = src (A, B, C) with the last two axes swapped; threads walk dst
-    for e in range(cuda.grid(1), n, cuda.gridsize(1)):
-        b = e % B
-        r = e // B
-        c = r % C
-        a = r // C
+    for e in range(gid(), n, gsz()):
+        r, b = dm(e, B)
+        a, c = dm(r, C)
         dst[a, c, b] = src[a, b, c]
 
 
@@ -538,8 +538,7 @@ def _colsum_partial(x, part, R, C, chunk):
     ch = cuda.blockIdx.y
     r0 = ch * chunk
     r1 = min(r0 + chunk, R)
-    for c in range(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, C,
-                   cuda.gridDim.x * cuda.blockDim.x):
+    for c in range(gid(), C, gsz()):
         s = x[r0, c]
         for r in range(r0 + 1, r1):
             s += x[r, c]
@@ -548,7 +547,7 @@ def _colsum_partial(x, part, R, C, chunk):
 
 @kernel
 def _reduce_partials(part, out, K, C):
-    for c in range(cuda.grid(1), C, cuda.gridsize(1)):
+    for c in range(gid(), C, gsz()):
         s = part[0, c]
         for k in range(1, K):
             s += part[k, c]

@@ -26,9 +26,9 @@ import math
 import numpy as np
 
 from .. import _kit
-from .._runtime import int32, to_numpy
-from .._kit import (ROW_THREADS, SBUF, THREADS, U8, block_max, block_sum, cuda, dm, kernel,
-                    philox4x32)
+from .._runtime import to_numpy
+from .._kit import (ROW_THREADS, SBUF, THREADS, U8, block_max, block_sum, cuda, dm, gid, gsz,
+                    int32, kernel, philox4x32)
 
 OPS = ("scaled_dot_product_attention", "scaled_dot_product_attention_backward",
        "varlen_attention")
@@ -63,13 +63,10 @@ def _kernels(dt):
     @kernel
     def split_heads(src, dst, total, B, L, H, E, seq_first):
         # dst[b*H + h, l, e] = src[b, l, h*E + e] (or src[l, b, h*E + e])
-        for i in range(cuda.grid(1), total, cuda.gridsize(1)):
-            e = i % E
-            r = i // E
-            l = r % L
-            bh = r // L
-            h = bh % H
-            b = bh // H
+        for i in range(gid(), total, gsz()):
+            r, e = dm(i, E)
+            bh, l = dm(r, L)
+            b, h = dm(bh, H)
             if seq_first:
                 dst[bh, l, e] = src[l, b, h * E + e]
             else:
@@ -78,18 +75,15 @@ def _kernels(dt):
     @kernel
     def merge_heads(src, dst, total, B, L, H, E, seq_first):
         # the inverse: dst (B, L, H*E) or (L, B, H*E) from src (B*H, L, E)
-        for i in range(cuda.grid(1), total, cuda.gridsize(1)):
-            f = i % (H * E)
-            r = i // (H * E)
-            h = f // E
-            e = f - h * E
+        HE = int32(H * E)
+        for i in range(gid(), total, gsz()):
+            r, f = dm(i, HE)
+            h, e = dm(f, E)
             if seq_first:
-                b = r % B
-                l = r // B
+                l, b = dm(r, B)
                 dst[l, b, f] = src[b * H + h, l, e]
             else:
-                l = r % L
-                b = r // L
+                b, l = dm(r, L)
                 dst[b, l, f] = src[b * H + h, l, e]
 
     @cuda.jit(device=True)
@@ -123,20 +117,19 @@ def _kernels(dt):
         pbuf = cuda.shared.array(ROW_THREADS, NT)
         t = cuda.threadIdx.x
         B = cuda.blockDim.x
-        for r in range(cuda.blockIdx.x, BH * L, cuda.gridDim.x):
-            bh = r // L
-            i = r - bh * L
+        for r in range(cuda.blockIdx.x, int32(BH * L), cuda.gridDim.x):
+            bh, i = dm(r, L)
             mi = midx[bh] if has_mask else 0
             mrow = i if Lm > 1 else 0
             send = min(S, i + 1) if causal else S
-            for e0 in range(0, max(Ev, 1), 4 * B):
+            for e0 in range(0, max(Ev, 1), int32(4 * B)):
                 m = ninf
                 l = zero
                 a0 = zero
                 a1 = zero
                 a2 = zero
                 a3 = zero
-                for j0 in range(0, send, B):
+                for j0 in range(0, int32(send), B):
                     j = j0 + t
                     s = ninf
                     if j < send:
@@ -191,9 +184,8 @@ def _kernels(dt):
         pbuf = cuda.shared.array(ROW_THREADS, NT)
         t = cuda.threadIdx.x
         B = cuda.blockDim.x
-        for r in range(cuda.blockIdx.x, BH * L, cuda.gridDim.x):
-            bh = r // L
-            i = r - bh * L
+        for r in range(cuda.blockIdx.x, int32(BH * L), cuda.gridDim.x):
+            bh, i = dm(r, L)
             mi = midx[bh] if has_mask else 0
             mrow = i if Lm > 1 else 0
             send = min(S, i + 1) if causal else S
@@ -204,12 +196,12 @@ def _kernels(dt):
             if t == 0:
                 Dsum[r] = d
             lse = LSE[r]
-            for e0 in range(0, max(E, 1), 4 * B):
+            for e0 in range(0, max(E, 1), int32(4 * B)):
                 a0 = zero
                 a1 = zero
                 a2 = zero
                 a3 = zero
-                for j0 in range(0, send, B):
+                for j0 in range(0, int32(send), B):
                     j = j0 + t
                     ds = zero
                     if j < send and lse != ninf:
@@ -254,12 +246,11 @@ def _kernels(dt):
         gbuf = cuda.shared.array(ROW_THREADS, NT)
         t = cuda.threadIdx.x
         B = cuda.blockDim.x
-        for r in range(cuda.blockIdx.x, BH * S, cuda.gridDim.x):
-            bh = r // S
-            j = r - bh * S
+        for r in range(cuda.blockIdx.x, int32(BH * S), cuda.gridDim.x):
+            bh, j = dm(r, S)
             mi = midx[bh] if has_mask else 0
-            istart = min(j, L) if causal else 0
-            for e0 in range(0, max(E, Ev, 1), 4 * B):
+            istart = int32(min(j, L) if causal else 0)
+            for e0 in range(0, max(E, Ev, 1), int32(4 * B)):
                 c0 = zero
                 c1 = zero
                 c2 = zero
@@ -346,7 +337,7 @@ def _kernels(dt):
         pbuf = cuda.shared.array(ROW_THREADS, NT)
         t = cuda.threadIdx.x
         B = cuda.blockDim.x
-        for w in range(cuda.blockIdx.x, NR * H, cuda.gridDim.x):
+        for w in range(cuda.blockIdx.x, int32(NR * H), cuda.gridDim.x):
             ri, h = dm(w, H)
             rb = row_b[ri]
             l = row_l[ri]
@@ -357,14 +348,14 @@ def _kernels(dt):
                 send = min(send, int32(l - qs[rb] + 1))
             fq = h * E
             fv = h * Ev
-            for e0 in range(0, max(Ev, 1), 4 * B):
+            for e0 in range(0, max(Ev, 1), int32(4 * B)):
                 m = ninf
                 lsum = zero
                 a0 = zero
                 a1 = zero
                 a2 = zero
                 a3 = zero
-                for j0 in range(0, send, B):
+                for j0 in range(0, int32(send), B):
                     j = j0 + t
                     s = ninf
                     if j < send:

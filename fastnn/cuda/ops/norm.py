@@ -16,7 +16,7 @@ the sum rounded to the dtype and recomputed in both passes, never written to mem
 import math
 
 from .. import _kit
-from .._kit import kernel, SBUF, ROW_THREADS, THREADS, block_sum, cuda
+from .._kit import ROW_THREADS, SBUF, THREADS, block_sum, cuda, gid, gsz, kernel
 
 OPS = ("layer_norm", "layer_norm_backward", "layer_norm_infer", "add_layer_norm_infer")
 
@@ -115,8 +115,7 @@ def _kernels(dt):
         ch = cuda.blockIdx.y
         r0 = ch * chunk
         r1 = min(r0 + chunk, R)
-        for c in range(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, D,
-                       cuda.gridDim.x * cuda.blockDim.x):
+        for c in range(gid(), D, gsz()):
             sw = zero
             sb = zero
             for r in range(r0, r1):
