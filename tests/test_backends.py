@@ -1,4 +1,6 @@
 """Backend selection, the op tables, threads, seeds."""
+import os
+import re
 import threading
 
 import numpy as np
@@ -223,3 +225,125 @@ def test_cuda_varlen_attention_through_functional():
     assert not isinstance(got, np.ndarray)
     want = ref.varlen_attention(q, k, v, starts, lens, starts, lens, 2, False, False, 0.5 ** 0.5)
     _close(got, want, np.float64)
+
+
+# ------------------------------------------------------------------ 32-bit kernel indices
+def test_cuda_launch_arguments_are_int32_and_large_sizes_are_refused():
+    """Kernels index in 32 bits (issue 17): a launch passes its integers as int32 and
+    refuses, with a clear error, an integer or a device array 32-bit indices cannot
+    address."""
+    _cuda_or_skip()
+    from fastnn.cuda import _kit
+    u = np.uint64(1 << 40)
+    args = _kit._index_args("k", (3, np.int64(5), True, u, np.float32(2.5)))
+    assert [type(a) for a in args] == [np.int32, np.int32, bool, np.uint64, np.float32]
+    assert args[3] == u                            # Philox words stay uint64
+    with pytest.raises(ValueError, match=r"k: integer argument 1 = 2147483648 is outside"):
+        _kit._index_args("k", (0, 1 << 31))
+    _kit._index_args("k", (0, (1 << 31) - 1))      # the largest size that fits
+
+    class Huge:                                    # a device array of 2**31 elements
+        shape = (1 << 16, 1 << 15)
+        size = 1 << 31
+
+        def copy_to_host(self):                    # pragma: no cover - never called
+            raise AssertionError
+
+    with pytest.raises(ValueError, match="32-bit integers and take at most 2\\*\\*31 - 1"):
+        _kit._index_args("k", (Huge(), 3))
+    # through a real op: a size past int32 is refused before any launch
+    with pytest.raises(ValueError, match="outside the 32-bit index range"):
+        _kit._rowsum_kernel(np.float32)[1, 1](_kit.dev(np.zeros((1, 1), np.float32)),
+                                              _kit.dev(np.zeros(1, np.float32)), 1 << 31, 1)
+
+
+def test_cuda_adaptive_pool_refuses_window_products_past_32_bits():
+    _cuda_or_skip()
+    from fastnn.cuda.ops import pool
+    with pytest.raises(ValueError, match="below 2\\*\\*31"):
+        pool._adaptive_sizes(1 << 16, 4, 1 << 16, 2)
+    pool._adaptive_sizes(1 << 10, 4, 1 << 10, 2)
+
+
+# ------------------------------------------------------------------ layout ops (issue 20)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_nn_and_functional_never_import_cuda_nor_branch_on_device():
+    """Device helpers are backend ops (fastnn/reference/layout.py): the layers call
+    ``placed(a).<op>`` and never import fastnn.cuda; the files that used to branch on
+    where an array lives no longer do."""
+    imports = re.compile(r"fastnn\.cuda|from \.\.cuda\b|from \.\. import (\w+, )*cuda\b|"
+                         r"^\s*import cuda\b", re.M)
+    branches = re.compile(r"\bis_device\(|\.name == [\"']cuda[\"']")
+    bad = []
+    for sub in ("nn", "functional"):
+        d = os.path.join(ROOT, "fastnn", sub)
+        for fn in sorted(os.listdir(d)):
+            if not fn.endswith(".py"):
+                continue
+            src = open(os.path.join(d, fn)).read()
+            for m in imports.finditer(src):
+                bad.append(f"{sub}/{fn}: imports {m.group(0)!r}")
+    for rel in ("nn/blocks.py", "nn/embedding.py", "nn/module.py", "functional/loss.py",
+                "functional/attention.py"):
+        src = open(os.path.join(ROOT, "fastnn", rel)).read()
+        for m in branches.finditer(src):
+            bad.append(f"{rel}: branches on the device ({m.group(0)!r})")
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("name", ["reference", "cpu", "cuda"])
+@pytest.mark.parametrize("dt", _DT, ids=_DT_IDS)
+def test_layout_ops(name, dt):
+    if name not in fastnn.available_backends():
+        pytest.skip(f"the {name} backend is not available here")
+    be = backend(name)
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((2, 3, 4)).astype(dt)
+    b = rng.standard_normal((3, 4)).astype(dt)
+    h = fastnn.to_numpy
+
+    def put(x):
+        return fastnn.to_device(x) if name == "cuda" else x
+
+    np.testing.assert_array_equal(h(be.add(put(a), put(b))), a + b)
+    np.testing.assert_array_equal(h(be.add(put(a), b)), a + b)    # a host operand joins
+    np.testing.assert_array_equal(h(be.add(put(b), put(b))), b + b)
+    with pytest.raises(ValueError, match="suffix"):
+        be.add(put(b), put(a))
+    d = put(a.copy())
+    assert be.accumulate(d, put(a)) is d
+    np.testing.assert_array_equal(h(d), a + a)
+    np.testing.assert_array_equal(h(be.transpose2d(put(b))), b.T)
+    np.testing.assert_array_equal(h(be.swap_last_two(put(a))), a.transpose(0, 2, 1))
+    out = be.broadcast_to(put(b), (2, 3, 4))
+    np.testing.assert_array_equal(h(out), np.broadcast_to(b, (2, 3, 4)))
+    assert be.broadcast_to(put(a), (2, 3, 4)) is not None
+    assert isinstance(be.to_host(put(a)), np.ndarray)
+    moved = be.to_backend(a[:, ::2], np.float64)
+    assert (type(moved) is np.ndarray) == (name != "cuda")
+    np.testing.assert_array_equal(h(moved), a[:, ::2].astype(np.float64))
+    bad = np.array([0.5, 1.5, -1.0], dt)
+    assert be.first_outside(bad, 0.0, 1.0) == (None if name == "cuda" else 1.5)
+    assert be.first_outside(np.array([0.0, np.nan, 1.0], dt), 0.0, 1.0) is None
+
+
+def test_layout_accumulate_into_host_array_on_cuda():
+    """A host gradient accumulating a device one: the result lands in the host array."""
+    cu, _ = _cuda_or_skip()
+    g = np.ones(3)
+    cu.accumulate(g, fastnn.to_device(np.arange(3.0)))
+    np.testing.assert_array_equal(g, [1.0, 2.0, 3.0])
+
+
+def test_placed_picks_where_the_arrays_live():
+    from fastnn._backend import placed
+    x = np.zeros(2)
+    assert placed(x).name == fastnn.get_backend()
+    with fastnn.use_backend("reference"):
+        assert placed(x).name == "reference"
+    if "cuda" in fastnn.available_backends():
+        with fastnn.use_backend("cuda"):
+            assert placed(x).name == "cpu"          # host arrays stay on the host
+        assert placed(x, fastnn.to_device(x)).name == "cuda"
