@@ -67,6 +67,7 @@ def launch_every_kernel():
         tb.test_cuda_linear_act_infer("gelu", dt)
         tb.test_cuda_skinny_linear(dt)
         tb.test_cuda_varlen_attention(dt, False)
+        tb.test_layout_ops("cuda", dt)
     for dt in DT:
         tc.test_transpose2d_and_conv1d_on_device(dt)
         tc.test_cross_entropy_nd_logits_on_device(dt)

@@ -75,7 +75,8 @@ def record(out_path):
         name = self.name
 
         def rec(*args):
-            key = json.dumps([_type_spec(a) for a in args])
+            # the types the launch passes on: integers become int32 (_kit._index_args)
+            key = json.dumps([_type_spec(a) for a in _kit._index_args(name, args)])
             seen.setdefault(name, set()).add(key)
             return launch(*args)
         return rec
