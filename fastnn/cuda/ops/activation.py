@@ -82,7 +82,7 @@ def _k(dt):
         # one block per channel: dx for the channel's elements and dw[c] as a block sum
         sbuf = cuda.shared.array(SBUF, NT)
         t = cuda.threadIdx.x
-        m = outer * inner
+        m = int32(outer * inner)
         for c in range(cuda.blockIdx.x, C, cuda.gridDim.x):
             wc = w[c]
             s = zero

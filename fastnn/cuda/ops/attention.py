@@ -122,14 +122,14 @@ def _kernels(dt):
             mi = midx[bh] if has_mask else 0
             mrow = i if Lm > 1 else 0
             send = min(S, i + 1) if causal else S
-            for e0 in range(0, max(Ev, 1), int32(4 * B)):
+            for e0 in range(int32(0), int32(max(Ev, 1)), int32(4 * B)):
                 m = ninf
                 l = zero
                 a0 = zero
                 a1 = zero
                 a2 = zero
                 a3 = zero
-                for j0 in range(0, int32(send), B):
+                for j0 in range(int32(0), int32(send), B):
                     j = j0 + t
                     s = ninf
                     if j < send:
@@ -196,12 +196,12 @@ def _kernels(dt):
             if t == 0:
                 Dsum[r] = d
             lse = LSE[r]
-            for e0 in range(0, max(E, 1), int32(4 * B)):
+            for e0 in range(int32(0), int32(max(E, 1)), int32(4 * B)):
                 a0 = zero
                 a1 = zero
                 a2 = zero
                 a3 = zero
-                for j0 in range(0, int32(send), B):
+                for j0 in range(int32(0), int32(send), B):
                     j = j0 + t
                     ds = zero
                     if j < send and lse != ninf:
@@ -250,7 +250,7 @@ def _kernels(dt):
             bh, j = dm(r, S)
             mi = midx[bh] if has_mask else 0
             istart = int32(min(j, L) if causal else 0)
-            for e0 in range(0, max(E, Ev, 1), int32(4 * B)):
+            for e0 in range(int32(0), int32(max(E, Ev, 1)), int32(4 * B)):
                 c0 = zero
                 c1 = zero
                 c2 = zero
@@ -348,14 +348,14 @@ def _kernels(dt):
                 send = min(send, int32(l - qs[rb] + 1))
             fq = h * E
             fv = h * Ev
-            for e0 in range(0, max(Ev, 1), int32(4 * B)):
+            for e0 in range(int32(0), int32(max(Ev, 1)), int32(4 * B)):
                 m = ninf
                 lsum = zero
                 a0 = zero
                 a1 = zero
                 a2 = zero
                 a3 = zero
-                for j0 in range(0, int32(send), B):
+                for j0 in range(int32(0), int32(send), B):
                     j = j0 + t
                     s = ninf
                     if j < send:
