@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 __all__ = ["set_backend", "get_backend", "use_backend", "available_backends",
-           "set_num_threads", "get_num_threads", "backend", "current", "dispatch"]
+           "set_num_threads", "get_num_threads", "backend", "current", "dispatch", "placed"]
 
 if TYPE_CHECKING:   # the ops' signatures, for editors (fastnn/_ops.pyi, tools/gen_ops_stub.py)
     from ._ops import Ops
@@ -204,6 +204,30 @@ def dispatch(*arrays) -> "Ops":
         if be.name != "cuda":
             be = backend("cuda")
     return be
+
+
+def placed(*arrays):
+    """The backend whose memory holds ``arrays``, for the layout ops (fastnn/reference/
+    layout.py: add, transpose, accumulate, moves), which keep data where it is.
+
+    Any device array -> cuda (its ops copy host operands over, so a host array may join a
+    device one: a residual added to a module's device output); otherwise the host backend
+    in force (cpu, or reference), also while the cuda backend is in force.  This is the
+    one place that asks where an array lives: nn/ and functional/ call these ops instead.
+    """
+    for a in arrays:
+        if a is not None and type(a) is not np.ndarray and (
+                hasattr(a, "__cuda_array_interface__") or hasattr(a, "copy_to_host")):
+            return backend("cuda")
+    be = _state.backend or _default()
+    return be if be.name != "cuda" else _host_default()
+
+
+def _host_default():
+    try:
+        return backend("cpu")
+    except ImportError:
+        return backend("reference")
 
 
 # ---------------------------------------------------------------- threads

@@ -30,6 +30,7 @@ def launch_every_kernel():
     """Build every kernel for both dtypes and run op cases on the cuda backend until each
     has been launched (kernels launched earlier in the process count too).  Returns the
     names never launched (empty when all is well)."""
+    import test_backends as tb
     import test_cuda as tc
     from cases import all_cases, all_module_cases
     from harness import random_like, run_case
@@ -61,6 +62,12 @@ def launch_every_kernel():
             _gemm.SIM_TILED[0] = False
         _kit.rowsum(_kit.dev(np.ones((2, 3), dt)))
     tc.test_philox_known_answer_on_device()
+    for dt in DT:   # the inference-only ops (no F pair, so no harness case)
+        tb.test_cuda_add_layer_norm_infer(dt)
+        tb.test_cuda_linear_act_infer("gelu", dt)
+        tb.test_cuda_skinny_linear(dt)
+        tb.test_cuda_varlen_attention(dt, False)
+        tb.test_layout_ops("cuda", dt)
     for dt in DT:
         tc.test_transpose2d_and_conv1d_on_device(dt)
         tc.test_cross_entropy_nd_logits_on_device(dt)

@@ -57,12 +57,16 @@ def test_gemm_matches_numpy(shapes, ta, tb, dt):
 
 @pytest.mark.parametrize("dt", DT, ids=DT_IDS)
 def test_gemm_bias_epilogue_kernel(dt):
-    """The separate bias kernel of the cuBLAS path (launched here also without CuPy)."""
-    c = _kit.dev(np.arange(12, dtype=dt).reshape(3, 4))
+    """The separate bias (+ activation) kernel of the cuBLAS path (launched here also
+    without CuPy)."""
+    c = _kit.dev(np.arange(12, dtype=dt).reshape(3, 4) - 6)
     bias = np.array([1, 2, 3, 4], dt)
-    add_bias = _gemm._kernels(dt)[1]
-    add_bias[1, _kit.THREADS](_kit.flat(c), _kit.dev(bias), 12, 4)
-    np.testing.assert_array_equal(c.copy_to_host(), np.arange(12, dtype=dt).reshape(3, 4) + bias)
+    bias_act = _gemm._kernels(dt).bias_act
+    bias_act[1, _kit.THREADS](_kit.flat(c), _kit.dev(bias), 12, 4, True, _gemm.ACT["none"])
+    want = np.arange(12, dtype=dt).reshape(3, 4) - 6 + bias
+    np.testing.assert_array_equal(c.copy_to_host(), want)
+    bias_act[1, _kit.THREADS](_kit.flat(c), _kit.dev(bias), 12, 4, False, _gemm.ACT["relu"])
+    np.testing.assert_array_equal(c.copy_to_host(), np.maximum(want, 0))
 
 
 def test_gemm_rejects_mismatched_inner_dims():

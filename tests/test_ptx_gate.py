@@ -79,3 +79,54 @@ def test_gate_flags_promotion_and_local_memory():
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert any("float64 instructions" in p for p in out["promoted"]), out
     assert any("local memory" in p for p in out["local_array"]), out
+
+
+def test_div64_instructions_are_recognised():
+    ptx = textwrap.dedent("""\
+        	div.s64 	%rd5, %rd3, %rd4;
+        @%p2 	rem.u64 	%rd7, %rd3, %rd4;
+        	div.u32 	%r5, %r3, %r4;
+        	// div.s64 in a comment
+        """)
+    assert len(gate._DIV64.findall(ptx)) == 2
+
+
+_INDEX32 = textwrap.dedent('''
+    import json, re, sys, types as pytypes
+    sys.path.insert(0, sys.argv[1])
+    sys.path.insert(0, sys.argv[2])
+    import numpy as np
+    import ptx_gate
+    from numba import cuda, types
+    import numba.cuda.dispatcher as nd
+    nd.get_current_device = lambda: pytypes.SimpleNamespace(compute_capability=(9, 0))
+    from fastnn.cuda import _kit
+    from fastnn.cuda.ops import attention, conv
+    f32, i32 = types.float32, types.int32
+    A = lambda nd_, layout="C": types.Array(f32, nd_, layout)
+    kernels = {
+        "_kit._copy4": (_kit._copy4, (A(4, "A"), A(1), i32)),
+        "attention.split_heads": (attention._kernels(np.float32).split_heads,
+                                  (A(3), A(3), i32, i32, i32, i32, i32, types.boolean)),
+        "conv.col2im": (conv._kernels(np.float32).col2im, (A(3), A(4)) + (i32,) * 16),
+    }
+    out = {}
+    for name, (k, sig) in kernels.items():
+        ptx, _ = cuda.compile_ptx(k.jitted.py_func, sig, cc=(9, 0))
+        out[name] = len(ptx_gate._DIV64.findall(ptx))
+    print(json.dumps(out))
+''')
+
+
+def test_kernels_index_in_32_bits():
+    """The index splits of the kernels (fastnn/cuda/_kit.py dm, gid/gsz loops) compile to
+    32-bit divides: no div/rem .s64/.u64 left in kernels that had up to 16 (issue 17)."""
+    if gate.find_ptxas() is None:
+        pytest.skip("needs the CUDA compiler packages (pip install 'numba-cuda[cu12]')")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    r = subprocess.run([sys.executable, "-c", _INDEX32, os.path.join(ROOT, "tools"), ROOT],
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    import json
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out == {k: 0 for k in out}, out

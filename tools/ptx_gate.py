@@ -15,6 +15,9 @@ Two steps, each in its own process:
    with an explicit ``cc``) and assembled by ``ptxas -v -arch=sm_XX``.  The gate fails on
    a compile error, a spill (spill stores/loads), local memory (a stack frame), or a
    float64 instruction in a float32 kernel (numba's silent promotion of a float literal).
+   It also counts the 64-bit integer divisions (``div``/``rem`` ``.s64``/``.u64``) in the
+   PTX: the kernels index in 32 bits (fastnn/cuda/_kit.py), so the count should stay
+   near zero; the summary reports it per target.
 
 Compiling a kernel that calls a ``cuda.jit(device=True)`` function needs a target compute
 capability: ``compile_ptx`` takes ``cc`` for the kernel, but numba-cuda (0.2x-0.3x)
@@ -72,7 +75,8 @@ def record(out_path):
         name = self.name
 
         def rec(*args):
-            key = json.dumps([_type_spec(a) for a in args])
+            # the types the launch passes on: integers become int32 (_kit._index_args)
+            key = json.dumps([_type_spec(a) for a in _kit._index_args(name, args)])
             seen.setdefault(name, set()).add(key)
             return launch(*args)
         return rec
@@ -116,6 +120,7 @@ def find_ptxas():
 
 
 _F64 = re.compile(r"^\s*(?:@%p\d+\s+)?[a-z][a-z0-9_.]*\.f64\b", re.M)
+_DIV64 = re.compile(r"^\s*(?:@%p\d+\s+)?(?:div|rem)\.(?:s|u)64\b", re.M)
 _PTXAS_FN = re.compile(r"Compiling entry function '([^']+)'")
 _PTXAS_STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _PTXAS_REGS = re.compile(r"Used (\d+) registers")
@@ -124,7 +129,8 @@ _PTXAS_REGS = re.compile(r"Used (\d+) registers")
 def check_ptx(label, ptx, ptxas, cc, tmpdir, float32):
     """Assemble one kernel's PTX with ``ptxas -v``; returns (row, problems) where row is
     (label, registers, stack frame bytes, spill bytes, f64 instructions counted against a
-    float32 kernel, f64 instructions in all) or None when ptxas failed."""
+    float32 kernel, f64 instructions in all, 64-bit integer div/rem instructions) or None
+    when ptxas failed."""
     fn = os.path.join(tmpdir, re.sub(r"[^A-Za-z0-9_.]+", "_", f"{label}_sm{cc}") + ".ptx")
     with open(fn, "w") as f:
         f.write(ptx)
@@ -146,7 +152,7 @@ def check_ptx(label, ptx, ptxas, cc, tmpdir, float32):
         problems.append(f"{label}: {frame} bytes of local memory (stack frame)")
     if f64:
         problems.append(f"{label}: {f64} float64 instructions in a float32 kernel")
-    return (label, regs, frame, spill, f64, n64), problems
+    return (label, regs, frame, spill, f64, n64, len(_DIV64.findall(ptx))), problems
 
 
 def compile_all(sigs_path, cc, keep=None):
@@ -224,7 +230,12 @@ def main(argv=None):
         print(f"sm_{cc}: {len(rows)} kernel signatures compiled and assembled; "
               f"max {regs} registers; spills {sum(r[3] for r in rows)} B; "
               f"local memory {sum(r[2] for r in rows)} B; "
-              f"f64 instructions in float32 kernels {sum(r[4] for r in rows)}")
+              f"f64 instructions in float32 kernels {sum(r[4] for r in rows)}; "
+              f"64-bit integer div/rem {sum(r[6] for r in rows)} "
+              f"(in {sum(1 for r in rows if r[6])} signatures)")
+        for r in rows:
+            if r[6]:
+                print(f"  {r[6]:3d} 64-bit div/rem: {r[0]}")
         for p in problems:
             print(f"  FAIL {p}")
         return 1 if problems else 0

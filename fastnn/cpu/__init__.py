@@ -174,6 +174,12 @@ def make_backend():
                 raise RuntimeError(f"op {name!r} compiled twice ({mod.__name__})")
             ops[name] = getattr(mod, name)
             compiled.add(name)
+    # the layout ops (add, transpose, host/device moves) are NumPy's own compiled loops
+    # on the host: the reference's functions are the cpu's, not fallbacks
+    from ..reference import layout
+    for name in layout.OPS:
+        ops[name] = getattr(layout, name)
+        compiled.add(name)
     fallbacks = sorted(set(ref.ops) - compiled)
     be = Backend("cpu", ops, fallbacks)
     be.variant = {m.__name__.split(".")[-1]: m.__name__.split(".")[-2] for m in compiled_modules()}

@@ -14,6 +14,14 @@ Design notes
   close over typed constants (``T(0.5)`` with ``T = np.float32``): a bare float literal
   would silently promote float32 arithmetic to float64.  Index math is integer-only and
   never mixed into float expressions.
+- Indices are 32-bit.  Every integer argument of a launch is passed as int32 and every
+  device array must hold fewer than 2**31 elements (``_Kernel`` checks both at launch and
+  refuses larger sizes with a ValueError): grid-stride loops run on ``gid()``/``gsz()``
+  (int32, so numba's range counts in 32 bits) and index splits go through ``dm(a, b)``,
+  an unsigned 32-bit divide.  numba types every integer expression as int64 and a signed
+  int64 ``//`` or ``%`` is a 64-bit division in the PTX (dozens of instructions, or a
+  runtime test and a 32-bit fallback); an unsigned divide of 32-bit operands is one
+  ``div.u32``.  Products of indices (flat offsets) stay int64 in numba: no overflow.
 - Parameter-gradient reductions (``colsum``) sum fixed chunks of rows into a partial
   buffer and reduce the partials in order: deterministic, no atomics.
 """
@@ -23,7 +31,7 @@ import types
 
 import numpy as np
 
-from ._runtime import SIM, as_device, cuda, numba_type
+from ._runtime import SIM, as_device, cuda, int32, numba_type, uint32
 
 if SIM:
     THREADS = 32         # elementwise block size
@@ -65,8 +73,32 @@ FACTORIES = []      # every per-dtype kernel factory (tests build them all)
 _building = [None]  # the dtype a factory is building kernels for
 
 
+INDEX_LIMIT = 1 << 31   # indices are int32 (see the design notes)
+
+
+def _index_args(name, args):
+    """The launch arguments with every integer as int32; a ValueError for a size that
+    32-bit indices cannot address (a device array of 2**31 elements or more, or an
+    integer argument outside int32)."""
+    out = list(args)
+    for k, a in enumerate(args):
+        if isinstance(a, (bool, np.bool_)):
+            continue
+        if isinstance(a, (int, np.signedinteger)) and type(a) is not np.int32:
+            if not -INDEX_LIMIT <= a < INDEX_LIMIT:
+                raise ValueError(f"{name}: integer argument {k} = {a} is outside the 32-bit "
+                                 f"index range of the cuda kernels (|value| < 2**31)")
+            out[k] = np.int32(a)
+        elif hasattr(a, "copy_to_host") and a.size >= INDEX_LIMIT:
+            raise ValueError(f"{name}: a device array of {a.size} elements (shape "
+                             f"{tuple(a.shape)}); the cuda kernels index with 32-bit "
+                             f"integers and take at most 2**31 - 1 elements per array")
+    return out
+
+
 class _Kernel:
-    """A cuda.jit kernel that records its launches (``kernel[grid, block](*args)``)."""
+    """A cuda.jit kernel that records its launches (``kernel[grid, block](*args)``) and
+    passes its integer arguments as int32 (``_index_args``)."""
 
     __slots__ = ("jitted", "name")
 
@@ -84,6 +116,7 @@ class _Kernel:
 
         if SIM:
             def launch(*args):
+                args = _index_args(name, args)
                 LAUNCHED.add(name)
                 # The simulator's scheduler busy-polls its block threads; with the default
                 # 5 ms GIL switch interval every __syncthreads costs milliseconds.
@@ -95,6 +128,7 @@ class _Kernel:
                     sys.setswitchinterval(old)
         else:
             def launch(*args):
+                args = _index_args(name, args)
                 LAUNCHED.add(name)
                 return launcher(*args)
         return launch
@@ -138,6 +172,27 @@ def per_dtype(factory):
         return k
     FACTORIES.append(get)
     return get
+
+
+# ------------------------------------------------------------------ 32-bit indices
+@cuda.jit(device=True, inline=True)
+def gid():
+    """This thread's index in the grid, int32 (``range(gid(), n, gsz())`` with an int32
+    ``n`` counts in 32 bits)."""
+    return int32(cuda.grid(1))
+
+
+@cuda.jit(device=True, inline=True)
+def gsz():
+    """The grid's thread count, int32."""
+    return int32(cuda.gridsize(1))
+
+
+@cuda.jit(device=True, inline=True)
+def dm(a, b):
+    """(a // b, a % b) of non-negative int32 indices as one unsigned 32-bit divide."""
+    q = uint32(a) // uint32(b)
+    return int32(q), int32(a - int32(q) * b)
 
 
 # ------------------------------------------------------------------ block reductions
@@ -307,47 +362,50 @@ def dev(a):
 
 @kernel
 def _fill(x, v, n):
-    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+    for i in range(gid(), n, gsz()):
         x[i] = v
 
 
 @kernel
 def _add_into(dst, src, n):
-    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+    for i in range(gid(), n, gsz()):
         dst[i] += src[i]
 
 
 @kernel
 def _copy1(src, dst, n):
-    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+    for i in range(gid(), n, gsz()):
         dst[i] = src[i]
 
 
 @kernel
 def _copy2(src, dst, n):
-    d1 = src.shape[1]
-    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
-        dst[i] = src[i // d1, i % d1]
+    d1 = int32(src.shape[1])
+    for i in range(gid(), n, gsz()):
+        r, c = dm(i, d1)
+        dst[i] = src[r, c]
 
 
 @kernel
 def _copy3(src, dst, n):
-    d1 = src.shape[1]
-    d2 = src.shape[2]
-    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
-        r = i // d2
-        dst[i] = src[r // d1, r % d1, i % d2]
+    d1 = int32(src.shape[1])
+    d2 = int32(src.shape[2])
+    for i in range(gid(), n, gsz()):
+        r, c2 = dm(i, d2)
+        c0, c1 = dm(r, d1)
+        dst[i] = src[c0, c1, c2]
 
 
 @kernel
 def _copy4(src, dst, n):
-    d1 = src.shape[1]
-    d2 = src.shape[2]
-    d3 = src.shape[3]
-    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
-        r = i // d3
-        r2 = r // d2
-        dst[i] = src[r2 // d1, r2 % d1, r % d2, i % d3]
+    d1 = int32(src.shape[1])
+    d2 = int32(src.shape[2])
+    d3 = int32(src.shape[3])
+    for i in range(gid(), n, gsz()):
+        r, c3 = dm(i, d3)
+        r2, c2 = dm(r, d2)
+        c0, c1 = dm(r2, d1)
+        dst[i] = src[c0, c1, c2, c3]
 
 
 _COPY = {1: _copy1, 2: _copy2, 3: _copy3, 4: _copy4}
@@ -428,10 +486,9 @@ def accumulate(dst, src):
 @kernel
 def _transpose2(src, dst, n, C):
     # dst (C, R) = src (R, C).T; threads walk dst in order (coalesced writes)
-    for e in range(cuda.grid(1), n, cuda.gridsize(1)):
-        R = n // C
-        j = e // R
-        i = e - j * R
+    R, _ = dm(n, C)
+    for e in range(gid(), n, gsz()):
+        j, i = dm(e, R)
         dst[j, i] = src[i, j]
 
 
@@ -449,11 +506,9 @@ def transpose2d(a):
 @kernel
 def _swap12(src, dst, n, B, C):
     # dst (A, C, B) = src (A, B, C) with the last two axes swapped; threads walk dst
-    for e in range(cuda.grid(1), n, cuda.gridsize(1)):
-        b = e % B
-        r = e // B
-        c = r % C
-        a = r // C
+    for e in range(gid(), n, gsz()):
+        r, b = dm(e, B)
+        a, c = dm(r, C)
         dst[a, c, b] = src[a, b, c]
 
 
@@ -483,8 +538,7 @@ def _colsum_partial(x, part, R, C, chunk):
     ch = cuda.blockIdx.y
     r0 = ch * chunk
     r1 = min(r0 + chunk, R)
-    for c in range(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, C,
-                   cuda.gridDim.x * cuda.blockDim.x):
+    for c in range(gid(), C, gsz()):
         s = x[r0, c]
         for r in range(r0 + 1, r1):
             s += x[r, c]
@@ -493,7 +547,7 @@ def _colsum_partial(x, part, R, C, chunk):
 
 @kernel
 def _reduce_partials(part, out, K, C):
-    for c in range(cuda.grid(1), C, cuda.gridsize(1)):
+    for c in range(gid(), C, gsz()):
         s = part[0, c]
         for k in range(1, K):
             s += part[k, c]

@@ -7,6 +7,7 @@ first used.
 import numpy as np
 import numba
 from numba import cuda  # noqa: F401  (the single numba import of fastnn)
+from numba import int32, uint32  # noqa: F401  (the 32-bit index types of the kernels)
 
 from .._backend import Backend, collect_ops
 

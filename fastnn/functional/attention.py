@@ -13,8 +13,8 @@ import math
 import numpy as np
 
 from .. import _random
-from .._backend import dispatch
-from .._validate import float_array, is_device, same_dtype
+from .._backend import dispatch, placed
+from .._validate import float_array, same_dtype
 from .._validate import bool_arg, probability, real
 from ._core import grad_in
 
@@ -23,14 +23,6 @@ __all__ = ["scaled_dot_product_attention", "scaled_dot_product_attention_fwd",
            "multi_head_attention_bwd", "attention_mask", "varlen_attention"]
 
 
-def to_numpy(a):
-    from ..cuda import to_numpy as f
-    return f(a)
-
-
-def to_device(a):
-    from ..cuda import to_device as f
-    return f(a)
 
 
 def _check_scale(scale, E):
@@ -141,10 +133,6 @@ def scaled_dot_product_attention_fwd(query, key, value, attn_mask=None, dropout_
     except ValueError:
         raise ValueError(f"the batch dimensions of query {bq}, key {bk} and value {bv} do "
                          f"not broadcast") from None
-    dev = is_device(q)
-    if dev and not bq == bk == bv:
-        raise ValueError(f"on the cuda backend query, key and value must have the same batch "
-                         f"dimensions, got {bq}, {bk}, {bv}")
     is_causal = bool_arg(is_causal, "is_causal")
     p = probability(dropout_p, "dropout_p")
     sc = _check_scale(scale, E)
@@ -153,18 +141,13 @@ def scaled_dot_product_attention_fwd(query, key, value, attn_mask=None, dropout_
         if is_causal:
             raise ValueError("attn_mask must be None when is_causal=True (as torch: pass one "
                              "or the other)")
-        if is_device(attn_mask):
-            attn_mask = to_numpy(attn_mask)
+        attn_mask = placed(attn_mask).to_host(attn_mask)
         add = _as_additive(attn_mask, "attn_mask", np.dtype(q.dtype))
         mask, index = _mask_tables(add, batch, L, S, "attn_mask", "(..., L, S)")
-        if dev:
-            mask, index = to_device(mask), to_device(index)
+        mask, index = placed(q).to_backend(mask), placed(q).to_backend(index)
     B = int(np.prod(batch)) if batch else 1
-    if dev:
-        qf, kf, vf = (a.reshape(B, s[-2], s[-1]) for a, s in zip((q, k, v), shapes))
-    else:
-        qf, kf, vf = (np.ascontiguousarray(np.broadcast_to(a, batch + a.shape[-2:]))
-                      .reshape(B, a.shape[-2], a.shape[-1]) for a in (q, k, v))
+    qf, kf, vf = (placed(a).broadcast_to(a, batch + s[-2:]).reshape(B, s[-2], s[-1])
+                  for a, s in zip((q, k, v), shapes))
     be = dispatch(qf, kf, vf)
     seed, offset = _random.next_offset() if p > 0 else (0, 0)
     out, saved = be.scaled_dot_product_attention(qf, kf, vf, 1, False, mask, index, p,
@@ -218,17 +201,12 @@ def multi_head_attention_fwd(q, k, v, num_heads, batch_first, mask=None, mask_in
     v = _feature_rows(v, "value")
     H = num_heads
     E = q.shape[2] // H
-    if mask is not None and not is_device(q):
-        mask = np.ascontiguousarray(mask, dtype=q.dtype)
-        mask_index = np.ascontiguousarray(mask_index, dtype=np.int64)
-    elif mask is not None and not is_device(mask):
-        mask, mask_index = to_device(mask), to_device(mask_index)
+    if mask is not None:                   # where q is (cuda: host views copied by the op)
+        mask = placed(q).to_backend(mask, q.dtype)
+        mask_index = placed(q).to_backend(mask_index, np.int64)
     p = probability(dropout_p, "dropout_p")
     sc = _check_scale(scale, E)
     be = dispatch(q, k, v)
-    if be.name == "cuda":                  # host views go to the device C-contiguous
-        q, k, v = (float_array(a, n) if not is_device(a) else a
-                   for a, n in ((q, "query"), (k, "key"), (v, "value")))
     seed, offset = _random.next_offset() if p > 0 else (0, 0)
     out, saved = be.scaled_dot_product_attention(q, k, v, H, not batch_first, mask, mask_index,
                                                  p, bool(is_causal), sc, seed, offset)

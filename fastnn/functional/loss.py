@@ -4,8 +4,8 @@ and normalisation.  Every loss has the three forms of _core.py; backward returns
 
 import numpy as np
 
-from .._backend import dispatch
-from .._validate import float_array, is_device, same_dtype
+from .._backend import dispatch, placed
+from .._validate import float_array, same_dtype
 from .._validate import bool_arg, is_int, is_real, positive_float, reduction as check_reduction
 from .._validate import loss_args as check_loss_args
 from ._core import grad_in
@@ -28,17 +28,12 @@ def _to_rows(a, C):
         return a.reshape(1, C)
     if a.ndim == 2:
         return a
-    if is_device(a):   # (N, C, S) -> (N, S, C) on the device
-        from ..cuda import swap_last_two
-        S = int(np.prod(a.shape[2:]))
-        return swap_last_two(a.reshape(a.shape[0], C, S)).reshape(a.shape[0] * S, C)
-    return np.ascontiguousarray(np.moveaxis(a, 1, -1)).reshape(-1, C)
+    S = int(np.prod(a.shape[2:]))     # (N, C, S) -> (N, S, C) where a is
+    return placed(a).swap_last_two(a.reshape(a.shape[0], C, S)).reshape(a.shape[0] * S, C)
 
 
 def _host_target(target):
-    if is_device(target):
-        from .. import to_numpy
-        return to_numpy(target)
+    target = placed(target).to_host(target)
     if isinstance(target, np.ndarray):
         return target
     if is_int(target):
@@ -103,7 +98,7 @@ def cross_entropy_fwd(input, target, weight=None, ignore_index=-100, reduction="
 
 def _loss_grad(ctx, d_loss):
     """(backend, saved, validated d_loss): a Python float is accepted for "mean"/"sum"."""
-    if not is_device(d_loss) and not isinstance(d_loss, np.ndarray):
+    if isinstance(d_loss, np.generic) or not hasattr(d_loss, "shape"):
         if not (is_real(d_loss) or isinstance(d_loss, np.generic)):
             raise TypeError(f"grad_output must be a float or an array, got {type(d_loss).__name__}")
         d_loss = np.asarray(d_loss, dtype=ctx[3])
@@ -116,12 +111,8 @@ def _from_rows(dx, in_shape):
         return dx.reshape(in_shape)
     if len(in_shape) == 2:
         return dx
-    moved = in_shape[:1] + in_shape[2:] + in_shape[1:2]
-    if is_device(dx):
-        from ..cuda import swap_last_two
-        S = int(np.prod(in_shape[2:]))
-        return swap_last_two(dx.reshape(in_shape[0], S, in_shape[1])).reshape(in_shape)
-    return np.ascontiguousarray(np.moveaxis(dx.reshape(moved), -1, 1))
+    S = int(np.prod(in_shape[2:]))
+    return placed(dx).swap_last_two(dx.reshape(in_shape[0], S, in_shape[1])).reshape(in_shape)
 
 
 def cross_entropy_bwd(ctx, d_loss=1.0):
@@ -195,10 +186,7 @@ def _broadcast_arg(w, x, name):
     if shape != tuple(x.shape):
         raise ValueError(f"{name} of shape {tuple(w.shape)} does not broadcast to the input's "
                          f"shape {tuple(x.shape)}")
-    if is_device(w):
-        from .. import to_device, to_numpy
-        return to_device(np.ascontiguousarray(np.broadcast_to(to_numpy(w), x.shape)))
-    return np.ascontiguousarray(np.broadcast_to(w, x.shape))
+    return placed(w).broadcast_to(w, x.shape)
 
 
 def _elementwise_fwd(kind, input, target, weight, pos_weight, param, reduction, batchmean=False,
@@ -219,8 +207,7 @@ def _elementwise_fwd(kind, input, target, weight, pos_weight, param, reduction, 
     pw = _broadcast_arg(pos_weight, x, "pos_weight")
     n = int(np.prod(x.shape))
     if weight_mean and w is not None and reduction == "mean":
-        from .. import to_numpy
-        n = float(np.sum(to_numpy(w) if is_device(w) else w, dtype=np.float64))
+        n = float(np.sum(placed(w).to_host(w), dtype=np.float64))
     divisor = {"none": None, "sum": 1, "mean": n,
                "batchmean": x.shape[0] if len(x.shape) else 1}[reduction]
     be = dispatch(x, y, w, pw)
@@ -259,10 +246,8 @@ def huber_loss_fwd(input, target, reduction="mean", delta=1.0, weight=None):
 def _check_probabilities(x):
     """torch refuses inputs outside [0, 1] (NaN passes, as there).  Device inputs are not
     scanned: that would cost a device-to-host sync per call; the kernel gives NaN there."""
-    if is_device(x):
-        return
-    if x.size and bool(((x < 0) | (x > 1)).any()):
-        bad = x[(x < 0) | (x > 1)].reshape(-1)[0]
+    bad = placed(x).first_outside(x, 0.0, 1.0)
+    if bad is not None:
         raise ValueError(f"input of binary_cross_entropy must hold probabilities in [0, 1], "
                          f"found {float(bad)!r}")
 

@@ -7,6 +7,7 @@ small next to the GEMM), so it is exactly as fast as Linear.
 import numpy as np
 
 from .. import functional as F
+from .._backend import placed
 from .._validate import int_arg, positive_float
 from . import init
 from .dropout import Dropout
@@ -16,21 +17,13 @@ __all__ = ["Conv1D", "FeedForward", "Residual", "StdLayerNorm"]
 
 
 def _transposed(a):
-    """a.T as a fresh C-contiguous array."""
-    if type(a) is not np.ndarray:
-        from .. import cuda
-        return cuda.transpose2d(a)
-    return np.ascontiguousarray(a.T)
+    """a.T as a fresh C-contiguous array, where ``a`` is (host or device)."""
+    return placed(a).transpose2d(a)
 
 
 def _add(a, b):
-    """a + b as a fresh array, on the host or (both operands there) the device."""
-    if type(a) is np.ndarray and type(b) is np.ndarray:
-        return a + b
-    from ..cuda import _kit
-    out = _kit.copy(_kit.dev(a))
-    _kit.accumulate(out, _kit.dev(b))
-    return out
+    """a + b as a fresh array, on the host or (either operand there) the device."""
+    return placed(a, b).add(a, b)
 
 
 class Conv1D(Module):

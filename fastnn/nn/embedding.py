@@ -2,7 +2,8 @@
 import numpy as np
 
 from .. import functional as F
-from .._validate import float_array, int_arg, is_device, padding_index
+from .._backend import placed
+from .._validate import float_array, int_arg, padding_index
 from . import init
 from .module import Module, Parameter
 
@@ -25,11 +26,8 @@ class Embedding(Module):
         self.weight = Parameter(w)
 
     def forward(self, idx):
-        w = self.weight.data
-        if is_device(w) and isinstance(idx, np.ndarray):
-            from .. import to_device      # host token ids for a table on the GPU: move them
-            idx = to_device(np.ascontiguousarray(idx))
-        y, ctx = F.embedding_fwd(idx, w, self.padding_idx)
+        # host token ids for a table on the device: F.embedding_fwd moves them
+        y, ctx = F.embedding_fwd(idx, self.weight.data, self.padding_idx)
         self._keep(ctx)
         return y
 
@@ -63,11 +61,7 @@ class PositionalEmbedding(Module):
         if T > self.max_len:
             raise IndexError(f"input has T = {T} positions but the table has max_len = {self.max_len}")
         pos = np.broadcast_to(np.arange(T, dtype=np.int64), (B, T))
-        w = self.weight.data
-        if is_device(w):
-            from .. import to_device
-            pos = to_device(np.ascontiguousarray(pos))
-        y, ctx = F.embedding_fwd(pos, w)
+        y, ctx = F.embedding_fwd(pos, self.weight.data)   # moves pos to a device table
         self._keep(ctx)
         return y
 
@@ -106,20 +100,8 @@ class SinusoidalPositionalEncoding(Module):
             raise TypeError(f"input has dtype {x.dtype} but the table has dtype {self.pe.dtype}; "
                             f"convert the module with .double()/.float()")
         self._keep(shape)
-        if is_device(x):
-            return self._add_on_device(x, shape, T)
-        return x + self.pe[:T]
-
-    def _add_on_device(self, x, shape, T):
-        from .. import to_device
-        from ..cuda import _kit
-        out = _kit.copy(_kit.dev(x))
-        pe = self.pe if is_device(self.pe) else to_device(self.pe)
-        pt = _kit.dev(pe[:T])
-        rows = _kit.reshape(out, (-1, T, self.d_model))
-        for b in range(int(_kit.shape_of(rows)[0])):     # one add per (T, d_model) slab
-            _kit.accumulate(rows[b], pt)
-        return out
+        pe = self.pe[:T]
+        return placed(x, pe).add(x, pe)     # the (T, d_model) table over the batch
 
     def backward(self, dy):
         shape = self._take()

@@ -70,11 +70,9 @@ class Parameter:
             return
         if self.grad is None:
             self.grad = g
-        elif type(self.grad) is np.ndarray:
-            np.add(self.grad, g, out=self.grad)
         else:
-            from .. import cuda
-            cuda.accumulate(self.grad, g)
+            from .._backend import placed
+            placed(self.grad, g).accumulate(self.grad, g)
 
     def zero_grad(self, set_to_none=True):
         if set_to_none or self.grad is None:
@@ -89,8 +87,8 @@ class Parameter:
 
 
 def _to_host(a):
-    from .. import cuda
-    return cuda.to_numpy(a)
+    from .. import to_numpy
+    return to_numpy(a)
 
 
 # A module warns (once) when it holds more pending calls than this: forward-only loops in
@@ -494,8 +492,8 @@ class Module:
                                + "\n\t".join(errors))
         for m, name, is_param, val, cur_arr in staged:
             if type(cur_arr) is not np.ndarray:
-                from .. import cuda
-                val = cuda.to_device(val)
+                from .. import to_device
+                val = to_device(val)
             if is_param:
                 getattr(m, name).data = val
             else:
@@ -507,8 +505,7 @@ class Module:
         """``to("cuda")`` / ``to("cpu")`` moves parameters and buffers; ``to(np.float64)`` casts."""
         if isinstance(target, str) and target in ("cuda", "cpu"):
             if target == "cuda":
-                from .. import cuda
-                conv = cuda.to_device
+                from .. import to_device as conv
             else:
                 conv = lambda a: a if type(a) is np.ndarray else _to_host(a)  # noqa: E731
         else:

@@ -13,7 +13,8 @@ import math
 import numpy as np
 
 from .. import _kit
-from .._kit import ROW_THREADS, SBUF, THREADS, U8, block_sum, cuda, kernel, philox4x32
+from .._kit import (ROW_THREADS, SBUF, THREADS, U8, block_sum, cuda, dm, gid, gsz, int32, kernel,
+                    philox4x32)
 
 OPS = ("relu", "relu_backward",
        "leaky_relu", "leaky_relu_backward",
@@ -49,45 +50,45 @@ def _k(dt):
 
     @kernel
     def relu_f(x, y, n):
-        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        for i in range(gid(), n, gsz()):
             v = x[i]
             y[i] = zero if v < zero else v
 
     @kernel
     def relu_b(dy, y, dx, n):
-        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        for i in range(gid(), n, gsz()):
             dx[i] = zero if y[i] <= zero else dy[i]
 
     @kernel
     def leaky_f(x, y, n, slope):
-        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        for i in range(gid(), n, gsz()):
             v = x[i]
             y[i] = v if v > zero else v * slope
 
     @kernel
     def leaky_b(dy, s, dx, n, slope):
-        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        for i in range(gid(), n, gsz()):
             g = dy[i]
             dx[i] = g if s[i] > zero else g * slope
 
     @kernel
     def prelu_f(x, w, y, n, C, inner):
-        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        for i in range(gid(), n, gsz()):
             v = x[i]
-            y[i] = v if v > zero else w[(i // inner) % C] * v
+            y[i] = v if v > zero else w[dm(dm(i, inner)[0], C)[1]] * v
 
     @kernel
     def prelu_b(dy, x, w, dx, dw, outer, C, inner):
         # one block per channel: dx for the channel's elements and dw[c] as a block sum
         sbuf = cuda.shared.array(SBUF, NT)
         t = cuda.threadIdx.x
-        m = outer * inner
+        m = int32(outer * inner)
         for c in range(cuda.blockIdx.x, C, cuda.gridDim.x):
             wc = w[c]
             s = zero
             for e in range(t, m, cuda.blockDim.x):
-                o = e // inner
-                i = (o * C + c) * inner + (e - o * inner)
+                o, ei = dm(e, inner)
+                i = (o * C + c) * inner + ei
                 v = x[i]
                 g = dy[i]
                 if v > zero:
@@ -101,7 +102,7 @@ def _k(dt):
 
     @kernel
     def rrelu_f(x, y, noise, n, lower, width, off_lo, off_hi, key0, key1):
-        for b in range(cuda.grid(1), (n + 3) // 4, cuda.gridsize(1)):
+        for b in range(gid(), int32((n + 3) >> 2), gsz()):
             r0, r1, r2, r3 = philox4x32(U64(b), off_lo, off_hi, key0, key1)
             for lane in range(4):
                 i = 4 * b + lane
@@ -122,12 +123,12 @@ def _k(dt):
 
     @kernel
     def mul_b(dy, s, dx, n):
-        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        for i in range(gid(), n, gsz()):
             dx[i] = dy[i] * s[i]
 
     @kernel
     def elu_f(x, y, n, alpha, scale, input_scale):
-        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        for i in range(gid(), n, gsz()):
             v = x[i]
             if v > zero:
                 y[i] = scale * v
@@ -136,7 +137,7 @@ def _k(dt):
 
     @kernel
     def elu_b(dy, s, dx, n, from_out, alpha, scale, input_scale):
-        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        for i in range(gid(), n, gsz()):
             g = dy[i]
             v = s[i]
             if v > zero:
@@ -148,7 +149,7 @@ def _k(dt):
 
     @kernel
     def gelu_f(x, y, n, approx):
-        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        for i in range(gid(), n, gsz()):
             v = x[i]
             if approx:
                 y[i] = half * v * (one + math.tanh(k0 * (v + k1 * v * v * v)))
@@ -157,7 +158,7 @@ def _k(dt):
 
     @kernel
     def gelu_b(dy, x, dx, n, approx):
-        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        for i in range(gid(), n, gsz()):
             v = x[i]
             if approx:
                 t = math.tanh(k0 * (v + k1 * v * v * v))
@@ -168,20 +169,20 @@ def _k(dt):
 
     @kernel
     def silu_f(x, y, n):
-        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        for i in range(gid(), n, gsz()):
             v = x[i]
             y[i] = v / (one + math.exp(-v))
 
     @kernel
     def silu_b(dy, x, dx, n):
-        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        for i in range(gid(), n, gsz()):
             v = x[i]
             s = sigm(v)
             dx[i] = dy[i] * s * (one + v * (one - s))
 
     @kernel
     def softplus_f(x, y, n, beta, threshold):
-        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        for i in range(gid(), n, gsz()):
             v = x[i]
             bx = v * beta
             if bx > threshold:
@@ -191,36 +192,36 @@ def _k(dt):
 
     @kernel
     def softplus_b(dy, x, dx, n, beta, threshold):
-        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        for i in range(gid(), n, gsz()):
             bx = x[i] * beta
             g = dy[i]
             dx[i] = g if bx > threshold else g * sigm(bx)
 
     @kernel
     def sigmoid_f(x, y, n):
-        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        for i in range(gid(), n, gsz()):
             y[i] = sigm(x[i])
 
     @kernel
     def sigmoid_b(dy, y, dx, n):
-        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        for i in range(gid(), n, gsz()):
             v = y[i]
             dx[i] = dy[i] * v * (one - v)
 
     @kernel
     def tanh_f(x, y, n):
-        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        for i in range(gid(), n, gsz()):
             y[i] = math.tanh(x[i])
 
     @kernel
     def tanh_b(dy, y, dx, n):
-        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        for i in range(gid(), n, gsz()):
             v = y[i]
             dx[i] = dy[i] * (one - v * v)
 
     @kernel
     def neg_f(x, y, n):
-        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        for i in range(gid(), n, gsz()):
             y[i] = -x[i]
 
     return {k: v for k, v in locals().items() if isinstance(v, _kit._Kernel)}

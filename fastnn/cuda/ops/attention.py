@@ -14,16 +14,24 @@ V (BH, S, Ev) (one kernel each); the L x S weights are never materialised:
 Masks, causal (top-left) and dropout as the reference; dropout's mask is regenerated from
 Philox element ((bh*L + i)*S + j) wherever a weight is needed, so the masks match the
 cpu backend.  A row whose every key is masked gets zero weights (LSE = -inf).
+
+varlen_attention (inference, FlashAttention's varlen): the same online-softmax row loop
+straight on the interleaved layouts (no head split or merge copies) and only over real
+rows: the host lists the real query rows (range, row) once, one block per (real row,
+head) reads its range's keys k_start .. k_start + k_len - 1 and nothing else; the output
+rows outside every range are zero-filled, never computed.
 """
 import math
 
 import numpy as np
 
 from .. import _kit
-from .._kit import (ROW_THREADS, SBUF, THREADS, U8, block_max, block_sum, cuda, kernel,
-                    philox4x32)
+from .._runtime import to_numpy
+from .._kit import (ROW_THREADS, SBUF, THREADS, U8, block_max, block_sum, cuda, dm, gid, gsz,
+                    int32, kernel, philox4x32)
 
-OPS = ("scaled_dot_product_attention", "scaled_dot_product_attention_backward")
+OPS = ("scaled_dot_product_attention", "scaled_dot_product_attention_backward",
+       "varlen_attention")
 
 
 @_kit.per_dtype
@@ -55,13 +63,10 @@ def _kernels(dt):
     @kernel
     def split_heads(src, dst, total, B, L, H, E, seq_first):
         # dst[b*H + h, l, e] = src[b, l, h*E + e] (or src[l, b, h*E + e])
-        for i in range(cuda.grid(1), total, cuda.gridsize(1)):
-            e = i % E
-            r = i // E
-            l = r % L
-            bh = r // L
-            h = bh % H
-            b = bh // H
+        for i in range(gid(), total, gsz()):
+            r, e = dm(i, E)
+            bh, l = dm(r, L)
+            b, h = dm(bh, H)
             if seq_first:
                 dst[bh, l, e] = src[l, b, h * E + e]
             else:
@@ -70,18 +75,15 @@ def _kernels(dt):
     @kernel
     def merge_heads(src, dst, total, B, L, H, E, seq_first):
         # the inverse: dst (B, L, H*E) or (L, B, H*E) from src (B*H, L, E)
-        for i in range(cuda.grid(1), total, cuda.gridsize(1)):
-            f = i % (H * E)
-            r = i // (H * E)
-            h = f // E
-            e = f - h * E
+        HE = int32(H * E)
+        for i in range(gid(), total, gsz()):
+            r, f = dm(i, HE)
+            h, e = dm(f, E)
             if seq_first:
-                b = r % B
-                l = r // B
+                l, b = dm(r, B)
                 dst[l, b, f] = src[b * H + h, l, e]
             else:
-                l = r % L
-                b = r // L
+                b, l = dm(r, L)
                 dst[b, l, f] = src[b * H + h, l, e]
 
     @cuda.jit(device=True)
@@ -115,20 +117,19 @@ def _kernels(dt):
         pbuf = cuda.shared.array(ROW_THREADS, NT)
         t = cuda.threadIdx.x
         B = cuda.blockDim.x
-        for r in range(cuda.blockIdx.x, BH * L, cuda.gridDim.x):
-            bh = r // L
-            i = r - bh * L
+        for r in range(cuda.blockIdx.x, int32(BH * L), cuda.gridDim.x):
+            bh, i = dm(r, L)
             mi = midx[bh] if has_mask else 0
             mrow = i if Lm > 1 else 0
             send = min(S, i + 1) if causal else S
-            for e0 in range(0, max(Ev, 1), 4 * B):
+            for e0 in range(int32(0), int32(max(Ev, 1)), int32(4 * B)):
                 m = ninf
                 l = zero
                 a0 = zero
                 a1 = zero
                 a2 = zero
                 a3 = zero
-                for j0 in range(0, send, B):
+                for j0 in range(int32(0), int32(send), B):
                     j = j0 + t
                     s = ninf
                     if j < send:
@@ -183,9 +184,8 @@ def _kernels(dt):
         pbuf = cuda.shared.array(ROW_THREADS, NT)
         t = cuda.threadIdx.x
         B = cuda.blockDim.x
-        for r in range(cuda.blockIdx.x, BH * L, cuda.gridDim.x):
-            bh = r // L
-            i = r - bh * L
+        for r in range(cuda.blockIdx.x, int32(BH * L), cuda.gridDim.x):
+            bh, i = dm(r, L)
             mi = midx[bh] if has_mask else 0
             mrow = i if Lm > 1 else 0
             send = min(S, i + 1) if causal else S
@@ -196,12 +196,12 @@ def _kernels(dt):
             if t == 0:
                 Dsum[r] = d
             lse = LSE[r]
-            for e0 in range(0, max(E, 1), 4 * B):
+            for e0 in range(int32(0), int32(max(E, 1)), int32(4 * B)):
                 a0 = zero
                 a1 = zero
                 a2 = zero
                 a3 = zero
-                for j0 in range(0, send, B):
+                for j0 in range(int32(0), int32(send), B):
                     j = j0 + t
                     ds = zero
                     if j < send and lse != ninf:
@@ -246,12 +246,11 @@ def _kernels(dt):
         gbuf = cuda.shared.array(ROW_THREADS, NT)
         t = cuda.threadIdx.x
         B = cuda.blockDim.x
-        for r in range(cuda.blockIdx.x, BH * S, cuda.gridDim.x):
-            bh = r // S
-            j = r - bh * S
+        for r in range(cuda.blockIdx.x, int32(BH * S), cuda.gridDim.x):
+            bh, j = dm(r, S)
             mi = midx[bh] if has_mask else 0
-            istart = min(j, L) if causal else 0
-            for e0 in range(0, max(E, Ev, 1), 4 * B):
+            istart = int32(min(j, L) if causal else 0)
+            for e0 in range(int32(0), int32(max(E, Ev, 1)), int32(4 * B)):
                 c0 = zero
                 c1 = zero
                 c2 = zero
@@ -321,8 +320,100 @@ def _kernels(dt):
                 if e + 3 * B < E:
                     dK[bh, j, e + 3 * B] = g3
 
+    @cuda.jit(device=True)
+    def at(a, b, l, f, seq_first):
+        # feature f of row l of batch entry b in a (B, L, F) or, seq_first, (L, B, F) array
+        if seq_first:
+            return a[l, b, f]
+        return a[b, l, f]
+
+    @kernel
+    def varlen_fwd(q, k, v, out, row_b, row_l, qs, ks, kl, NR, H, E, Ev, scale, seq_first,
+                   packed, causal):
+        # One block per (real query row, head), grid-stride: keys of its range in tiles of
+        # one key per thread, online softmax, the output row in four registers per thread
+        # (as flash_fwd).  Head h reads features h*E .. h*E + E - 1 in place.
+        sbuf = cuda.shared.array(SBUF, NT)
+        pbuf = cuda.shared.array(ROW_THREADS, NT)
+        t = cuda.threadIdx.x
+        B = cuda.blockDim.x
+        for w in range(cuda.blockIdx.x, int32(NR * H), cuda.gridDim.x):
+            ri, h = dm(w, H)
+            rb = row_b[ri]
+            l = row_l[ri]
+            bb = 0 if packed else rb
+            k0 = ks[rb]
+            send = kl[rb]
+            if causal:
+                send = min(send, int32(l - qs[rb] + 1))
+            fq = h * E
+            fv = h * Ev
+            for e0 in range(int32(0), int32(max(Ev, 1)), int32(4 * B)):
+                m = ninf
+                lsum = zero
+                a0 = zero
+                a1 = zero
+                a2 = zero
+                a3 = zero
+                for j0 in range(int32(0), int32(send), B):
+                    j = j0 + t
+                    s = ninf
+                    if j < send:
+                        s = zero
+                        for e in range(E):
+                            s += at(q, bb, l, fq + e, seq_first) * at(k, bb, k0 + j, fq + e,
+                                                                      seq_first)
+                        s *= scale
+                    mn = max(m, block_max(s, sbuf))    # finite: key j0 exists
+                    p = zero
+                    if j < send:
+                        p = math.exp(s - mn)
+                    tile = block_sum(p, sbuf)
+                    corr = zero if m == ninf else math.exp(m - mn)
+                    lsum = lsum * corr + tile
+                    a0 *= corr
+                    a1 *= corr
+                    a2 *= corr
+                    a3 *= corr
+                    m = mn
+                    pbuf[t] = p
+                    cuda.syncthreads()
+                    for jj in range(min(B, send - j0)):
+                        wj = pbuf[jj]
+                        kr = k0 + j0 + jj
+                        e = e0 + t
+                        if e < Ev:
+                            a0 += wj * at(v, bb, kr, fv + e, seq_first)
+                        if e + B < Ev:
+                            a1 += wj * at(v, bb, kr, fv + e + B, seq_first)
+                        if e + 2 * B < Ev:
+                            a2 += wj * at(v, bb, kr, fv + e + 2 * B, seq_first)
+                        if e + 3 * B < Ev:
+                            a3 += wj * at(v, bb, kr, fv + e + 3 * B, seq_first)
+                    cuda.syncthreads()
+                inv = one / lsum if lsum > zero else zero
+                e = e0 + t
+                if seq_first:
+                    if e < Ev:
+                        out[l, bb, fv + e] = a0 * inv
+                    if e + B < Ev:
+                        out[l, bb, fv + e + B] = a1 * inv
+                    if e + 2 * B < Ev:
+                        out[l, bb, fv + e + 2 * B] = a2 * inv
+                    if e + 3 * B < Ev:
+                        out[l, bb, fv + e + 3 * B] = a3 * inv
+                else:
+                    if e < Ev:
+                        out[bb, l, fv + e] = a0 * inv
+                    if e + B < Ev:
+                        out[bb, l, fv + e + B] = a1 * inv
+                    if e + 2 * B < Ev:
+                        out[bb, l, fv + e + 2 * B] = a2 * inv
+                    if e + 3 * B < Ev:
+                        out[bb, l, fv + e + 3 * B] = a3 * inv
+
     return _kit.named(split_heads=split_heads, merge_heads=merge_heads, flash_fwd=flash_fwd,
-                      flash_bwd_q=flash_bwd_q, flash_bwd_kv=flash_bwd_kv)
+                      flash_bwd_q=flash_bwd_q, flash_bwd_kv=flash_bwd_kv, varlen_fwd=varlen_fwd)
 
 
 def _split(x, H, seq_first):
@@ -406,3 +497,39 @@ def scaled_dot_product_attention_backward(d_out, saved):
             Q, K, V, dO, LSE, Dsum, dK, dV, *geometry, *flags, *drop)
     return (_merge(dQ, B, H, seq_first), _merge(dK, B, H, seq_first),
             _merge(dV, B, H, seq_first))
+
+
+def varlen_attention(q, k, v, q_start, q_len, k_start, k_len, num_heads, seq_first, is_causal,
+                     scale):
+    """Variable-length attention (inference-only; see fastnn.reference.attention): the
+    ranges are host integer arrays, q/k/v in the interleaved (B, L, H*E) or (L, B, H*E)
+    layouts."""
+    q, k, v = _kit.dev(q), _kit.dev(k), _kit.dev(v)
+    dt = _kit.dtype_of(q)
+    H = int(num_heads)
+    shape_q = _kit.shape_of(q)
+    Bq = shape_q[1] if seq_first else shape_q[0]
+    E = shape_q[2] // H if H else 0
+    Ev = _kit.shape_of(v)[2] // H if H else 0
+    out_shape = shape_q[:2] + (H * Ev,)
+    out = _kit.empty(out_shape, dt)
+    qs, ql, ks, kl = (np.asarray(_kit_host(a), np.int64) for a in (q_start, q_len, k_start,
+                                                                    k_len))
+    nrows = int(ql.sum())
+    if nrows * H * Ev < _kit.numel(out_shape):
+        _kit.fill(out, 0)                     # rows outside every range (never computed)
+    if nrows == 0 or H * Ev == 0:
+        return out
+    row_b = np.repeat(np.arange(len(ql), dtype=np.int32), ql)
+    first = np.repeat(np.cumsum(ql) - ql, ql)
+    row_l = (np.arange(nrows) - first + np.repeat(qs, ql)).astype(np.int32)
+    ranges = [_kit.dev(a.astype(np.int32)) for a in (row_b, row_l, qs, ks, kl)]
+    _kernels(dt).varlen_fwd[_kit.row_blocks(nrows * H), ROW_THREADS](
+        q, k, v, out, *ranges, nrows, H, E, Ev, dt.type(scale), bool(seq_first), Bq == 1,
+        bool(is_causal))
+    return out
+
+
+def _kit_host(a):
+    """A host copy of a small integer array (the range arrays may arrive on the device)."""
+    return a if isinstance(a, np.ndarray) else to_numpy(a)

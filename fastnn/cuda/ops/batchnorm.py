@@ -11,7 +11,7 @@ deterministic.
 import math
 
 from .. import _kit
-from .._kit import SBUF, ROW_THREADS, block_sum, cuda, kernel
+from .._kit import ROW_THREADS, SBUF, block_sum, cuda, dm, int32, kernel
 
 OPS = ("batch_norm", "batch_norm_backward")
 
@@ -27,15 +27,15 @@ def _kernels(dt):
         sbuf = cuda.shared.array(SBUF, NT)
         t = cuda.threadIdx.x
         B = cuda.blockDim.x
-        M = N * S
+        M = int32(N * S)
         for c in range(cuda.blockIdx.x, C, cuda.gridDim.x):
             if training:
                 cnt = 0
                 mu = zero
                 m2 = zero
                 for e in range(t, M, B):
-                    n = e // S
-                    cnt, mu, m2 = step(x[n, c, e - n * S], cnt, mu, m2)
+                    n, s = dm(e, S)
+                    cnt, mu, m2 = step(x[n, c, s], cnt, mu, m2)
                 mean_c, ss = combine(cnt, mu, m2, M, sbuf)
                 var = ss / T(M)
             else:
@@ -51,8 +51,7 @@ def _kernels(dt):
                     if has_rv:
                         rv[c] = one_minus_mom * rv[c] + mom * var * unbias
             for e in range(t, M, B):
-                n = e // S
-                s = e - n * S
+                n, s = dm(e, S)
                 v = (x[n, c, s] - mean_c) * rs
                 if has_w:
                     v = v * w[c]
@@ -65,7 +64,7 @@ def _kernels(dt):
         sbuf = cuda.shared.array(SBUF, NT)
         t = cuda.threadIdx.x
         B = cuda.blockDim.x
-        M = N * S
+        M = int32(N * S)
         for c in range(cuda.blockIdx.x, C, cuda.gridDim.x):
             mu = mean[c]
             rs = rstd[c]
@@ -73,8 +72,7 @@ def _kernels(dt):
             s1 = zero
             s2 = zero
             for e in range(t, M, B):
-                n = e // S
-                s = e - n * S
+                n, s = dm(e, S)
                 g0 = dy[n, c, s]
                 s1 += g0
                 s2 += g0 * ((x[n, c, s] - mu) * rs)
@@ -86,8 +84,7 @@ def _kernels(dt):
             m1 = wc * s1 / T(M)
             m2 = wc * s2 / T(M)
             for e in range(t, M, B):
-                n = e // S
-                s = e - n * S
+                n, s = dm(e, S)
                 g = dy[n, c, s] * wc
                 if training:
                     dx[n, c, s] = rs * (g - m1 - (x[n, c, s] - mu) * rs * m2)
@@ -113,7 +110,7 @@ def batch_norm(x, running_mean, running_var, weight, bias, training, momentum, e
     mean = _kit.empty((C,), dt)
     rstd = _kit.empty((C,), dt)
     if N * C * S:
-        M = N * S
+        M = int32(N * S)
         fwd = _kernels(dt).fwd
         dummy = _kit.empty((1,), dt)
         T = dt.type

@@ -15,7 +15,7 @@ columns then give d_weight = x^T cols by one more batched GEMM) and a row sum fo
 """
 from .. import _kit
 from .._gemm import gemm_batched
-from .._kit import THREADS, cuda, kernel
+from .._kit import THREADS, cuda, dm, gid, gsz, int32, kernel
 
 OPS = ("conv2d", "conv2d_backward", "conv_transpose2d", "conv_transpose2d_backward")
 
@@ -27,21 +27,15 @@ def _kernels(dt):
     @kernel
     def im2col(x, cols, total, N, Cg, H, W, OH, OW, kh, kw, sh, sw, pt, pl, dh, dw, K):
         # cols[g, k, n*P + p]; x (N, C, H, W)
-        P = OH * OW
-        NP = N * P
-        for e in range(cuda.grid(1), total, cuda.gridsize(1)):
-            col = e % NP
-            gk = e // NP
-            k = gk % K
-            g = gk // K
-            n = col // P
-            p = col - n * P
-            oh = p // OW
-            ow = p - oh * OW
-            j = k % kw
-            r = k // kw
-            i = r % kh
-            c = r // kh
+        P = int32(OH * OW)
+        NP = int32(N * P)
+        for e in range(gid(), total, gsz()):
+            gk, col = dm(e, NP)
+            g, k = dm(gk, K)
+            n, p = dm(col, P)
+            oh, ow = dm(p, OW)
+            r, j = dm(k, kw)
+            c, i = dm(r, kh)
             h = oh * sh - pt + i * dh
             w = ow * sw - pl + j * dw
             if h >= 0 and h < H and w >= 0 and w < W:
@@ -52,29 +46,25 @@ def _kernels(dt):
     @kernel
     def col2im(dcols, dx, total, N, C, Cg, H, W, OH, OW, kh, kw, sh, sw, pt, pl, dh, dw):
         P = OH * OW
-        for e in range(cuda.grid(1), total, cuda.gridsize(1)):
-            w = e % W
-            r = e // W
-            h = r % H
-            r = r // H
-            ch = r % C
-            n = r // C
-            g = ch // Cg
-            c = ch - g * Cg
+        for e in range(gid(), total, gsz()):
+            r, w = dm(e, W)
+            r, h = dm(r, H)
+            n, ch = dm(r, C)
+            g, c = dm(ch, Cg)
             s = zero
             for i in range(kh):
                 th = h + pt - i * dh
-                if th < 0 or th % sh != 0:
+                if th < 0:
                     continue
-                oh = th // sh
-                if oh >= OH:
+                oh, rem = dm(th, sh)
+                if rem != 0 or oh >= OH:
                     continue
                 for j in range(kw):
                     tw = w + pl - j * dw
-                    if tw < 0 or tw % sw != 0:
+                    if tw < 0:
                         continue
-                    ow = tw // sw
-                    if ow >= OW:
+                    ow, rem = dm(tw, sw)
+                    if rem != 0 or ow >= OW:
                         continue
                     s += dcols[g, (c * kh + i) * kw + j, n * P + oh * OW + ow]
             dx[n, ch, h, w] = s
@@ -82,11 +72,9 @@ def _kernels(dt):
     @kernel
     def swap01(src, dst, total, A, B, P, bias, has_bias):
         # dst[b, a, p] = src[a, b, p] (+ bias[a]); src (A, B, P), dst (B, A, P)
-        for e in range(cuda.grid(1), total, cuda.gridsize(1)):
-            p = e % P
-            r = e // P
-            a = r % A
-            b = r // A
+        for e in range(gid(), total, gsz()):
+            r, p = dm(e, P)
+            b, a = dm(r, A)
             v = src[a, b, p]
             if has_bias:
                 v += bias[a]
@@ -95,9 +83,10 @@ def _kernels(dt):
     @kernel
     def add_bias(y, bias, total, C, P):
         # y (N, C, P) += bias[c]
-        for e in range(cuda.grid(1), total, cuda.gridsize(1)):
-            c = (e // P) % C
-            y[e // (C * P), c, e % P] += bias[c]
+        for e in range(gid(), total, gsz()):
+            r, p = dm(e, P)
+            n, c = dm(r, C)
+            y[n, c, p] += bias[c]
 
     return _kit.named(im2col=im2col, col2im=col2im, swap01=swap01, add_bias=add_bias)
 

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from .. import _kit
-from .._kit import kernel, THREADS, U8, cuda, philox4x32
+from .._kit import THREADS, U8, cuda, gid, gsz, int32, kernel, philox4x32
 
 OPS = ("dropout", "dropout_backward")
 
@@ -22,7 +22,7 @@ def _kernels(dt):
 
     @kernel
     def mask_mul(x, y, n, thr, scale, off_lo, off_hi, k0, k1):
-        for b in range(cuda.grid(1), (n + 3) // 4, cuda.gridsize(1)):
+        for b in range(gid(), int32((n + 3) >> 2), gsz()):
             r0, r1, r2, r3 = philox4x32(U64(b), off_lo, off_hi, k0, k1)
             i = 4 * b
             y[i] = x[i] * (scale if (r0 >> U8) >= thr else zero)

@@ -9,7 +9,7 @@ order: deterministic (no float atomics), O(n * dim) work, coalesced along the co
 import numpy as np
 
 from .. import _kit
-from .._kit import THREADS, cuda, kernel
+from .._kit import THREADS, cuda, dm, gid, gsz, kernel
 
 OPS = ("embedding", "embedding_backward")
 
@@ -20,16 +20,16 @@ def _kernels(dt):
 
     @kernel
     def gather(idx, w, out, total, dim):
-        for e in range(cuda.grid(1), total, cuda.gridsize(1)):
-            i = e // dim
+        for e in range(gid(), total, gsz()):
+            i = dm(e, dim)[0]
             c = e - i * dim
             out[i, c] = w[idx[i], c]
 
     @kernel
     def scatter_rows(dy, order, starts, rows, dw, total, dim, pad):
         # distinct row u = rows[u] collects dy[order[k]] for k in starts[u]..starts[u+1]
-        for e in range(cuda.grid(1), total, cuda.gridsize(1)):
-            u = e // dim
+        for e in range(gid(), total, gsz()):
+            u = dm(e, dim)[0]
             c = e - u * dim
             s = zero
             for k in range(starts[u], starts[u + 1]):

@@ -9,7 +9,7 @@ over S), reduced over n in order (deterministic, no atomics).
 import math
 
 from .. import _kit
-from .._kit import kernel, SBUF, ROW_THREADS, THREADS, block_sum, cuda
+from .._kit import ROW_THREADS, SBUF, THREADS, block_sum, cuda, dm, kernel
 
 OPS = ("group_norm", "group_norm_backward")
 
@@ -34,9 +34,9 @@ def _kernels(dt):
             if cuda.threadIdx.x == 0:
                 mean[r] = mean_r
                 rstd[r] = rs
-            c0 = (r % G) * Cg
+            c0 = dm(r, G)[1] * Cg
             for j in range(cuda.threadIdx.x, M, cuda.blockDim.x):
-                c = c0 + j // S
+                c = c0 + dm(j, S)[0]
                 v = (x[r, j] - mean_r) * rs
                 if has_w:
                     v = v * w[c]
@@ -50,13 +50,13 @@ def _kernels(dt):
         for r in range(cuda.blockIdx.x, R, cuda.gridDim.x):
             mu = mean[r]
             rs = rstd[r]
-            c0 = (r % G) * Cg
+            c0 = dm(r, G)[1] * Cg
             s1 = zero
             s2 = zero
             for j in range(cuda.threadIdx.x, M, cuda.blockDim.x):
                 g = dy[r, j]
                 if has_w:
-                    g = g * w[c0 + j // S]
+                    g = g * w[c0 + dm(j, S)[0]]
                 s1 += g
                 s2 += g * ((x[r, j] - mu) * rs)
             s1 = block_sum(s1, sbuf) / T(M)
@@ -64,7 +64,7 @@ def _kernels(dt):
             for j in range(cuda.threadIdx.x, M, cuda.blockDim.x):
                 g = dy[r, j]
                 if has_w:
-                    g = g * w[c0 + j // S]
+                    g = g * w[c0 + dm(j, S)[0]]
                 dx[r, j] = rs * (g - s1 - (x[r, j] - mu) * rs * s2)
 
     @kernel
@@ -72,9 +72,8 @@ def _kernels(dt):
         # one block per (n, c) plane of S elements: pw[n, c] = sum dy*xhat, pb[n, c] = sum dy
         sbuf = cuda.shared.array(SBUF, NT)
         for u in range(cuda.blockIdx.x, NC, cuda.gridDim.x):
-            n = u // C
-            c = u % C
-            r = n * G + c // Cg
+            n, c = dm(u, C)
+            r = n * G + dm(c, Cg)[0]
             mu = mean[r]
             rs = rstd[r]
             sw = zero

@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from .. import _kit
-from .._kit import ROW_THREADS, SBUF, block_max, block_sum, cuda, kernel
+from .._kit import ROW_THREADS, SBUF, block_max, block_sum, cuda, gid, gsz, int32, kernel
 
 OPS = ("cross_entropy", "cross_entropy_backward", "nll_loss", "nll_loss_backward",
        "elementwise_loss", "elementwise_loss_backward")
@@ -218,7 +218,7 @@ def _nll_kernels(dt):
 
     @kernel
     def nll_f(x, tgt, w, per, wt, M, has_w, ignore_index):
-        for i in range(cuda.grid(1), M, cuda.gridsize(1)):
+        for i in range(gid(), M, gsz()):
             t = tgt[i]
             if t == ignore_index:
                 per[i] = zero
@@ -230,7 +230,7 @@ def _nll_kernels(dt):
 
     @kernel
     def nll_b(tgt, w, g, dx, M, has_w, ignore_index, per_row, tot, mean):
-        for i in range(cuda.grid(1), M, cuda.gridsize(1)):
+        for i in range(gid(), M, gsz()):
             t = tgt[i]
             if t == ignore_index:
                 continue
@@ -344,7 +344,7 @@ def _ew_kernels(dt):
 
     @kernel
     def ew_none(kind, x, y, w, pw, has_w, has_pw, p, out, n):
-        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        for i in range(gid(), n, gsz()):
             v = term(kind, x[i], y[i], pw[i] if has_pw else one, has_pw, p)
             out[i] = v * w[i] if has_w else v
 
@@ -354,7 +354,8 @@ def _ew_kernels(dt):
         t = cuda.threadIdx.x
         for c in range(cuda.blockIdx.x, K, cuda.gridDim.x):
             s = zero
-            for i in range(c * chunk + t, min(c * chunk + chunk, n), cuda.blockDim.x):
+            for i in range(int32(c * chunk + t), int32(min(c * chunk + chunk, n)),
+                           cuda.blockDim.x):
                 v = term(kind, x[i], y[i], pw[i] if has_pw else one, has_pw, p)
                 s += v * w[i] if has_w else v
             s = block_sum(s, sbuf)
@@ -374,7 +375,7 @@ def _ew_kernels(dt):
 
     @kernel
     def ew_b(kind, x, y, w, pw, has_w, has_pw, p, g, dx, n, per_elem, inv):
-        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        for i in range(gid(), n, gsz()):
             gi = g[i] if per_elem else g[0] * inv
             v = dterm(kind, x[i], y[i], pw[i] if has_pw else one, has_pw, p) * gi
             dx[i] = v * w[i] if has_w else v

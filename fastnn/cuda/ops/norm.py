@@ -10,13 +10,15 @@ so no catastrophic cancellation at any row length.  mean and rstd are saved.
 Backward: one block per row for dx (two block sums: mean(g), mean(g*xhat));
 dweight/dbias are column sums over rows computed in fixed row chunks and reduced in
 order (deterministic, no atomics).
+add_layer_norm_infer (the post-LN residual step): the same row kernel on s = x + residual,
+the sum rounded to the dtype and recomputed in both passes, never written to memory.
 """
 import math
 
 from .. import _kit
-from .._kit import kernel, SBUF, ROW_THREADS, THREADS, block_sum, cuda
+from .._kit import ROW_THREADS, SBUF, THREADS, block_sum, cuda, gid, gsz, kernel
 
-OPS = ("layer_norm", "layer_norm_backward", "layer_norm_infer")
+OPS = ("layer_norm", "layer_norm_backward", "layer_norm_infer", "add_layer_norm_infer")
 
 
 @_kit.per_dtype
@@ -76,6 +78,26 @@ def _kernels(dt):
             normalise_row(x, w, b, y, r, D, mean_r, rs, has_w, has_b)
 
     @kernel
+    def add_fwd(x, res, w, b, y, R, D, eps, has_w, has_b):
+        # y = layer_norm(x + res): statistics of the rounded sum, then the normalised row
+        sbuf = cuda.shared.array(SBUF, NT)
+        for r in range(cuda.blockIdx.x, R, cuda.gridDim.x):
+            cnt = 0
+            mu = zero
+            m2 = zero
+            for j in range(cuda.threadIdx.x, D, cuda.blockDim.x):
+                cnt, mu, m2 = step(x[r, j] + res[r, j], cnt, mu, m2)
+            mean_r, ss = combine(cnt, mu, m2, D, sbuf)
+            rs = one / math.sqrt(ss / T(D) + eps)
+            for j in range(cuda.threadIdx.x, D, cuda.blockDim.x):
+                v = (x[r, j] + res[r, j] - mean_r) * rs
+                if has_w:
+                    v = v * w[j]
+                if has_b:
+                    v = v + b[j]
+                y[r, j] = v
+
+    @kernel
     def bwd(dy, x, w, mean, rstd, dx, R, D, has_w):
         sbuf = cuda.shared.array(SBUF, NT)
         for r in range(cuda.blockIdx.x, R, cuda.gridDim.x):
@@ -93,8 +115,7 @@ def _kernels(dt):
         ch = cuda.blockIdx.y
         r0 = ch * chunk
         r1 = min(r0 + chunk, R)
-        for c in range(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, D,
-                       cuda.gridDim.x * cuda.blockDim.x):
+        for c in range(gid(), D, gsz()):
             sw = zero
             sb = zero
             for r in range(r0, r1):
@@ -134,7 +155,7 @@ def _kernels(dt):
                 g = g_at(dy, w, r, j, has_w)
                 dx[r, j] = ri * (g - s1) - coef * (x[r, j] - mu)
 
-    return _kit.named(fwd=fwd, bwd=bwd, param_partial=param_partial, std_fwd=std_fwd,
+    return _kit.named(fwd=fwd, add_fwd=add_fwd, bwd=bwd, param_partial=param_partial, std_fwd=std_fwd,
                       std_bwd=std_bwd)
 
 
@@ -160,6 +181,25 @@ def layer_norm(x, weight, bias, D, eps):
 def layer_norm_infer(x, weight, bias, D, eps):
     """layer_norm's output alone (inference-only: returns just y)."""
     return layer_norm(x, weight, bias, D, eps)[0]
+
+
+def add_layer_norm_infer(x, residual, weight, bias, D, eps):
+    """layer_norm(x + residual)'s output alone (inference-only: returns just y)."""
+    x, res = _kit.dev(x), _kit.dev(residual)
+    weight, bias = _kit.dev(weight), _kit.dev(bias)
+    dt = _kit.dtype_of(x)
+    shape = _kit.shape_of(x)
+    n = _kit.numel(shape)
+    R = n // D if D else 0
+    y = _kit.empty(shape, dt)
+    if n:
+        dummy = _kit.empty((1,), dt)
+        _kernels(dt).add_fwd[_kit.row_blocks(R), ROW_THREADS](
+            _kit.reshape(x, (R, D)), _kit.reshape(res, (R, D)),
+            dummy if weight is None else _kit.flat(weight),
+            dummy if bias is None else _kit.flat(bias), _kit.reshape(y, (R, D)), R, D,
+            dt.type(eps), weight is not None, bias is not None)
+    return y
 
 
 def layer_norm_backward(dy, saved):

@@ -8,7 +8,7 @@ parameter's dtype, so float32 parameters are updated in float32 arithmetic.
 import math
 
 from .. import _kit
-from .._kit import THREADS, kernel, cuda
+from .._kit import THREADS, cuda, gid, gsz, kernel
 
 OPS = ("sgd_step", "adam_step", "adamw_step", "rmsprop_step", "adagrad_step")
 
@@ -25,7 +25,7 @@ def _kernels(dt):
 
     @kernel
     def sgd(p, g, buf, n, lr, momentum, damp_c, wd, has_wd, nesterov, maximize, first, has_mom):
-        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        for i in range(gid(), n, gsz()):
             d = grad_of(g, p, i, wd, has_wd, maximize)
             if has_mom:
                 if first:
@@ -42,7 +42,7 @@ def _kernels(dt):
     @kernel
     def adam(p, g, m, v, vmax, n, b1c, lerp_low, b2, b2c, eps, wd, has_wd, step_size, bc2_sqrt,
              decay, maximize, decoupled, amsgrad):
-        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        for i in range(gid(), n, gsz()):
             d = g[i]
             if maximize:
                 d = -d
@@ -68,7 +68,7 @@ def _kernels(dt):
     @kernel
     def rmsprop(p, g, sq, ga, buf, n, lr, alpha, oma, lerp_low, eps, wd, has_wd, momentum,
                 maximize, centered, has_mom):
-        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        for i in range(gid(), n, gsz()):
             d = grad_of(g, p, i, wd, has_wd, maximize)
             si = sq[i] * alpha + oma * d * d
             sq[i] = si
@@ -91,7 +91,7 @@ def _kernels(dt):
 
     @kernel
     def adagrad(p, g, ssum, n, clr, eps, wd, has_wd, maximize):
-        for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        for i in range(gid(), n, gsz()):
             d = grad_of(g, p, i, wd, has_wd, maximize)
             si = ssum[i] + d * d
             ssum[i] = si

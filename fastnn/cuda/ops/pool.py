@@ -11,7 +11,7 @@ h lies in the windows of outputs floor(h*OH/H) .. ceil((h+1)*OH/H) - 1, which is
 their gathering backward visits.
 """
 from .. import _kit
-from .._kit import THREADS, cuda, kernel
+from .._kit import THREADS, cuda, dm, gid, gsz, kernel
 
 import numpy as np
 
@@ -28,8 +28,9 @@ def _kernels(dt):
     @cuda.jit(device=True)
     def at(e, rows, cols):
         """(plane, row, col) of flat index e over planes of rows x cols."""
-        r = e // cols
-        return r // rows, r % rows, e % cols
+        r, c = dm(e, cols)
+        plane, row = dm(r, rows)
+        return plane, row, c
 
     @cuda.jit(device=True)
     def _divisor(p, s, pad, k, n_in):
@@ -54,7 +55,7 @@ def _kernels(dt):
 
     @kernel
     def max_fwd(x, y, idx, total, H, W, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw):
-        for e in range(cuda.grid(1), total, cuda.gridsize(1)):
+        for e in range(gid(), total, gsz()):
             nc, p, q = at(e, OH, OW)
             best = zero
             arg = -1
@@ -77,7 +78,7 @@ def _kernels(dt):
 
     @kernel
     def avg_fwd(x, y, total, H, W, OH, OW, kh, kw, sh, sw, ph, pw, include_pad, override):
-        for e in range(cuda.grid(1), total, cuda.gridsize(1)):
+        for e in range(gid(), total, gsz()):
             nc, p, q = at(e, OH, OW)
             s = zero
             for i in range(kh):
@@ -96,23 +97,23 @@ def _kernels(dt):
             include_pad, override):
         # both pools: the outputs whose windows hold input (h, w), in a fixed order; max
         # takes those whose argmax it is, avg each one's share (avg: dilation 1, idx unused)
-        for e in range(cuda.grid(1), total, cuda.gridsize(1)):
+        for e in range(gid(), total, gsz()):
             nc, h, w = at(e, H, W)
             me = h * W + w
             s = zero
             for i in range(kh):
                 tp = h + ph - i * dh
-                if tp < 0 or tp % sh != 0:
+                if tp < 0:
                     continue
-                p = tp // sh
-                if p >= OH:
+                p, rem = dm(tp, sh)
+                if rem != 0 or p >= OH:
                     continue
                 for j in range(kw):
                     tq = w + pw - j * dw
-                    if tq < 0 or tq % sw != 0:
+                    if tq < 0:
                         continue
-                    q = tq // sw
-                    if q >= OW:
+                    q, rem = dm(tq, sw)
+                    if rem != 0 or q >= OW:
                         continue
                     if is_max:
                         if idx[nc, p, q] == me:
@@ -125,15 +126,16 @@ def _kernels(dt):
 
     @cuda.jit(device=True)
     def astart(o, n_in, n_out):
-        return (o * n_in) // n_out
+        # o * n_in < 2**31: checked at launch (_adaptive_sizes)
+        return dm(o * n_in, n_out)[0]
 
     @cuda.jit(device=True)
     def aend(o, n_in, n_out):
-        return ((o + 1) * n_in + n_out - 1) // n_out
+        return dm((o + 1) * n_in + n_out - 1, n_out)[0]
 
     @kernel
     def adaptive_fwd(x, y, idx, total, H, W, OH, OW, is_max):
-        for e in range(cuda.grid(1), total, cuda.gridsize(1)):
+        for e in range(gid(), total, gsz()):
             nc, p, q = at(e, OH, OW)
             h0 = astart(p, H, OH)
             h1 = aend(p, H, OH)
@@ -160,12 +162,12 @@ def _kernels(dt):
 
     @kernel
     def adaptive_bwd(dy, idx, dx, total, H, W, OH, OW, is_max):
-        for e in range(cuda.grid(1), total, cuda.gridsize(1)):
+        for e in range(gid(), total, gsz()):
             nc, h, w = at(e, H, W)
             me = h * W + w
             s = zero
-            for p in range((h * OH) // H, ((h + 1) * OH + H - 1) // H):
-                for q in range((w * OW) // W, ((w + 1) * OW + W - 1) // W):
+            for p in range(astart(h, OH, H), aend(h, OH, H)):
+                for q in range(astart(w, OW, W), aend(w, OW, W)):
                     if is_max:
                         if idx[nc, p, q] == me:
                             s += dy[nc, p, q]
@@ -187,6 +189,7 @@ def max_pool2d(x, kernel, stride, padding, dilation, out_hw):
     dt = _kit.dtype_of(x)
     N, C, H, W = _kit.shape_of(x)
     OH, OW = (int(v) for v in out_hw)
+    _adaptive_sizes(H, W, OH, OW)
     y = _kit.empty((N, C, OH, OW), dt)
     idx = _kit.empty((N, C, OH, OW), np.int64)
     total = N * C * OH * OW
@@ -205,6 +208,7 @@ def _backward(dy, idx, shape, kernel, stride, padding, dilation, is_max, include
     dt = _kit.dtype_of(dy)
     N, C, H, W = shape
     OH, OW = _kit.shape_of(dy)[2:]
+    _adaptive_sizes(H, W, OH, OW)
     dx = _kit.empty(shape, dt)
     total = N * C * H * W
     if total:
@@ -225,6 +229,7 @@ def avg_pool2d(x, kernel, stride, padding, out_hw, count_include_pad, divisor_ov
     dt = _kit.dtype_of(x)
     N, C, H, W = _kit.shape_of(x)
     OH, OW = (int(v) for v in out_hw)
+    _adaptive_sizes(H, W, OH, OW)
     y = _kit.empty((N, C, OH, OW), dt)
     total = N * C * OH * OW
     override = int(divisor_override) if divisor_override else 0
@@ -243,11 +248,22 @@ def avg_pool2d_backward(dy, saved):
                      override)
 
 
+def _adaptive_sizes(H, W, OH, OW):
+    """The adaptive windows' bounds divide (o + 1) * n_in in 32 bits: refuse sizes whose
+    products leave that range."""
+    for a, b in ((H, OH), (W, OW)):
+        if (a + 1) * (b + 1) >= _kit.INDEX_LIMIT:
+            raise ValueError(f"adaptive pooling from {H}x{W} to {OH}x{OW}: the products of "
+                             f"input and output sizes must stay below 2**31 on the cuda "
+                             f"backend (32-bit indices)")
+
+
 def _adaptive(x, out_hw, is_max):
     x = _kit.dev(x)
     dt = _kit.dtype_of(x)
     N, C, H, W = _kit.shape_of(x)
     OH, OW = (int(v) for v in out_hw)
+    _adaptive_sizes(H, W, OH, OW)
     y = _kit.empty((N, C, OH, OW), dt)
     idx = _kit.empty((N, C, OH, OW), np.int64) if is_max else _kit.empty((1, 1, 1), np.int64)
     total = N * C * OH * OW
@@ -263,6 +279,7 @@ def _adaptive_backward(dy, idx, shape, is_max):
     dt = _kit.dtype_of(dy)
     N, C, H, W = shape
     OH, OW = _kit.shape_of(dy)[2:]
+    _adaptive_sizes(H, W, OH, OW)
     dx = _kit.empty(shape, dt)
     total = N * C * H * W
     if total:

@@ -7,7 +7,7 @@ d_weight sums dy * x * rstd over fixed row chunks, reduced in order (determinist
 import math
 
 from .. import _kit
-from .._kit import kernel, SBUF, ROW_THREADS, THREADS, block_sum, cuda
+from .._kit import ROW_THREADS, SBUF, THREADS, block_sum, cuda, gid, gsz, kernel
 
 OPS = ("rms_norm", "rms_norm_backward")
 
@@ -56,8 +56,7 @@ def _kernels(dt):
         ch = cuda.blockIdx.y
         r0 = ch * chunk
         r1 = min(r0 + chunk, R)
-        for c in range(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, D,
-                       cuda.gridDim.x * cuda.blockDim.x):
+        for c in range(gid(), D, gsz()):
             sw = zero
             for r in range(r0, r1):
                 sw += dy[r, c] * (x[r, c] * rstd[r])

@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import _kit
 from .._gemm import gemm
-from .._kit import THREADS, U8, cuda, kernel, philox4x32
+from .._kit import THREADS, U8, cuda, dm, gid, gsz, int32, kernel, philox4x32
 from ...reference.rnn import stack_ops
 from .conv import _swap01
 
@@ -46,8 +46,8 @@ def _kernels(dt):
     @kernel
     def cell_fwd(xp, hh, hp, cp, out, acts, aux, t, B, H, doff, mode):
         # hp / cp (B, H): the state, updated in place (each thread owns its (b, j))
-        for e in range(cuda.grid(1), B * H, cuda.gridsize(1)):
-            b = e // H
+        for e in range(gid(), int32(B * H), gsz()):
+            b = dm(e, H)[0]
             j = e - b * H
             if mode == 0 or mode == 1:
                 a = xp[t, b, j] + hh[b, j]
@@ -84,8 +84,8 @@ def _kernels(dt):
     @kernel
     def cell_bwd(dy, out, acts, aux, hprev, cprev, dh, dc, gx, gh, direct, t, B, H, doff, mode):
         # dh / dc (B, H): the incoming state gradients; dc is updated in place
-        for e in range(cuda.grid(1), B * H, cuda.gridsize(1)):
-            b = e // H
+        for e in range(gid(), int32(B * H), gsz()):
+            b = dm(e, H)[0]
             j = e - b * H
             dht = dy[t, b, doff + j] + dh[b, j]
             if mode == 0 or mode == 1:
@@ -130,11 +130,9 @@ def _kernels(dt):
     def prev_states(out, aux, h0, c0, hprev, cprev, T, B, H, doff, reverse, has_h0, has_c0,
                     lstm):
         # hprev[t] = h_{t-1} in the direction's order (h0 at the start); cprev likewise
-        for e in range(cuda.grid(1), T * B * H, cuda.gridsize(1)):
-            j = e % H
-            r = e // H
-            b = r % B
-            t = r // B
+        for e in range(gid(), int32(T * B * H), gsz()):
+            r, j = dm(e, H)
+            t, b = dm(r, B)
             tp = t + 1 if reverse else t - 1
             if tp >= 0 and tp < T:
                 hprev[t, b, j] = out[tp, b, doff + j]
@@ -148,7 +146,7 @@ def _kernels(dt):
     @kernel
     def drop(src, dst, n, base, thr, scale, off_lo, off_hi, k0, k1):
         # dst[e] = src[e] * keep(base + e) / (1 - p): the reference's layer-boundary mask
-        for e in range(cuda.grid(1), n, cuda.gridsize(1)):
+        for e in range(gid(), n, gsz()):
             ue = U64(base + e)
             r0, r1, r2, r3 = philox4x32(ue >> S2, off_lo, off_hi, k0, k1)
             lane = ue & M3

@@ -14,7 +14,8 @@ import math
 import numpy as np
 
 from .. import _kit
-from .._kit import kernel, SBUF, ROW_THREADS, THREADS, block_max, block_sum, cuda
+from .._kit import (ROW_THREADS, SBUF, THREADS, block_max, block_sum, cuda, dm, gid, gsz, int32,
+                    kernel)
 
 OPS = ("softmax", "softmax_backward", "log_softmax", "log_softmax_backward")
 
@@ -50,8 +51,8 @@ def _kernels(dt):
 
     @kernel
     def fwd_cols(x, y, outer, n, inner, logsm):
-        for p in range(cuda.grid(1), outer * inner, cuda.gridsize(1)):
-            o = p // inner
+        for p in range(gid(), int32(outer * inner), gsz()):
+            o = dm(p, inner)[0]
             i = p - o * inner
             m = ninf
             for j in range(n):
@@ -88,8 +89,8 @@ def _kernels(dt):
 
     @kernel
     def bwd_cols(dy, y, dx, outer, n, inner, logsm):
-        for p in range(cuda.grid(1), outer * inner, cuda.gridsize(1)):
-            o = p // inner
+        for p in range(gid(), int32(outer * inner), gsz()):
+            o = dm(p, inner)[0]
             i = p - o * inner
             s = zero
             for j in range(n):
