@@ -24,7 +24,8 @@ include "fnn_runtime.pxi"
 include "fnn_gemm.pxi"
 include "fnn_colsum.pxi"
 
-OPS = ("linear", "linear_backward", "linear_act_infer", "skinny_linear")
+OPS = ("linear", "linear_backward", "linear_act_infer", "skinny_linear", "pack_linear_weight",
+       "packed_linear_infer")
 
 
 cdef void _fill_bias(real* y, const real* b, Py_ssize_t rows, Py_ssize_t n, int nt) noexcept nogil:
@@ -283,6 +284,90 @@ cdef void _linear_act_blocks(const real* x, const real* wt, const real* bias, re
                     fnn_act_d(act, y + r * N + n0, NULL, y + r * N + n0, n1 - n0, p)
 
 
+cdef extern from "fnn_smallgemm.h" nogil:
+    enum:
+        FNN_SG_NR
+    void fnn_sg_range_f32(const float* x, Py_ssize_t M, Py_ssize_t K, const float* B,
+                          int packed, Py_ssize_t N, const float* bias, float* y,
+                          Py_ssize_t p0, Py_ssize_t p1)
+    void fnn_pack_panels_f32(const float* w, Py_ssize_t N, Py_ssize_t K, int w_in_out,
+                             float* out, Py_ssize_t p0, Py_ssize_t p1)
+
+
+# Small-M GEMMs (fnn_smallgemm.h): up to this many rows the register-tile kernel reading
+# the weight in place beats OpenBLAS, which packs both operands at every call.
+_SG_MAX_ROWS = 64
+# a second thread (half of the column panels each) from this many multiply-adds: below it a
+# parallel region costs more than it saves once the two cores are shared (measured at load
+# 13-20: batch-1 MiniLM 2x slower with 1M)
+_SG_MIN_MACS = 1 << 24
+
+
+cdef void _small_part(const float* x, const float* B, bint packed, const float* bias,
+                      float* y, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, int act,
+                      Py_ssize_t p0, Py_ssize_t p1) noexcept nogil:
+    """Columns of panels p0..p1 of y = act(x B + bias), every row."""
+    cdef Py_ssize_t r, n0 = p0 * FNN_SG_NR, n1 = p1 * FNN_SG_NR
+    cdef double p[3]
+    p[0] = p[1] = p[2] = 0.0
+    fnn_sg_range_f32(x, M, K, B, packed, N, bias, y, p0, p1)
+    if n1 > N:
+        n1 = N
+    if act >= 0 and n1 > n0:
+        for r in range(M):
+            fnn_act_f(act, y + r * N + n0, NULL, y + r * N + n0, n1 - n0, p)
+
+
+cdef enum:
+    _SG_MC = 96       # rows of x per block of a tall product (its k-chunk stays in L2)
+
+
+cdef void _small_gemm(const float* x, const float* B, bint packed, const float* bias,
+                      float* y, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, int act,
+                      int nt) noexcept nogil:
+    """y (M, N) = act(x B + bias) in fixed blocks of y from the shape alone: row blocks of
+    _SG_MC rows, times 1 or 2 column blocks (whole panels) -- two when there are fewer
+    than four row blocks, so a short product still runs on two threads.  Each output is
+    one tile's sum in k order: the same bits at any thread count."""
+    cdef Py_ssize_t P = (N + FNN_SG_NR - 1) // FNN_SG_NR
+    cdef Py_ssize_t bm = (M + _SG_MC - 1) // _SG_MC
+    cdef Py_ssize_t bn = 2 if bm < 4 and P >= 2 else 1
+    cdef Py_ssize_t i, m0, m1, q0, q1
+    if nt > bm * bn:
+        nt = <int>(bm * bn)
+    if nt <= 1:
+        for i in range(bm):
+            m0 = M * i // bm
+            m1 = M * (i + 1) // bm
+            _small_part(x + m0 * K, B, packed, bias, y + m0 * N, m1 - m0, N, K, act, 0, P)
+        return
+    for i in prange(bm * bn, schedule="static", num_threads=nt):
+        m0 = M * (i // bn) // bm
+        m1 = M * (i // bn + 1) // bm
+        q0 = P * (i % bn) // bn
+        q1 = P * (i % bn + 1) // bn
+        _small_part(x + m0 * K, B, packed, bias, y + m0 * N, m1 - m0, N, K, act, q0, q1)
+
+
+cdef inline int _small_threads(Py_ssize_t M, Py_ssize_t N, Py_ssize_t K):
+    cdef int nmax = fnn_max_threads()
+    if M * N * K < _SG_MIN_MACS:
+        return 1
+    return nmax
+
+
+cdef int _act_code(str activation) except -2:
+    if activation == "none":
+        return -1
+    if activation == "relu":
+        return FNN_RELU_FWD
+    if activation == "gelu":
+        return FNN_GELU_FWD
+    if activation == "gelu_tanh":
+        return FNN_GELUT_FWD
+    raise ValueError(f"unknown activation {activation!r}")
+
+
 def linear_act_infer(cnp.ndarray x, cnp.ndarray weight_t, object bias, str activation):
     """linear_act_infer(x, weight_t, bias, activation) -> act(x weight_t + bias).
 
@@ -291,16 +376,18 @@ def linear_act_infer(cnp.ndarray x, cnp.ndarray weight_t, object bias, str activ
         "gelu" (erf) or "gelu_tanh".  OUT y (..., out).  Inference-only."""
     cdef Py_ssize_t K = weight_t.shape[0], N = weight_t.shape[1]
     cdef Py_ssize_t M = _rows(x)
-    cdef int act = -1
-    if activation == "relu":
-        act = FNN_RELU_FWD
-    elif activation == "gelu":
-        act = FNN_GELU_FWD
-    elif activation == "gelu_tanh":
-        act = FNN_GELUT_FWD
-    elif activation != "none":
-        raise ValueError(f"unknown activation {activation!r}")
+    cdef int act = _act_code(activation)
     cdef cnp.ndarray y = np.empty((<object>x).shape[:-1] + (N,), dtype=x.dtype)
+    if M == 0 or N == 0:
+        return y
+    cdef void* pb = _ptr_or_null(bias)
+    cdef int nt
+    if M <= _SG_MAX_ROWS and x.dtype == np.float32 and K > 0:
+        nt = _small_threads(M, N, K)
+        with nogil:
+            _small_gemm(<const float*>cnp.PyArray_DATA(x), <const float*>cnp.PyArray_DATA(weight_t),
+                        False, <const float*>pb, <float*>cnp.PyArray_DATA(y), M, N, K, act, nt)
+        return y
     cdef int bm = 1, bn = 1
     if M * N * K > _SERIAL_MACS:
         bm = <int>((M + _INFER_ROWS - 1) // _INFER_ROWS)
@@ -314,10 +401,7 @@ def linear_act_infer(cnp.ndarray x, cnp.ndarray weight_t, object bias, str activ
                 bn = <int>(M * N * K // _INFER_MIN_MACS)
             bn = 4 if bn >= 4 else (2 if bn >= 2 else 1)
     cdef int nmax = fnn_max_threads()
-    cdef int nt = bm * bn if bm * bn < nmax else nmax
-    if M == 0 or N == 0:
-        return y
-    cdef void* pb = _ptr_or_null(bias)
+    nt = bm * bn if bm * bn < nmax else nmax
     with _blas_guard(M, N, K):
         if x.dtype == np.float32:
             with nogil:
@@ -484,4 +568,55 @@ def skinny_linear(cnp.ndarray x, cnp.ndarray weight, object bias, bint weight_in
                             <double*>cnp.PyArray_DATA(y), M, K, N)
     if rc:
         raise MemoryError("skinny_linear: out of memory for the partial sums")
+    return y
+
+
+# ---------------------------------------------------------------- packed weights (inference)
+def pack_linear_weight(cnp.ndarray weight, bint weight_in_out):
+    """pack_linear_weight(weight, weight_in_out) -> packed (ceil(out / 16), in, 16).
+
+    The weight's column panels as packed_linear_infer's kernel reads them: packed[p, k, j]
+    = W(k, 16 p + j) (zero past out), W = weight when weight_in_out (weight (in, out)),
+    else weight.T (weight (out, in), Linear's layout).  C-contiguous, weight's dtype."""
+    cdef Py_ssize_t K = weight.shape[0] if weight_in_out else weight.shape[1]
+    cdef Py_ssize_t N = weight.shape[1] if weight_in_out else weight.shape[0]
+    cdef Py_ssize_t P = (N + FNN_SG_NR - 1) // FNN_SG_NR
+    if weight.dtype != np.float32:
+        w = weight if weight_in_out else weight.T
+        out = np.zeros((P, K, FNN_SG_NR), weight.dtype)
+        pad = np.zeros((K, P * FNN_SG_NR), weight.dtype)
+        pad[:, :N] = w
+        out[...] = pad.reshape(K, P, FNN_SG_NR).transpose(1, 0, 2)
+        return out
+    cdef cnp.ndarray o = np.empty((P, K, FNN_SG_NR), np.float32)
+    with nogil:
+        fnn_pack_panels_f32(<const float*>cnp.PyArray_DATA(weight), N, K, weight_in_out,
+                            <float*>cnp.PyArray_DATA(o), 0, P)
+    return o
+
+
+def packed_linear_infer(cnp.ndarray x, cnp.ndarray packed, Py_ssize_t n_out, object bias,
+                        str activation):
+    """packed_linear_infer(x, packed, n_out, bias, activation) -> act(x W + bias) (..., n_out).
+
+    IN  x (..., in) C-contiguous; packed (ceil(n_out / 16), in, 16) from pack_linear_weight,
+        same dtype; bias (n_out,) or None; activation as linear_act_infer's.  Inference."""
+    cdef Py_ssize_t K = packed.shape[1], N = n_out, P = packed.shape[0]
+    if packed.ndim != 3 or packed.shape[2] != FNN_SG_NR or x.shape[x.ndim - 1] != K \
+            or not (P - 1) * FNN_SG_NR < N <= P * FNN_SG_NR or x.dtype != packed.dtype:
+        raise ValueError(f"packed_linear_infer: x {x.dtype} {(<object>x).shape} does not fit "
+                         f"packed {packed.dtype} {(<object>packed).shape} with n_out={n_out}")
+    if x.dtype != np.float32 or K == 0:     # float64: the BLAS path on the unpacked weight
+        w = np.ascontiguousarray(packed.transpose(1, 0, 2).reshape(K, P * FNN_SG_NR)[:, :N])
+        return linear_act_infer(x, w, bias, activation)
+    cdef Py_ssize_t M = _rows(x)
+    cdef int act = _act_code(activation)
+    cdef cnp.ndarray y = np.empty((<object>x).shape[:-1] + (N,), dtype=x.dtype)
+    if M == 0 or N == 0:
+        return y
+    cdef void* pb = _ptr_or_null(bias)
+    cdef int nt = _small_threads(M, N, K)
+    with nogil:
+        _small_gemm(<const float*>cnp.PyArray_DATA(x), <const float*>cnp.PyArray_DATA(packed),
+                    True, <const float*>pb, <float*>cnp.PyArray_DATA(y), M, N, K, act, nt)
     return y

@@ -17,6 +17,8 @@ CUDA_PENDING = set()   # e.g. set() | {"new_op", "new_op_backward"} while a kern
 CUDA_PENDING |= {"varlen_attention", "add_layer_norm_infer", "linear_act_infer"}
 # the few-row GEMM of KV-cache decoding (GPT.generate decodes on the host)
 CUDA_PENDING |= {"skinny_linear"}
+# the packed-weight inference GEMM (small-M register tiles on pre-packed panels)
+CUDA_PENDING |= {"pack_linear_weight", "packed_linear_infer"}
 
 
 def test_cpu_compiles_every_op():

@@ -420,6 +420,7 @@ class Module:
     def train(self, mode=True):
         for m in self.modules():
             object.__setattr__(m, "training", bool(mode))
+            m.__dict__.pop("_infer", None)    # inference-only caches (packed weights)
             if not mode:
                 m._ctx.clear()
         return self
