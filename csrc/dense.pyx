@@ -133,6 +133,29 @@ class _Null:
 _NULL_CTX = _Null()
 
 
+cdef inline real* _p(cnp.ndarray a, real tag) noexcept:
+    """a's data as real* (``tag`` picks the specialisation: _p(a, <float>0))."""
+    return <real*>cnp.PyArray_DATA(a)
+
+
+# One body per op for float and double (fused ``real``), specialised at the dispatch:
+# ``if dtype == float32: f[float](...) else: f[double](...)``.
+cdef void _linear_run(real z, cnp.ndarray x, cnp.ndarray weight, object bias, cnp.ndarray y,
+                      Py_ssize_t rows, Py_ssize_t n_in, Py_ssize_t n_out, int bm, int bn,
+                      int nt_g) except *:
+    cdef real* py = _p(y, z)
+    cdef const real* px = _p(x, z)
+    cdef const real* pw = _p(weight, z)
+    cdef real beta = 0.0
+    if bias is not None:
+        beta = 1.0
+        _fill_bias(py, <const real*>_p(<cnp.ndarray>bias, z), rows, n_out, 1)
+    with _blas_guard(rows, n_out, n_in):
+        with nogil:
+            _gemm_blocks(False, True, rows, n_out, n_in, beta, px, n_in, pw, n_in, py, n_out,
+                         bm, bn, nt_g)
+
+
 def linear(cnp.ndarray x, cnp.ndarray weight, object bias):
     """linear(x, weight, bias) -> (y, saved).
 
@@ -142,37 +165,41 @@ def linear(cnp.ndarray x, cnp.ndarray weight, object bias):
     cdef Py_ssize_t rows = _rows(x)
     shape = (<object>x).shape[:-1] + (n_out,)
     cdef cnp.ndarray y = np.empty(shape, dtype=x.dtype)
-    cdef cnp.ndarray b
-    # The bias fill / column sum run on one thread: waking the OpenMP team right next to
-    # BLAS's own thread pool makes the two pools fight for the cores (spin-waiting
-    # workers); measured 2-4x slower GEMMs on a 2-core machine.  They are memory-bound
-    # and small next to the GEMM, and their chunking does not depend on nt.
-    cdef int nt = 1
+    # The bias fill / column sum run on one thread (_linear_run, _linear_bwd_run): waking
+    # the OpenMP team right next to BLAS's own thread pool makes the two pools fight for
+    # the cores (spin-waiting workers); measured 2-4x slower GEMMs on a 2-core machine.
+    # They are memory-bound and small next to the GEMM, and their chunking does not
+    # depend on nt.
     cdef int bm, bn
     _split(rows, n_out, n_in, &bm, &bn)
     cdef int nmax = fnn_max_threads()
     cdef int nt_g = bm * bn if bm * bn < nmax else nmax
     if x.dtype == np.float32:
-        if bias is not None:
-            b = bias
-            _fill_bias(<float*>cnp.PyArray_DATA(y), <const float*>cnp.PyArray_DATA(b), rows, n_out, nt)
-        with _blas_guard(rows, n_out, n_in):
-            with nogil:
-                _gemm_blocks[float](False, True, rows, n_out, n_in, 1.0 if bias is not None else 0.0,
-                                  <const float*>cnp.PyArray_DATA(x), n_in,
-                                  <const float*>cnp.PyArray_DATA(weight), n_in,
-                                  <float*>cnp.PyArray_DATA(y), n_out, bm, bn, nt_g)
+        _linear_run(<float>0, x, weight, bias, y, rows, n_in, n_out, bm, bn, nt_g)
     else:
-        if bias is not None:
-            b = bias
-            _fill_bias(<double*>cnp.PyArray_DATA(y), <const double*>cnp.PyArray_DATA(b), rows, n_out, nt)
-        with _blas_guard(rows, n_out, n_in):
-            with nogil:
-                _gemm_blocks[double](False, True, rows, n_out, n_in, 1.0 if bias is not None else 0.0,
-                                   <const double*>cnp.PyArray_DATA(x), n_in,
-                                   <const double*>cnp.PyArray_DATA(weight), n_in,
-                                   <double*>cnp.PyArray_DATA(y), n_out, bm, bn, nt_g)
+        _linear_run(<double>0, x, weight, bias, y, rows, n_in, n_out, bm, bn, nt_g)
     return y, (x, weight, bias is not None)
+
+
+cdef void _linear_bwd_run(real z, cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, cnp.ndarray dx,
+                          cnp.ndarray dw, object db, Py_ssize_t rows, Py_ssize_t n_in,
+                          Py_ssize_t n_out, int bm_x, int bn_x, int nt_x, int bm_w, int bn_w,
+                          int nt_w) except *:
+    cdef const real* pdy = _p(dy, z)
+    cdef const real* pw = _p(w, z)
+    cdef const real* px = _p(x, z)
+    cdef real* pdx = _p(dx, z)
+    cdef real* pdw = _p(dw, z)
+    cdef real* pdb = NULL if db is None else _p(<cnp.ndarray>db, z)
+    with _blas_guard(rows, n_out, n_in):
+        with nogil:
+            _gemm_blocks(False, False, rows, n_in, n_out, z, pdy, n_out, pw, n_in, pdx, n_in,
+                         bm_x, bn_x, nt_x)
+            _gemm_blocks(True, False, n_out, n_in, rows, z, pdy, n_out, px, n_in, pdw, n_in,
+                         bm_w, bn_w, nt_w)
+    if pdb != NULL:
+        with nogil:
+            _col_sum(pdy, rows, n_out, pdb, 1, 256)
 
 
 def linear_backward(cnp.ndarray dy, tuple saved):
@@ -184,11 +211,6 @@ def linear_backward(cnp.ndarray dy, tuple saved):
     cdef cnp.ndarray dx = np.empty_like(x)
     cdef cnp.ndarray dw = np.empty_like(w)
     cdef cnp.ndarray db = np.empty(n_out, dtype=x.dtype) if has_bias else None
-    # The bias fill / column sum run on one thread: waking the OpenMP team right next to
-    # BLAS's own thread pool makes the two pools fight for the cores (spin-waiting
-    # workers); measured 2-4x slower GEMMs on a 2-core machine.  They are memory-bound
-    # and small next to the GEMM, and their chunking does not depend on nt.
-    cdef int nt = 1
     cdef int bm_x, bn_x, bm_w, bn_w
     _split(rows, n_in, n_out, &bm_x, &bn_x)
     _split(n_out, n_in, rows, &bm_w, &bn_w)
@@ -196,35 +218,11 @@ def linear_backward(cnp.ndarray dy, tuple saved):
     cdef int nt_x = bm_x * bn_x if bm_x * bn_x < nmax else nmax
     cdef int nt_w = bm_w * bn_w if bm_w * bn_w < nmax else nmax
     if x.dtype == np.float32:
-        with _blas_guard(rows, n_out, n_in):
-            with nogil:
-                _gemm_blocks[float](False, False, rows, n_in, n_out, 0.0,
-                                  <const float*>cnp.PyArray_DATA(dy), n_out,
-                                  <const float*>cnp.PyArray_DATA(w), n_in,
-                                  <float*>cnp.PyArray_DATA(dx), n_in, bm_x, bn_x, nt_x)
-                _gemm_blocks[float](True, False, n_out, n_in, rows, 0.0,
-                                  <const float*>cnp.PyArray_DATA(dy), n_out,
-                                  <const float*>cnp.PyArray_DATA(x), n_in,
-                                  <float*>cnp.PyArray_DATA(dw), n_in, bm_w, bn_w, nt_w)
-        with nogil:
-            if has_bias:
-                _col_sum[float](<const float*>cnp.PyArray_DATA(dy), rows, n_out,
-                                <float*>cnp.PyArray_DATA(db), nt, 256)
+        _linear_bwd_run(<float>0, dy, x, w, dx, dw, db, rows, n_in, n_out, bm_x, bn_x, nt_x,
+                               bm_w, bn_w, nt_w)
     else:
-        with _blas_guard(rows, n_out, n_in):
-            with nogil:
-                _gemm_blocks[double](False, False, rows, n_in, n_out, 0.0,
-                                  <const double*>cnp.PyArray_DATA(dy), n_out,
-                                  <const double*>cnp.PyArray_DATA(w), n_in,
-                                  <double*>cnp.PyArray_DATA(dx), n_in, bm_x, bn_x, nt_x)
-                _gemm_blocks[double](True, False, n_out, n_in, rows, 0.0,
-                                  <const double*>cnp.PyArray_DATA(dy), n_out,
-                                  <const double*>cnp.PyArray_DATA(x), n_in,
-                                  <double*>cnp.PyArray_DATA(dw), n_in, bm_w, bn_w, nt_w)
-        with nogil:
-            if has_bias:
-                _col_sum[double](<const double*>cnp.PyArray_DATA(dy), rows, n_out,
-                                 <double*>cnp.PyArray_DATA(db), nt, 256)
+        _linear_bwd_run(<double>0, dy, x, w, dx, dw, db, rows, n_in, n_out, bm_x, bn_x, nt_x,
+                                bm_w, bn_w, nt_w)
     return dx, dw, db
 
 
@@ -368,6 +366,18 @@ cdef int _act_code(str activation) except -2:
     raise ValueError(f"unknown activation {activation!r}")
 
 
+cdef void _linear_act_run(real z, cnp.ndarray x, cnp.ndarray wt, object bias, cnp.ndarray y,
+                          Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, int act, int bm, int bn,
+                          int nt) except *:
+    cdef const real* pb = NULL if bias is None else _p(<cnp.ndarray>bias, z)
+    cdef const real* px = _p(x, z)
+    cdef const real* pw = _p(wt, z)
+    cdef real* py = _p(y, z)
+    with _blas_guard(M, N, K):
+        with nogil:
+            _linear_act_blocks(px, pw, pb, py, M, N, K, act, bm, bn, nt)
+
+
 def linear_act_infer(cnp.ndarray x, cnp.ndarray weight_t, object bias, str activation):
     """linear_act_infer(x, weight_t, bias, activation) -> act(x weight_t + bias).
 
@@ -402,20 +412,10 @@ def linear_act_infer(cnp.ndarray x, cnp.ndarray weight_t, object bias, str activ
             bn = 4 if bn >= 4 else (2 if bn >= 2 else 1)
     cdef int nmax = fnn_max_threads()
     nt = bm * bn if bm * bn < nmax else nmax
-    with _blas_guard(M, N, K):
-        if x.dtype == np.float32:
-            with nogil:
-                _linear_act_blocks[float](<const float*>cnp.PyArray_DATA(x),
-                                          <const float*>cnp.PyArray_DATA(weight_t),
-                                          <const float*>pb,
-                                          <float*>cnp.PyArray_DATA(y), M, N, K, act, bm, bn, nt)
-        else:
-            with nogil:
-                _linear_act_blocks[double](<const double*>cnp.PyArray_DATA(x),
-                                           <const double*>cnp.PyArray_DATA(weight_t),
-                                           <const double*>pb,
-                                           <double*>cnp.PyArray_DATA(y), M, N, K, act, bm, bn,
-                                           nt)
+    if x.dtype == np.float32:
+        _linear_act_run(<float>0, x, weight_t, bias, y, M, N, K, act, bm, bn, nt)
+    else:
+        _linear_act_run(<double>0, x, weight_t, bias, y, M, N, K, act, bm, bn, nt)
     return y
 
 
@@ -538,6 +538,18 @@ cdef int _skinny(bint w_in_out, const real* x, const real* w, const real* b, rea
     return 0
 
 
+cdef int _skinny_run(real z, bint w_in_out, cnp.ndarray x, cnp.ndarray w, object bias, cnp.ndarray y,
+                     Py_ssize_t M, Py_ssize_t K, Py_ssize_t N):
+    cdef const real* pb = NULL if bias is None else _p(<cnp.ndarray>bias, z)
+    cdef const real* px = _p(x, z)
+    cdef const real* pw = _p(w, z)
+    cdef real* py = _p(y, z)
+    cdef int rc
+    with nogil:
+        rc = _skinny(w_in_out, px, pw, pb, py, M, K, N)
+    return rc
+
+
 def skinny_linear(cnp.ndarray x, cnp.ndarray weight, object bias, bint weight_in_out):
     """skinny_linear(x, weight, bias, weight_in_out) -> y: the few-row product of decoding.
 
@@ -548,24 +560,13 @@ def skinny_linear(cnp.ndarray x, cnp.ndarray weight, object bias, bint weight_in
     cdef Py_ssize_t M = x.shape[0], K = x.shape[1]
     cdef Py_ssize_t N = weight.shape[1] if weight_in_out else weight.shape[0]
     cdef cnp.ndarray y = np.empty((M, N), dtype=x.dtype)
-    cdef cnp.ndarray b
-    cdef const void* bp = NULL
-    if bias is not None:
-        b = bias
-        bp = cnp.PyArray_DATA(b)
     if M == 0 or N == 0:
         return y
     cdef int rc
     if x.dtype == np.float32:
-        with nogil:
-            rc = _skinny[float](weight_in_out, <const float*>cnp.PyArray_DATA(x),
-                           <const float*>cnp.PyArray_DATA(weight), <const float*>bp,
-                           <float*>cnp.PyArray_DATA(y), M, K, N)
+        rc = _skinny_run(<float>0, weight_in_out, x, weight, bias, y, M, K, N)
     else:
-        with nogil:
-            rc = _skinny[double](weight_in_out, <const double*>cnp.PyArray_DATA(x),
-                            <const double*>cnp.PyArray_DATA(weight), <const double*>bp,
-                            <double*>cnp.PyArray_DATA(y), M, K, N)
+        rc = _skinny_run(<double>0, weight_in_out, x, weight, bias, y, M, K, N)
     if rc:
         raise MemoryError("skinny_linear: out of memory for the partial sums")
     return y
