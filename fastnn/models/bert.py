@@ -234,7 +234,13 @@ class BertEncoder(Module):
 
     forward(input_ids (N, T), attention_mask=None (N, T) 1 = token / 0 = padding,
     token_type_ids=None) -> last hidden state (N, T, hidden_size).
-    backward(d_hidden) accumulates every parameter's gradient (returns None)."""
+    backward(d_hidden) accumulates every parameter's gradient (returns None).
+
+    In eval mode forward takes the padding-free inference path, whose GEMMs read weights
+    packed once (at the first eval-mode forward) into the kernel's panel layout.  The packs
+    follow ``load_state_dict``, ``.to``, training and every ``train()`` / ``eval()`` call,
+    but not an in-place write into a parameter's array made in eval mode: call
+    ``model.eval()`` again after one."""
 
     def __init__(self, config=None, dtype=None, **kwargs):
         super().__init__()

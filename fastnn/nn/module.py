@@ -210,6 +210,7 @@ class Module:
         state["_ctx"] = []
         state["_bw"] = _IDLE
         state.pop("_warned_pending", None)
+        state.pop("_infer", None)        # inference caches (packed weights): rebuilt on use
         state["_backward_hooks"] = OrderedDict()
         return state
 
