@@ -24,7 +24,8 @@ include "fnn_runtime.pxi"
 include "fnn_gemm.pxi"
 include "fnn_colsum.pxi"
 
-OPS = ("linear", "linear_backward", "linear_act_infer", "skinny_linear")
+OPS = ("linear", "linear_backward", "linear_act_infer", "skinny_linear", "pack_linear_weight",
+       "packed_linear_infer")
 
 
 cdef void _fill_bias(real* y, const real* b, Py_ssize_t rows, Py_ssize_t n, int nt) noexcept nogil:
@@ -132,6 +133,29 @@ class _Null:
 _NULL_CTX = _Null()
 
 
+cdef inline real* _p(cnp.ndarray a, real tag) noexcept:
+    """a's data as real* (``tag`` picks the specialisation: _p(a, <float>0))."""
+    return <real*>cnp.PyArray_DATA(a)
+
+
+# One body per op for float and double (fused ``real``), specialised at the dispatch:
+# ``if dtype == float32: f[float](...) else: f[double](...)``.
+cdef void _linear_run(real z, cnp.ndarray x, cnp.ndarray weight, object bias, cnp.ndarray y,
+                      Py_ssize_t rows, Py_ssize_t n_in, Py_ssize_t n_out, int bm, int bn,
+                      int nt_g) except *:
+    cdef real* py = _p(y, z)
+    cdef const real* px = _p(x, z)
+    cdef const real* pw = _p(weight, z)
+    cdef real beta = 0.0
+    if bias is not None:
+        beta = 1.0
+        _fill_bias(py, <const real*>_p(<cnp.ndarray>bias, z), rows, n_out, 1)
+    with _blas_guard(rows, n_out, n_in):
+        with nogil:
+            _gemm_blocks(False, True, rows, n_out, n_in, beta, px, n_in, pw, n_in, py, n_out,
+                         bm, bn, nt_g)
+
+
 def linear(cnp.ndarray x, cnp.ndarray weight, object bias):
     """linear(x, weight, bias) -> (y, saved).
 
@@ -141,37 +165,41 @@ def linear(cnp.ndarray x, cnp.ndarray weight, object bias):
     cdef Py_ssize_t rows = _rows(x)
     shape = (<object>x).shape[:-1] + (n_out,)
     cdef cnp.ndarray y = np.empty(shape, dtype=x.dtype)
-    cdef cnp.ndarray b
-    # The bias fill / column sum run on one thread: waking the OpenMP team right next to
-    # BLAS's own thread pool makes the two pools fight for the cores (spin-waiting
-    # workers); measured 2-4x slower GEMMs on a 2-core machine.  They are memory-bound
-    # and small next to the GEMM, and their chunking does not depend on nt.
-    cdef int nt = 1
+    # The bias fill / column sum run on one thread (_linear_run, _linear_bwd_run): waking
+    # the OpenMP team right next to BLAS's own thread pool makes the two pools fight for
+    # the cores (spin-waiting workers); measured 2-4x slower GEMMs on a 2-core machine.
+    # They are memory-bound and small next to the GEMM, and their chunking does not
+    # depend on nt.
     cdef int bm, bn
     _split(rows, n_out, n_in, &bm, &bn)
     cdef int nmax = fnn_max_threads()
     cdef int nt_g = bm * bn if bm * bn < nmax else nmax
     if x.dtype == np.float32:
-        if bias is not None:
-            b = bias
-            _fill_bias(<float*>cnp.PyArray_DATA(y), <const float*>cnp.PyArray_DATA(b), rows, n_out, nt)
-        with _blas_guard(rows, n_out, n_in):
-            with nogil:
-                _gemm_blocks[float](False, True, rows, n_out, n_in, 1.0 if bias is not None else 0.0,
-                                  <const float*>cnp.PyArray_DATA(x), n_in,
-                                  <const float*>cnp.PyArray_DATA(weight), n_in,
-                                  <float*>cnp.PyArray_DATA(y), n_out, bm, bn, nt_g)
+        _linear_run(<float>0, x, weight, bias, y, rows, n_in, n_out, bm, bn, nt_g)
     else:
-        if bias is not None:
-            b = bias
-            _fill_bias(<double*>cnp.PyArray_DATA(y), <const double*>cnp.PyArray_DATA(b), rows, n_out, nt)
-        with _blas_guard(rows, n_out, n_in):
-            with nogil:
-                _gemm_blocks[double](False, True, rows, n_out, n_in, 1.0 if bias is not None else 0.0,
-                                   <const double*>cnp.PyArray_DATA(x), n_in,
-                                   <const double*>cnp.PyArray_DATA(weight), n_in,
-                                   <double*>cnp.PyArray_DATA(y), n_out, bm, bn, nt_g)
+        _linear_run(<double>0, x, weight, bias, y, rows, n_in, n_out, bm, bn, nt_g)
     return y, (x, weight, bias is not None)
+
+
+cdef void _linear_bwd_run(real z, cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, cnp.ndarray dx,
+                          cnp.ndarray dw, object db, Py_ssize_t rows, Py_ssize_t n_in,
+                          Py_ssize_t n_out, int bm_x, int bn_x, int nt_x, int bm_w, int bn_w,
+                          int nt_w) except *:
+    cdef const real* pdy = _p(dy, z)
+    cdef const real* pw = _p(w, z)
+    cdef const real* px = _p(x, z)
+    cdef real* pdx = _p(dx, z)
+    cdef real* pdw = _p(dw, z)
+    cdef real* pdb = NULL if db is None else _p(<cnp.ndarray>db, z)
+    with _blas_guard(rows, n_out, n_in):
+        with nogil:
+            _gemm_blocks(False, False, rows, n_in, n_out, z, pdy, n_out, pw, n_in, pdx, n_in,
+                         bm_x, bn_x, nt_x)
+            _gemm_blocks(True, False, n_out, n_in, rows, z, pdy, n_out, px, n_in, pdw, n_in,
+                         bm_w, bn_w, nt_w)
+    if pdb != NULL:
+        with nogil:
+            _col_sum(pdy, rows, n_out, pdb, 1, 256)
 
 
 def linear_backward(cnp.ndarray dy, tuple saved):
@@ -183,11 +211,6 @@ def linear_backward(cnp.ndarray dy, tuple saved):
     cdef cnp.ndarray dx = np.empty_like(x)
     cdef cnp.ndarray dw = np.empty_like(w)
     cdef cnp.ndarray db = np.empty(n_out, dtype=x.dtype) if has_bias else None
-    # The bias fill / column sum run on one thread: waking the OpenMP team right next to
-    # BLAS's own thread pool makes the two pools fight for the cores (spin-waiting
-    # workers); measured 2-4x slower GEMMs on a 2-core machine.  They are memory-bound
-    # and small next to the GEMM, and their chunking does not depend on nt.
-    cdef int nt = 1
     cdef int bm_x, bn_x, bm_w, bn_w
     _split(rows, n_in, n_out, &bm_x, &bn_x)
     _split(n_out, n_in, rows, &bm_w, &bn_w)
@@ -195,35 +218,11 @@ def linear_backward(cnp.ndarray dy, tuple saved):
     cdef int nt_x = bm_x * bn_x if bm_x * bn_x < nmax else nmax
     cdef int nt_w = bm_w * bn_w if bm_w * bn_w < nmax else nmax
     if x.dtype == np.float32:
-        with _blas_guard(rows, n_out, n_in):
-            with nogil:
-                _gemm_blocks[float](False, False, rows, n_in, n_out, 0.0,
-                                  <const float*>cnp.PyArray_DATA(dy), n_out,
-                                  <const float*>cnp.PyArray_DATA(w), n_in,
-                                  <float*>cnp.PyArray_DATA(dx), n_in, bm_x, bn_x, nt_x)
-                _gemm_blocks[float](True, False, n_out, n_in, rows, 0.0,
-                                  <const float*>cnp.PyArray_DATA(dy), n_out,
-                                  <const float*>cnp.PyArray_DATA(x), n_in,
-                                  <float*>cnp.PyArray_DATA(dw), n_in, bm_w, bn_w, nt_w)
-        with nogil:
-            if has_bias:
-                _col_sum[float](<const float*>cnp.PyArray_DATA(dy), rows, n_out,
-                                <float*>cnp.PyArray_DATA(db), nt, 256)
+        _linear_bwd_run(<float>0, dy, x, w, dx, dw, db, rows, n_in, n_out, bm_x, bn_x, nt_x,
+                               bm_w, bn_w, nt_w)
     else:
-        with _blas_guard(rows, n_out, n_in):
-            with nogil:
-                _gemm_blocks[double](False, False, rows, n_in, n_out, 0.0,
-                                  <const double*>cnp.PyArray_DATA(dy), n_out,
-                                  <const double*>cnp.PyArray_DATA(w), n_in,
-                                  <double*>cnp.PyArray_DATA(dx), n_in, bm_x, bn_x, nt_x)
-                _gemm_blocks[double](True, False, n_out, n_in, rows, 0.0,
-                                  <const double*>cnp.PyArray_DATA(dy), n_out,
-                                  <const double*>cnp.PyArray_DATA(x), n_in,
-                                  <double*>cnp.PyArray_DATA(dw), n_in, bm_w, bn_w, nt_w)
-        with nogil:
-            if has_bias:
-                _col_sum[double](<const double*>cnp.PyArray_DATA(dy), rows, n_out,
-                                 <double*>cnp.PyArray_DATA(db), nt, 256)
+        _linear_bwd_run(<double>0, dy, x, w, dx, dw, db, rows, n_in, n_out, bm_x, bn_x, nt_x,
+                                bm_w, bn_w, nt_w)
     return dx, dw, db
 
 
@@ -283,6 +282,102 @@ cdef void _linear_act_blocks(const real* x, const real* wt, const real* bias, re
                     fnn_act_d(act, y + r * N + n0, NULL, y + r * N + n0, n1 - n0, p)
 
 
+cdef extern from "fnn_smallgemm.h" nogil:
+    enum:
+        FNN_SG_NR
+    void fnn_sg_range_f32(const float* x, Py_ssize_t M, Py_ssize_t K, const float* B,
+                          int packed, Py_ssize_t N, const float* bias, float* y,
+                          Py_ssize_t p0, Py_ssize_t p1)
+    void fnn_pack_panels_f32(const float* w, Py_ssize_t N, Py_ssize_t K, int w_in_out,
+                             float* out, Py_ssize_t p0, Py_ssize_t p1)
+
+
+# Small-M GEMMs (fnn_smallgemm.h): up to this many rows the register-tile kernel reading
+# the weight in place beats OpenBLAS, which packs both operands at every call.
+_SG_MAX_ROWS = 64
+# a second thread (half of the column panels each) from this many multiply-adds: below it a
+# parallel region costs more than it saves once the two cores are shared (measured at load
+# 13-20: batch-1 MiniLM 2x slower with 1M)
+_SG_MIN_MACS = 1 << 24
+
+
+cdef void _small_part(const float* x, const float* B, bint packed, const float* bias,
+                      float* y, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, int act,
+                      Py_ssize_t p0, Py_ssize_t p1) noexcept nogil:
+    """Columns of panels p0..p1 of y = act(x B + bias), every row."""
+    cdef Py_ssize_t r, n0 = p0 * FNN_SG_NR, n1 = p1 * FNN_SG_NR
+    cdef double p[3]
+    p[0] = p[1] = p[2] = 0.0
+    fnn_sg_range_f32(x, M, K, B, packed, N, bias, y, p0, p1)
+    if n1 > N:
+        n1 = N
+    if act >= 0 and n1 > n0:
+        for r in range(M):
+            fnn_act_f(act, y + r * N + n0, NULL, y + r * N + n0, n1 - n0, p)
+
+
+cdef enum:
+    _SG_MC = 96       # rows of x per block of a tall product (its k-chunk stays in L2)
+
+
+cdef void _small_gemm(const float* x, const float* B, bint packed, const float* bias,
+                      float* y, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, int act,
+                      int nt) noexcept nogil:
+    """y (M, N) = act(x B + bias) in fixed blocks of y from the shape alone: row blocks of
+    _SG_MC rows, times 1 or 2 column blocks (whole panels) -- two when there are fewer
+    than four row blocks, so a short product still runs on two threads.  Each output is
+    one tile's sum in k order: the same bits at any thread count."""
+    cdef Py_ssize_t P = (N + FNN_SG_NR - 1) // FNN_SG_NR
+    cdef Py_ssize_t bm = (M + _SG_MC - 1) // _SG_MC
+    cdef Py_ssize_t bn = 2 if bm < 4 and P >= 2 else 1
+    cdef Py_ssize_t i, m0, m1, q0, q1
+    if nt > bm * bn:
+        nt = <int>(bm * bn)
+    if nt <= 1:
+        for i in range(bm):
+            m0 = M * i // bm
+            m1 = M * (i + 1) // bm
+            _small_part(x + m0 * K, B, packed, bias, y + m0 * N, m1 - m0, N, K, act, 0, P)
+        return
+    for i in prange(bm * bn, schedule="static", num_threads=nt):
+        m0 = M * (i // bn) // bm
+        m1 = M * (i // bn + 1) // bm
+        q0 = P * (i % bn) // bn
+        q1 = P * (i % bn + 1) // bn
+        _small_part(x + m0 * K, B, packed, bias, y + m0 * N, m1 - m0, N, K, act, q0, q1)
+
+
+cdef inline int _small_threads(Py_ssize_t M, Py_ssize_t N, Py_ssize_t K):
+    cdef int nmax = fnn_max_threads()
+    if M * N * K < _SG_MIN_MACS:
+        return 1
+    return nmax
+
+
+cdef int _act_code(str activation) except -2:
+    if activation == "none":
+        return -1
+    if activation == "relu":
+        return FNN_RELU_FWD
+    if activation == "gelu":
+        return FNN_GELU_FWD
+    if activation == "gelu_tanh":
+        return FNN_GELUT_FWD
+    raise ValueError(f"unknown activation {activation!r}")
+
+
+cdef void _linear_act_run(real z, cnp.ndarray x, cnp.ndarray wt, object bias, cnp.ndarray y,
+                          Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, int act, int bm, int bn,
+                          int nt) except *:
+    cdef const real* pb = NULL if bias is None else _p(<cnp.ndarray>bias, z)
+    cdef const real* px = _p(x, z)
+    cdef const real* pw = _p(wt, z)
+    cdef real* py = _p(y, z)
+    with _blas_guard(M, N, K):
+        with nogil:
+            _linear_act_blocks(px, pw, pb, py, M, N, K, act, bm, bn, nt)
+
+
 def linear_act_infer(cnp.ndarray x, cnp.ndarray weight_t, object bias, str activation):
     """linear_act_infer(x, weight_t, bias, activation) -> act(x weight_t + bias).
 
@@ -291,16 +386,18 @@ def linear_act_infer(cnp.ndarray x, cnp.ndarray weight_t, object bias, str activ
         "gelu" (erf) or "gelu_tanh".  OUT y (..., out).  Inference-only."""
     cdef Py_ssize_t K = weight_t.shape[0], N = weight_t.shape[1]
     cdef Py_ssize_t M = _rows(x)
-    cdef int act = -1
-    if activation == "relu":
-        act = FNN_RELU_FWD
-    elif activation == "gelu":
-        act = FNN_GELU_FWD
-    elif activation == "gelu_tanh":
-        act = FNN_GELUT_FWD
-    elif activation != "none":
-        raise ValueError(f"unknown activation {activation!r}")
+    cdef int act = _act_code(activation)
     cdef cnp.ndarray y = np.empty((<object>x).shape[:-1] + (N,), dtype=x.dtype)
+    if M == 0 or N == 0:
+        return y
+    cdef void* pb = _ptr_or_null(bias)
+    cdef int nt
+    if M <= _SG_MAX_ROWS and x.dtype == np.float32 and K > 0:
+        nt = _small_threads(M, N, K)
+        with nogil:
+            _small_gemm(<const float*>cnp.PyArray_DATA(x), <const float*>cnp.PyArray_DATA(weight_t),
+                        False, <const float*>pb, <float*>cnp.PyArray_DATA(y), M, N, K, act, nt)
+        return y
     cdef int bm = 1, bn = 1
     if M * N * K > _SERIAL_MACS:
         bm = <int>((M + _INFER_ROWS - 1) // _INFER_ROWS)
@@ -314,24 +411,11 @@ def linear_act_infer(cnp.ndarray x, cnp.ndarray weight_t, object bias, str activ
                 bn = <int>(M * N * K // _INFER_MIN_MACS)
             bn = 4 if bn >= 4 else (2 if bn >= 2 else 1)
     cdef int nmax = fnn_max_threads()
-    cdef int nt = bm * bn if bm * bn < nmax else nmax
-    if M == 0 or N == 0:
-        return y
-    cdef void* pb = _ptr_or_null(bias)
-    with _blas_guard(M, N, K):
-        if x.dtype == np.float32:
-            with nogil:
-                _linear_act_blocks[float](<const float*>cnp.PyArray_DATA(x),
-                                          <const float*>cnp.PyArray_DATA(weight_t),
-                                          <const float*>pb,
-                                          <float*>cnp.PyArray_DATA(y), M, N, K, act, bm, bn, nt)
-        else:
-            with nogil:
-                _linear_act_blocks[double](<const double*>cnp.PyArray_DATA(x),
-                                           <const double*>cnp.PyArray_DATA(weight_t),
-                                           <const double*>pb,
-                                           <double*>cnp.PyArray_DATA(y), M, N, K, act, bm, bn,
-                                           nt)
+    nt = bm * bn if bm * bn < nmax else nmax
+    if x.dtype == np.float32:
+        _linear_act_run(<float>0, x, weight_t, bias, y, M, N, K, act, bm, bn, nt)
+    else:
+        _linear_act_run(<double>0, x, weight_t, bias, y, M, N, K, act, bm, bn, nt)
     return y
 
 
@@ -454,6 +538,18 @@ cdef int _skinny(bint w_in_out, const real* x, const real* w, const real* b, rea
     return 0
 
 
+cdef int _skinny_run(real z, bint w_in_out, cnp.ndarray x, cnp.ndarray w, object bias, cnp.ndarray y,
+                     Py_ssize_t M, Py_ssize_t K, Py_ssize_t N):
+    cdef const real* pb = NULL if bias is None else _p(<cnp.ndarray>bias, z)
+    cdef const real* px = _p(x, z)
+    cdef const real* pw = _p(w, z)
+    cdef real* py = _p(y, z)
+    cdef int rc
+    with nogil:
+        rc = _skinny(w_in_out, px, pw, pb, py, M, K, N)
+    return rc
+
+
 def skinny_linear(cnp.ndarray x, cnp.ndarray weight, object bias, bint weight_in_out):
     """skinny_linear(x, weight, bias, weight_in_out) -> y: the few-row product of decoding.
 
@@ -464,24 +560,64 @@ def skinny_linear(cnp.ndarray x, cnp.ndarray weight, object bias, bint weight_in
     cdef Py_ssize_t M = x.shape[0], K = x.shape[1]
     cdef Py_ssize_t N = weight.shape[1] if weight_in_out else weight.shape[0]
     cdef cnp.ndarray y = np.empty((M, N), dtype=x.dtype)
-    cdef cnp.ndarray b
-    cdef const void* bp = NULL
-    if bias is not None:
-        b = bias
-        bp = cnp.PyArray_DATA(b)
     if M == 0 or N == 0:
         return y
     cdef int rc
     if x.dtype == np.float32:
-        with nogil:
-            rc = _skinny[float](weight_in_out, <const float*>cnp.PyArray_DATA(x),
-                           <const float*>cnp.PyArray_DATA(weight), <const float*>bp,
-                           <float*>cnp.PyArray_DATA(y), M, K, N)
+        rc = _skinny_run(<float>0, weight_in_out, x, weight, bias, y, M, K, N)
     else:
-        with nogil:
-            rc = _skinny[double](weight_in_out, <const double*>cnp.PyArray_DATA(x),
-                            <const double*>cnp.PyArray_DATA(weight), <const double*>bp,
-                            <double*>cnp.PyArray_DATA(y), M, K, N)
+        rc = _skinny_run(<double>0, weight_in_out, x, weight, bias, y, M, K, N)
     if rc:
         raise MemoryError("skinny_linear: out of memory for the partial sums")
+    return y
+
+
+# ---------------------------------------------------------------- packed weights (inference)
+def pack_linear_weight(cnp.ndarray weight, bint weight_in_out):
+    """pack_linear_weight(weight, weight_in_out) -> packed (ceil(out / 16), in, 16).
+
+    The weight's column panels as packed_linear_infer's kernel reads them: packed[p, k, j]
+    = W(k, 16 p + j) (zero past out), W = weight when weight_in_out (weight (in, out)),
+    else weight.T (weight (out, in), Linear's layout).  C-contiguous, weight's dtype."""
+    cdef Py_ssize_t K = weight.shape[0] if weight_in_out else weight.shape[1]
+    cdef Py_ssize_t N = weight.shape[1] if weight_in_out else weight.shape[0]
+    cdef Py_ssize_t P = (N + FNN_SG_NR - 1) // FNN_SG_NR
+    if weight.dtype != np.float32:
+        w = weight if weight_in_out else weight.T
+        out = np.zeros((P, K, FNN_SG_NR), weight.dtype)
+        pad = np.zeros((K, P * FNN_SG_NR), weight.dtype)
+        pad[:, :N] = w
+        out[...] = pad.reshape(K, P, FNN_SG_NR).transpose(1, 0, 2)
+        return out
+    cdef cnp.ndarray o = np.empty((P, K, FNN_SG_NR), np.float32)
+    with nogil:
+        fnn_pack_panels_f32(<const float*>cnp.PyArray_DATA(weight), N, K, weight_in_out,
+                            <float*>cnp.PyArray_DATA(o), 0, P)
+    return o
+
+
+def packed_linear_infer(cnp.ndarray x, cnp.ndarray packed, Py_ssize_t n_out, object bias,
+                        str activation):
+    """packed_linear_infer(x, packed, n_out, bias, activation) -> act(x W + bias) (..., n_out).
+
+    IN  x (..., in) C-contiguous; packed (ceil(n_out / 16), in, 16) from pack_linear_weight,
+        same dtype; bias (n_out,) or None; activation as linear_act_infer's.  Inference."""
+    cdef Py_ssize_t K = packed.shape[1], N = n_out, P = packed.shape[0]
+    if packed.ndim != 3 or packed.shape[2] != FNN_SG_NR or x.shape[x.ndim - 1] != K \
+            or not (P - 1) * FNN_SG_NR < N <= P * FNN_SG_NR or x.dtype != packed.dtype:
+        raise ValueError(f"packed_linear_infer: x {x.dtype} {(<object>x).shape} does not fit "
+                         f"packed {packed.dtype} {(<object>packed).shape} with n_out={n_out}")
+    if x.dtype != np.float32 or K == 0:     # float64: the BLAS path on the unpacked weight
+        w = np.ascontiguousarray(packed.transpose(1, 0, 2).reshape(K, P * FNN_SG_NR)[:, :N])
+        return linear_act_infer(x, w, bias, activation)
+    cdef Py_ssize_t M = _rows(x)
+    cdef int act = _act_code(activation)
+    cdef cnp.ndarray y = np.empty((<object>x).shape[:-1] + (N,), dtype=x.dtype)
+    if M == 0 or N == 0:
+        return y
+    cdef void* pb = _ptr_or_null(bias)
+    cdef int nt = _small_threads(M, N, K)
+    with nogil:
+        _small_gemm(<const float*>cnp.PyArray_DATA(x), <const float*>cnp.PyArray_DATA(packed),
+                    True, <const float*>pb, <float*>cnp.PyArray_DATA(y), M, N, K, act, nt)
     return y

@@ -99,6 +99,12 @@ class Ops(Protocol):
     def skinny_linear(self, x, weight, bias, weight_in_out) -> Any:
         """The few-row product of decoding, inference only: x (M, in) @ weight (in, out) when
         ``weight_in_out`` (GPT-2's Conv1D layout), else x @ weight (out, in)^T; + bias."""
+    def pack_linear_weight(self, weight, weight_in_out) -> Any:
+        """The weight's column panels (ceil(out / 16), in, 16), zero past out: packed[p, k, j] =
+        W[k, 16 p + j] with W = weight (in, out) when ``weight_in_out``, else weight.T."""
+    def packed_linear_infer(self, x, packed, n_out, bias, activation) -> Any:
+        """act(x W + b) with W unpacked from pack_linear_weight's panels (the first n_out
+        columns); activation as linear_act_infer's."""
 
     # ---- dropout: fastnn/reference/dropout.py
     def dropout(self, x, p, seed, offset) -> Any:

@@ -184,6 +184,24 @@ def test_cuda_skinny_linear(dt):
                 _close(cu.skinny_linear(_strided(x) if x.size else x, w, b, io), want, dt)
 
 
+@pytest.mark.parametrize("dt", _DT, ids=_DT_IDS)
+def test_cuda_packed_linear_infer(dt):
+    cu, ref = _cuda_or_skip()
+    rng = np.random.default_rng(4)
+    for M, K, N in ((1, 7, 5), (3, 6, 17), (2, 0, 4), (0, 5, 6), (2, 5, 0), (4, 3, 32)):
+        x = rng.standard_normal((M, K)).astype(dt)
+        for io in (True, False):
+            w = rng.standard_normal((K, N) if io else (N, K)).astype(dt)
+            packed = cu.pack_linear_weight(w, io)
+            want_packed = ref.pack_linear_weight(w, io)
+            np.testing.assert_array_equal(cu.to_host(packed), want_packed)
+            for b in (rng.standard_normal(N).astype(dt), None):
+                for act in ("none", "gelu"):
+                    want = ref.packed_linear_infer(x, want_packed, N, b, act)
+                    _close(cu.packed_linear_infer(_strided(x) if x.size else x, packed, N, b, act),
+                           want, dt)
+
+
 @pytest.mark.parametrize("seq_first", [False, True], ids=["batch_first", "seq_first"])
 @pytest.mark.parametrize("dt", _DT, ids=_DT_IDS)
 def test_cuda_varlen_attention(dt, seq_first):

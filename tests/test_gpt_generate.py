@@ -169,6 +169,31 @@ def test_generate_cached_equals_uncached_and_keeps_no_cache():
         m.backward(np.zeros((3, 5, TINY["vocab_size"]), np.float32))
 
 
+def test_decoder_packs_follow_the_weights():
+    """Float32 decoding on cpu runs on packed weights: cached on the blocks in eval mode
+    (reused by the next generate), rebuilt after eval() following an in-place write, never
+    cached in training mode (an optimizer step would leave them stale)."""
+    fastnn.manual_seed(3)
+    m = GPT(**TINY)
+    idx = np.random.default_rng(2).integers(0, TINY["vocab_size"], (2, 6))
+    seq = np.random.default_rng(3).integers(0, TINY["vocab_size"], (2, 10))
+    m.generate(idx, 3, temperature=0)
+    assert all("_infer" not in b.__dict__ for b in m.h)          # training mode: per call
+    m.eval()
+    dec = KVDecoder(m, 2, 10)
+    assert dec.packs[0] is not None
+    packs = m.h[0].__dict__["_infer"]
+    assert KVDecoder(m, 2, 10).packs[0] is packs[2]               # reused
+    m.h[0].mlp.c_fc.weight.data *= 3.0                            # in place, eval mode
+    m.eval()                                                      # drops the packs
+    dec = KVDecoder(m, 2, 10)
+    assert dec.packs[0] is not packs[2]
+    full = m(seq)
+    np.testing.assert_allclose(dec.prefill(seq[:, :4]), full[:, 3], rtol=1e-4, atol=1e-4)
+    for t in range(4, 10):
+        np.testing.assert_allclose(dec.step(seq[:, t]), full[:, t], rtol=1e-4, atol=1e-4)
+
+
 # ------------------------------------------------------------------ sampling
 def test_top_k_top_p_only_pick_allowed_tokens():
     rng = np.random.default_rng(0)

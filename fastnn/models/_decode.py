@@ -10,6 +10,14 @@ reads the modules' parameter arrays as they are and runs the same ops on them.
 * Decode: one token per sequence per step, (B, d_model) rows through each layer: the
   GEMMs read each weight once for the whole batch (a GEMV at batch 1: the step is bound by
   the weights' memory traffic), attention is one query against the cached keys.
+* Packed weights: in float32 on the cpu backend the four GEMMs of every layer run on
+  weights packed once into column panels (``pack_linear_weight``: each panel one
+  contiguous stream) by the register-tile kernel ``packed_linear_infer``, GELU fused into
+  the MLP's first GEMM.  In eval mode the packs are kept on each block until a
+  parameter's ``.data`` is replaced or ``train()`` / ``eval()`` is called (after an
+  in-place write into a weight in eval mode, call ``model.eval()`` again); in training
+  mode they are built per ``generate`` call.  They take as much memory again as the
+  layers' weights.
 * Left padding (prompts of different lengths): ``pad[b]`` leading positions of row b are
   padding.  Their keys are masked everywhere, and row b's real tokens take positions
   0, 1, ... from its first real token, as Hugging Face's generate does (position_ids from
@@ -21,6 +29,21 @@ from .. import functional as F
 from .._backend import host_backend
 
 _ACT = {"gelu_tanh": "tanh", "gelu": "none"}
+_ACT_KERNEL = {"gelu_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
+
+
+def block_packs(blk, be):
+    """The packed (panels, n_out) weights of a GPT block's four GEMMs (Conv1D (in, out)
+    weights), cached on the block in eval mode (see the module docstring)."""
+    ws = (blk.attn.c_attn.weight.data, blk.attn.c_proj.weight.data,
+          blk.mlp.c_fc.weight.data, blk.mlp.c_proj.weight.data)
+    c = blk.__dict__.get("_infer")
+    if c is not None and c[0] is be and all(a is b for a, b in zip(c[1], ws)):
+        return c[2]
+    packs = tuple((be.pack_linear_weight(w, True), w.shape[1]) for w in ws)
+    if not blk.training:
+        object.__setattr__(blk, "_infer", (be, ws, packs))
+    return packs
 _SKINNY_ROWS = 16    # up to this many rows a GEMM streams its weight once (skinny_linear)
 
 
@@ -56,7 +79,9 @@ class KVDecoder:
         self.head = self.wte if model.lm_head is None else model.lm_head.weight.data
         self.ln_f = (model.ln_f.weight.data, model.ln_f.bias.data)
         dt = self.wte.dtype
-        self.layers = []
+        be = host_backend()
+        self.be = be if be is not None and be.name == "cpu" and dt == np.float32 else None
+        self.layers, self.packs = [], []
         for blk in model.h:
             act = blk.mlp.activation
             self.layers.append((
@@ -66,6 +91,7 @@ class KVDecoder:
                 blk.ln_2.weight.data, blk.ln_2.bias.data, blk.ln_2.eps,
                 blk.mlp.c_fc.weight.data, blk.mlp.c_fc.bias.data,
                 blk.mlp.c_proj.weight.data, blk.mlp.c_proj.bias.data, act))
+            self.packs.append(None if self.be is None else block_packs(blk, self.be))
         L = len(self.layers)
         # one block for all layers' caches: (layer, k/v, B, H, T, E)
         self.cache = np.zeros((L, 2, batch, H, max_len, self.E), dt)
@@ -82,15 +108,27 @@ class KVDecoder:
                                      ).astype(dt)[:, None, None, :]
 
     # ------------------------------------------------------------------ shared pieces
-    def _mlp(self, x, lw):
+    def _lin(self, x, li, i, w, b, act=None):
+        """GEMM i (0 c_attn, 1 c_proj, 2 c_fc, 3 mlp c_proj) of layer li: act(x w + b)."""
+        packs = self.packs[li]
+        if packs is not None:
+            pk, n = packs[i]
+            rows = np.ascontiguousarray(x.reshape(-1, x.shape[-1]))
+            y = self.be.packed_linear_infer(rows, pk, n, b, "none" if act is None
+                                            else _ACT_KERNEL[act])
+            return y.reshape(x.shape[:-1] + (n,))
+        y = matmul(x, w, b, True)
+        if act == "relu":
+            np.maximum(y, 0, out=y)
+        elif act is not None:
+            y = F.gelu(y, _ACT[act], out=y)
+        return y
+
+    def _mlp(self, x, lw, li):
         (_, _, _, _, _, _, _, w2, b2, eps2, wfc, bfc, wp, bp, act) = lw
         h = F.layer_norm(x, (self.D,), w2, b2, eps2)
-        h = matmul(h, wfc, bfc, True)
-        if act == "relu":
-            np.maximum(h, 0, out=h)
-        else:
-            h = F.gelu(h, _ACT[act], out=h)
-        x += matmul(h, wp, bp, True)
+        h = self._lin(h, li, 2, wfc, bfc, act)
+        x += self._lin(h, li, 3, wp, bp)
         return x
 
     def logits(self, x):
@@ -113,14 +151,14 @@ class KVDecoder:
         for li, lw in enumerate(self.layers):
             w1, b1, eps1, wa, ba, wo, bo = lw[:7]
             h = F.layer_norm(x, (D,), w1, b1, eps1)
-            qkv = matmul(h, wa, ba, True)
+            qkv = self._lin(h, li, 0, wa, ba)
             q, k, v = qkv[..., :D], qkv[..., D:2 * D], qkv[..., 2 * D:]
             kv = self.cache[li]
             kv[0, :, :, :T] = k.reshape(B, T, H, E).transpose(0, 2, 1, 3)
             kv[1, :, :, :T] = v.reshape(B, T, H, E).transpose(0, 2, 1, 3)
             o, _ = F.multi_head_attention_fwd(q, k, v, H, True, mask, mask_index, 0.0, True)
-            x += matmul(o, wo, bo, True)
-            x = self._mlp(x, lw)
+            x += self._lin(o, li, 1, wo, bo)
+            x = self._mlp(x, lw, li)
         self.t = T
         return self.logits(x[:, -1])
 
@@ -135,14 +173,14 @@ class KVDecoder:
         for li, lw in enumerate(self.layers):
             w1, b1, eps1, wa, ba, wo, bo = lw[:7]
             h = F.layer_norm(x, (D,), w1, b1, eps1)
-            qkv = matmul(h, wa, ba, True)
+            qkv = self._lin(h, li, 0, wa, ba)
             kv = self.cache[li]
             kv[0, :, :, t] = qkv[:, D:2 * D].reshape(B, H, E)
             kv[1, :, :, t] = qkv[:, 2 * D:].reshape(B, H, E)
             o = decode_attention(qkv[:, :D].reshape(B, H, 1, E), kv[0, :, :, :n],
                                  kv[1, :, :, :n], km, self.scale)
-            x += matmul(o.reshape(B, D), wo, bo, True)
-            x = self._mlp(x, lw)
+            x += self._lin(o.reshape(B, D), li, 1, wo, bo)
+            x = self._mlp(x, lw, li)
         self.t = n
         return self.logits(x)
 

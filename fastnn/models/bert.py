@@ -152,45 +152,49 @@ class BertLayer(Module):
         self.output = _Holder(dense=nn.Linear(I, D), LayerNorm=nn.LayerNorm(D, eps=cfg.layer_norm_eps),
                               dropout=nn.Dropout(cfg.hidden_dropout_prob))
 
-    def _infer_weights(self):
-        """The inference GEMMs' weights: transposed (in, out) C-contiguous copies, the
-        query, key and value ones fused into one (D, 3D) matrix (one GEMM).  Rebuilt when
-        a parameter's ``.data`` was replaced (load_state_dict, .to) and dropped by every
-        training-mode forward (optimizer steps change the weights in place)."""
+    def _infer_weights(self, be):
+        """The inference GEMMs' weights, packed once (``be.pack_linear_weight``: the column
+        panels the small-M kernel reads), the query, key and value ones fused into one
+        (D, 3D) product.  Built at the first eval-mode forward and kept until a parameter's
+        ``.data`` is replaced (load_state_dict, .to), a training-mode forward (optimizer
+        steps change the weights in place) or ``train()`` / ``eval()`` is called.  So:
+        after writing into a parameter's array in place while in eval mode, call
+        ``model.eval()`` again (the packs cannot see in-place writes)."""
         sa, so, inter, out = (self.attention.self, self.attention.output, self.intermediate,
                               self.output)
         lins = (sa.query, sa.key, sa.value, so.dense, inter.dense, out.dense)
         srcs = tuple(a for m in lins for a in (m.weight.data, m.bias.data))
         c = self.__dict__.get("_infer")
-        if c is not None and all(x is y for x, y in zip(c[0], srcs)):
-            return c[1]
-        t = lambda w: np.ascontiguousarray(w.T)  # noqa: E731
-        w = (np.ascontiguousarray(np.concatenate([m.weight.data for m in lins[:3]]).T),
+        if c is not None and c[0] is be and all(x is y for x, y in zip(c[1], srcs)):
+            return c[2]
+        pk = lambda w: (be.pack_linear_weight(w, False), w.shape[0])  # noqa: E731
+        w = (pk(np.concatenate([m.weight.data for m in lins[:3]])),
              np.concatenate([m.bias.data for m in lins[:3]]),
-             t(so.dense.weight.data), so.dense.bias.data, t(inter.dense.weight.data),
-             inter.dense.bias.data, t(out.dense.weight.data), out.dense.bias.data)
-        object.__setattr__(self, "_infer", (srcs, w))
+             pk(so.dense.weight.data), so.dense.bias.data, pk(inter.dense.weight.data),
+             inter.dense.bias.data, pk(out.dense.weight.data), out.dense.bias.data)
+        object.__setattr__(self, "_infer", (be, srcs, w))
         return w
 
     def forward_packed(self, be, x, starts, lengths):
         """Inference on a packed batch: x (total_tokens, D), the real tokens of every
         sequence one after another (sequence b: rows starts[b] .. + lengths[b]).  Dense
-        layers run on the packed matrix (bias and GELU fused into the GEMM's output
-        blocks), attention per sequence (varlen, reading q, k, v in place from the fused
-        projection), the residual adds fused into the layer norms."""
-        so, out, inter = self.attention.output, self.output, self.intermediate
-        wqkv, bqkv, wo, bo, wi, bi, wo2, bo2 = self._infer_weights()
+        layers run on the packed matrix with packed weights (bias and GELU fused into the
+        GEMM's output tiles), attention per sequence (varlen, reading q, k, v in place
+        from the fused projection), the residual adds fused into the layer norms."""
+        so, out = self.attention.output, self.output
+        (wqkv, n3), bqkv, (wo, no), bo, (wi, ni), bi, (wo2, no2), bo2 = self._infer_weights(be)
         D = x.shape[1]
-        qkv = be.linear_act_infer(x, wqkv, bqkv, "none")[None]
+        lin = be.packed_linear_infer
+        qkv = lin(x, wqkv, n3, bqkv, "none")[None]
         ctx = be.varlen_attention(qkv[..., :D], qkv[..., D:2 * D], qkv[..., 2 * D:], starts,
                                   lengths, starts, lengths, self.num_heads, False, False,
                                   1.0 / math.sqrt(D // self.num_heads))[0]
         ln = so.LayerNorm
-        h = be.add_layer_norm_infer(be.linear_act_infer(ctx, wo, bo, "none"), x,
+        h = be.add_layer_norm_infer(lin(ctx, wo, no, bo, "none"), x,
                                     ln.weight.data, ln.bias.data, D, ln.eps)
-        a = be.linear_act_infer(h, wi, bi, _ACT_KERNEL[self.hidden_act])
+        a = lin(h, wi, ni, bi, _ACT_KERNEL[self.hidden_act])
         ln = out.LayerNorm
-        return be.add_layer_norm_infer(be.linear_act_infer(a, wo2, bo2, "none"), h,
+        return be.add_layer_norm_infer(lin(a, wo2, no2, bo2, "none"), h,
                                        ln.weight.data, ln.bias.data, D, ln.eps)
 
     def forward(self, x, mask=None, mask_index=None):
@@ -229,7 +233,13 @@ class BertEncoder(Module):
 
     forward(input_ids (N, T), attention_mask=None (N, T) 1 = token / 0 = padding,
     token_type_ids=None) -> last hidden state (N, T, hidden_size).
-    backward(d_hidden) accumulates every parameter's gradient (returns None)."""
+    backward(d_hidden) accumulates every parameter's gradient (returns None).
+
+    In eval mode forward takes the padding-free inference path, whose GEMMs read weights
+    packed once (at the first eval-mode forward) into the kernel's panel layout.  The packs
+    follow ``load_state_dict``, ``.to``, training and every ``train()`` / ``eval()`` call,
+    but not an in-place write into a parameter's array made in eval mode: call
+    ``model.eval()`` again after one."""
 
     def __init__(self, config=None, dtype=None, **kwargs):
         super().__init__()

@@ -208,6 +208,7 @@ class Module:
         state["_ctx"] = []
         state["_bw"] = _IDLE
         state.pop("_warned_pending", None)
+        state.pop("_infer", None)        # inference caches (packed weights): rebuilt on use
         state["_backward_hooks"] = OrderedDict()
         return state
 
@@ -418,6 +419,7 @@ class Module:
     def train(self, mode=True):
         for m in self.modules():
             object.__setattr__(m, "training", bool(mode))
+            m.__dict__.pop("_infer", None)    # inference-only caches (packed weights)
             if not mode:
                 m._ctx.clear()
         return self

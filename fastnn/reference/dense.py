@@ -3,7 +3,8 @@ import numpy as np
 
 from ._util import cast, f64
 
-OPS = ("linear", "linear_backward", "linear_act_infer", "skinny_linear")
+OPS = ("linear", "linear_backward", "linear_act_infer", "skinny_linear", "pack_linear_weight",
+       "packed_linear_infer")
 
 
 def linear(x, weight, bias):
@@ -48,3 +49,25 @@ def skinny_linear(x, weight, bias, weight_in_out):
     if bias is not None:
         y = y + f64(bias)
     return cast(y, x)
+
+
+PANEL = 16   # columns per panel of a packed weight
+
+
+def pack_linear_weight(weight, weight_in_out):
+    """The weight's column panels (ceil(out / 16), in, 16), zero past out: packed[p, k, j] =
+    W[k, 16 p + j] with W = weight (in, out) when ``weight_in_out``, else weight.T."""
+    w = np.asarray(weight) if weight_in_out else np.asarray(weight).T
+    K, N = w.shape
+    P = -(-N // PANEL)
+    pad = np.zeros((K, P * PANEL), w.dtype)
+    pad[:, :N] = w
+    return np.ascontiguousarray(pad.reshape(K, P, PANEL).transpose(1, 0, 2))
+
+
+def packed_linear_infer(x, packed, n_out, bias, activation):
+    """act(x W + b) with W unpacked from pack_linear_weight's panels (the first n_out
+    columns); activation as linear_act_infer's."""
+    P, K, nr = packed.shape
+    w = np.asarray(packed).transpose(1, 0, 2).reshape(K, P * nr)[:, :n_out]
+    return linear_act_infer(x, w, bias, activation)

@@ -14,12 +14,20 @@ Inference only:
                     one block per output column, its threads striding along the
                     contiguous weight row, a block sum per output row (fixed order:
                     deterministic).
+  pack_linear_weight / packed_linear_infer
+                    the cpu small-M GEMM's weight panels ((ceil(out/16), in, 16), zero
+                    past out).  The GPU GEMM reads row-major weights, so here the pack is
+                    a layout op (one thread per panel element) and packed_linear_infer
+                    unpacks the first n_out columns (one pass) before the same GEMM as
+                    linear_act_infer: same results as the reference, no panel GEMM.
 """
 from .. import _kit
 from .._gemm import ACT, gemm
 from .._kit import ROW_THREADS, SBUF, THREADS, block_sum, cuda, dm, gid, gsz, kernel
 
-OPS = ("linear", "linear_backward", "linear_act_infer", "skinny_linear")
+OPS = ("linear", "linear_backward", "linear_act_infer", "skinny_linear", "pack_linear_weight",
+       "packed_linear_infer")
+PANEL = 16          # the cpu micro-kernel's panel width (fastnn.reference.dense.PANEL)
 
 
 @_kit.per_dtype
@@ -54,7 +62,27 @@ def _kernels(dt):
                         s += b[n]
                     y[m, n] = s
 
-    return _kit.named(skinny_io=skinny_io, skinny_oi=skinny_oi)
+    @kernel
+    def pack(w, packed, total, K, N, io):
+        # packed[p, k, j] = W[k, 16 p + j] (0 past N); W = w (in, out) if io else w.T
+        for e in range(gid(), total, gsz()):
+            p, r = dm(e, K * PANEL)
+            k, j = dm(r, PANEL)
+            n = p * PANEL + j
+            v = zero
+            if n < N:
+                v = w[k, n] if io else w[n, k]
+            packed[p, k, j] = v
+
+    @kernel
+    def unpack(packed, w, total, N):
+        # w[k, n] = packed[n // 16, k, n % 16] for the first N columns
+        for e in range(gid(), total, gsz()):
+            k, n = dm(e, N)
+            p, j = dm(n, PANEL)
+            w[k, n] = packed[p, k, j]
+
+    return _kit.named(skinny_io=skinny_io, skinny_oi=skinny_oi, pack=pack, unpack=unpack)
 
 
 def _rows(x, n_in):
@@ -113,3 +141,34 @@ def skinny_linear(x, weight, bias, weight_in_out):
         ks.skinny_oi[_kit.row_blocks(N), ROW_THREADS](x, weight, b, y, M, K, N,
                                                      bias is not None)
     return y
+
+
+def pack_linear_weight(weight, weight_in_out):
+    """The panels (ceil(out / 16), in, 16) of weight (in, out) when ``weight_in_out``, else of
+    weight.T (weight (out, in)); zero past out."""
+    weight = _kit.dev(weight)
+    dt = _kit.dtype_of(weight)
+    K, N = _kit.shape_of(weight) if weight_in_out else _kit.shape_of(weight)[::-1]
+    P = -(-N // PANEL)
+    packed = _kit.empty((P, K, PANEL), dt)
+    total = P * K * PANEL
+    if total:
+        _kernels(dt).pack[_kit.blocks_for(total), THREADS](weight, packed, total, K, N,
+                                                          bool(weight_in_out))
+    return packed
+
+
+def packed_linear_infer(x, packed, n_out, bias, activation):
+    """act(x W + b), W the first n_out columns of pack_linear_weight's panels."""
+    if activation not in ACT:
+        raise ValueError(f"unknown activation {activation!r}")
+    packed = _kit.dev(packed)
+    dt = _kit.dtype_of(packed)
+    P, K, nr = _kit.shape_of(packed)
+    if nr != PANEL or not 0 <= n_out <= P * PANEL:
+        raise ValueError(f"packed must be (panels, in, {PANEL}) holding n_out={n_out} columns, "
+                         f"got {(P, K, nr)}")
+    w = _kit.empty((K, n_out), dt)
+    if K * n_out:
+        _kernels(dt).unpack[_kit.blocks_for(K * n_out), THREADS](packed, w, K * n_out, n_out)
+    return linear_act_infer(x, w, bias, activation)
