@@ -97,9 +97,8 @@ static inline double fnn_rnn_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 #include <immintrin.h>
 #define FNN_RNN_PACKED 1
 
-/* One tile of mr <= 6 rows by nc <= 16 columns over all K.  Always inlined into the
-   fixed-mr kernels below, so mr is a constant there and the accumulators stay in
-   registers. */
+/* One tile of mr <= 6 rows by nc <= 16 columns over all K.  Always inlined with a
+   constant mr (fnn_rnn_rows), so the accumulators stay in registers. */
 static inline __attribute__((always_inline)) void fnn_rnn_tile(
         int mr, Py_ssize_t K, const float* restrict A, Py_ssize_t lda,
         const float* restrict P, float* restrict C, Py_ssize_t ldc, int nc, int acc) {
@@ -134,42 +133,16 @@ static inline __attribute__((always_inline)) void fnn_rnn_tile(
     }
 }
 
-/* The tile kernels, one per row count (separate symbols, as a profiler shows them). */
-static void fnn_rnn_mk6(Py_ssize_t K, const float* A, Py_ssize_t lda, const float* P,
-                        float* C, Py_ssize_t ldc, int nc, int acc) {
-    fnn_rnn_tile(6, K, A, lda, P, C, ldc, nc, acc);
-}
-static void fnn_rnn_mk5(Py_ssize_t K, const float* A, Py_ssize_t lda, const float* P,
-                        float* C, Py_ssize_t ldc, int nc, int acc) {
-    fnn_rnn_tile(5, K, A, lda, P, C, ldc, nc, acc);
-}
-static void fnn_rnn_mk4(Py_ssize_t K, const float* A, Py_ssize_t lda, const float* P,
-                        float* C, Py_ssize_t ldc, int nc, int acc) {
-    fnn_rnn_tile(4, K, A, lda, P, C, ldc, nc, acc);
-}
-static void fnn_rnn_mk3(Py_ssize_t K, const float* A, Py_ssize_t lda, const float* P,
-                        float* C, Py_ssize_t ldc, int nc, int acc) {
-    fnn_rnn_tile(3, K, A, lda, P, C, ldc, nc, acc);
-}
-static void fnn_rnn_mk2(Py_ssize_t K, const float* A, Py_ssize_t lda, const float* P,
-                        float* C, Py_ssize_t ldc, int nc, int acc) {
-    fnn_rnn_tile(2, K, A, lda, P, C, ldc, nc, acc);
-}
-static void fnn_rnn_mk1(Py_ssize_t K, const float* A, Py_ssize_t lda, const float* P,
-                        float* C, Py_ssize_t ldc, int nc, int acc) {
-    fnn_rnn_tile(1, K, A, lda, P, C, ldc, nc, acc);
-}
-
-/* One tile of m <= 6 rows (m > 0) starting at row r of A and C. */
-static inline void fnn_rnn_rows(Py_ssize_t m, Py_ssize_t K, const float* A, Py_ssize_t lda,
-                                const float* P, float* C, Py_ssize_t ldc, int nc, int acc) {
+/* One tile of m <= 6 rows: the switch makes mr a constant in each inlined copy. */
+static void fnn_rnn_rows(Py_ssize_t m, Py_ssize_t K, const float* A, Py_ssize_t lda,
+                         const float* P, float* C, Py_ssize_t ldc, int nc, int acc) {
     switch (m) {
-        case 6: fnn_rnn_mk6(K, A, lda, P, C, ldc, nc, acc); break;
-        case 5: fnn_rnn_mk5(K, A, lda, P, C, ldc, nc, acc); break;
-        case 4: fnn_rnn_mk4(K, A, lda, P, C, ldc, nc, acc); break;
-        case 3: fnn_rnn_mk3(K, A, lda, P, C, ldc, nc, acc); break;
-        case 2: fnn_rnn_mk2(K, A, lda, P, C, ldc, nc, acc); break;
-        case 1: fnn_rnn_mk1(K, A, lda, P, C, ldc, nc, acc); break;
+        case 6: fnn_rnn_tile(6, K, A, lda, P, C, ldc, nc, acc); break;
+        case 5: fnn_rnn_tile(5, K, A, lda, P, C, ldc, nc, acc); break;
+        case 4: fnn_rnn_tile(4, K, A, lda, P, C, ldc, nc, acc); break;
+        case 3: fnn_rnn_tile(3, K, A, lda, P, C, ldc, nc, acc); break;
+        case 2: fnn_rnn_tile(2, K, A, lda, P, C, ldc, nc, acc); break;
+        case 1: fnn_rnn_tile(1, K, A, lda, P, C, ldc, nc, acc); break;
         default: break;
     }
 }
@@ -186,9 +159,9 @@ static void fnn_rnn_pgemm(Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, const float*
         Py_ssize_t r = 0, full = M / 6, rem = M % 6;
         if (full > 0 && (rem == 1 || rem == 2)) full -= 1;
         for (Py_ssize_t q = 0; q < full; ++q, r += 6)
-            fnn_rnn_mk6(K, A + r * lda, lda, pj, C + r * ldc + j, ldc, nc, acc);
+            fnn_rnn_rows(6, K, A + r * lda, lda, pj, C + r * ldc + j, ldc, nc, acc);
         if (M - r >= 7) {
-            fnn_rnn_mk4(K, A + r * lda, lda, pj, C + r * ldc + j, ldc, nc, acc);
+            fnn_rnn_rows(4, K, A + r * lda, lda, pj, C + r * ldc + j, ldc, nc, acc);
             r += 4;
         }
         fnn_rnn_rows(M - r, K, A + r * lda, lda, pj, C + r * ldc + j, ldc, nc, acc);

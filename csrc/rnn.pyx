@@ -583,6 +583,20 @@ cdef _Stack _stack(int mode, x, h0, c0, tuple weights, int L, bint bidirectional
     return s
 
 
+cdef void _layer_shape(_Stack s, Layer* lay) noexcept:
+    """The fields of a Layer fixed by the stack's shape; every buffer pointer NULL."""
+    memset(lay, 0, sizeof(Layer))
+    lay.mode = s.mode
+    lay.T = s.T
+    lay.B = s.B
+    lay.H = s.H
+    lay.D = s.D
+    lay.G = s.G
+    lay.UB = s.UB
+    lay.NBLK = s.NB
+    lay.hzero = not s.has_hx
+
+
 cdef tuple _kernel_weights(_Stack s, tuple weights, int k, int d):
     """Direction d of layer k in the kernel's row order: (W_ih, W_hh, bias, b_hn); bias =
     b_ih + b_hh (GRU n gate: b_ih only, b_hn is applied inside r * (...)), zeros without
@@ -635,16 +649,7 @@ cdef _LayerState _layer_forward(_Stack s, int k, const real[::1] inp, Py_ssize_t
     cdef const real* pwi
     cdef real* pxp
     cdef Py_ssize_t nstate = D * B * H, state0 = k * nstate
-    lay.mode = s.mode
-    lay.T = T
-    lay.B = B
-    lay.H = H
-    lay.D = D
-    lay.G = s.G
-    lay.UB = s.UB
-    lay.NBLK = s.NB
-    lay.hzero = not s.has_hx
-    lay.need_dh0 = False
+    _layer_shape(s, &lay)
     lay.xp = _span(xpv, 0, TB * DGH)
     lay.act = _span(actv, 0, TB * DGH) if gated else NULL
     lay.out = _span(outv, 0, TB * D * H)
@@ -655,9 +660,6 @@ cdef _LayerState _layer_forward(_Stack s, int k, const real[::1] inp, Py_ssize_t
     w_ih = []
     w_hh = []
     keep = []
-    for d in range(2):
-        lay.whh[d] = lay.bias[d] = lay.bhn[d] = NULL
-        lay.whp[d] = NULL
     for d in range(D):
         kw = _kernel_weights(s, weights, k, d)
         keep.append(kw)         # the pointers below stay valid until the loop has run
@@ -794,15 +796,7 @@ cdef _layer_backward(_Stack s, int k, const real[::1] dy, Py_ssize_t lddy, d_h_n
     cdef const real[::1] wh
     cdef real[::1] packed
     gated = s.mode in (GRU, LSTM)
-    lay.mode = s.mode
-    lay.T = T
-    lay.B = B
-    lay.H = H
-    lay.D = D
-    lay.G = s.G
-    lay.UB = s.UB
-    lay.NBLK = s.NB
-    lay.hzero = not s.has_hx
+    _layer_shape(s, &lay)
     lay.need_dh0 = s.has_hx
     lay.xp = NULL
     lay.gh = NULL
@@ -818,9 +812,6 @@ cdef _layer_backward(_Stack s, int k, const real[::1] dy, Py_ssize_t lddy, d_h_n
     lay.dh = _span(dhv, 0, nstate)
     lay.dc = _span(dcv, 0, nstate) if s.mode == LSTM else NULL
     keep = []
-    for d in range(2):
-        lay.whh[d] = lay.bias[d] = lay.bhn[d] = NULL
-        lay.whp[d] = NULL
     for d in range(D):
         wh = st.w_hh[d].reshape(-1)
         lay.whh[d] = <void*>_cspan(wh, 0, GH * H)
