@@ -551,6 +551,7 @@ cdef class _LayerState:
     W_hn h_{t-1} + b_hn) and per direction W_ih / W_hh in kernel row order."""
     cdef readonly object inp, act, out, aux
     cdef readonly tuple w_ih, w_hh
+    cdef readonly Py_ssize_t n_in  # input features (inp is kept flat)
 
 
 # ------------------------------------------------------------------ forward
@@ -687,6 +688,7 @@ cdef _LayerState _layer_forward(_Stack s, int k, const real[::1] inp, Py_ssize_t
     with nogil:
         _run_layer[real](&lay, False, team, NULL)
     st.inp = inp.base if inp.base is not None else np.asarray(inp)
+    st.n_in = I
     st.w_ih = tuple(w_ih)
     st.w_hh = tuple(w_hh)
     return st
@@ -725,9 +727,10 @@ cdef _dropped(_Stack s, int k, const real[::1] a):
     return out
 
 
-cdef tuple _forward_stack(_Stack s, const real[::1] x, tuple weights):
-    """Every layer in turn (dropout between them) -> (y, h_n, c_n, s)."""
-    cdef Py_ssize_t T = s.T, B = s.B, I = x.shape[0] // (T * B) if T * B else 0
+cdef tuple _forward_stack(_Stack s, const real[::1] x, Py_ssize_t I, tuple weights):
+    """Every layer in turn (dropout between them) -> (y, h_n, c_n, s); x is the flat
+    time-major (T, B, I) input."""
+    cdef Py_ssize_t T = s.T, B = s.B
     cdef int k
     cdef int team = _team_size(s.D, B, s.G, s.H, s.NB)
     cdef const real[::1] inp = x
@@ -757,8 +760,8 @@ def _forward(str mode, x, h0, c0, weights, int num_layers, bint bidirectional,
     xs = np.ascontiguousarray(x.transpose(1, 0, 2) if batch_first else x).reshape(-1)
     with single_threaded_blas():   # every GEMM is one single-threaded call on fixed work
         if s.dtype == np.float32:
-            return _forward_stack[float](s, xs, tuple(weights))
-        return _forward_stack[double](s, xs, tuple(weights))
+            return _forward_stack[float](s, xs, x.shape[2], tuple(weights))
+        return _forward_stack[double](s, xs, x.shape[2], tuple(weights))
 
 
 # ------------------------------------------------------------------ backward
@@ -835,7 +838,7 @@ cdef _weight_grads(_Stack s, int k, real[::1] dg, real[::1] dgh, list dweights):
     dW_ih = dG^T X, dW_hh = dG^T H_prev, dX = dG W_ih, biases = column sums of dG."""
     cdef _LayerState st = s.layers[k]
     cdef Py_ssize_t T = s.T, B = s.B, H = s.H, D = s.D, GH = s.G * s.H, DGH = D * GH
-    cdef Py_ssize_t TB = T * B, I = st.inp.size // TB if TB else 0, nw = s.nw, d, base
+    cdef Py_ssize_t TB = T * B, I = st.n_in, nw = s.nw, d, base
     cdef Py_ssize_t hrow = B * D * H   # one step of the layer output
     cdef bint has_h0 = s.has_hx
     dt = s.dtype
