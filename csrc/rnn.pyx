@@ -19,10 +19,18 @@
 # barrier per step.  Every output element is computed the same way whatever the split, so
 # results do not depend on the thread count.  Bias gradients are column sums over fixed
 # row chunks in double, added in order.
+#
+# Layout of this file: the C declarations (fnn_rnn.h holds the cell passes and the packed
+# per-step GEMM), the one-layer time loop (forward and backward per direction, each step
+# split into its GEMM and its pointwise pass), the block layout, the saved state, then the
+# stack shell (one layer at a time) and the six public ops (reference stack_ops).
+#
+# Pointers: the shell reads every buffer through a 1-D typed memoryview and takes each
+# pointer with _span, which (in the FASTNN_DEBUG build, where boundscheck is on) checks
+# that the whole run the kernel will touch lies inside the buffer.
 cimport cython
 cimport numpy as cnp
 from cython.parallel cimport parallel, prange
-from libc.math cimport exp, tanh
 from libc.stdint cimport int64_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport free
 from libc.string cimport memset
@@ -32,6 +40,7 @@ from fnn_blas cimport gemm as _scipy_gemm, real
 import numpy as np
 
 from fastnn._threads import single_threaded_blas
+from fastnn.reference.rnn import stack_ops
 
 cnp.import_array()
 
@@ -41,257 +50,37 @@ include "fnn_colsum.pxi"
 
 OPS = ("rnn", "rnn_backward", "gru", "gru_backward", "lstm", "lstm_backward")
 
-cdef extern from *:
-    """
-    #include "fnn_math.h"
-    #include "fnn_philox.h"
-    #ifdef _OPENMP
-    #include <omp.h>
-    #endif
-    /* An orphaned barrier: binds to the team of the enclosing parallel region. */
-    static inline void fnn_rnn_barrier(void) {
-    #ifdef _OPENMP
-        #pragma omp barrier
-    #endif
-    }
-    static inline int fnn_rnn_team(void) {
-    #ifdef _OPENMP
-        return omp_get_num_threads();
-    #else
-        return 1;
-    #endif
-    }
-    static inline int fnn_rnn_tid(void) {
-    #ifdef _OPENMP
-        return omp_get_thread_num();
-    #else
-        return 0;
-    #endif
-    }
-    /* sigmoid from e = exp(-|x|) in (0, 1]: 1 / (1 + e) for x >= 0, e / (1 + e) below; the
-       exponential never overflows, so the cheaper exp of a non-positive argument serves
-       (fnn_math.h; below -87.3 it gives 0, so sigmoid(x < -87.3) = 0 instead of a
-       subnormal).  NaN propagates. */
-    static inline float fnn_rnn_sigmoidf(float x) {
-        float e = fnn_expf_nonpos(-fabsf(x));
-        float s = 1.0f / (1.0f + e);
-        return x >= 0.0f ? s : e * s;
-    }
-    /* tanh: Cephes' odd polynomial below 0.625 (no cancellation near 0), else
-       (1 - e) / (1 + e), e = exp(-2|x|); selects only, so loops calling it vectorise. */
-    static inline float fnn_rnn_tanhf(float x) {
-        float ax = fabsf(x);
-        float e = fnn_expf_nonpos(-2.0f * ax);
-        float big = (1.0f - e) / (1.0f + e);
-        float z = x * x;
-        float p = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z
-                    + 1.33314422036e-1f) * z - 3.33332819422e-1f) * z * ax + ax;
-        float r = ax < 0.625f ? p : big;
-        return copysignf(r, x);
-    }
-    static inline double fnn_rnn_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
-
-    /* The fused pointwise passes, on one block of n hidden units of one batch row.
-       Gate k of local unit l is at [k*n + l]; per-unit pointers are offset to the block.
-       Distinct buffers (restrict) so the loops vectorise. */
-    #define FNN_RNN_ROWS(T, S, SIG, TANH)                                                   \
-    static inline void fnn_lstm_fwd_##S(const T* restrict g, const T* restrict bi,          \
-            T* restrict a, const T* restrict cp, T* restrict c_out, T* restrict h_out,      \
-            Py_ssize_t n) {                                                                 \
-        for (Py_ssize_t l = 0; l < n; ++l) {                                                \
-            T i = SIG(g[l] + bi[l]), f = SIG(g[n + l] + bi[n + l]);                         \
-            T gg = TANH(g[2 * n + l] + bi[2 * n + l]), o = SIG(g[3 * n + l] + bi[3 * n + l]); \
-            T c = f * cp[l] + i * gg;                                                       \
-            a[l] = i; a[n + l] = f; a[2 * n + l] = gg; a[3 * n + l] = o;                    \
-            c_out[l] = c;                                                                   \
-            h_out[l] = o * TANH(c);                                                         \
-        }                                                                                   \
-    }                                                                                       \
-    static inline void fnn_gru_fwd_##S(const T* restrict g, const T* restrict bi,            \
-            const T* restrict gh, const T* restrict b_hn, const T* restrict hp, T* restrict a, \
-            T* restrict hn_out, T* restrict h_out, Py_ssize_t n) {                          \
-        for (Py_ssize_t l = 0; l < n; ++l) {                                                \
-            T r = SIG(g[l] + bi[l] + gh[l]), z = SIG(g[n + l] + bi[n + l] + gh[n + l]);      \
-            T hn = gh[2 * n + l] + b_hn[l];                                                 \
-            T nn = TANH(g[2 * n + l] + bi[2 * n + l] + r * hn);                             \
-            a[l] = r; a[n + l] = z; a[2 * n + l] = nn;                                      \
-            hn_out[l] = hn;                                                                 \
-            h_out[l] = (1 - z) * nn + z * hp[l];                                            \
-        }                                                                                   \
-    }                                                                                       \
-    static inline void fnn_rnn_fwd_##S(const T* restrict g, const T* restrict bi,           \
-            T* restrict h_out, int relu, Py_ssize_t n) {                                    \
-        if (relu) {                                                                         \
-            for (Py_ssize_t l = 0; l < n; ++l) {                                            \
-                T v = g[l] + bi[l];                                                         \
-                h_out[l] = v < 0 ? (T)0 : v;                                                \
-            }                                                                               \
-        } else {                                                                            \
-            for (Py_ssize_t l = 0; l < n; ++l) h_out[l] = TANH(g[l] + bi[l]);               \
-        }                                                                                   \
-    }                                                                                       \
-    static inline void fnn_lstm_bwd_##S(const T* restrict a, const T* restrict c,           \
-            const T* restrict cp, const T* restrict dy, const T* restrict dh,               \
-            T* restrict dc, T* restrict dg, Py_ssize_t n) {                                 \
-        for (Py_ssize_t l = 0; l < n; ++l) {                                                \
-            T i = a[l], f = a[n + l], gg = a[2 * n + l], o = a[3 * n + l];                  \
-            T tc = TANH(c[l]);                                                              \
-            T dht = dy[l] + dh[l];                                                          \
-            T dct = dc[l] + dht * o * (1 - tc * tc);                                        \
-            dg[l] = dct * gg * i * (1 - i);                                                 \
-            dg[n + l] = dct * cp[l] * f * (1 - f);                                          \
-            dg[2 * n + l] = dct * i * (1 - gg * gg);                                        \
-            dg[3 * n + l] = dht * tc * o * (1 - o);                                         \
-            dc[l] = dct * f;                                                                \
-        }                                                                                   \
-    }                                                                                       \
-    /* dh: in the recurrent gradient, out the direct part dh_t * z (the GEMM adds the rest) */ \
-    static inline void fnn_gru_bwd_##S(const T* restrict a, const T* restrict hn,           \
-            const T* restrict hp, const T* restrict dy, T* restrict dh, T* restrict dg,     \
-            T* restrict dgh, Py_ssize_t n) {                                                \
-        for (Py_ssize_t l = 0; l < n; ++l) {                                                \
-            T r = a[l], z = a[n + l], nn = a[2 * n + l];                                    \
-            T dht = dy[l] + dh[l];                                                          \
-            T dan = dht * (1 - z) * (1 - nn * nn);                                          \
-            T dar = dan * hn[l] * r * (1 - r);                                              \
-            T daz = dht * (hp[l] - nn) * z * (1 - z);                                       \
-            dg[l] = dar; dg[n + l] = daz; dg[2 * n + l] = dan;                              \
-            dgh[l] = dar; dgh[n + l] = daz; dgh[2 * n + l] = dan * r;                       \
-            dh[l] = dht * z;                                                                \
-        }                                                                                   \
-    }                                                                                       \
-    static inline void fnn_rnn_bwd_##S(const T* restrict h, const T* restrict dy,           \
-            const T* restrict dh, T* restrict dg, int relu, Py_ssize_t n) {                 \
-        if (relu) {                                                                         \
-            for (Py_ssize_t l = 0; l < n; ++l) dg[l] = h[l] > 0 ? dy[l] + dh[l] : (T)0;      \
-        } else {                                                                            \
-            for (Py_ssize_t l = 0; l < n; ++l) dg[l] = (dy[l] + dh[l]) * (1 - h[l] * h[l]);  \
-        }                                                                                   \
-    }
-    FNN_RNN_ROWS(float, f, fnn_rnn_sigmoidf, fnn_rnn_tanhf)
-    FNN_RNN_ROWS(double, d, fnn_rnn_sigmoid, tanh)
-
-    /* The per-step recurrent GEMMs on a pre-packed W_hh (float32, AVX2+FMA builds).
-       A BLAS call re-packs its operands on every call: for the per-step GEMMs (B x G*UB x H
-       forward, B x UB x G*H backward) that is a full transposing copy of the thread's
-       slice of W_hh per step, ~20% of the GEMM's time.  Here W_hh is packed ONCE per call
-       into panels of 16 columns (panel p: K rows of 16 floats, zero-padded), and a 6 x 16
-       register tile (12 FMA accumulators) runs over it.  Every output element is the same
-       k-ordered FMA chain whatever tile or thread computes it, so results do not depend on
-       the thread count; C = acc ? C + A P : A P (the product first, as BLAS). */
-    #if defined(__AVX2__) && defined(__FMA__)
-    #include <immintrin.h>
-    #define FNN_RNN_PACKED 1
-    #define FNN_RNN_MK(MR)                                                                   \
-    static inline void fnn_rnn_mk##MR(Py_ssize_t K, const float* restrict A, Py_ssize_t lda,  \
-            const float* restrict P, float* restrict C, Py_ssize_t ldc, int nc, int acc) {    \
-        __m256 c0[MR], c1[MR];                                                              \
-        _Pragma("GCC unroll 8")                                                             \
-        for (int r = 0; r < MR; ++r) { c0[r] = _mm256_setzero_ps(); c1[r] = c0[r]; }        \
-        for (Py_ssize_t k = 0; k < K; ++k) {                                                \
-            __m256 b0 = _mm256_loadu_ps(P + 16 * k), b1 = _mm256_loadu_ps(P + 16 * k + 8);  \
-            _Pragma("GCC unroll 8")                                                         \
-            for (int r = 0; r < MR; ++r) {                                                  \
-                __m256 a = _mm256_broadcast_ss(A + r * lda + k);                            \
-                c0[r] = _mm256_fmadd_ps(a, b0, c0[r]);                                      \
-                c1[r] = _mm256_fmadd_ps(a, b1, c1[r]);                                      \
-            }                                                                               \
-        }                                                                                   \
-        _Pragma("GCC unroll 8")                                                             \
-        for (int r = 0; r < MR; ++r) {                                                      \
-            float* cr = C + r * ldc;                                                        \
-            if (nc == 16) {                                                                 \
-                if (acc) {                                                                  \
-                    c0[r] = _mm256_add_ps(_mm256_loadu_ps(cr), c0[r]);                      \
-                    c1[r] = _mm256_add_ps(_mm256_loadu_ps(cr + 8), c1[r]);                  \
-                }                                                                           \
-                _mm256_storeu_ps(cr, c0[r]);                                                \
-                _mm256_storeu_ps(cr + 8, c1[r]);                                            \
-            } else {                                                                        \
-                float t[16];                                                                \
-                _mm256_storeu_ps(t, c0[r]);                                                 \
-                _mm256_storeu_ps(t + 8, c1[r]);                                             \
-                for (int j = 0; j < nc; ++j) cr[j] = acc ? cr[j] + t[j] : t[j];             \
-            }                                                                               \
-        }                                                                                   \
-    }
-    FNN_RNN_MK(1) FNN_RNN_MK(2) FNN_RNN_MK(3) FNN_RNN_MK(4) FNN_RNN_MK(5) FNN_RNN_MK(6)
-    /* C[M, N] (ldc) (+)= A[M, K] (lda) times the packed (K, N) operand P */
-    static void fnn_rnn_pgemm(Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, const float* A,
-            Py_ssize_t lda, const float* P, float* C, Py_ssize_t ldc, int acc) {
-        for (Py_ssize_t j = 0; j < N; j += 16) {
-            int nc = N - j < 16 ? (int)(N - j) : 16;
-            const float* pj = P + j * K;
-            /* row tiles of 6; a remainder of 1 or 2 rows is merged with the last 6 into
-               tiles of 4 and 4 / 4 and 3 (a 1- or 2-row tile has too few accumulators to
-               hide the FMA latency) */
-            Py_ssize_t r = 0, full = M / 6, rem = M % 6;
-            if (full > 0 && (rem == 1 || rem == 2)) full -= 1;
-            for (Py_ssize_t q = 0; q < full; ++q, r += 6)
-                fnn_rnn_mk6(K, A + r * lda, lda, pj, C + r * ldc + j, ldc, nc, acc);
-            if (M - r >= 7) {
-                fnn_rnn_mk4(K, A + r * lda, lda, pj, C + r * ldc + j, ldc, nc, acc);
-                r += 4;
-            }
-            switch (M - r) {
-                case 5: fnn_rnn_mk5(K, A + r * lda, lda, pj, C + r * ldc + j, ldc, nc, acc); break;
-                case 4: fnn_rnn_mk4(K, A + r * lda, lda, pj, C + r * ldc + j, ldc, nc, acc); break;
-                case 3: fnn_rnn_mk3(K, A + r * lda, lda, pj, C + r * ldc + j, ldc, nc, acc); break;
-                case 2: fnn_rnn_mk2(K, A + r * lda, lda, pj, C + r * ldc + j, ldc, nc, acc); break;
-                case 1: fnn_rnn_mk1(K, A + r * lda, lda, pj, C + r * ldc + j, ldc, nc, acc); break;
-                default: break;
-            }
-        }
-    }
-    #else
-    #define FNN_RNN_PACKED 0
-    static void fnn_rnn_pgemm(Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, const float* A,
-            Py_ssize_t lda, const float* P, float* C, Py_ssize_t ldc, int acc) { }
-    #endif
-    /* Pack the (N, K) operand whose element (j, k) is src[j * sj + k * sk] into panels of
-       16 columns: P[(j / 16) * 16 * K + k * 16 + j % 16], zero beyond N. */
-    static void fnn_rnn_pack(const float* src, Py_ssize_t sj, Py_ssize_t sk, Py_ssize_t N,
-            Py_ssize_t K, float* P) {
-        for (Py_ssize_t j0 = 0; j0 < N; j0 += 16) {
-            float* pp = P + j0 * K;
-            for (Py_ssize_t k = 0; k < K; ++k)
-                for (Py_ssize_t jj = 0; jj < 16; ++jj)
-                    pp[k * 16 + jj] = j0 + jj < N ? src[(j0 + jj) * sj + k * sk] : 0.0f;
-        }
-    }
-    """
-    void fnn_rnn_barrier() noexcept nogil
-    int fnn_rnn_team() noexcept nogil
-    int fnn_rnn_tid() noexcept nogil
-    float fnn_rnn_sigmoidf(float) noexcept nogil
-    float fnn_rnn_tanhf(float) noexcept nogil
+cdef extern from "fnn_rnn.h" nogil:
+    void fnn_rnn_barrier()
+    int fnn_rnn_team()
+    int fnn_rnn_tid()
     void fnn_lstm_fwd_f(const float*, const float*, float*, const float*, float*, float*,
-                        Py_ssize_t) noexcept nogil
+                        Py_ssize_t)
     void fnn_lstm_fwd_d(const double*, const double*, double*, const double*, double*, double*,
-                        Py_ssize_t) noexcept nogil
+                        Py_ssize_t)
     void fnn_gru_fwd_f(const float*, const float*, const float*, const float*, const float*,
-                       float*, float*, float*, Py_ssize_t) noexcept nogil
+                       float*, float*, float*, Py_ssize_t)
     void fnn_gru_fwd_d(const double*, const double*, const double*, const double*, const double*,
-                       double*, double*, double*, Py_ssize_t) noexcept nogil
-    void fnn_rnn_fwd_f(const float*, const float*, float*, int, Py_ssize_t) noexcept nogil
-    void fnn_rnn_fwd_d(const double*, const double*, double*, int, Py_ssize_t) noexcept nogil
+                       double*, double*, double*, Py_ssize_t)
+    void fnn_rnn_fwd_f(const float*, const float*, float*, int, Py_ssize_t)
+    void fnn_rnn_fwd_d(const double*, const double*, double*, int, Py_ssize_t)
     void fnn_lstm_bwd_f(const float*, const float*, const float*, const float*, const float*,
-                        float*, float*, Py_ssize_t) noexcept nogil
+                        float*, float*, Py_ssize_t)
     void fnn_lstm_bwd_d(const double*, const double*, const double*, const double*,
-                        const double*, double*, double*, Py_ssize_t) noexcept nogil
+                        const double*, double*, double*, Py_ssize_t)
     void fnn_gru_bwd_f(const float*, const float*, const float*, const float*, float*, float*,
-                       float*, Py_ssize_t) noexcept nogil
+                       float*, Py_ssize_t)
     void fnn_gru_bwd_d(const double*, const double*, const double*, const double*, double*,
-                       double*, double*, Py_ssize_t) noexcept nogil
-    void fnn_rnn_bwd_f(const float*, const float*, const float*, float*, int, Py_ssize_t) noexcept nogil
-    void fnn_rnn_bwd_d(const double*, const double*, const double*, double*, int, Py_ssize_t) noexcept nogil
+                       double*, double*, Py_ssize_t)
+    void fnn_rnn_bwd_f(const float*, const float*, const float*, float*, int, Py_ssize_t)
+    void fnn_rnn_bwd_d(const double*, const double*, const double*, double*, int, Py_ssize_t)
     ctypedef struct fnn_philox_out:
         uint32_t v[4]
-    fnn_philox_out fnn_philox4x32(uint64_t block, uint64_t offset, uint64_t seed) noexcept nogil
+    fnn_philox_out fnn_philox4x32(uint64_t block, uint64_t offset, uint64_t seed)
     int FNN_RNN_PACKED
     void fnn_rnn_pgemm(Py_ssize_t, Py_ssize_t, Py_ssize_t, const float*, Py_ssize_t, const float*,
-                       float*, Py_ssize_t, int) noexcept nogil
-    void fnn_rnn_pack(const float*, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, float*) noexcept nogil
+                       float*, Py_ssize_t, int)
+    void fnn_rnn_pack(const float*, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, float*)
 
 cdef enum:
     RNN_TANH = 0
@@ -299,9 +88,13 @@ cdef enum:
     GRU = 2
     LSTM = 3
 
+_MODES = {"rnn_tanh": RNN_TANH, "rnn_relu": RNN_RELU, "gru": GRU, "lstm": LSTM}
+_NGATES = {RNN_TANH: 1, RNN_RELU: 1, GRU: 3, LSTM: 4}
+
 
 # ------------------------------------------------------------------ pointwise rows
-# (the C kernels above; these pick the float or double one)
+# fnn_rnn.h's cell passes; the fused type picks the float (_f) or double (_d) one at
+# compile time.
 cdef inline void _lstm_fwd_row(const real* g, const real* bi, real* a, const real* cp,
                                real* c_out, real* h_out, Py_ssize_t n) noexcept nogil:
     if real is float:
@@ -365,7 +158,8 @@ cdef struct Layer:
     void* h0            # (D, B, H)
     void* c0            # (D, B, H) LSTM
     void* whh[2]        # per direction (G*H, H), rows in the kernel's gate order
-    void* whp[2]        # float32: W_hh packed for fnn_rnn_pgemm per unit block, or NULL (BLAS)
+    float* whp[2]       # float32: room for W_hh packed per unit block (each thread packs
+                        # its own blocks before its time loop), or NULL (BLAS)
     void* bhn[2]        # GRU per direction b_hn (H,)
     void* bias[2]       # per direction (G*H,) kernel order: b_ih + b_hh (GRU n gate: b_ih only),
                         # added by the forward pointwise pass (zeros without bias)
@@ -378,161 +172,9 @@ cdef struct Layer:
     void* dc            # (D, B, H) LSTM: in d_c_n, out d_c0
 
 
-cdef void _fwd_dir(Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, real* tag) noexcept nogil:
-    cdef int mode = L.mode
-    cdef Py_ssize_t T = L.T, B = L.B, H = L.H, G = L.G, D = L.D, UB = L.UB
-    cdef Py_ssize_t GH = G * H, DGH = D * G * H, DH = D * H
-    cdef real* xp = <real*>L.xp
-    cdef real* act = <real*>L.act
-    cdef real* at = NULL
-    cdef real* out = <real*>L.out
-    cdef real* aux = <real*>L.aux
-    cdef const real* whh = <const real*>L.whh[d]
-    cdef const real* bhn = <const real*>L.bhn[d]
-    cdef const real* bias = <const real*>L.bias[d]
-    cdef real* gh = NULL
-    cdef const real* hp
-    cdef const real* cp = NULL
-    cdef real* gt
-    cdef real* C
-    cdef real* orow
-    cdef real* arow
-    cdef real beta
-    cdef Py_ssize_t s, t, tp, b, u, c0, j0, nu, ldp, ldc
-    cdef bint relu = mode == RNN_RELU
-    if mode == GRU:
-        gh = <real*>L.gh + d * B * GH
-    for s in range(T):
-        t = s if d == 0 else T - 1 - s
-        if s == 0:
-            hp = <const real*>L.h0 + d * B * H
-            if mode == LSTM:
-                cp = <const real*>L.c0 + d * B * H
-            ldp = H
-        else:
-            tp = t - 1 if d == 0 else t + 1
-            hp = out + tp * B * DH + d * H
-            if mode == LSTM:
-                cp = aux + tp * B * DH + d * H
-            ldp = DH
-        gt = xp + t * B * DGH + d * GH
-        at = act + t * B * DGH + d * GH
-        # hidden projection of this thread's unit blocks: one GEMM per block
-        if not (s == 0 and L.hzero and mode != GRU):
-            if mode == GRU:
-                C = gh
-                ldc = GH
-                beta = 0
-            else:
-                C = gt
-                ldc = DGH
-                beta = 1
-            for u in range(u0, u1):
-                c0 = u * G * UB
-                nu = H - u * UB if H - u * UB < UB else UB
-                if real is float:
-                    if L.whp[d] != NULL:
-                        fnn_rnn_pgemm(B, G * nu, H, hp, ldp,
-                                      <const float*>L.whp[d] + u * _panels(G * UB) * H,
-                                      C + c0, ldc, beta != 0)
-                        continue
-                gemm(False, True, <int>B, <int>(G * nu), <int>H, <real>1, hp, <int>ldp,
-                     whh + c0 * H, <int>H, beta, C + c0, <int>ldc)
-        for b in range(B):
-            orow = out + t * B * DH + b * DH + d * H
-            arow = aux + t * B * DH + b * DH + d * H if aux != NULL else NULL
-            for u in range(u0, u1):
-                c0 = u * G * UB
-                j0 = u * UB
-                nu = H - j0 if H - j0 < UB else UB
-                if mode == LSTM:
-                    _lstm_fwd_row(gt + b * DGH + c0, bias + c0, at + b * DGH + c0,
-                                  cp + b * ldp + j0, arow + j0, orow + j0, nu)
-                elif mode == GRU:
-                    _gru_fwd_row(gt + b * DGH + c0, bias + c0, gh + b * GH + c0, bhn + j0,
-                                 hp + b * ldp + j0, at + b * DGH + c0, arow + j0, orow + j0, nu)
-                else:
-                    _rnn_fwd_row(gt + b * DGH + c0, bias + c0, orow + j0, relu, nu)
-        fnn_rnn_barrier()
-
-
-cdef void _bwd_dir(Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, real* tag) noexcept nogil:
-    cdef int mode = L.mode
-    cdef Py_ssize_t T = L.T, B = L.B, H = L.H, G = L.G, D = L.D, UB = L.UB
-    cdef Py_ssize_t GH = G * H, DGH = D * G * H, DH = D * H
-    cdef const real* xp = <const real*>L.act
-    cdef const real* out = <const real*>L.out
-    cdef const real* aux = <const real*>L.aux
-    cdef const real* whh = <const real*>L.whh[d]
-    cdef const real* dout = <const real*>L.dout
-    cdef Py_ssize_t lddy = L.lddy
-    cdef real* dg = <real*>L.dg
-    cdef real* dgh = <real*>L.dgh
-    cdef real* dh = <real*>L.dh + d * B * H
-    cdef real* dc = NULL
-    cdef const real* hp
-    cdef const real* cp = NULL
-    cdef const real* gt
-    cdef const real* dyt
-    cdef const real* orow
-    cdef const real* arow
-    cdef real* dgt
-    cdef real* dght
-    cdef Py_ssize_t s, t, tp, b, u, c0, j0, nu, ldp
-    cdef bint first
-    cdef bint relu = mode == RNN_RELU
-    if mode == LSTM:
-        dc = <real*>L.dc + d * B * H
-    for s in range(T):
-        t = T - 1 - s if d == 0 else s
-        first = s == T - 1          # the step whose predecessor is h0
-        if first:
-            hp = <const real*>L.h0 + d * B * H
-            if mode == LSTM:
-                cp = <const real*>L.c0 + d * B * H
-            ldp = H
-        else:
-            tp = t - 1 if d == 0 else t + 1
-            hp = out + tp * B * DH + d * H
-            if mode == LSTM:
-                cp = aux + tp * B * DH + d * H
-            ldp = DH
-        gt = xp + t * B * DGH + d * GH
-        dgt = dg + t * B * DGH + d * GH
-        dght = dgh + t * B * DGH + d * GH
-        dyt = dout + (t * B * DH + d * H if lddy else 0)
-        for b in range(B):
-            orow = out + t * B * DH + b * DH + d * H
-            arow = aux + t * B * DH + b * DH + d * H if aux != NULL else NULL
-            for u in range(u0, u1):
-                c0 = u * G * UB
-                j0 = u * UB
-                nu = H - j0 if H - j0 < UB else UB
-                if mode == LSTM:
-                    _lstm_bwd_row(gt + b * DGH + c0, arow + j0, cp + b * ldp + j0,
-                                  dyt + b * lddy + j0, dh + b * H + j0, dc + b * H + j0,
-                                  dgt + b * DGH + c0, nu)
-                elif mode == GRU:
-                    _gru_bwd_row(gt + b * DGH + c0, arow + j0, hp + b * ldp + j0,
-                                 dyt + b * lddy + j0, dh + b * H + j0, dgt + b * DGH + c0,
-                                 dght + b * DGH + c0, nu)
-                else:
-                    _rnn_bwd_row(orow + j0, dyt + b * lddy + j0, dh + b * H + j0,
-                                 dgt + b * DGH + c0, relu, nu)
-        fnn_rnn_barrier()
-        # dh_{t-1}[:, block] = dG_t W_hh[:, block] (+ the GRU direct part), block by block
-        if not first or L.need_dh0:
-            for u in range(u0, u1):
-                j0 = u * UB
-                nu = H - j0 if H - j0 < UB else UB
-                if real is float:
-                    if L.whp[d] != NULL:
-                        fnn_rnn_pgemm(B, nu, GH, dght, DGH,
-                                      <const float*>L.whp[d] + u * _panels(UB) * GH,
-                                      dh + j0, H, mode == GRU)
-                        continue
-                gemm(False, False, <int>B, <int>nu, <int>GH, <real>1, dght, <int>DGH, whh + j0,
-                     <int>H, <real>(1 if mode == GRU else 0), dh + j0, <int>H)
+cdef inline Py_ssize_t _units(const Layer* L, Py_ssize_t u) noexcept nogil:
+    """Hidden units in block u (the last block may be short)."""
+    return L.H - u * L.UB if L.H - u * L.UB < L.UB else L.UB
 
 
 cdef inline Py_ssize_t _panels(Py_ssize_t n) noexcept nogil:
@@ -540,36 +182,192 @@ cdef inline Py_ssize_t _panels(Py_ssize_t n) noexcept nogil:
     return (n + 15) // 16 * 16
 
 
-cdef bint _packed_on = FNN_RNN_PACKED
+cdef inline Py_ssize_t _pack_stride(const Layer* L, bint backward) noexcept nogil:
+    """Floats per unit block of a packed W_hh: forward block u: columns = its G*nu gate
+    rows, K = H; backward block u: columns = its nu units, K = G*H (the rows)."""
+    return _panels(L.UB) * L.G * L.H if backward else _panels(L.G * L.UB) * L.H
 
 
-def _use_packed(bint on):
-    """Route the float32 per-step GEMMs through the pre-packed kernel (default where the
-    build has AVX2+FMA) or through BLAS (tests compare the two).  Returns the old setting."""
-    global _packed_on
-    old = _packed_on
-    _packed_on = on and FNN_RNN_PACKED
-    return old
+cdef void _pack_blocks(Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, bint backward) noexcept nogil:
+    """Pack this thread's unit blocks of W_hh (kernel row order) for fnn_rnn_pgemm."""
+    cdef const float* w = <const float*>L.whh[d]
+    cdef float* P = L.whp[d]
+    cdef Py_ssize_t u, j0, nu, H = L.H, G = L.G, per = _pack_stride(L, backward)
+    for u in range(u0, u1):
+        j0 = u * L.UB
+        nu = _units(L, u)
+        if backward:
+            fnn_rnn_pack(w + j0, 1, H, nu, G * H, P + u * per)
+        else:
+            fnn_rnn_pack(w + G * j0 * H, H, 1, G * nu, H, P + u * per)
 
 
-cdef object _pack_whh(cnp.ndarray whh, Py_ssize_t G, Py_ssize_t H, Py_ssize_t UB, bint backward):
-    """W_hh (G*H, H) in kernel row order packed per unit block for fnn_rnn_pgemm:
-    forward block u: columns = its G*nu gate rows, K = H; backward block u: columns = its
-    nu units, K = G*H (the rows).  Block u starts at u * _panels(cols of a full block) * K."""
-    cdef Py_ssize_t NB = (H + UB - 1) // UB, u, j0, nu, GH = G * H
-    cdef Py_ssize_t per = _panels(UB) * GH if backward else _panels(G * UB) * H
-    cdef cnp.ndarray P = np.empty(NB * per, np.float32)
-    cdef const float* w = <const float*>cnp.PyArray_DATA(whh)
-    cdef float* pp = <float*>cnp.PyArray_DATA(P)
-    with nogil:
-        for u in range(NB):
+cdef inline void _step_state(const Layer* L, int d, Py_ssize_t t, bint first, const real** hp,
+                             const real** cp, Py_ssize_t* ldp) noexcept nogil:
+    """The state step t reads: h_{t-1} (and LSTM c_{t-1}) -- h0 / c0 for the first step of
+    direction d, else the neighbouring output row (d = 0 runs forward in time, d = 1 back)."""
+    cdef Py_ssize_t DH = L.D * L.H, tp
+    if first:
+        hp[0] = <const real*>L.h0 + d * L.B * L.H
+        cp[0] = <const real*>L.c0 + d * L.B * L.H if L.mode == LSTM else NULL
+        ldp[0] = L.H
+    else:
+        tp = t - 1 if d == 0 else t + 1
+        hp[0] = <const real*>L.out + tp * L.B * DH + d * L.H
+        cp[0] = <const real*>L.aux + tp * L.B * DH + d * L.H if L.mode == LSTM else NULL
+        ldp[0] = DH
+
+
+cdef void _fwd_gemm(const Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, const real* hp,
+                    Py_ssize_t ldp, real* gt) noexcept nogil:
+    """Hidden projection h_{t-1} W_hh^T of this thread's unit blocks, one GEMM per block:
+    added onto the gate pre-activations gt (GRU: into its scratch gh, kept apart because
+    r multiplies the n part)."""
+    cdef Py_ssize_t G = L.G, H = L.H, UB = L.UB, u, c0, nu, ldc
+    cdef const real* whh = <const real*>L.whh[d]
+    cdef real* C
+    cdef bint acc = L.mode != GRU
+    if L.mode == GRU:
+        C = <real*>L.gh + d * L.B * G * H
+        ldc = G * H
+    else:
+        C = gt
+        ldc = L.D * G * H
+    for u in range(u0, u1):
+        c0 = u * G * UB
+        nu = _units(L, u)
+        if real is float:
+            if L.whp[d] != NULL:
+                fnn_rnn_pgemm(L.B, G * nu, H, hp, ldp, L.whp[d] + u * _pack_stride(L, False),
+                              C + c0, ldc, acc)
+                continue
+        gemm(False, True, <int>L.B, <int>(G * nu), <int>H, <real>1, hp, <int>ldp,
+             whh + c0 * H, <int>H, <real>(1 if acc else 0), C + c0, <int>ldc)
+
+
+cdef void _fwd_cells(const Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, Py_ssize_t t,
+                     const real* hp, const real* cp, Py_ssize_t ldp) noexcept nogil:
+    """The fused pointwise pass of step t over this thread's unit blocks, row by row."""
+    cdef Py_ssize_t G = L.G, H = L.H, UB = L.UB, GH = L.G * L.H
+    cdef Py_ssize_t DGH = L.D * GH, DH = L.D * L.H, b, u, c0, j0, nu
+    cdef const real* gt = <const real*>L.xp + t * L.B * DGH + d * GH
+    cdef real* at = <real*>L.act + t * L.B * DGH + d * GH
+    cdef const real* bias = <const real*>L.bias[d]
+    cdef const real* gh = <const real*>L.gh + d * L.B * GH
+    cdef const real* bhn = <const real*>L.bhn[d]
+    cdef real* orow
+    cdef real* arow
+    cdef bint relu = L.mode == RNN_RELU
+    for b in range(L.B):
+        orow = <real*>L.out + t * L.B * DH + b * DH + d * H
+        arow = <real*>L.aux + t * L.B * DH + b * DH + d * H if L.aux != NULL else NULL
+        for u in range(u0, u1):
+            c0 = u * G * UB
             j0 = u * UB
-            nu = H - j0 if H - j0 < UB else UB
-            if backward:
-                fnn_rnn_pack(w + j0, 1, H, nu, GH, pp + u * per)
+            nu = _units(L, u)
+            if L.mode == LSTM:
+                _lstm_fwd_row(gt + b * DGH + c0, bias + c0, at + b * DGH + c0,
+                              cp + b * ldp + j0, arow + j0, orow + j0, nu)
+            elif L.mode == GRU:
+                _gru_fwd_row(gt + b * DGH + c0, bias + c0, gh + b * GH + c0, bhn + j0,
+                             hp + b * ldp + j0, at + b * DGH + c0, arow + j0, orow + j0, nu)
             else:
-                fnn_rnn_pack(w + G * j0 * H, H, 1, G * nu, H, pp + u * per)
-    return P
+                _rnn_fwd_row(gt + b * DGH + c0, bias + c0, orow + j0, relu, nu)
+
+
+cdef void _fwd_dir(Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, real* tag) noexcept nogil:
+    """Direction d's forward time loop over unit blocks [u0, u1): per step the hidden
+    GEMM, the pointwise pass, then the team's barrier (the next step reads all of h_t)."""
+    cdef Py_ssize_t s, t, ldp
+    cdef const real* hp
+    cdef const real* cp
+    cdef real* gt
+    if real is float:
+        if L.whp[d] != NULL:
+            _pack_blocks(L, d, u0, u1, False)
+    for s in range(L.T):
+        t = s if d == 0 else L.T - 1 - s
+        _step_state[real](L, d, t, s == 0, &hp, &cp, &ldp)
+        gt = <real*>L.xp + t * L.B * L.D * L.G * L.H + d * L.G * L.H
+        # a zero initial state adds nothing (GRU still needs its gh = 0 scratch)
+        if not (s == 0 and L.hzero and L.mode != GRU):
+            _fwd_gemm(L, d, u0, u1, hp, ldp, gt)
+        _fwd_cells(L, d, u0, u1, t, hp, cp, ldp)
+        fnn_rnn_barrier()
+
+
+cdef void _bwd_cells(const Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, Py_ssize_t t,
+                     const real* hp, const real* cp, Py_ssize_t ldp) noexcept nogil:
+    """The fused pointwise backward pass of step t: dh (and dc) into the pre-activation
+    gradients dG_t of this thread's unit blocks."""
+    cdef Py_ssize_t G = L.G, H = L.H, UB = L.UB, GH = L.G * L.H
+    cdef Py_ssize_t DGH = L.D * GH, DH = L.D * L.H, lddy = L.lddy, b, u, c0, j0, nu
+    cdef const real* at = <const real*>L.act + t * L.B * DGH + d * GH
+    cdef real* dgt = <real*>L.dg + t * L.B * DGH + d * GH
+    cdef real* dght = <real*>L.dgh + t * L.B * DGH + d * GH
+    cdef const real* dyt = <const real*>L.dout + (t * L.B * DH + d * H if lddy else 0)
+    cdef real* dh = <real*>L.dh + d * L.B * H
+    cdef real* dc = <real*>L.dc + d * L.B * H if L.mode == LSTM else NULL
+    cdef const real* orow
+    cdef const real* arow
+    cdef bint relu = L.mode == RNN_RELU
+    for b in range(L.B):
+        orow = <const real*>L.out + t * L.B * DH + b * DH + d * H
+        arow = <const real*>L.aux + t * L.B * DH + b * DH + d * H if L.aux != NULL else NULL
+        for u in range(u0, u1):
+            c0 = u * G * UB
+            j0 = u * UB
+            nu = _units(L, u)
+            if L.mode == LSTM:
+                _lstm_bwd_row(at + b * DGH + c0, arow + j0, cp + b * ldp + j0,
+                              dyt + b * lddy + j0, dh + b * H + j0, dc + b * H + j0,
+                              dgt + b * DGH + c0, nu)
+            elif L.mode == GRU:
+                _gru_bwd_row(at + b * DGH + c0, arow + j0, hp + b * ldp + j0,
+                             dyt + b * lddy + j0, dh + b * H + j0, dgt + b * DGH + c0,
+                             dght + b * DGH + c0, nu)
+            else:
+                _rnn_bwd_row(orow + j0, dyt + b * lddy + j0, dh + b * H + j0,
+                             dgt + b * DGH + c0, relu, nu)
+
+
+cdef void _bwd_gemm(const Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, const real* dght) noexcept nogil:
+    """dh_{t-1}[:, block] = dG_t W_hh[:, block] for this thread's blocks (GRU: added onto
+    the direct part the pointwise pass left in dh)."""
+    cdef Py_ssize_t GH = L.G * L.H, H = L.H, u, j0, nu
+    cdef const real* whh = <const real*>L.whh[d]
+    cdef real* dh = <real*>L.dh + d * L.B * H
+    cdef bint acc = L.mode == GRU
+    for u in range(u0, u1):
+        j0 = u * L.UB
+        nu = _units(L, u)
+        if real is float:
+            if L.whp[d] != NULL:
+                fnn_rnn_pgemm(L.B, nu, GH, dght, L.D * GH, L.whp[d] + u * _pack_stride(L, True),
+                              dh + j0, H, acc)
+                continue
+        gemm(False, False, <int>L.B, <int>nu, <int>GH, <real>1, dght, <int>(L.D * GH), whh + j0,
+             <int>H, <real>(1 if acc else 0), dh + j0, <int>H)
+
+
+cdef void _bwd_dir(Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, real* tag) noexcept nogil:
+    """Direction d's backward time loop (reversed): per step the pointwise pass, the
+    team's barrier (the GEMM reads all of dG_t), then the recurrent GEMM."""
+    cdef Py_ssize_t s, t, ldp, DGH = L.D * L.G * L.H
+    cdef const real* hp
+    cdef const real* cp
+    cdef bint first
+    if real is float:
+        if L.whp[d] != NULL:
+            _pack_blocks(L, d, u0, u1, True)
+    for s in range(L.T):
+        t = L.T - 1 - s if d == 0 else s
+        first = s == L.T - 1          # the step whose predecessor is h0
+        _step_state[real](L, d, t, first, &hp, &cp, &ldp)
+        _bwd_cells[real](L, d, u0, u1, t, hp, cp, ldp)
+        fnn_rnn_barrier()
+        if not first or L.need_dh0:
+            _bwd_gemm(L, d, u0, u1, <const real*>L.dgh + t * L.B * DGH + d * L.G * L.H)
 
 
 cdef void _run_team(Layer* L, bint backward, real* tag) noexcept nogil:
@@ -608,15 +406,27 @@ cdef void _run_layer(Layer* L, bint backward, int team, real* tag) noexcept nogi
             _run_team(L, backward, tag)
 
 
-# ------------------------------------------------------------------ helpers
+cdef int _team_size(Py_ssize_t D, Py_ssize_t B, Py_ssize_t G, Py_ssize_t H, Py_ssize_t NB):
+    """Threads for a layer's time loop: only when a step has enough GEMM work to share."""
+    cdef int nt = _threads_for(D * B * G * H * H, 1 << 16)
+    cdef int per = <int>(nt // D)
+    if per > NB:
+        per = <int>NB
+    if per < 1:
+        return 1
+    return <int>(D * per)
+
+
+# ------------------------------------------------------------------ whole-sequence helpers
 cdef void _dropout(const real* x, real* y, Py_ssize_t n, uint64_t base, uint64_t seed,
-                   uint64_t offset, double p, int nt) noexcept nogil:
+                   uint64_t offset, double p) noexcept nogil:
     """y = x * m, m = 1/(1-p) where the Philox uniform of element base + i is >= p, else 0.
     ``base`` is a multiple of 4, so one Philox block gives four consecutive elements."""
     cdef Py_ssize_t nblk = (n + 3) // 4, k, i, lane
     cdef real scale = <real>(1.0 / (1.0 - p))
     cdef fnn_philox_out o
     cdef double u
+    cdef int nt = _threads_for(n, 1 << 14)
     for k in prange(nblk, nogil=True, schedule="static", num_threads=nt):
         o = fnn_philox4x32(base // 4 + k, offset, seed)
         for lane in range(4):
@@ -626,10 +436,6 @@ cdef void _dropout(const real* x, real* y, Py_ssize_t n, uint64_t base, uint64_t
                 y[i] = x[i] * (scale if u >= p else <real>0)
 
 
-cdef inline void* _p(object a):
-    return NULL if a is None else cnp.PyArray_DATA(<cnp.ndarray>a)
-
-
 cdef enum:
     GEMM_ROWS = 512   # row chunk of the whole-sequence GEMMs (fixed: results never
                       # depend on the thread count, as each chunk is one BLAS call)
@@ -637,10 +443,11 @@ cdef enum:
 
 cdef void _gemm_rows(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, const real* A,
                      Py_ssize_t lda, const real* Bm, Py_ssize_t ldb, real beta, real* C,
-                     Py_ssize_t ldc, int nt) noexcept nogil:
+                     Py_ssize_t ldc) noexcept nogil:
     """Row-major C = op(A) op(B) + beta C as fixed chunks of GEMM_ROWS rows of C, one
-    single-threaded BLAS call per chunk, chunks spread over nt OpenMP threads."""
+    single-threaded BLAS call per chunk, chunks spread over the OpenMP threads."""
     cdef Py_ssize_t nch = (M + GEMM_ROWS - 1) // GEMM_ROWS, c, r0, m
+    cdef int nt = _threads_for(M * N * K // 64, 1 << 14)
     if nch <= 1 or nt <= 1:
         for c in range(nch):
             r0 = c * GEMM_ROWS
@@ -655,22 +462,33 @@ cdef void _gemm_rows(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K,
              Bm, <int>ldb, beta, C + r0 * ldc, <int>ldc)
 
 
-cdef void _gemm_any(bint f32, bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K,
-                    void* A, Py_ssize_t lda, void* Bm, Py_ssize_t ldb, double beta, void* C,
-                    Py_ssize_t ldc) noexcept nogil:
-    cdef int nt = _threads_for(M * N * K // 64, 1 << 14)
-    if f32:
-        _gemm_rows[float](ta, tb, M, N, K, <const float*>A, lda, <const float*>Bm, ldb,
-                          <float>beta, <float*>C, ldc, nt)
-    else:
-        _gemm_rows[double](ta, tb, M, N, K, <const double*>A, lda, <const double*>Bm, ldb,
-                           beta, <double*>C, ldc, nt)
+cdef inline real* _span(real[::1] v, Py_ssize_t off, Py_ssize_t n) except? NULL:
+    """&v[off] for a kernel that touches v[off : off + n] (NULL when n == 0).  Both ends
+    are indexed, so the FASTNN_DEBUG build's bounds checks cover the whole run."""
+    if n <= 0:
+        return NULL
+    cdef real* last = &v[off + n - 1]
+    return &v[off]
 
 
+cdef inline const real* _cspan(const real[::1] v, Py_ssize_t off, Py_ssize_t n) except? NULL:
+    """_span for a read-only buffer."""
+    if n <= 0:
+        return NULL
+    cdef const real* last = &v[off + n - 1]
+    return &v[off]
+
+
+cdef inline _flat(a):
+    """A contiguous array's elements as one flat view (None stays None)."""
+    return None if a is None else a.reshape(-1)
+
+
+# ------------------------------------------------------------------ block layout
 def _block_size(Py_ssize_t G, Py_ssize_t H):
     """Hidden units per block of the time loop: about H/2 (two threads share a direction;
-    each block is one BLAS call per step, and every call re-packs its small operand, so
-    fewer, wider blocks are faster) but at least 64 gate columns per GEMM; a multiple of 8."""
+    each block is one GEMM per step, so fewer, wider blocks are faster) but at least 64
+    gate columns per GEMM; a multiple of 8."""
     cdef Py_ssize_t ub = ((H + 1) // 2 + 7) // 8 * 8
     cdef Py_ssize_t lo = ((64 + G - 1) // G + 7) // 8 * 8
     ub = ub if ub > lo else lo
@@ -683,7 +501,7 @@ def _perm(Py_ssize_t G, Py_ssize_t H, Py_ssize_t UB):
     u*G*UB + k*n_u + l.  Then each block's hidden projection is one GEMM and its
     pointwise update reads one contiguous run."""
     perm = np.empty(G * H, np.intp)
-    cdef Py_ssize_t u, k, l, nu, j0
+    cdef Py_ssize_t u, k, nu, j0
     for u in range((H + UB - 1) // UB):
         j0 = u * UB
         nu = H - j0 if H - j0 < UB else UB
@@ -692,346 +510,434 @@ def _perm(Py_ssize_t G, Py_ssize_t H, Py_ssize_t UB):
     return perm
 
 
-cdef int _team_size(Py_ssize_t D, Py_ssize_t B, Py_ssize_t G, Py_ssize_t H, Py_ssize_t NB):
-    """Threads for a layer's time loop: only when a step has enough GEMM work to share."""
-    cdef int nt = _threads_for(D * B * G * H * H, 1 << 16)
-    cdef int per = <int>(nt // D)
-    if per > NB:
-        per = <int>NB
-    if per < 1:
-        return 1
-    return <int>(D * per)
+cdef bint _packed_on = FNN_RNN_PACKED
 
 
-cdef _layer_loop(Layer* L, bint f32, bint backward, int team):
-    with nogil:
-        if f32:
-            _run_layer[float](L, backward, team, NULL)
-        else:
-            _run_layer[double](L, backward, team, NULL)
+def _use_packed(bint on):
+    """Route the float32 per-step GEMMs through the pre-packed kernel (default where the
+    build has AVX2+FMA) or through BLAS (tests compare the two).  Returns the old setting."""
+    global _packed_on
+    old = _packed_on
+    _packed_on = on and FNN_RNN_PACKED
+    return old
 
 
-_MODES = {"rnn_tanh": RNN_TANH, "rnn_relu": RNN_RELU, "gru": GRU, "lstm": LSTM}
-_NGATES = {RNN_TANH: 1, RNN_RELU: 1, GRU: 3, LSTM: 4}
+# ------------------------------------------------------------------ saved state
+cdef class _Stack:
+    """The shape of one call's stack, fixed by its arguments; and, once the forward has
+    run, what the backward needs (``layers``: one _LayerState per layer)."""
+    cdef readonly int mode, L, D, G
+    cdef readonly Py_ssize_t H, T, B, UB, NB, nw
+    cdef readonly bint has_hx, batch_first, use_drop
+    cdef readonly double p
+    cdef readonly uint64_t seed, offset
+    cdef readonly object dtype
+    cdef readonly object perm      # kernel row p -> torch gate row perm[p]
+    cdef readonly object h0, c0    # (L*D, B, H) initial states (zeros when not given)
+    cdef readonly list layers
+
+    cdef Py_ssize_t n_out(self):
+        """Elements of one layer's output (T, B, D*H): the dropout boundary size."""
+        return self.T * self.B * self.D * self.H
+
+    cdef Py_ssize_t drop_base(self, int k):
+        """Philox numbering of boundary k (reference.rnn): k * N rounded up to 4."""
+        return k * ((self.n_out() + 3) // 4 * 4)
 
 
-cdef _dropout_any(bint f32, cnp.ndarray x, cnp.ndarray y, Py_ssize_t n, uint64_t base,
-                  uint64_t seed, uint64_t offset, double p):
-    cdef int nt = _threads_for(n, 1 << 14)
-    cdef void* px = _p(x)
-    cdef void* py = _p(y)
-    with nogil:
-        if f32:
-            _dropout[float](<const float*>px, <float*>py, n, base, seed, offset, p, nt)
-        else:
-            _dropout[double](<const double*>px, <double*>py, n, base, seed, offset, p, nt)
+cdef class _LayerState:
+    """One layer's forward results kept for backward: its input (T, B, I), the activated
+    gates (T, B, D*G*H; LSTM, GRU), the output (T, B, D*H), aux (LSTM c_t, GRU
+    W_hn h_{t-1} + b_hn) and per direction W_ih / W_hh in kernel row order."""
+    cdef readonly object inp, act, out, aux
+    cdef readonly tuple w_ih, w_hh
+    cdef readonly Py_ssize_t n_in  # input features (inp is kept flat)
 
 
-cdef _colsum_any(bint f32, cnp.ndarray a, Py_ssize_t rows, Py_ssize_t n, cnp.ndarray out):
-    cdef int nt = _threads_for(rows * n, 1 << 15)
-    cdef void* pa = _p(a)
-    cdef void* po = _p(out)
-    with nogil:
-        if f32:
-            _col_sum[float](<const float*>pa, rows, n, <float*>po, nt, 128)
-        else:
-            _col_sum[double](<const double*>pa, rows, n, <double*>po, nt, 128)
-
-
-# ------------------------------------------------------------------ the stack
-def _forward(int mode, x, h0, c0, tuple weights, int L, bint bidirectional, bint batch_first,
-             double p, bint train, uint64_t seed, uint64_t offset):
-    with single_threaded_blas():   # every GEMM is one single-threaded call on fixed work
-        return _forward_impl(mode, x, h0, c0, weights, L, bidirectional, batch_first, p, train,
-                             seed, offset)
-
-
-def _backward(d_out, d_h_n, d_c_n, tuple saved):
-    with single_threaded_blas():
-        return _backward_impl(d_out, d_h_n, d_c_n, saved)
-
-
-cdef _forward_impl(int mode, x, h0, c0, tuple weights, int L, bint bidirectional,
+# ------------------------------------------------------------------ forward
+cdef _Stack _stack(int mode, x, h0, c0, tuple weights, int L, bint bidirectional,
                    bint batch_first, double p, bint train, uint64_t seed, uint64_t offset):
-    cdef Py_ssize_t D = 2 if bidirectional else 1
-    cdef Py_ssize_t G = _NGATES[mode]
-    cdef Py_ssize_t nw = len(weights) // (L * D)
-    cdef Py_ssize_t H = weights[1].shape[1]
-    cdef Py_ssize_t GH = G * H, T, B, I, k, d, N
-    cdef Py_ssize_t UB = _block_size(G, H)
-    cdef Py_ssize_t NB = (H + UB - 1) // UB
-    cdef bint f32 = x.dtype == np.float32
-    cdef bint use_drop = train and p > 0 and L > 1
-    cdef Layer lay
-    cdef cnp.ndarray inp, xp, act, out, aux, gh, h0a, c0a, wp_ih, wp_hh, bias
-    cdef void* pa
-    cdef void* pb
-    cdef void* pc
-    dt = x.dtype
-    perm = _perm(G, H, UB)
-    inp = np.ascontiguousarray(x.transpose(1, 0, 2)) if batch_first else x
-    T = inp.shape[0]
-    B = inp.shape[1]
-    N = T * B * D * H
-    h0a = np.zeros((L * D, B, H), dt) if h0 is None else h0
-    c0a = (np.zeros((L * D, B, H), dt) if c0 is None else c0) if mode == LSTM else None
-    h_n = np.empty((L * D, B, H), dt)
-    c_n = np.empty((L * D, B, H), dt) if mode == LSTM else None
-    zeros_h = np.zeros(H, dt)
-    layers = []
-    cdef int team = _team_size(D, B, G, H, NB)
-    for k in range(L):
-        I = inp.shape[2]
-        xp = np.empty((T, B, D * GH), dt)
-        lay.bhn[0] = lay.bhn[1] = NULL
-        lay.whp[0] = lay.whp[1] = NULL
-        keep = []
-        for d in range(D):
-            base = (k * D + d) * nw
-            wp_ih = weights[base][perm]
-            wp_hh = weights[base + 1][perm]
-            if nw == 4:
-                if mode == GRU:
-                    bias = weights[base + 2].copy()
-                    bias[:2 * H] += weights[base + 3][:2 * H]
-                    bhn = weights[base + 3][2 * H:]
-                else:
-                    bias = weights[base + 2] + weights[base + 3]
-                    bhn = zeros_h
-            else:
-                bias = np.zeros(GH, dt)
-                bhn = zeros_h
-            whp = _pack_whh(wp_hh, G, H, UB, False) if f32 and _packed_on else None
-            bias = np.ascontiguousarray(bias[perm])
-            keep.append((wp_ih, wp_hh, bhn, whp, bias))
-            pa = _p(inp)
-            pb = _p(wp_ih)
-            pc = <char*>_p(xp) + d * GH * (4 if f32 else 8)
-            with nogil:
-                _gemm_any(f32, False, True, T * B, GH, I, pa, I, pb, I, 0.0, pc, D * GH)
-            lay.whh[d] = _p(wp_hh)
-            lay.bias[d] = _p(bias)
-            lay.whp[d] = _p(whp)
-            lay.bhn[d] = _p(bhn)
-        out = np.empty((T, B, D * H), dt)
-        aux = np.empty((T, B, D * H), dt) if mode in (GRU, LSTM) else None
-        gh = np.empty((D, B, GH), dt) if mode == GRU else None
-        act = np.empty((T, B, D * GH), dt) if mode in (GRU, LSTM) else None
-        lay.act = _p(act)
-        lay.mode = mode
-        lay.T = T
-        lay.B = B
-        lay.H = H
-        lay.D = D
-        lay.G = G
-        lay.UB = UB
-        lay.NBLK = NB
-        lay.hzero = h0 is None
-        lay.need_dh0 = False
-        lay.xp = _p(xp)
-        lay.out = _p(out)
-        lay.aux = _p(aux)
-        lay.h0 = _p(h0a[k * D:(k + 1) * D])
-        lay.c0 = _p(c0a[k * D:(k + 1) * D]) if mode == LSTM else NULL
-        lay.gh = _p(gh)
-        _layer_loop(&lay, f32, False, team)
-        h_n[k * D] = out[T - 1, :, :H]
-        if D == 2:
-            h_n[k * D + 1] = out[0, :, H:]
-        if mode == LSTM:
-            c_n[k * D] = aux[T - 1, :, :H]
-            if D == 2:
-                c_n[k * D + 1] = aux[0, :, H:]
-        layers.append((inp, act, out, aux,
-                       tuple(kp[:2] for kp in keep)))
-        if k < L - 1:
-            if use_drop:
-                nxt = np.empty_like(out)
-                _dropout_any(f32, out, nxt, N, k * ((N + 3) // 4 * 4), seed, offset, p)
-                inp = nxt
-            else:
-                inp = out
-    y = np.ascontiguousarray(out.transpose(1, 0, 2)) if batch_first else out
-    saved = (mode, h0 is not None, h0a, c0a, nw, L, D, H, batch_first, use_drop, p, seed, offset,
-             layers, dt)
-    return y, h_n, c_n, saved
+    cdef _Stack s = _Stack.__new__(_Stack)
+    s.mode = mode
+    s.L = L
+    s.D = 2 if bidirectional else 1
+    s.G = _NGATES[mode]
+    s.nw = len(weights) // (L * s.D)
+    s.H = weights[1].shape[1]
+    s.T = x.shape[1] if batch_first else x.shape[0]
+    s.B = x.shape[0] if batch_first else x.shape[1]
+    s.UB = _block_size(s.G, s.H)
+    s.NB = (s.H + s.UB - 1) // s.UB
+    s.has_hx = h0 is not None
+    s.batch_first = batch_first
+    s.use_drop = train and p > 0 and L > 1
+    s.p = p
+    s.seed = seed
+    s.offset = offset
+    s.dtype = x.dtype
+    s.perm = _perm(s.G, s.H, s.UB)
+    shape = (L * s.D, s.B, s.H)
+    s.h0 = np.zeros(shape, s.dtype) if h0 is None else np.ascontiguousarray(h0)
+    if mode == LSTM:
+        s.c0 = np.zeros(shape, s.dtype) if c0 is None else np.ascontiguousarray(c0)
+    s.layers = []
+    return s
 
 
-cdef _backward_impl(d_out, d_h_n, d_c_n, tuple saved):
-    (mode, has_hx, h0a, c0a, nw_, L, D, H_, batch_first, use_drop, p, seed, offset,
-     layers, dt) = saved
-    cdef int imode = mode
-    cdef Py_ssize_t G = _NGATES[imode]
-    cdef Py_ssize_t nL = L, nD = D, nw = nw_, H = H_
-    cdef Py_ssize_t GH = G * H, T, B, I, k, d, N
-    cdef Py_ssize_t UB = _block_size(G, H)
-    cdef Py_ssize_t NB = (H + UB - 1) // UB
-    cdef bint f32 = dt == np.float32
-    cdef Layer lay
-    cdef cnp.ndarray inp, xp, out, aux, dy, dg, dgh, dh, dc, dx, dbi, dbh, wp_ih
-    cdef Py_ssize_t isz = 4 if f32 else 8
-    cdef void *pdg
-    cdef void *pdgh
-    cdef void *pin
-    cdef void *phv
-    cdef void *pwi
-    cdef void *pdwi
-    cdef void *pdwh
-    cdef void *pdx
-    cdef void *pdgh0
-    cdef void *pdgh1
-    cdef void *ph0
-    cdef bint has_h0 = has_hx
-    perm = _perm(G, H, UB)
-    T = layers[0][0].shape[0]
-    B = layers[0][0].shape[1]
-    N = T * B * nD * H
-    if d_out is None:
-        dy = np.zeros(H, dt)
-        lay.lddy = 0
+cdef void _layer_shape(_Stack s, Layer* lay) noexcept:
+    """The fields of a Layer fixed by the stack's shape; every buffer pointer NULL."""
+    memset(lay, 0, sizeof(Layer))
+    lay.mode = s.mode
+    lay.T = s.T
+    lay.B = s.B
+    lay.H = s.H
+    lay.D = s.D
+    lay.G = s.G
+    lay.UB = s.UB
+    lay.NBLK = s.NB
+    lay.hzero = not s.has_hx
+
+
+cdef tuple _kernel_weights(_Stack s, tuple weights, int k, int d):
+    """Direction d of layer k in the kernel's row order: (W_ih, W_hh, bias, b_hn); bias =
+    b_ih + b_hh (GRU n gate: b_ih only, b_hn is applied inside r * (...)), zeros without
+    biases."""
+    cdef Py_ssize_t base = (k * s.D + d) * s.nw, H = s.H
+    perm = s.perm
+    zeros_h = np.zeros(H, s.dtype)
+    if s.nw == 4:
+        if s.mode == GRU:
+            bias = weights[base + 2].copy()
+            bias[:2 * H] += weights[base + 3][:2 * H]
+            bhn = np.ascontiguousarray(weights[base + 3][2 * H:])
+        else:
+            bias = weights[base + 2] + weights[base + 3]
+            bhn = zeros_h
     else:
-        dy = np.ascontiguousarray(d_out.transpose(1, 0, 2)) if batch_first else d_out
-        lay.lddy = nD * H
-    dweights = [None] * (nL * nD * nw)
-    dh0 = np.empty((nL * nD, B, H), dt)
-    dc0 = np.empty((nL * nD, B, H), dt) if imode == LSTM else None
-    cdef int team = _team_size(nD, B, G, H, NB)
-    for k in range(nL - 1, -1, -1):
-        inp, xp, out, aux, wps = layers[k]
-        I = inp.shape[2]
-        dg = np.empty((T, B, nD * GH), dt)
-        dgh = np.empty((T, B, nD * GH), dt) if imode == GRU else dg
-        dh = np.zeros((nD, B, H), dt) if d_h_n is None else d_h_n[k * nD:(k + 1) * nD].copy()
-        if imode == LSTM:
-            dc = np.zeros((nD, B, H), dt) if d_c_n is None else d_c_n[k * nD:(k + 1) * nD].copy()
-        else:
-            dc = None
-        lay.mode = imode
-        lay.T = T
-        lay.B = B
-        lay.H = H
-        lay.D = nD
-        lay.G = G
-        lay.UB = UB
-        lay.NBLK = NB
-        lay.hzero = not has_hx
-        lay.need_dh0 = has_hx
-        lay.act = _p(xp) if xp is not None else _p(dg)   # RNN: unused
-        lay.out = _p(out)
-        lay.aux = _p(aux)
-        lay.h0 = _p(h0a[k * nD:(k + 1) * nD])
-        lay.c0 = _p(c0a[k * nD:(k + 1) * nD]) if imode == LSTM else NULL
-        lay.whp[0] = lay.whp[1] = NULL
-        whps = []
-        for d in range(nD):
-            lay.whh[d] = _p(wps[d][1])
-            whps.append(_pack_whh(wps[d][1], G, H, UB, True) if f32 and _packed_on else None)
-            lay.whp[d] = _p(whps[d])
-        lay.dout = _p(dy)
-        lay.dg = _p(dg)
-        lay.dgh = _p(dgh)
-        lay.dh = _p(dh)
-        lay.dc = _p(dc)
-        _layer_loop(&lay, f32, True, team)
-        dh0[k * nD:(k + 1) * nD] = dh
-        if imode == LSTM:
-            dc0[k * nD:(k + 1) * nD] = dc
-        # whole-sequence weight gradients and d_input (rows in the kernel's gate order)
-        dx = np.empty((T, B, I), dt)
-        dbi = np.empty(nD * GH, dt)
-        _colsum_any(f32, dg, T * B, nD * GH, dbi)
-        if imode == GRU:
-            dbh = np.empty(nD * GH, dt)
-            _colsum_any(f32, dgh, T * B, nD * GH, dbh)
-        else:
-            dbh = dbi
-        for d in range(nD):
-            base = (k * nD + d) * nw
-            wp_ih = wps[d][0]
-            dwi = np.empty((GH, I), dt)
-            dwh = np.empty((GH, H), dt)
-            # dW_hh = sum_t dG_t^T h_{t-1}: the steps whose h_{t-1} is an output row, read
-            # in place (no shifted copy), then the h0 step when h0 was given (else zeros)
-            pdg = <char*>_p(dg) + d * GH * isz
-            pdgh = <char*>_p(dgh) + d * GH * isz
-            pin = _p(inp)
-            if d == 0:
-                pdgh1 = <char*>pdgh + B * nD * GH * isz
-                phv = _p(out)
-                pdgh0 = pdgh
-            else:
-                pdgh1 = pdgh
-                phv = <char*>_p(out) + (B * nD * H + H) * isz
-                pdgh0 = <char*>pdgh + (T - 1) * B * nD * GH * isz
-            ph0 = _p(h0a[k * nD + d])
-            pwi = _p(wp_ih)
-            pdwi = _p(dwi)
-            pdwh = _p(dwh)
-            pdx = _p(dx)
-            with nogil:
-                _gemm_any(f32, True, False, GH, I, T * B, pdg, nD * GH, pin, I, 0.0, pdwi, I)
-                _gemm_any(f32, True, False, GH, H, (T - 1) * B, pdgh1, nD * GH, phv, nD * H,
-                          0.0, pdwh, H)
-                if has_h0:
-                    _gemm_any(f32, True, False, GH, H, B, pdgh0, nD * GH, ph0, H, 1.0, pdwh, H)
-                _gemm_any(f32, False, False, T * B, I, GH, pdg, nD * GH, pwi, I,
-                          1.0 if d else 0.0, pdx, I)
-            gw = np.empty_like(dwi)
-            gw[perm] = dwi
-            dweights[base] = gw
-            gw = np.empty_like(dwh)
-            gw[perm] = dwh
-            dweights[base + 1] = gw
-            if nw == 4:
-                gw = np.empty(GH, dt)
-                gw[perm] = dbi[d * GH:(d + 1) * GH]
-                dweights[base + 2] = gw
-                gw = np.empty(GH, dt)
-                gw[perm] = dbh[d * GH:(d + 1) * GH]
-                dweights[base + 3] = gw
+        bias = np.zeros(s.G * H, s.dtype)
+        bhn = zeros_h
+    return (weights[base][perm], weights[base + 1][perm], np.ascontiguousarray(bias[perm]), bhn)
+
+
+cdef _LayerState _layer_forward(_Stack s, int k, const real[::1] inp, Py_ssize_t I,
+                                tuple weights, int team):
+    """Layer k over the whole sequence, both directions: one input-projection GEMM per
+    direction, then the time loop."""
+    cdef Py_ssize_t T = s.T, B = s.B, H = s.H, D = s.D, GH = s.G * s.H
+    cdef Py_ssize_t DGH = D * GH, TB = T * B, d
+    cdef Layer lay
+    cdef _LayerState st = _LayerState.__new__(_LayerState)
+    dt = s.dtype
+    gated = s.mode in (GRU, LSTM)
+    xp = np.empty((T, B, DGH), dt)
+    st.out = np.empty((T, B, D * H), dt)
+    st.aux = np.empty((T, B, D * H), dt) if gated else None
+    st.act = np.empty((T, B, DGH), dt) if gated else None
+    gh = np.empty((D, B, GH), dt) if s.mode == GRU else None
+    cdef real[::1] xpv = xp.reshape(-1)
+    cdef real[::1] outv = st.out.reshape(-1)
+    cdef real[::1] auxv = _flat(st.aux)
+    cdef real[::1] actv = _flat(st.act)
+    cdef real[::1] ghv = _flat(gh)
+    cdef const real[::1] h0v = s.h0.reshape(-1)
+    cdef const real[::1] c0v = _flat(s.c0)
+    cdef const real[::1] wi
+    cdef const real[::1] wh
+    cdef const real[::1] bias
+    cdef const real[::1] bhn
+    cdef real[::1] packed
+    cdef const real* pin
+    cdef const real* pwi
+    cdef real* pxp
+    cdef Py_ssize_t nstate = D * B * H, state0 = k * nstate
+    _layer_shape(s, &lay)
+    lay.xp = _span(xpv, 0, TB * DGH)
+    lay.act = _span(actv, 0, TB * DGH) if gated else NULL
+    lay.out = _span(outv, 0, TB * D * H)
+    lay.aux = _span(auxv, 0, TB * D * H) if gated else NULL
+    lay.gh = _span(ghv, 0, D * B * GH) if s.mode == GRU else NULL
+    lay.h0 = <void*>_cspan(h0v, state0, nstate)
+    lay.c0 = <void*>_cspan(c0v, state0, nstate) if s.mode == LSTM else NULL
+    w_ih = []
+    w_hh = []
+    keep = []
+    for d in range(D):
+        kw = _kernel_weights(s, weights, k, d)
+        keep.append(kw)         # the pointers below stay valid until the loop has run
+        w_ih.append(kw[0])
+        w_hh.append(kw[1])
+        wi = kw[0].reshape(-1)
+        wh = kw[1].reshape(-1)
+        bias = kw[2]
+        bhn = kw[3]
+        # the input projection of every step at once: xp[:, :, d] = inp W_ih^T
+        pin = _cspan(inp, 0, TB * I)
+        pwi = _cspan(wi, 0, GH * I)
+        pxp = _span(xpv, d * GH, (TB - 1) * DGH + GH)
+        with nogil:
+            _gemm_rows(False, True, TB, GH, I, pin, I, pwi, I, <real>0, pxp, DGH)
+        lay.whh[d] = <void*>_cspan(wh, 0, GH * H)
+        lay.bias[d] = <void*>_cspan(bias, 0, GH)
+        lay.bhn[d] = <void*>_cspan(bhn, 0, H)
+        if real is float:
+            if _packed_on:
+                pk = np.empty(s.NB * _panels(s.G * s.UB) * H, np.float32)
+                keep.append(pk)
+                packed = pk
+                lay.whp[d] = _span(packed, 0, s.NB * _panels(s.G * s.UB) * H)
+    with nogil:
+        _run_layer[real](&lay, False, team, NULL)
+    st.inp = inp.base if inp.base is not None else np.asarray(inp)
+    st.n_in = I
+    st.w_ih = tuple(w_ih)
+    st.w_hh = tuple(w_hh)
+    return st
+
+
+cdef _final_states(_Stack s, _LayerState st, int k, h_n, c_n):
+    """h_n (c_n) of layer k: direction 0's last step, direction 1's first."""
+    cdef Py_ssize_t D = s.D, H = s.H, T = s.T
+    h_n[k * D] = st.out[T - 1, :, :H]
+    if D == 2:
+        h_n[k * D + 1] = st.out[0, :, H:]
+    if s.mode == LSTM:
+        c_n[k * D] = st.aux[T - 1, :, :H]
+        if D == 2:
+            c_n[k * D + 1] = st.aux[0, :, H:]
+
+
+cdef _col_sums(const real[::1] a, Py_ssize_t rows, Py_ssize_t n, real[::1] out, int nt):
+    """out = the column sums of the (rows, n) ``a`` (fnn_colsum.pxi: fixed row chunks)."""
+    cdef const real* pa = _cspan(a, 0, rows * n)
+    cdef real* po = _span(out, 0, n)
+    with nogil:
+        _col_sum(pa, rows, n, po, nt, 128)
+
+
+cdef _dropped(_Stack s, int k, const real[::1] a):
+    """The layer boundary k's dropout applied to the flat ``a`` (a new array)."""
+    cdef Py_ssize_t n = s.n_out()
+    out = np.empty(n, s.dtype)
+    cdef real[::1] ov = out
+    cdef uint64_t base = s.drop_base(k)
+    cdef const real* src = _cspan(a, 0, n)
+    cdef real* dst = _span(ov, 0, n)
+    with nogil:
+        _dropout(src, dst, n, base, s.seed, s.offset, s.p)
+    return out
+
+
+cdef tuple _forward_stack(_Stack s, const real[::1] x, Py_ssize_t I, tuple weights):
+    """Every layer in turn (dropout between them) -> (y, h_n, c_n, s); x is the flat
+    time-major (T, B, I) input."""
+    cdef Py_ssize_t T = s.T, B = s.B
+    cdef int k
+    cdef int team = _team_size(s.D, B, s.G, s.H, s.NB)
+    cdef const real[::1] inp = x
+    cdef _LayerState st
+    shape = (s.L * s.D, B, s.H)
+    h_n = np.empty(shape, s.dtype)
+    c_n = np.empty(shape, s.dtype) if s.mode == LSTM else None
+    for k in range(s.L):
         if k > 0:
-            if use_drop:
-                nxt = np.empty_like(dx)
-                _dropout_any(f32, dx, nxt, N, (k - 1) * ((N + 3) // 4 * 4), seed, offset, p)
-                dy = nxt
-            else:
-                dy = dx
-            lay.lddy = nD * H
-    if batch_first:
+            I = s.D * s.H
+        st = _layer_forward(s, k, inp, I, weights, team)
+        s.layers.append(st)
+        _final_states(s, st, k, h_n, c_n)
+        if k < s.L - 1:
+            inp = _dropped[real](s, k, st.out.reshape(-1)) if s.use_drop else st.out.reshape(-1)
+    y = st.out
+    if s.batch_first:
+        y = np.ascontiguousarray(y.transpose(1, 0, 2))
+    return y, h_n, c_n, s
+
+
+def _forward(str mode, x, h0, c0, weights, int num_layers, bint bidirectional,
+             bint batch_first, double dropout, bint train, uint64_t seed, uint64_t offset):
+    """The whole-stack forward (see stack_ops): -> (y, h_n, c_n or None, saved)."""
+    cdef _Stack s = _stack(_MODES[mode], x, h0, c0, tuple(weights), num_layers, bidirectional,
+                           batch_first, dropout, train, seed, offset)
+    xs = np.ascontiguousarray(x.transpose(1, 0, 2) if batch_first else x).reshape(-1)
+    with single_threaded_blas():   # every GEMM is one single-threaded call on fixed work
+        if s.dtype == np.float32:
+            return _forward_stack[float](s, xs, x.shape[2], tuple(weights))
+        return _forward_stack[double](s, xs, x.shape[2], tuple(weights))
+
+
+# ------------------------------------------------------------------ backward
+cdef _unpermute(_Stack s, a):
+    """Rows (first axis) of ``a`` from the kernel's gate order back to torch's."""
+    out = np.empty_like(a)
+    out[s.perm] = a
+    return out
+
+
+cdef _layer_backward(_Stack s, int k, const real[::1] dy, Py_ssize_t lddy, d_h_n, d_c_n,
+                     dh0, dc0, list dweights, int team):
+    """Layer k's backward: the reversed time loop (gate gradients dG, dh0, dc0), then the
+    whole-sequence weight gradients; returns d(layer input) (T, B, I)."""
+    cdef _LayerState st = s.layers[k]
+    cdef Py_ssize_t T = s.T, B = s.B, H = s.H, D = s.D, GH = s.G * s.H, DGH = D * GH
+    cdef Py_ssize_t TB = T * B, nstate = D * B * H, d
+    cdef Layer lay
+    dt = s.dtype
+    dg = np.empty((T, B, DGH), dt)
+    dgh = np.empty((T, B, DGH), dt) if s.mode == GRU else dg
+    dh = np.zeros((D, B, H), dt) if d_h_n is None else np.array(d_h_n[k * D:(k + 1) * D], dt)
+    dc = None
+    if s.mode == LSTM:
+        dc = np.zeros((D, B, H), dt) if d_c_n is None else np.array(d_c_n[k * D:(k + 1) * D], dt)
+    cdef real[::1] dgv = dg.reshape(-1)
+    cdef real[::1] dghv = dgh.reshape(-1)
+    cdef real[::1] dhv = dh.reshape(-1)
+    cdef real[::1] dcv = _flat(dc)
+    cdef const real[::1] outv = st.out.reshape(-1)
+    cdef const real[::1] auxv = _flat(st.aux)
+    cdef const real[::1] actv = _flat(st.act)
+    cdef const real[::1] h0v = s.h0.reshape(-1)
+    cdef const real[::1] c0v = _flat(s.c0)
+    cdef const real[::1] wh
+    cdef real[::1] packed
+    gated = s.mode in (GRU, LSTM)
+    _layer_shape(s, &lay)
+    lay.need_dh0 = s.has_hx
+    lay.xp = NULL
+    lay.gh = NULL
+    lay.act = <void*>_cspan(actv, 0, TB * DGH) if gated else NULL
+    lay.out = <void*>_cspan(outv, 0, TB * D * H)
+    lay.aux = <void*>_cspan(auxv, 0, TB * D * H) if gated else NULL
+    lay.h0 = <void*>_cspan(h0v, k * nstate, nstate)
+    lay.c0 = <void*>_cspan(c0v, k * nstate, nstate) if s.mode == LSTM else NULL
+    lay.dout = <void*>_cspan(dy, 0, TB * D * H if lddy else H)
+    lay.lddy = lddy
+    lay.dg = _span(dgv, 0, TB * DGH)
+    lay.dgh = _span(dghv, 0, TB * DGH)
+    lay.dh = _span(dhv, 0, nstate)
+    lay.dc = _span(dcv, 0, nstate) if s.mode == LSTM else NULL
+    keep = []
+    for d in range(D):
+        wh = st.w_hh[d].reshape(-1)
+        lay.whh[d] = <void*>_cspan(wh, 0, GH * H)
+        if real is float:
+            if _packed_on:
+                pk = np.empty(s.NB * _panels(s.UB) * GH, np.float32)
+                keep.append(pk)
+                packed = pk
+                lay.whp[d] = _span(packed, 0, s.NB * _panels(s.UB) * GH)
+    with nogil:
+        _run_layer[real](&lay, True, team, NULL)
+    dh0[k * D:(k + 1) * D] = dh
+    if s.mode == LSTM:
+        dc0[k * D:(k + 1) * D] = dc
+    return _weight_grads(s, k, dgv, dghv, dweights)
+
+
+cdef _weight_grads(_Stack s, int k, real[::1] dg, real[::1] dgh, list dweights):
+    """Layer k's parameter gradients and d(input) from its gate gradients, as whole-
+    sequence GEMMs (rows in the kernel's gate order, put back in torch's at the end):
+    dW_ih = dG^T X, dW_hh = dG^T H_prev, dX = dG W_ih, biases = column sums of dG."""
+    cdef _LayerState st = s.layers[k]
+    cdef Py_ssize_t T = s.T, B = s.B, H = s.H, D = s.D, GH = s.G * s.H, DGH = D * GH
+    cdef Py_ssize_t TB = T * B, I = st.n_in, nw = s.nw, d, base
+    cdef Py_ssize_t hrow = B * D * H   # one step of the layer output
+    cdef bint has_h0 = s.has_hx
+    dt = s.dtype
+    dx = np.empty((T, B, I), dt)
+    dbi = np.empty(D * GH, dt)
+    dbh = np.empty(D * GH, dt) if s.mode == GRU else dbi
+    cdef real[::1] dxv = dx.reshape(-1)
+    cdef real[::1] dbiv = dbi
+    cdef real[::1] dbhv = dbh
+    cdef const real[::1] inp = st.inp.reshape(-1)
+    cdef const real[::1] outv = st.out.reshape(-1)
+    cdef const real[::1] h0v = s.h0.reshape(-1)
+    cdef const real[::1] wi
+    cdef real[::1] dwiv
+    cdef real[::1] dwhv
+    cdef const real* pdg
+    cdef const real* pdgh_prev   # dG rows of the steps whose h_{t-1} is an output row
+    cdef const real* phv         # ... and those output rows, read in place
+    cdef const real* pdgh_first  # dG rows of the step whose h_{t-1} is h0
+    cdef const real* ph0
+    cdef real* pdwi
+    cdef real* pdwh
+    cdef real* pdx = _span(dxv, 0, TB * I)
+    cdef const real* pin = _cspan(inp, 0, TB * I)
+    cdef const real* pwi
+    cdef int nt = _threads_for(TB * DGH, 1 << 15)
+    _col_sums(dg, TB, DGH, dbiv, nt)
+    if s.mode == GRU:
+        _col_sums(dgh, TB, DGH, dbhv, nt)
+    for d in range(D):
+        base = (k * D + d) * nw
+        dwi = np.empty((GH, I), dt)
+        dwh = np.empty((GH, H), dt)
+        dwiv = dwi.reshape(-1)
+        dwhv = dwh.reshape(-1)
+        wi = st.w_ih[d].reshape(-1)
+        pdg = _cspan(dg, d * GH, (TB - 1) * DGH + GH)
+        # dW_hh = sum_t dG_t^T h_{t-1}: direction 0's step t > 0 reads out[t - 1],
+        # direction 1's step t < T - 1 reads out[t + 1]; the h0 step last (if h0 given)
+        if d == 0:
+            pdgh_prev = _cspan(dgh, B * DGH, (TB - B - 1) * DGH + GH)
+            phv = _cspan(outv, 0, (TB - B - 1) * D * H + H)
+            pdgh_first = _cspan(dgh, 0, (B - 1) * DGH + GH)
+        else:
+            pdgh_prev = _cspan(dgh, GH, (TB - B - 1) * DGH + GH)
+            phv = _cspan(outv, hrow + H, (TB - B - 1) * D * H + H)
+            pdgh_first = _cspan(dgh, (T - 1) * B * DGH + GH, (B - 1) * DGH + GH)
+        ph0 = _cspan(h0v, (k * D + d) * B * H, B * H)
+        pdwi = _span(dwiv, 0, GH * I)
+        pdwh = _span(dwhv, 0, GH * H)
+        pwi = _cspan(wi, 0, GH * I)
+        with nogil:
+            _gemm_rows(True, False, GH, I, TB, pdg, DGH, pin, I, <real>0, pdwi, I)
+            _gemm_rows(True, False, GH, H, TB - B, pdgh_prev, DGH, phv, D * H, <real>0, pdwh, H)
+            if has_h0:
+                _gemm_rows(True, False, GH, H, B, pdgh_first, DGH, ph0, H, <real>1, pdwh, H)
+            _gemm_rows(False, False, TB, I, GH, pdg, DGH, pwi, I, <real>(1 if d else 0), pdx, I)
+        dweights[base] = _unpermute(s, dwi)
+        dweights[base + 1] = _unpermute(s, dwh)
+        if nw == 4:
+            dweights[base + 2] = _unpermute(s, dbi[d * GH:(d + 1) * GH])
+            dweights[base + 3] = _unpermute(s, dbh[d * GH:(d + 1) * GH])
+    return dx
+
+
+cdef tuple _backward_stack(_Stack s, const real[::1] dy, Py_ssize_t lddy, d_h_n, d_c_n):
+    """Every layer in reverse (the dropout masks applied to d(input) between them)."""
+    cdef int k
+    cdef int team = _team_size(s.D, s.B, s.G, s.H, s.NB)
+    shape = (s.L * s.D, s.B, s.H)
+    dweights = [None] * (s.L * s.D * s.nw)
+    dh0 = np.empty(shape, s.dtype)
+    dc0 = np.empty(shape, s.dtype) if s.mode == LSTM else None
+    for k in range(s.L - 1, -1, -1):
+        dx = _layer_backward(s, k, dy, lddy, d_h_n, d_c_n, dh0, dc0, dweights, team)
+        if k > 0:
+            dy = _dropped[real](s, k - 1, dx.reshape(-1)) if s.use_drop else dx.reshape(-1)
+            lddy = s.D * s.H
+    if s.batch_first:
         dx = np.ascontiguousarray(dx.transpose(1, 0, 2))
-    return dx, (dh0 if has_hx else None), (dc0 if has_hx and imode == LSTM else None), tuple(dweights)
+    return (dx, dh0 if s.has_hx else None, dc0 if s.has_hx and s.mode == LSTM else None,
+            tuple(dweights))
 
 
-def rnn(x, h0, weights, nonlinearity, num_layers, bidirectional, batch_first, dropout, train,
-        seed, offset):
-    """rnn(...) -> ((out, h_n), saved); see fastnn/reference/rnn.py for the interface."""
-    y, h_n, _, saved = _forward(_MODES["rnn_" + nonlinearity], x, h0, None, tuple(weights),
-                                num_layers, bidirectional, batch_first, dropout, train, seed, offset)
-    return (y, h_n), saved
+def _backward(d_out, d_h_n, d_c_n, _Stack saved not None):
+    """The whole-stack backward (see stack_ops): -> (dx, dh0, dc0, d_weights)."""
+    cdef _Stack s = saved
+    cdef Py_ssize_t lddy = s.D * s.H
+    if d_out is None:
+        dy = np.zeros(s.H, s.dtype)   # one zero row, read with stride 0
+        lddy = 0
+    else:
+        dy = np.ascontiguousarray(d_out.transpose(1, 0, 2) if s.batch_first else d_out,
+                                  dtype=s.dtype).reshape(-1)
+    with single_threaded_blas():
+        if s.dtype == np.float32:
+            return _backward_stack[float](s, dy, lddy, d_h_n, d_c_n)
+        return _backward_stack[double](s, dy, lddy, d_h_n, d_c_n)
 
 
-def rnn_backward(d_out, d_h_n, saved):
-    """-> (dx, dh0 or None, d_weights)."""
-    dx, dh0, _, dw = _backward(d_out, d_h_n, None, saved)
-    return dx, dh0, dw
-
-
-def gru(x, h0, weights, num_layers, bidirectional, batch_first, dropout, train, seed, offset):
-    y, h_n, _, saved = _forward(GRU, x, h0, None, tuple(weights), num_layers, bidirectional,
-                                batch_first, dropout, train, seed, offset)
-    return (y, h_n), saved
-
-
-def gru_backward(d_out, d_h_n, saved):
-    dx, dh0, _, dw = _backward(d_out, d_h_n, None, saved)
-    return dx, dh0, dw
-
-
-def lstm(x, h0, c0, weights, num_layers, bidirectional, batch_first, dropout, train, seed, offset):
-    y, h_n, c_n, saved = _forward(LSTM, x, h0, c0, tuple(weights), num_layers, bidirectional,
-                                  batch_first, dropout, train, seed, offset)
-    return (y, h_n, c_n), saved
-
-
-def lstm_backward(d_out, d_h_n, d_c_n, saved):
-    return _backward(d_out, d_h_n, d_c_n, saved)
+# ------------------------------------------------------------------ the public ops
+rnn, rnn_backward, gru, gru_backward, lstm, lstm_backward = stack_ops(_forward, _backward)

@@ -424,3 +424,72 @@ def test_packed_recurrent_gemm_agrees_with_blas(kind):
         cmod._use_packed(old)
     for a, b in zip(*res):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def _cpu_rnn_module():
+    import importlib
+    from fastnn._backend import backend
+    return importlib.import_module(backend("cpu").lstm.__module__)
+
+
+def _op_args(rng, dtype, T=5, B=3, I=4, H=24, L=2, D=2):
+    x = rng.standard_normal((T, B, I)).astype(dtype)
+    ws = []
+    for k in range(L):
+        for _ in range(D):
+            n_in = I if k == 0 else D * H
+            ws += [0.3 * rng.standard_normal((4 * H, n_in)).astype(dtype),
+                   0.3 * rng.standard_normal((4 * H, H)).astype(dtype),
+                   0.3 * rng.standard_normal(4 * H).astype(dtype),
+                   0.3 * rng.standard_normal(4 * H).astype(dtype)]
+    return x, ws
+
+
+def test_cpu_saved_state_has_named_fields():
+    """The cpu ops' saved state is a small object with named fields (not a positional
+    tuple): the stack's shape facts and one entry per layer with its kept buffers."""
+    cmod = _cpu_rnn_module()
+    x, ws = _op_args(np.random.default_rng(0), np.float32)
+    (y, h_n, c_n), saved = cmod.lstm(x, None, None, ws, 2, True, False, 0.0, False, 0, 0)
+    assert (saved.L, saved.D, saved.G, saved.H, saved.T, saved.B) == (2, 2, 4, 24, 5, 3)
+    assert not saved.has_hx and not saved.batch_first and not saved.use_drop
+    assert len(saved.layers) == 2
+    top = saved.layers[1]
+    np.testing.assert_array_equal(top.out, y)                 # the last layer's output
+    assert top.act.shape == (5, 3, 2 * 4 * 24) and top.aux.shape == (5, 3, 2 * 24)
+    assert len(top.w_ih) == len(top.w_hh) == 2
+    # the kernel's row order is a permutation of torch's
+    np.testing.assert_array_equal(top.w_hh[1], ws[(1 * 2 + 1) * 4 + 1][saved.perm])
+    with pytest.raises(TypeError):
+        cmod.lstm_backward(None, None, None, ("not", "a", "saved", "state"))
+
+
+def test_cpu_ops_come_from_reference_stack_ops():
+    """The six cpu ops are the reference's stack_ops wrappers over the compiled pair, so
+    their signatures are the reference's."""
+    import inspect
+    import fastnn.reference.rnn as ref
+    cmod = _cpu_rnn_module()
+    for name in cmod.OPS:
+        fn = getattr(cmod, name)
+        assert fn.__module__ == cmod.__name__
+        assert inspect.signature(fn) == inspect.signature(getattr(ref, name)), name
+
+
+def test_cpu_op_reads_strided_states_and_checks_dtypes():
+    """The op reads its buffers through typed views: a non-contiguous h0 / c0 gives the
+    contiguous result, and a weight of another dtype is an error, not garbage."""
+    cmod = _cpu_rnn_module()
+    rng = np.random.default_rng(1)
+    x, ws = _op_args(rng, np.float64)
+    h0 = rng.standard_normal((4, 3, 48))[:, :, ::2]         # (L*D, B, H) strided
+    c0 = rng.standard_normal((3, 4, 24)).transpose(1, 0, 2)  # (L*D, B, H) transposed
+    assert not h0.flags.c_contiguous and not c0.flags.c_contiguous
+    want = cmod.lstm(x, h0.copy(), c0.copy(), ws, 2, True, False, 0.0, False, 0, 0)[0]
+    got = cmod.lstm(x, h0, c0, ws, 2, True, False, 0.0, False, 0, 0)[0]
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    bad = list(ws)
+    bad[1] = bad[1].astype(np.float32)
+    with pytest.raises(ValueError):
+        cmod.lstm(x, None, None, bad, 2, True, False, 0.0, False, 0, 0)
