@@ -328,6 +328,32 @@ static inline void fnn_col2im_row_##SFX(T* dst, const T* d, ptrdiff_t o0, ptrdif
 FNN_COL_DEFINE(float, f)
 FNN_COL_DEFINE(double, d)
 
+/* ---- phase planes for the direct convolutions (float32): xp[c, u, v] =
+ * x[c, sh*(u - top) + a, sw*(v - left) + b], zero outside x; PR rows of width We per
+ * channel.  0 <= a < sh, 0 <= b < sw, top, left >= 0; sh = sw = 1, a = b = 0 is a plain
+ * zero-padded copy. */
+static inline void fnn_cvd_phase_tile(const float* restrict x, float* restrict xp, ptrdiff_t C,
+                                      ptrdiff_t H, ptrdiff_t W, ptrdiff_t PR, ptrdiff_t We,
+                                      ptrdiff_t top, ptrdiff_t left, ptrdiff_t sh,
+                                      ptrdiff_t sw, ptrdiff_t a, ptrdiff_t b) {
+    /* columns v in [v0, v1) land inside x: 0 <= sw*(v - left) + b < W */
+    ptrdiff_t v0 = left < We ? left : We, v1, u, v, c;
+    v1 = W - 1 - b < 0 ? 0 : (W - 1 - b) / sw + 1 + left;
+    if (v1 > We) v1 = We;
+    if (v1 < v0) v1 = v0;
+    for (c = 0; c < C; ++c)
+        for (u = 0; u < PR; ++u) {
+            float* d = xp + (c * PR + u) * We;
+            ptrdiff_t h = sh * (u - top) + a;
+            if (u < top || h >= H) { for (v = 0; v < We; ++v) d[v] = 0.f; continue; }
+            const float* sr = x + (c * H + h) * W + b - sw * left;
+            for (v = 0; v < v0; ++v) d[v] = 0.f;
+            if (sw == 1) { for (v = v0; v < v1; ++v) d[v] = sr[v]; }
+            else { for (v = v0; v < v1; ++v) d[v] = sr[sw * v]; }
+            for (v = v1; v < We; ++v) d[v] = 0.f;
+        }
+}
+
 /* ---- direct 3x3 stride-1 convolution, float32, AVX2 + FMA (csrc/conv.pyx).
  * An implicit GEMM with no packing of the input: the image is copied once, tile by tile
  * of output rows, into zero-padded planes of width We = OW + 2, and output position
@@ -577,6 +603,111 @@ static inline void fnn_cv3_image(const float* restrict x, const float* restrict 
             }
     }
 }
+
+/* ---- direct convolution over any tap list (float32, AVX2 + FMA): the generalisation of
+ * the 3x3 kernel above to taps at arbitrary offsets into the padded planes, used for
+ * conv1d (one row, kW taps), the output phases of conv_transpose2d (its stride-s output
+ * splits into s*s stride-1 convolutions of the input with the taps of that phase) and
+ * its d_input (a strided conv2d of dy: dy split into s*s phase planes, each phase's
+ * taps reading its own plane).  Output position p reads xp[c*plane + toff[t] + p] for
+ * tap t of channel c; the weights are packed by blocks of 6 (then 4) output channels as
+ * Ap[o0*C*nt + (c*nt + t)*m + r] = w[o0 + r, c, t].  The sums run channel by channel,
+ * taps in list order, on top of what ct holds: fixed by the shapes. */
+static inline void fnn_cvd_tile6(const float* restrict A, const float* restrict B,
+                                 ptrdiff_t plane, const ptrdiff_t* restrict toff,
+                                 ptrdiff_t nt, ptrdiff_t nc, float* restrict C, ptrdiff_t ldc) {
+    __m256 c00 = _mm256_loadu_ps(C), c01 = _mm256_loadu_ps(C + 8);
+    __m256 c10 = _mm256_loadu_ps(C + ldc), c11 = _mm256_loadu_ps(C + ldc + 8);
+    __m256 c20 = _mm256_loadu_ps(C + 2 * ldc), c21 = _mm256_loadu_ps(C + 2 * ldc + 8);
+    __m256 c30 = _mm256_loadu_ps(C + 3 * ldc), c31 = _mm256_loadu_ps(C + 3 * ldc + 8);
+    __m256 c40 = _mm256_loadu_ps(C + 4 * ldc), c41 = _mm256_loadu_ps(C + 4 * ldc + 8);
+    __m256 c50 = _mm256_loadu_ps(C + 5 * ldc), c51 = _mm256_loadu_ps(C + 5 * ldc + 8);
+    for (ptrdiff_t c = 0; c < nc; ++c, B += plane)
+        for (ptrdiff_t t = 0; t < nt; ++t, A += 6) {
+            const float* bp = B + toff[t];
+            __m256 v0 = _mm256_loadu_ps(bp), v1 = _mm256_loadu_ps(bp + 8), a;
+            a = _mm256_broadcast_ss(A);
+            c00 = _mm256_fmadd_ps(a, v0, c00); c01 = _mm256_fmadd_ps(a, v1, c01);
+            a = _mm256_broadcast_ss(A + 1);
+            c10 = _mm256_fmadd_ps(a, v0, c10); c11 = _mm256_fmadd_ps(a, v1, c11);
+            a = _mm256_broadcast_ss(A + 2);
+            c20 = _mm256_fmadd_ps(a, v0, c20); c21 = _mm256_fmadd_ps(a, v1, c21);
+            a = _mm256_broadcast_ss(A + 3);
+            c30 = _mm256_fmadd_ps(a, v0, c30); c31 = _mm256_fmadd_ps(a, v1, c31);
+            a = _mm256_broadcast_ss(A + 4);
+            c40 = _mm256_fmadd_ps(a, v0, c40); c41 = _mm256_fmadd_ps(a, v1, c41);
+            a = _mm256_broadcast_ss(A + 5);
+            c50 = _mm256_fmadd_ps(a, v0, c50); c51 = _mm256_fmadd_ps(a, v1, c51);
+        }
+    _mm256_storeu_ps(C, c00); _mm256_storeu_ps(C + 8, c01);
+    _mm256_storeu_ps(C + ldc, c10); _mm256_storeu_ps(C + ldc + 8, c11);
+    _mm256_storeu_ps(C + 2 * ldc, c20); _mm256_storeu_ps(C + 2 * ldc + 8, c21);
+    _mm256_storeu_ps(C + 3 * ldc, c30); _mm256_storeu_ps(C + 3 * ldc + 8, c31);
+    _mm256_storeu_ps(C + 4 * ldc, c40); _mm256_storeu_ps(C + 4 * ldc + 8, c41);
+    _mm256_storeu_ps(C + 5 * ldc, c50); _mm256_storeu_ps(C + 5 * ldc + 8, c51);
+}
+
+static inline void fnn_cvd_tile4(const float* restrict A, const float* restrict B,
+                                 ptrdiff_t plane, const ptrdiff_t* restrict toff,
+                                 ptrdiff_t nt, ptrdiff_t nc, float* restrict C, ptrdiff_t ldc) {
+    __m256 c00 = _mm256_loadu_ps(C), c01 = _mm256_loadu_ps(C + 8);
+    __m256 c10 = _mm256_loadu_ps(C + ldc), c11 = _mm256_loadu_ps(C + ldc + 8);
+    __m256 c20 = _mm256_loadu_ps(C + 2 * ldc), c21 = _mm256_loadu_ps(C + 2 * ldc + 8);
+    __m256 c30 = _mm256_loadu_ps(C + 3 * ldc), c31 = _mm256_loadu_ps(C + 3 * ldc + 8);
+    for (ptrdiff_t c = 0; c < nc; ++c, B += plane)
+        for (ptrdiff_t t = 0; t < nt; ++t, A += 4) {
+            const float* bp = B + toff[t];
+            __m256 v0 = _mm256_loadu_ps(bp), v1 = _mm256_loadu_ps(bp + 8), a;
+            a = _mm256_broadcast_ss(A);
+            c00 = _mm256_fmadd_ps(a, v0, c00); c01 = _mm256_fmadd_ps(a, v1, c01);
+            a = _mm256_broadcast_ss(A + 1);
+            c10 = _mm256_fmadd_ps(a, v0, c10); c11 = _mm256_fmadd_ps(a, v1, c11);
+            a = _mm256_broadcast_ss(A + 2);
+            c20 = _mm256_fmadd_ps(a, v0, c20); c21 = _mm256_fmadd_ps(a, v1, c21);
+            a = _mm256_broadcast_ss(A + 3);
+            c30 = _mm256_fmadd_ps(a, v0, c30); c31 = _mm256_fmadd_ps(a, v1, c31);
+        }
+    _mm256_storeu_ps(C, c00); _mm256_storeu_ps(C + 8, c01);
+    _mm256_storeu_ps(C + ldc, c10); _mm256_storeu_ps(C + ldc + 8, c11);
+    _mm256_storeu_ps(C + 2 * ldc, c20); _mm256_storeu_ps(C + 2 * ldc + 8, c21);
+    _mm256_storeu_ps(C + 3 * ldc, c30); _mm256_storeu_ps(C + 3 * ldc + 8, c31);
+}
+
+/* ct[o*ldc + p] += sum_{c < C, t < nt} w[o, c, t] * xp[c*plane + toff[(c / cg)*nt + t] + p]
+ * for p < np rounded up to 16 (ct and xp hold that slack): channels in groups of cg
+ * sharing one tap-offset list, visited 16 at a time within a group.  Positions go in
+ * chunks of FNN_CVD_PC, and within a chunk the register tiles sweep the positions for one
+ * (channel block, output block) pair at a time: its weights (<= 16*nt*6 floats), input
+ * window (16 rows of a chunk) and results stay in L1 -- with the position block outermost
+ * (the 3x3 kernel's order) a 256-channel row sweeps 256 input streams per 16 positions. */
+#define FNN_CVD_PC 128
+static inline void fnn_cvd_run(const float* restrict Ap, const float* restrict xp,
+                               ptrdiff_t plane, const ptrdiff_t* restrict toff, ptrdiff_t nt,
+                               ptrdiff_t cg, ptrdiff_t C, ptrdiff_t O, float* restrict ct,
+                               ptrdiff_t ldc, ptrdiff_t np) {
+    ptrdiff_t o6 = fnn_cv3_o6(O);
+    for (ptrdiff_t p0 = 0; p0 < np; p0 += FNN_CVD_PC) {
+        ptrdiff_t p1 = p0 + FNN_CVD_PC < np ? p0 + FNN_CVD_PC : np, cb = 0;
+        while (cb < C) {
+            ptrdiff_t ge = (cb / cg + 1) * cg, nc, ob = 0, pb;
+            if (ge > C) ge = C;
+            nc = ge - cb < 16 ? ge - cb : 16;
+            const ptrdiff_t* to = toff + (cb / cg) * nt;
+            const float* B = xp + cb * plane;
+            for (; ob < o6; ob += 6) {
+                const float* A = Ap + ob * C * nt + cb * nt * 6;
+                for (pb = p0; pb < p1; pb += FNN_CV3_NR)
+                    fnn_cvd_tile6(A, B + pb, plane, to, nt, nc, ct + ob * ldc + pb, ldc);
+            }
+            for (; ob < O; ob += 4) {
+                const float* A = Ap + ob * C * nt + cb * nt * 4;
+                for (pb = p0; pb < p1; pb += FNN_CV3_NR)
+                    fnn_cvd_tile4(A, B + pb, plane, to, nt, nc, ct + ob * ldc + pb, ldc);
+            }
+            cb += nc;
+        }
+    }
+}
 #else   /* never called: FNN_HAVE_CV3 == 0 keeps the GEMM paths */
 #define FNN_HAVE_CV3 0
 static inline ptrdiff_t fnn_cv3_o6(ptrdiff_t O) { return 0; }
@@ -591,5 +722,8 @@ static inline void fnn_cv3_wgrad_image(const float* x, const float* dy, float* a
                                        ptrdiff_t OW, ptrdiff_t pt, ptrdiff_t pl, float* xp,
                                        float* dyp) {}
 static inline void fnn_cv3_wgrad_reduce(const float* acc, float* dw, ptrdiff_t C, ptrdiff_t O) {}
+static inline void fnn_cvd_run(const float* Ap, const float* xp, ptrdiff_t plane,
+                               const ptrdiff_t* toff, ptrdiff_t nt, ptrdiff_t cg, ptrdiff_t C,
+                               ptrdiff_t O, float* ct, ptrdiff_t ldc, ptrdiff_t np) {}
 #endif
 #endif
