@@ -55,11 +55,17 @@ cnp.import_array()
 
 include "fnn_runtime.pxi"
 
-cdef extern from "fnn_conv.h" nogil:
+include "fnn_window.pxi"
+
+
+cdef extern from "fnn_conv_sums.h" nogil:
     double fnn_cv_sum_f(const float* x, Py_ssize_t n)
     double fnn_cv_sum_d(const double* x, Py_ssize_t n)
     double fnn_cv_dot_f(const float* x, const float* y, Py_ssize_t n, Py_ssize_t sy)
     double fnn_cv_dot_d(const double* x, const double* y, Py_ssize_t n, Py_ssize_t sy)
+
+
+cdef extern from "fnn_conv.h" nogil:
     void fnn_im2col_row_f(float* d, const float* src, Py_ssize_t n, Py_ssize_t o0, Py_ssize_t o1,
                           Py_ssize_t s)
     void fnn_im2col_row_d(double* d, const double* src, Py_ssize_t n, Py_ssize_t o0,
@@ -124,24 +130,6 @@ cdef inline double _dot(const real* x, const real* y, Py_ssize_t n, Py_ssize_t s
         return fnn_cv_dot_f(x, y, n, sy)
     else:
         return fnn_cv_dot_d(x, y, n, sy)
-
-
-cdef inline void _ow_range(Py_ssize_t off, Py_ssize_t sw, Py_ssize_t W, Py_ssize_t OW,
-                           Py_ssize_t* o0, Py_ssize_t* o1) noexcept nogil:
-    """Outputs ow in [o0, o1) read input column ow*sw + off inside [0, W)."""
-    cdef Py_ssize_t a = 0, b
-    if off < 0:
-        a = (-off + sw - 1) // sw
-    if W - 1 - off < 0:
-        b = 0
-    else:
-        b = (W - 1 - off) // sw + 1
-    if b > OW:
-        b = OW
-    if a > b:
-        a = b
-    o0[0] = a
-    o1[0] = b
 
 
 # ---------------------------------------------------------------- im2col / col2im
