@@ -17,6 +17,11 @@
 #     rows in vector lanes per image chunk (8 lanes per weight per thread, so only up
 #     to 16 MiB of them; larger layers take the GEMM path).  16x64x56x56 -> 64, one thread: forward
 #     48 -> 43.5 ms (~89% of sgemm), fwd+bwd 153 -> 132 ms.
+#   * conv_transpose2d's forward (float32, AVX2 builds, groups 1, output channels a
+#     multiple of 4): its stride-s output splits into s*s phases (rows a + s*q, columns
+#     b + s*r), each a stride-1 correlation of the input with the taps of that phase, run
+#     on the same direct kernel with a tap-offset list (fnn_cvd_run) -- no d_col GEMM,
+#     col2im scatter or zeroing pass.  16x64x28x28 -> 32 k4 s2 p1, one thread: 16 -> 13 ms.
 #   * backward with stride 1: d_input is the forward convolution of dy with the flipped,
 #     transposed weights (padding dilation*(k-1) - padding), so it runs on the forward
 #     kernels above instead of d_col GEMM + col2im.
