@@ -88,9 +88,8 @@ cdef extern from "fnn_conv.h" nogil:
                              Py_ssize_t W, Py_ssize_t O, Py_ssize_t OH, Py_ssize_t OW,
                              Py_ssize_t pt, Py_ssize_t pl, float* xp, float* dyp)
     void fnn_cv3_wgrad_reduce(const float* acc, float* dw, Py_ssize_t C, Py_ssize_t O)
-    void fnn_cvd_phase_tile(const float* x, float* xp, Py_ssize_t C, Py_ssize_t H, Py_ssize_t W,
-                            Py_ssize_t PR, Py_ssize_t We, Py_ssize_t top, Py_ssize_t left,
-                            Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t a, Py_ssize_t b)
+    void fnn_cv3_pad_tile(const float* x, float* xp, Py_ssize_t C, Py_ssize_t H, Py_ssize_t W,
+                          Py_ssize_t We, Py_ssize_t PR, Py_ssize_t h0, Py_ssize_t pl)
     void fnn_cvd_run(const float* Ap, const float* xp, Py_ssize_t plane, const Py_ssize_t* toff,
                      Py_ssize_t nt, Py_ssize_t cg, Py_ssize_t C, Py_ssize_t O, float* ct,
                      Py_ssize_t ldc, Py_ssize_t npos)
@@ -382,9 +381,8 @@ cdef int _wgrad_cv3(const float* x, const float* gy, float* part, Py_ssize_t nch
 # ---------------------------------------------------------------- direct kernels, any taps
 cdef struct DPlan:
     Py_ssize_t N, Cs, Hs, Ws        # source images: channels, rows, columns (x, or dy)
-    Py_ssize_t sh, sw, nph          # phase strides of the planes; planes per source channel
-    Py_ssize_t top, left, PR, We    # plane geometry (fnn_cvd_phase_tile)
-    Py_ssize_t Ct, cg               # channels the kernel reads (nph * Cs); per tap-offset group
+    Py_ssize_t top, left, PR, We    # zero-padded planes: x row u - top at row u (fnn_cv3_pad_tile)
+    Py_ssize_t Ct, cg               # channels the kernel reads (Cs); per tap-offset group
     Py_ssize_t O, OH, OW, Sh, Sw    # output channels and plane; interleave steps of the runs
     Py_ssize_t nrun, ldc            # runs per image; row stride of the run's result
     Py_ssize_t slack                # rows past the last plane the last blocks may read
@@ -398,14 +396,12 @@ DEF _RUN = 8
 cdef void _direct_image(const float* src, const float* ap, const Py_ssize_t* toff,
                         const Py_ssize_t* runs, const float* bias, float* y, float* xp,
                         float* ct, DPlan* d) noexcept nogil:
-    cdef Py_ssize_t plane = d.PR * d.We, ph, r, o, q, c, nt, Q, Rc, a, b, npos, k
+    cdef Py_ssize_t plane = d.PR * d.We, r, o, q, c, nt, Q, Rc, a, b, npos, k
     cdef const Py_ssize_t* rr
     cdef float bo
     cdef float* yr
     cdef const float* cr
-    for ph in range(d.nph):
-        fnn_cvd_phase_tile(src, xp + ph * d.Cs * plane, d.Cs, d.Hs, d.Ws, d.PR, d.We, d.top,
-                           d.left, d.sh, d.sw, ph // d.sw, ph % d.sw)
+    fnn_cv3_pad_tile(src, xp, d.Cs, d.Hs, d.Ws, d.We, d.PR, -d.top, d.left)
     for r in range(d.nrun):
         rr = runs + r * _RUN
         nt = rr[2]; Q = rr[3]; Rc = rr[4]; a = rr[5]; b = rr[6]
@@ -527,7 +523,6 @@ cdef _tconv_fwd_direct(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray 
     PT = max(0, max(ms)); PL = max(0, max(ns)); mlo = min(ms); nlo = min(ns)
     maxQ = max(Q); maxR = max(Rc)
     d.N = g.N; d.Cs = g.O; d.Hs = g.OH; d.Ws = g.OW
-    d.sh = 1; d.sw = 1; d.nph = 1
     d.We = max(maxR + PL - nlo, 1)
     d.top = PT; d.left = PL
     d.PR = max(maxQ + PT - mlo, 1)

@@ -23,29 +23,22 @@
 #undef FNN_CV_T
 #undef FNN_CV_FN
 
-/* ---- phase planes for the direct convolutions (float32): xp[c, u, v] =
- * x[c, sh*(u - top) + a, sw*(v - left) + b], zero outside x; PR rows of width We per
- * channel.  0 <= a < sh, 0 <= b < sw, top, left >= 0; sh = sw = 1, a = b = 0 is a plain
- * zero-padded copy. */
-static inline void fnn_cvd_phase_tile(const float* restrict x, float* restrict xp, ptrdiff_t C,
-                                      ptrdiff_t H, ptrdiff_t W, ptrdiff_t PR, ptrdiff_t We,
-                                      ptrdiff_t top, ptrdiff_t left, ptrdiff_t sh,
-                                      ptrdiff_t sw, ptrdiff_t a, ptrdiff_t b) {
-    /* columns v in [v0, v1) land inside x: 0 <= sw*(v - left) + b < W */
-    ptrdiff_t v0 = left < We ? left : We, v1, u, v, c;
-    v1 = W - 1 - b < 0 ? 0 : (W - 1 - b) / sw + 1 + left;
-    if (v1 > We) v1 = We;
-    if (v1 < v0) v1 = v0;
-    for (c = 0; c < C; ++c)
-        for (u = 0; u < PR; ++u) {
-            float* d = xp + (c * PR + u) * We;
-            ptrdiff_t h = sh * (u - top) + a;
-            if (u < top || h >= H) { for (v = 0; v < We; ++v) d[v] = 0.f; continue; }
-            const float* sr = x + (c * H + h) * W + b - sw * left;
-            for (v = 0; v < v0; ++v) d[v] = 0.f;
-            if (sw == 1) { for (v = v0; v < v1; ++v) d[v] = sr[v]; }
-            else { for (v = v0; v < v1; ++v) d[v] = sr[sw * v]; }
-            for (v = v1; v < We; ++v) d[v] = 0.f;
+/* ---- zero-padded planes for the direct convolutions (float32):
+ * xp[c, a, b] = x[c, h0 + a, b - pl] for a < PR, b < We, zero outside x */
+static inline void fnn_cv3_pad_tile(const float* restrict x, float* restrict xp, ptrdiff_t C,
+                                    ptrdiff_t H, ptrdiff_t W, ptrdiff_t We, ptrdiff_t PR,
+                                    ptrdiff_t h0, ptrdiff_t pl) {
+    ptrdiff_t c0 = pl > 0 ? pl : 0, c1 = pl + W < We ? pl + W : We;
+    if (c1 < c0) c1 = c0;
+    for (ptrdiff_t c = 0; c < C; ++c)
+        for (ptrdiff_t a = 0; a < PR; ++a) {
+            float* d = xp + (c * PR + a) * We;
+            ptrdiff_t h = h0 + a, b;
+            if (h < 0 || h >= H) { for (b = 0; b < We; ++b) d[b] = 0.f; continue; }
+            const float* sr = x + (c * H + h) * W - pl;
+            for (b = 0; b < c0; ++b) d[b] = 0.f;
+            for (b = c0; b < c1; ++b) d[b] = sr[b];
+            for (b = c1; b < We; ++b) d[b] = 0.f;
         }
 }
 
@@ -184,24 +177,6 @@ static inline ptrdiff_t fnn_cv3_rows(ptrdiff_t C, ptrdiff_t OW, ptrdiff_t OH) {
 }
 static inline ptrdiff_t fnn_cv3_plane_rows(ptrdiff_t R, ptrdiff_t OW) {
     return R + 2 + (26 + OW + 1) / (OW + 2) + 1;
-}
-
-/* xp[c, a, b] = x[c, h0 + a, b - pl] for a < PR, b < We, zero outside x */
-static inline void fnn_cv3_pad_tile(const float* restrict x, float* restrict xp, ptrdiff_t C,
-                                    ptrdiff_t H, ptrdiff_t W, ptrdiff_t We, ptrdiff_t PR,
-                                    ptrdiff_t h0, ptrdiff_t pl) {
-    ptrdiff_t c0 = pl > 0 ? pl : 0, c1 = pl + W < We ? pl + W : We;
-    if (c1 < c0) c1 = c0;
-    for (ptrdiff_t c = 0; c < C; ++c)
-        for (ptrdiff_t a = 0; a < PR; ++a) {
-            float* d = xp + (c * PR + a) * We;
-            ptrdiff_t h = h0 + a, b;
-            if (h < 0 || h >= H) { for (b = 0; b < We; ++b) d[b] = 0.f; continue; }
-            const float* sr = x + (c * H + h) * W - pl;
-            for (b = 0; b < c0; ++b) d[b] = 0.f;
-            for (b = c0; b < c1; ++b) d[b] = sr[b];
-            for (b = c1; b < We; ++b) d[b] = 0.f;
-        }
 }
 
 /* d_weight: acc[o/4, c, i] holds 4 x 3 vectors (output channel o%4, tap column j) of
