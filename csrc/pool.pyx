@@ -48,7 +48,10 @@ OPS = ("max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward",
        "adaptive_max_pool2d", "adaptive_max_pool2d_backward")
 
 
-cdef extern from "fnn_conv.h" nogil:
+include "fnn_window.pxi"
+
+
+cdef extern from "fnn_pool.h" nogil:
     void fnn_max2x2_row_f(const float* r0, const float* r1, float* y, int32_t* t, Py_ssize_t OW)
     void fnn_max2x2_row_d(const double* r0, const double* r1, double* y, int32_t* t, Py_ssize_t OW)
     void fnn_max2x2_bwd_row_f(const float* g, const int32_t* t, float* d0, float* d1, Py_ssize_t OW)
@@ -68,24 +71,6 @@ cdef extern from "fnn_conv.h" nogil:
                             Py_ssize_t sw)
     void fnn_avg_hscatter_d(const double* gz, double* hb, Py_ssize_t L, Py_ssize_t OW,
                             Py_ssize_t kw, Py_ssize_t sw)
-
-
-cdef inline void _ow_range(Py_ssize_t off, Py_ssize_t sw, Py_ssize_t W, Py_ssize_t OW,
-                           Py_ssize_t* o0, Py_ssize_t* o1) noexcept nogil:
-    """Outputs ow in [o0, o1) read input column ow*sw + off inside [0, W)."""
-    cdef Py_ssize_t a = 0, b
-    if off < 0:
-        a = (-off + sw - 1) // sw
-    if W - 1 - off < 0:
-        b = 0
-    else:
-        b = (W - 1 - off) // sw + 1
-    if b > OW:
-        b = OW
-    if a > b:
-        a = b
-    o0[0] = a
-    o1[0] = b
 
 
 cdef void _max_plane(const real* x, real* y, int32_t* am, Py_ssize_t H, Py_ssize_t W,

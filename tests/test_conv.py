@@ -207,3 +207,34 @@ def test_conv2d_backward_needs_forward():
     m = nn.Conv2d(1, 1, 3)
     with pytest.raises(RuntimeError, match="forward"):
         m.backward(np.ones((1, 1, 3, 3), np.float32))
+
+
+@pytest.mark.parametrize("geo", [
+    # (N, Cin, H, W, Cout, k, stride, padding, output_padding, dilation)
+    (2, 8, 5, 6, 4, 4, 2, 1, 0, 1),      # the benchmark's shape class: 2x2 taps per phase
+    (3, 4, 7, 5, 8, 3, 2, 1, 1, 1),      # phases with 2 and 1 taps, output_padding
+    (2, 8, 5, 5, 4, 5, 3, 2, 0, 1),      # stride 3
+    (1, 4, 4, 4, 4, 4, 2, 1, 0, 2),      # dilation 2: one phase has no tap (bias only)
+    (1, 4, 3, 3, 4, 1, 3, 0, 0, 1),      # 1x1 kernel, stride 3: 8 of 9 phases empty
+    (2, 64, 12, 12, 32, 4, 2, 1, 0, 1),  # several 16-channel blocks, 6- and 4-row tiles
+])
+def test_conv_transpose_direct_forward_equals_the_gemm_path(geo):
+    """conv_transpose2d's forward by output phase on the direct kernel (float32, AVX2
+    builds) against the col2im path it replaced: same values (float32 rounding), with a
+    bias, on every phase (including phases no tap reaches)."""
+    import importlib
+    import fastnn._backend
+    conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
+    N, C, H, W, O, k, s, p, op, d = geo
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+    w = rng.standard_normal((C, O, k, k)).astype(np.float32)
+    b = rng.standard_normal(O).astype(np.float32)
+    got = F.conv_transpose2d(x, w, b, s, p, op, 1, d)
+    conv._DIRECT = False
+    try:
+        want = F.conv_transpose2d(x, w, b, s, p, op, 1, d)
+    finally:
+        conv._DIRECT = True
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
