@@ -61,3 +61,22 @@ def test_markdown_uses_the_rows_ceiling():
     md = bench_cli.markdown(res)
     assert "50% of copy at its size; 200% DRAM" in md
     assert np.isfinite(row["gbps"])
+
+
+def test_ceiling_past_the_cache_is_the_dram_size(monkeypatch):
+    """A row whose bytes run to gigabytes (token generation streams the weights once per
+    token) is compared with a DRAM-size copy, never a copy of its own total size."""
+    from fastnn.bench import core
+    sizes = []
+    monkeypatch.setattr(core, "copy_bandwidth",
+                        lambda n, *a, **k: sizes.append(n) or 10.0)
+    ceil = core.Ceilings(threads=2)
+    assert ceil.copy_at(60e9) == 10.0
+    assert max(sizes) == core.Ceilings.DRAM_SIZE
+    assert ceil.size_class(1 << 20) == 1 << 20
+
+
+def test_generation_rows_declare_the_weights_as_working_set():
+    from fastnn.bench import generate
+    for case in generate.cases():
+        assert case.working_set is not None and case.working_set < case.bytes

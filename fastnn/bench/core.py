@@ -120,9 +120,14 @@ class Ceilings:
         self.min_time = min_time
         self._cache = {}
 
+    #: past the last-level cache every size copies at DRAM speed: larger working sets are
+    #: measured at this size (a generation row streams gigabytes of weights in all)
+    DRAM_SIZE = 256 << 20
+
     def size_class(self, nbytes):
-        """The size a ceiling is measured at: ``nbytes`` rounded to 64 KiB (at least 64 KiB)."""
-        return max(int(round(nbytes / 65536.0)), 1) * 65536
+        """The size a ceiling is measured at: ``nbytes`` rounded to 64 KiB (at least 64 KiB),
+        at most ``DRAM_SIZE``."""
+        return min(max(int(round(nbytes / 65536.0)), 1) * 65536, self.DRAM_SIZE)
 
     def copy_at(self, nbytes, refresh=False):
         """The best copy rate (GB/s, read + write) at ``nbytes``: memcpy (streaming

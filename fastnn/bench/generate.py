@@ -76,7 +76,8 @@ def _generate(batch):
         + SHAPE["n_layer"] * (12 * SHAPE["d_model"] ** 2 + 13 * SHAPE["d_model"])
     case = BenchCase("inference", f"GPT-2 generate greedy b{batch}",
                      f"B{batch} prompt{PROMPT} new{NEW}", make,
-                     bytes=4.0 * n_params * NEW, min_time=0.0, max_reps=2)
+                     bytes=4.0 * n_params * NEW, working_set=4.0 * n_params,
+                     min_time=0.0, max_reps=2)
     case.tokens = batch * NEW
     return case
 
