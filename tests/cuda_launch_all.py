@@ -66,6 +66,7 @@ def launch_every_kernel():
         tb.test_cuda_add_layer_norm_infer(dt)
         tb.test_cuda_linear_act_infer("gelu", dt)
         tb.test_cuda_skinny_linear(dt)
+        tb.test_cuda_packed_linear_infer(dt)
         tb.test_cuda_varlen_attention(dt, False)
         tb.test_layout_ops("cuda", dt)
     for dt in DT:
