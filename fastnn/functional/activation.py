@@ -10,9 +10,9 @@ elu/selu/celu in place) and keep a copy of the input otherwise.
 
 import numpy as np
 
-from .._backend import dispatch
+from .._backend import dispatch, host_backend
 from .._random import next_offset
-from .._validate import bool_arg, float_array, is_device, norm_dim, real, same_dtype
+from .._validate import bool_arg, float_array, host_floats, is_device, norm_dim, real, same_dtype
 from ._core import grad_in, make_ctx
 
 __all__ = [
@@ -47,6 +47,13 @@ def _launch(kernel_name, x, args, out, inplace):
 
     The kernel gets C-contiguous memory; an ``out`` (or in-place input) that is not
     contiguous gets the result copied in afterwards."""
+    if out is None and inplace is False and host_floats(x):
+        # the hot path (a new output, a contiguous native float array, a host backend):
+        # one compiled check instead of float_array + bool_arg + dispatch -- small calls
+        be = host_backend()
+        if be is not None:
+            y, saved = getattr(be, kernel_name)(x, *args, None)
+            return y, be, saved
     src = x
     x = float_array(x, "input")
     if bool_arg(inplace, "inplace"):

@@ -29,6 +29,10 @@ def _check(x, weight, bias):
 
 def linear_fwd(x, weight, bias=None):
     """y = x @ weight.T + bias, for x of any rank (..., in_features) -> (y, ctx)."""
+    be = _fast(x, weight, bias)
+    if be is not None:
+        y, saved = be.linear(x, weight, bias)
+        return y, make_ctx(be, saved, y)
     x, weight, bias = _check(x, weight, bias)
     be = dispatch(x, weight, bias)
     y, saved = be.linear(x, weight, bias)
@@ -41,13 +45,21 @@ def linear_bwd(ctx, dy):
     return be.linear_backward(dy, saved)
 
 
-def linear(x, weight, bias=None):
-    """y = x @ weight.T + bias.  weight (out_features, in_features), bias (out_features,)."""
+def _fast(x, weight, bias):
+    """The host backend when the arguments need no validation beyond one compiled check
+    (contiguous native float arrays of one dtype, the shapes fit), else None: the small
+    calls' fast path; anything else takes _check, which owns every error message."""
     if host_floats(x, weight, bias):
         ws = weight.shape
         if (len(ws) == 2 and x.ndim and x.shape[-1] == ws[1]
                 and (bias is None or bias.shape == (ws[0],))):
-            be = host_backend()
-            if be is not None:
-                return be.linear(x, weight, bias)[0]
+            return host_backend()
+    return None
+
+
+def linear(x, weight, bias=None):
+    """y = x @ weight.T + bias.  weight (out_features, in_features), bias (out_features,)."""
+    be = _fast(x, weight, bias)
+    if be is not None:
+        return be.linear(x, weight, bias)[0]
     return linear_fwd(x, weight, bias)[0]

@@ -19,6 +19,12 @@ def _check(x, ns, weight, bias, eps):
 
 def layer_norm_fwd(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Layer normalisation over the trailing ``normalized_shape`` dims -> (y, ctx)."""
+    D = norm_fast_args(x, normalized_shape, weight, bias, eps)   # layer_norm's fast path
+    if D >= 0:
+        be = host_backend()
+        if be is not None:
+            y, saved = be.layer_norm(x, weight, bias, D, eps)
+            return y, make_ctx(be, saved, y)
     x, weight, bias, D, eps = _check(x, normalized_shape, weight, bias, eps)
     be = dispatch(x, weight, bias)
     y, saved = be.layer_norm(x, weight, bias, D, eps)

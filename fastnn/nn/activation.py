@@ -1,4 +1,6 @@
 """Activation modules (torch.nn names, constructor arguments and defaults)."""
+import operator
+
 from .. import functional as F
 from .._validate import bool_arg, int_arg, real
 from ..functional.activation import _elu_check_inplace, _leaky_args
@@ -7,6 +9,21 @@ from .module import Module, Parameter
 
 __all__ = ["ReLU", "LeakyReLU", "PReLU", "RReLU", "ELU", "SELU", "CELU", "GELU", "SiLU",
            "Softplus", "Sigmoid", "Tanh", "Softmax", "Softmin", "LogSoftmax"]
+
+
+def _arg_getter(fields):
+    """``self._args()`` for a class whose forward op takes ``fields`` after x: the
+    attributes as a tuple (operator.attrgetter: no generator per call)."""
+    if not fields:
+        return _no_args
+    get = operator.attrgetter(*fields)
+    if len(fields) == 1:
+        return lambda self: (get(self),)
+    return lambda self: get(self)      # a function, so that it binds as a method
+
+
+def _no_args(self):
+    return ()
 
 
 class _Elementwise(Module):
@@ -25,9 +42,11 @@ class _Elementwise(Module):
         if op is not None:
             cls._fwd = staticmethod(getattr(F, op + "_fwd"))
             cls._bwd = staticmethod(getattr(F, op + "_bwd"))
+        if "_args" not in cls.__dict__:
+            cls._args = _arg_getter(cls._fields)
 
     def _args(self):
-        return tuple(getattr(self, name) for name in self._fields)
+        return ()
 
     def extra_repr(self):
         parts = [f"{name}={getattr(self, name)}" for name in self._fields if name != "inplace"]
@@ -36,7 +55,7 @@ class _Elementwise(Module):
         return ", ".join(parts)
 
     def forward(self, x):
-        y, ctx = type(self)._fwd(x, *self._args())
+        y, ctx = self._fwd(x, *self._args())
         self._keep(ctx)
         return y
 

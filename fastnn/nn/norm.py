@@ -1,5 +1,6 @@
 """Normalisation modules: LayerNorm, GroupNorm, RMSNorm."""
 from .. import functional as F
+from .._grad import _tls
 from .._validate import normalized_shape_arg
 from . import init
 from .module import Module, Parameter
@@ -27,8 +28,11 @@ class LayerNorm(Module):
 
     def forward(self, x):
         w, b = self.weight, self.bias
-        y, ctx = F.layer_norm_fwd(x, self.normalized_shape, None if w is None else w.data,
-                                  None if b is None else b.data, self.eps)
+        w = None if w is None else w.data
+        b = None if b is None else b.data
+        if not self.training or _tls.rec is False:    # nothing to keep: the inference kernel
+            return F.layer_norm(x, self.normalized_shape, w, b, self.eps)
+        y, ctx = F.layer_norm_fwd(x, self.normalized_shape, w, b, self.eps)
         self._keep(ctx)
         return y
 
