@@ -23,7 +23,26 @@ _tune_malloc()
 # The kernels' OpenMP runtime is loaded now (not at the first kernel call) so that
 # threadpoolctl sees it: a threadpool_limits block entered before that call must govern it.
 from .cpu import load_openmp as _load_openmp  # noqa: E402
-_load_openmp()
+from .cpu import VariantError as _VariantError  # noqa: E402
+
+
+def _run_as_command():
+    """This import is the ``fastnn`` command's own (``python -m fastnn``, the console
+    script): a bad setting then ends in one line on stderr, not a traceback."""
+    import sys
+    argv = getattr(sys, "orig_argv", None) or []
+    if sys.argv and sys.argv[0] == "-m":    # python -m <module>: argv[0] while it is found
+        return any((a == "-m" and b.split(".")[0] == "fastnn")
+                   or a.split(".")[0] == "-mfastnn" for a, b in zip(argv, argv[1:] + [""]))
+    return bool(sys.argv) and _os.path.basename(sys.argv[0]) in ("fastnn", "fastnn.exe")
+
+
+try:
+    _load_openmp()
+except _VariantError as _e:
+    if _run_as_command():
+        raise SystemExit(f"fastnn: {_e}") from None
+    raise
 
 from ._version import __version__  # noqa: E402
 from ._backend import (available_backends, get_backend, get_num_threads,  # noqa: E402
