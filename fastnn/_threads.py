@@ -6,7 +6,6 @@ the Python shell (BLAS may use all threads), and tile GEMMs inside OpenMP region
 (BLAS must be single-threaded there, or threads stack).  threadpoolctl finds the
 BLAS libraries once; limits are then cheap calls into them.
 """
-import contextlib
 import os
 import threading
 
@@ -79,24 +78,43 @@ _region_depth = [0]
 _region_saved = [None]
 
 
-@contextlib.contextmanager
-def single_threaded_blas():
-    """Run the block with BLAS limited to one thread (around OpenMP regions that call BLAS)."""
-    libs = _blas()
-    with _region_lock:
-        if _region_depth[0] == 0:
-            _region_saved[0] = [int(getf()) for _, getf in libs]
-            for setf, _ in libs:
-                setf(1)
-        _region_depth[0] += 1
-    try:
-        yield
-    finally:
+class _SingleThreadedBlas:
+    """The context ``single_threaded_blas()`` returns: one shared object (its state is the
+    region count above), a class rather than a generator -- it runs around every large
+    GEMM call, so its cost is part of a small Linear's latency.  A library already at one
+    thread is neither set nor restored (the usual case when fastnn runs one thread): two
+    reads instead of two reads and four writes through ctypes."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        libs = _blas()
+        with _region_lock:
+            if _region_depth[0] == 0:
+                saved = _region_saved[0] = [int(getf()) for _, getf in libs]
+                for (setf, _), n in zip(libs, saved):
+                    if n != 1:
+                        setf(1)
+            _region_depth[0] += 1
+        return None
+
+    def __exit__(self, *exc):
+        libs = _blas()
         with _region_lock:
             _region_depth[0] -= 1
             if _region_depth[0] == 0:
                 for (setf, _), n in zip(libs, _region_saved[0]):
-                    setf(n)
+                    if n != 1:
+                        setf(n)
+        return False
+
+
+_SINGLE_THREADED_BLAS = _SingleThreadedBlas()
+
+
+def single_threaded_blas():
+    """Run the block with BLAS limited to one thread (around OpenMP regions that call BLAS)."""
+    return _SINGLE_THREADED_BLAS
 
 
 _np_gemm = [False]

@@ -180,3 +180,31 @@ def test_bad_variant_library_import_still_raises():
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("caught VariantError FASTNN_VARIANT='avx1024'"), r.stdout
+
+
+def test_single_threaded_blas_writes_only_what_it_must(monkeypatch):
+    """Around every large GEMM: a BLAS library already at one thread is not set (nor
+    restored); one at n is set to 1 and back to n; a count set inside the region
+    (set_blas_threads) is applied when the region ends."""
+    from fastnn import _threads
+    counts = [1, 3]
+    calls = []
+
+    def lib(i):
+        def setf(n):
+            calls.append((i, n))
+            counts[i] = n
+        return setf, (lambda: counts[i])
+    monkeypatch.setattr(_threads, "_handles", [[lib(0), lib(1)]])
+    with _threads.single_threaded_blas():
+        assert counts == [1, 1]
+        with _threads.single_threaded_blas():       # nested: nothing more
+            pass
+        assert counts == [1, 1]
+    assert counts == [1, 3]
+    assert calls == [(1, 1), (1, 3)]
+    calls.clear()
+    with _threads.single_threaded_blas():
+        _threads.set_blas_threads(2)
+        assert counts == [1, 1]
+    assert counts == [2, 2] and calls == [(1, 1), (0, 2), (1, 2)]
