@@ -208,3 +208,23 @@ def test_single_threaded_blas_writes_only_what_it_must(monkeypatch):
         _threads.set_blas_threads(2)
         assert counts == [1, 1]
     assert counts == [2, 2] and calls == [(1, 1), (0, 2), (1, 2)]
+
+
+def test_latency_bench_family_does_the_same_work():
+    """`fastnn bench --only latency`: three (8, 768) module-forward rows; fastnn, the
+    reference and torch compute the same thing (the modules share no weights, so Linear
+    is checked for shape only)."""
+    from fastnn.bench import cli as bench_cli
+    from fastnn.bench import latency
+    assert "latency" in bench_cli.families()
+    cases = latency.cases()
+    assert [c.op.split()[0] for c in cases] == ["LayerNorm", "GELU", "Linear"]
+    for c in cases:
+        assert c.family == "latency" and c.shape == "8x768" and c.tokens == 1
+        fns = c.make()
+        y = fns["fastnn"]()
+        assert y.shape == (8, 768) and y.dtype == np.float32
+        np.testing.assert_allclose(fns["reference"](), y, rtol=1e-4, atol=1e-5)
+        if fns["torch"] is not None and not c.op.startswith("Linear"):
+            np.testing.assert_allclose(fns["torch"]().numpy(), y, rtol=1e-4, atol=1e-5)
+    assert cases[2].flops == 2.0 * 8 * 768 * 768
