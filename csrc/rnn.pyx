@@ -437,11 +437,8 @@ cdef void _dropout(const real* x, real* y, Py_ssize_t n, uint64_t base, uint64_t
 
 
 cdef enum:
-    GEMM_ROWS = 1024  # row chunk of the whole-sequence GEMMs (fixed: results never
-                      # depend on the thread count, as each chunk is one BLAS call).
-                      # Each call re-packs the whole shared operand, and OpenBLAS ran
-                      # these shapes 5-10% faster per flop in 1024-row calls than in
-                      # 512-row ones (single thread, T64 B32 H256 shapes)
+    GEMM_ROWS = 512   # row chunk of the whole-sequence GEMMs (fixed: results never
+                      # depend on the thread count, as each chunk is one BLAS call)
 
 
 cdef void _gemm_rows(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, const real* A,
@@ -463,33 +460,6 @@ cdef void _gemm_rows(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K,
         m = M - r0 if M - r0 < GEMM_ROWS else GEMM_ROWS
         gemm(ta, tb, <int>m, <int>N, <int>K, <real>1, A + (r0 if ta else r0 * lda), <int>lda,
              Bm, <int>ldb, beta, C + r0 * ldc, <int>ldc)
-
-
-cdef void _dw_pair(Py_ssize_t M, Py_ssize_t lda, Py_ssize_t K1, const real* A1, const real* B1,
-                   Py_ssize_t N1, Py_ssize_t ldb1, real* C1, Py_ssize_t K2, const real* A2,
-                   const real* B2, Py_ssize_t N2, Py_ssize_t ldb2, real* C2, Py_ssize_t K3,
-                   const real* A3, const real* B3, Py_ssize_t ldb3) noexcept nogil:
-    """The two weight gradients of one direction, C1 = A1^T B1 (M, N1) and C2 = A2^T B2
-    (+ A3^T B3 when K3 > 0; M, N2), every A with row stride lda, as ONE list of fixed
-    GEMM_ROWS row chunks spread over the threads: with two threads each computes one
-    whole gradient (one BLAS call each) instead of both computing half of each."""
-    cdef Py_ssize_t nch = (M + GEMM_ROWS - 1) // GEMM_ROWS, i, c, r0, m
-    cdef int nt = _threads_for(M * (N1 + N2) * K1 // 64, 1 << 14)
-    if nt > 2 * nch:
-        nt = <int>(2 * nch)
-    for i in prange(2 * nch, nogil=True, schedule="static", num_threads=nt):
-        c = i % nch
-        r0 = c * GEMM_ROWS
-        m = M - r0 if M - r0 < GEMM_ROWS else GEMM_ROWS
-        if i < nch:
-            gemm(True, False, <int>m, <int>N1, <int>K1, <real>1, A1 + r0, <int>lda, B1,
-                 <int>ldb1, <real>0, C1 + r0 * N1, <int>N1)
-        else:
-            gemm(True, False, <int>m, <int>N2, <int>K2, <real>1, A2 + r0, <int>lda, B2,
-                 <int>ldb2, <real>0, C2 + r0 * N2, <int>N2)
-            if K3 > 0:
-                gemm(True, False, <int>m, <int>N2, <int>K3, <real>1, A3 + r0, <int>lda, B3,
-                     <int>ldb3, <real>1, C2 + r0 * N2, <int>N2)
 
 
 cdef inline real* _span(real[::1] v, Py_ssize_t off, Py_ssize_t n) except? NULL:
@@ -921,8 +891,10 @@ cdef _weight_grads(_Stack s, int k, real[::1] dg, real[::1] dgh, list dweights):
         pdwh = _span(dwhv, 0, GH * H)
         pwi = _cspan(wi, 0, GH * I)
         with nogil:
-            _dw_pair(GH, DGH, TB, pdg, pin, I, I, pdwi, TB - B, pdgh_prev, phv, H, D * H, pdwh,
-                     B if has_h0 else 0, pdgh_first, ph0, H)
+            _gemm_rows(True, False, GH, I, TB, pdg, DGH, pin, I, <real>0, pdwi, I)
+            _gemm_rows(True, False, GH, H, TB - B, pdgh_prev, DGH, phv, D * H, <real>0, pdwh, H)
+            if has_h0:
+                _gemm_rows(True, False, GH, H, B, pdgh_first, DGH, ph0, H, <real>1, pdwh, H)
             _gemm_rows(False, False, TB, I, GH, pdg, DGH, pwi, I, <real>(1 if d else 0), pdx, I)
         dweights[base] = _unpermute(s, dwi)
         dweights[base + 1] = _unpermute(s, dwh)
