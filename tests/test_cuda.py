@@ -381,6 +381,19 @@ def test_kernels_never_index_shapes_from_the_end():
     assert not bad, bad
 
 
+
+def test_kernel_factories_give_kernels_by_name():
+    """Every per-dtype kernel factory returns one kernel or its kernels by name
+    (``_kit.named`` / a dict), never a tuple fetched by position (issue #20)."""
+    import importlib
+    import pkgutil
+    import fastnn.cuda.ops as pkg
+    for info in pkgutil.iter_modules(pkg.__path__):
+        importlib.import_module(f"fastnn.cuda.ops.{info.name}")
+    bad = [f.__module__ + "." + f.__name__ for f in _kit.FACTORIES
+           if isinstance(f(np.float32), (tuple, list))]
+    assert not bad, bad
+
 def test_device_shapes_index_like_tuples():
     x = _kit.dev(np.zeros((2, 3, 4)))
     assert x.shape[-1] == 4 and x.shape[-2:] == (3, 4)

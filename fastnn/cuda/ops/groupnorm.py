@@ -17,7 +17,8 @@ OPS = ("group_norm", "group_norm_backward")
 @_kit.per_dtype
 def _kernels(dt):
     NT, T, zero, one = _kit.scalars(dt)
-    step, combine = _kit.welford(dt)
+    w = _kit.welford(dt)
+    step, combine = w.step, w.combine
 
     @kernel
     def fwd(x, w, b, y, mean, rstd, R, M, S, G, Cg, eps, has_w, has_b):
