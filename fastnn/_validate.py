@@ -20,6 +20,17 @@ def is_device(x):
                                           or hasattr(x, "copy_to_host"))
 
 
+def is_array(x):
+    """A NumPy array (subclasses too) or a CUDA device array: what an array argument may be."""
+    return isinstance(x, np.ndarray) or is_device(x)
+
+
+def array_of(x):
+    """``x`` as an array where it lives: device arrays as they are, anything else through
+    np.asarray (lists, scalars, NumPy subclasses)."""
+    return x if is_device(x) else np.asarray(x)
+
+
 def _type_name(x):
     dt = getattr(x, "dtype", None)
     return f"{type(x).__name__} of dtype {dt}" if dt is not None else type(x).__name__
