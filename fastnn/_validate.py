@@ -25,6 +25,19 @@ def is_array(x):
     return isinstance(x, np.ndarray) or is_device(x)
 
 
+def parameter_data(data):
+    """A Parameter's values: a device array as it is; anything else a fresh C-contiguous
+    float32/float64 host copy (integer and bool data become float32)."""
+    if is_device(data):
+        return data
+    arr = np.array(data, copy=True, order="C")
+    if arr.dtype not in (F32, F64):
+        if arr.dtype.kind in "iub":
+            return arr.astype(np.float32)
+        raise TypeError(f"Parameter data must be float32 or float64, got {arr.dtype}")
+    return arr
+
+
 def array_of(x):
     """``x`` as an array where it lives: device arrays as they are, anything else through
     np.asarray (lists, scalars, NumPy subclasses)."""

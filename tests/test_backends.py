@@ -379,6 +379,9 @@ def test_layout_ops(name, dt):
     dst = put(np.zeros((2, 3, 4), dt))
     assert be.copy_into(dst, put(a)) is dst
     np.testing.assert_array_equal(h(dst), a)
+    z = put(a.copy())
+    assert be.zero_(z) is z
+    np.testing.assert_array_equal(h(z), np.zeros_like(a))
     o = put(np.zeros((2, 3, 4), dt))
     assert be.out_target(o, put(a)) is o
     with pytest.raises(ValueError, match="shape"):

@@ -769,3 +769,24 @@ def test_loss_weight_on_device_is_copied_and_cast():
         want = nn.CrossEntropyLoss(weight=w)(x, t)
     assert _on_device(loss)
     assert float(np.asarray(fastnn.to_numpy(loss))) == pytest.approx(want, rel=1e-5)
+
+
+def test_parameter_on_device_zero_grad_keeps_the_array():
+    """zero_grad(set_to_none=False) zeroes a device gradient in place (it was dropped to
+    None, unlike the host's); np.asarray and load_state_dict work through the layout ops."""
+    from fastnn.nn import Parameter
+    m = nn.Linear(3, 2, dtype=np.float64)
+    m.to("cuda")
+    p = m.weight
+    p.grad = _kit.dev(np.ones((2, 3)))
+    g = p.grad
+    m.zero_grad(set_to_none=False)
+    assert p.grad is g
+    np.testing.assert_array_equal(fastnn.to_numpy(g), np.zeros((2, 3)))
+    w = np.arange(6.0).reshape(2, 3)
+    m.load_state_dict({"weight": _kit.dev(w), "bias": np.zeros(2)})
+    assert _on_device(m.weight.data)
+    np.testing.assert_array_equal(np.asarray(m.weight), w)
+    assert Parameter(_kit.dev(w)).data is not None
+    m.to("cpu")
+    assert type(m.weight.data) is np.ndarray

@@ -36,12 +36,14 @@ backend has kernels (fastnn/cuda/ops/layout.py).
                            it directly, or None (the kernel writes a fresh array, then
                            ``copy_into(out, y)``)
     copy_into(dst, src)    dst[...] = src; returns dst
+    zero_(a)               a filled with zeros in place; returns a
 """
 import numpy as np
 
 OPS = ("add", "accumulate", "transpose2d", "swap_last_two", "broadcast_to", "to_host",
        "to_backend", "first_outside", "split_columns", "concat_columns", "clone", "cast",
-       "scale_", "clamp_", "scalar_result", "out_target", "copy_into")
+       "scale_", "clamp_", "scalar_result", "out_target", "copy_into",
+       "zero_")
 
 
 def _suffix(a, b):
@@ -161,3 +163,8 @@ def out_target(out, x):
 def copy_into(dst, src):
     np.copyto(dst, src)
     return dst
+
+
+def zero_(a):
+    a.fill(0)
+    return a

@@ -13,7 +13,8 @@ from .._runtime import to_device, to_numpy
 
 OPS = ("add", "accumulate", "transpose2d", "swap_last_two", "broadcast_to", "to_host",
        "to_backend", "first_outside", "split_columns", "concat_columns", "clone", "cast",
-       "scale_", "clamp_", "scalar_result", "out_target", "copy_into")
+       "scale_", "clamp_", "scalar_result", "out_target", "copy_into",
+       "zero_")
 
 
 @_kit.per_dtype
@@ -207,3 +208,7 @@ def copy_into(dst, src):
         _copy_cols(_kit.reshape(s, (1, n)), _kit.reshape(d, (1, n)), n, 0, 0)
     _kit.copy_back(host)
     return dst
+
+
+def zero_(a):
+    return _in_place(a, lambda ks, f, n: _kit.fill(f, 0))
