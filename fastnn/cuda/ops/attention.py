@@ -122,6 +122,31 @@ def _kernels(dt):
             a[b, l, f] = v
 
     @cuda.jit(device=True)
+    def acc4(a0, a1, a2, a3, w, X, b, r, f, e, B, n, seq_first):
+        # the four per-thread accumulators of features f + e + c*B (< f + n) += w * row r of X
+        if e < n:
+            a0 += w * at(X, b, r, f + e, seq_first)
+        if e + B < n:
+            a1 += w * at(X, b, r, f + e + B, seq_first)
+        if e + 2 * B < n:
+            a2 += w * at(X, b, r, f + e + 2 * B, seq_first)
+        if e + 3 * B < n:
+            a3 += w * at(X, b, r, f + e + 3 * B, seq_first)
+        return a0, a1, a2, a3
+
+    @cuda.jit(device=True)
+    def store4(out, b, i, f, e, B, n, a0, a1, a2, a3, c, seq_first):
+        # acc4's accumulators times c into row i of out
+        if e < n:
+            put(out, b, i, f + e, a0 * c, seq_first)
+        if e + B < n:
+            put(out, b, i, f + e + B, a1 * c, seq_first)
+        if e + 2 * B < n:
+            put(out, b, i, f + e + 2 * B, a2 * c, seq_first)
+        if e + 3 * B < n:
+            put(out, b, i, f + e + 3 * B, a3 * c, seq_first)
+
+    @cuda.jit(device=True)
     def online_row(Q, K, V, b, i, krow, send, fq, fv, E, Ev, e0, scale, seq_first, mask, mi,
                    mrow, Sm, has_mask, has_drop, dbase, thr, dscale, off_lo, off_hi, k0, k1,
                    sbuf, pbuf):
@@ -135,10 +160,7 @@ def _kernels(dt):
         B = cuda.blockDim.x
         m = ninf
         l = zero
-        a0 = zero
-        a1 = zero
-        a2 = zero
-        a3 = zero
+        a0 = a1 = a2 = a3 = zero
         for j0 in range(int32(0), int32(send), B):
             j = j0 + t
             s = ninf
@@ -166,32 +188,15 @@ def _kernels(dt):
                                      off_hi, k0, k1)
             cuda.syncthreads()
             for jj in range(min(B, send - j0)):
-                w = pbuf[jj]
-                kr = krow + j0 + jj
-                e = e0 + t
-                if e < Ev:
-                    a0 += w * at(V, b, kr, fv + e, seq_first)
-                if e + B < Ev:
-                    a1 += w * at(V, b, kr, fv + e + B, seq_first)
-                if e + 2 * B < Ev:
-                    a2 += w * at(V, b, kr, fv + e + 2 * B, seq_first)
-                if e + 3 * B < Ev:
-                    a3 += w * at(V, b, kr, fv + e + 3 * B, seq_first)
+                a0, a1, a2, a3 = acc4(a0, a1, a2, a3, pbuf[jj], V, b, krow + j0 + jj, fv, e0 + t,
+                                      B, Ev, seq_first)
             cuda.syncthreads()
         return m, l, a0, a1, a2, a3
 
     @cuda.jit(device=True)
     def store_row(out, b, i, f, B, Ev, e, a0, a1, a2, a3, l, seq_first):
         # online_row's four accumulators / l into row i of out (features f + e + c*B < Ev)
-        inv = one / l if l > zero else zero
-        if e < Ev:
-            put(out, b, i, f + e, a0 * inv, seq_first)
-        if e + B < Ev:
-            put(out, b, i, f + e + B, a1 * inv, seq_first)
-        if e + 2 * B < Ev:
-            put(out, b, i, f + e + 2 * B, a2 * inv, seq_first)
-        if e + 3 * B < Ev:
-            put(out, b, i, f + e + 3 * B, a3 * inv, seq_first)
+        store4(out, b, i, f, e, B, Ev, a0, a1, a2, a3, one / l if l > zero else zero, seq_first)
 
     @kernel
     def flash_fwd(Q, K, V, O, LSE, mask, midx, BH, L, S, E, Ev, Lm, Sm, scale, has_mask,
@@ -239,10 +244,7 @@ def _kernels(dt):
                 Dsum[r] = d
             lse = LSE[r]
             for e0 in range(int32(0), int32(max(E, 1)), int32(4 * B)):
-                a0 = zero
-                a1 = zero
-                a2 = zero
-                a3 = zero
+                a0 = a1 = a2 = a3 = zero
                 for j0 in range(int32(0), int32(send), B):
                     j = j0 + t
                     ds = zero
@@ -258,26 +260,10 @@ def _kernels(dt):
                     pbuf[t] = ds
                     cuda.syncthreads()
                     for jj in range(min(B, send - j0)):
-                        w = pbuf[jj]
-                        e = e0 + t
-                        if e < E:
-                            a0 += w * K[bh, j0 + jj, e]
-                        if e + B < E:
-                            a1 += w * K[bh, j0 + jj, e + B]
-                        if e + 2 * B < E:
-                            a2 += w * K[bh, j0 + jj, e + 2 * B]
-                        if e + 3 * B < E:
-                            a3 += w * K[bh, j0 + jj, e + 3 * B]
+                        a0, a1, a2, a3 = acc4(a0, a1, a2, a3, pbuf[jj], K, bh, j0 + jj, 0, e0 + t,
+                                              B, E, False)
                     cuda.syncthreads()
-                e = e0 + t
-                if e < E:
-                    dQ[bh, i, e] = a0
-                if e + B < E:
-                    dQ[bh, i, e + B] = a1
-                if e + 2 * B < E:
-                    dQ[bh, i, e + 2 * B] = a2
-                if e + 3 * B < E:
-                    dQ[bh, i, e + 3 * B] = a3
+                store4(dQ, bh, i, 0, e0 + t, B, E, a0, a1, a2, a3, one, False)
 
     @kernel
     def flash_bwd_kv(Q, K, V, dO, LSE, Dsum, dK, dV, mask, midx, BH, L, S, E, Ev, Lm, Sm,
@@ -293,14 +279,8 @@ def _kernels(dt):
             mi = midx[bh] if has_mask else 0
             istart = int32(min(j, L) if causal else 0)
             for e0 in range(int32(0), int32(max(E, Ev, 1)), int32(4 * B)):
-                c0 = zero
-                c1 = zero
-                c2 = zero
-                c3 = zero
-                g0 = zero
-                g1 = zero
-                g2 = zero
-                g3 = zero
+                c0 = c1 = c2 = c3 = zero
+                g0 = g1 = g2 = g3 = zero
                 for i0 in range(istart, L, B):
                     i = i0 + t
                     pd = zero
@@ -324,43 +304,13 @@ def _kernels(dt):
                     gbuf[t] = ds
                     cuda.syncthreads()
                     for ii in range(min(B, L - i0)):
-                        w = pbuf[ii]
-                        g = gbuf[ii]
-                        e = e0 + t
-                        if e < Ev:
-                            c0 += w * dO[bh, i0 + ii, e]
-                        if e + B < Ev:
-                            c1 += w * dO[bh, i0 + ii, e + B]
-                        if e + 2 * B < Ev:
-                            c2 += w * dO[bh, i0 + ii, e + 2 * B]
-                        if e + 3 * B < Ev:
-                            c3 += w * dO[bh, i0 + ii, e + 3 * B]
-                        if e < E:
-                            g0 += g * Q[bh, i0 + ii, e]
-                        if e + B < E:
-                            g1 += g * Q[bh, i0 + ii, e + B]
-                        if e + 2 * B < E:
-                            g2 += g * Q[bh, i0 + ii, e + 2 * B]
-                        if e + 3 * B < E:
-                            g3 += g * Q[bh, i0 + ii, e + 3 * B]
+                        c0, c1, c2, c3 = acc4(c0, c1, c2, c3, pbuf[ii], dO, bh, i0 + ii, 0, e0 + t,
+                                              B, Ev, False)
+                        g0, g1, g2, g3 = acc4(g0, g1, g2, g3, gbuf[ii], Q, bh, i0 + ii, 0, e0 + t,
+                                              B, E, False)
                     cuda.syncthreads()
-                e = e0 + t
-                if e < Ev:
-                    dV[bh, j, e] = c0
-                if e + B < Ev:
-                    dV[bh, j, e + B] = c1
-                if e + 2 * B < Ev:
-                    dV[bh, j, e + 2 * B] = c2
-                if e + 3 * B < Ev:
-                    dV[bh, j, e + 3 * B] = c3
-                if e < E:
-                    dK[bh, j, e] = g0
-                if e + B < E:
-                    dK[bh, j, e + B] = g1
-                if e + 2 * B < E:
-                    dK[bh, j, e + 2 * B] = g2
-                if e + 3 * B < E:
-                    dK[bh, j, e + 3 * B] = g3
+                store4(dV, bh, j, 0, e0 + t, B, Ev, c0, c1, c2, c3, one, False)
+                store4(dK, bh, j, 0, e0 + t, B, E, g0, g1, g2, g3, one, False)
 
     @kernel
     def varlen_fwd(q, k, v, out, row_b, row_l, qs, ks, kl, NR, H, E, Ev, scale, seq_first,
