@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from .. import _kit
-from .._kit import THREADS, U8, cuda, gid, gsz, int32, kernel, philox4x32
+from .._kit import THREADS, U8, gid, gsz, int32, kernel, philox4x32
 
 OPS = ("dropout", "dropout_backward")
 

@@ -9,7 +9,7 @@ over S), reduced over n in order (deterministic, no atomics).
 import math
 
 from .. import _kit
-from .._kit import ROW_THREADS, SBUF, THREADS, block_sum, cuda, dm, kernel
+from .._kit import ROW_THREADS, SBUF, block_sum, cuda, dm, kernel
 
 OPS = ("group_norm", "group_norm_backward")
 

@@ -8,7 +8,7 @@ to them is updated through a device copy)."""
 import numpy as np
 
 from .. import _kit
-from .._kit import THREADS, cuda, dm, gid, gsz, kernel
+from .._kit import THREADS, dm, gid, gsz, kernel
 from .._runtime import to_device, to_numpy
 
 OPS = ("add", "accumulate", "transpose2d", "swap_last_two", "broadcast_to", "to_host",
