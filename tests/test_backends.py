@@ -341,6 +341,7 @@ def test_layout_ops(name, dt):
     np.testing.assert_array_equal(h(out), np.broadcast_to(b, (2, 3, 4)))
     assert be.broadcast_to(put(a), (2, 3, 4)) is not None
     assert isinstance(be.to_host(put(a)), np.ndarray)
+    assert tuple(be.to_backend(np.array(3, np.int64)).shape) == ()   # 0-d stays 0-d
     moved = be.to_backend(a[:, ::2], np.float64)
     assert (type(moved) is np.ndarray) == (name != "cuda")
     np.testing.assert_array_equal(h(moved), a[:, ::2].astype(np.float64))

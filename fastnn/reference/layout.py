@@ -16,7 +16,7 @@ backend has kernels (fastnn/cuda/ops/layout.py).
                            when it already has that shape and is C-contiguous)
     to_host(a)             a NumPy array of ``a`` (host arrays and non-arrays unchanged)
     to_backend(a, dtype)   ``a`` in this backend's memory, C-contiguous, of ``dtype`` (None:
-                           its own); the host backends: np.ascontiguousarray
+                           its own; 0-d arrays stay 0-d); the host backends: np.asarray(order='C')
     first_outside(x, lo, hi)  the first element outside [lo, hi] (NaN is inside) as a
                            float, or None; argument checks of the host backends (the cuda
                            backend does not scan: a host sync per call; returns None)
@@ -84,7 +84,7 @@ def to_host(a):
 
 
 def to_backend(a, dtype=None):
-    return np.ascontiguousarray(a, dtype=dtype)
+    return np.asarray(a, dtype=dtype, order="C")   # (np.ascontiguousarray makes 0-d 1-d)
 
 
 def first_outside(x, lo, hi):

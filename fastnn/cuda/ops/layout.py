@@ -102,7 +102,7 @@ def first_outside(x, lo, hi):
 
 def to_backend(a, dtype=None):
     if type(a) is np.ndarray:
-        return to_device(np.ascontiguousarray(a, dtype=dtype))
+        return to_device(np.asarray(a, dtype=dtype, order="C"))
     d = _kit.dev(a)
     if dtype is not None and _kit.dtype_of(d) != np.dtype(dtype):
         raise TypeError(f"to_backend: a device array of dtype {_kit.dtype_of(d)}, expected "
@@ -159,8 +159,8 @@ def clone(a):
 def cast(a, dtype):
     """Through the host: dtype changes of a device array are rare (a loss weight given in
     another dtype than the input's)."""
-    return to_device(np.ascontiguousarray(to_numpy(a) if type(a) is not np.ndarray else a,
-                                          dtype=dtype))
+    h = to_numpy(a) if type(a) is not np.ndarray else a
+    return to_device(np.asarray(h, dtype=dtype, order="C"))
 
 
 def _in_place(a, launch):
