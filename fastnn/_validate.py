@@ -20,6 +20,30 @@ def is_device(x):
                                           or hasattr(x, "copy_to_host"))
 
 
+def is_array(x):
+    """A NumPy array (subclasses too) or a CUDA device array: what an array argument may be."""
+    return isinstance(x, np.ndarray) or is_device(x)
+
+
+def parameter_data(data):
+    """A Parameter's values: a device array as it is; anything else a fresh C-contiguous
+    float32/float64 host copy (integer and bool data become float32)."""
+    if is_device(data):
+        return data
+    arr = np.array(data, copy=True, order="C")
+    if arr.dtype not in (F32, F64):
+        if arr.dtype.kind in "iub":
+            return arr.astype(np.float32)
+        raise TypeError(f"Parameter data must be float32 or float64, got {arr.dtype}")
+    return arr
+
+
+def array_of(x):
+    """``x`` as an array where it lives: device arrays as they are, anything else through
+    np.asarray (lists, scalars, NumPy subclasses)."""
+    return x if is_device(x) else np.asarray(x)
+
+
 def _type_name(x):
     dt = getattr(x, "dtype", None)
     return f"{type(x).__name__} of dtype {dt}" if dt is not None else type(x).__name__

@@ -381,6 +381,19 @@ def test_kernels_never_index_shapes_from_the_end():
     assert not bad, bad
 
 
+
+def test_kernel_factories_give_kernels_by_name():
+    """Every per-dtype kernel factory returns one kernel or its kernels by name
+    (``_kit.named`` / a dict), never a tuple fetched by position (issue #20)."""
+    import importlib
+    import pkgutil
+    import fastnn.cuda.ops as pkg
+    for info in pkgutil.iter_modules(pkg.__path__):
+        importlib.import_module(f"fastnn.cuda.ops.{info.name}")
+    bad = [f.__module__ + "." + f.__name__ for f in _kit.FACTORIES
+           if isinstance(f(np.float32), (tuple, list))]
+    assert not bad, bad
+
 def test_device_shapes_index_like_tuples():
     x = _kit.dev(np.zeros((2, 3, 4)))
     assert x.shape[-1] == 4 and x.shape[-2:] == (3, 4)
@@ -673,3 +686,107 @@ def test_flash_attention_keeps_no_score_matrix():
         elif hasattr(o, "copy_to_host"):
             yield o
     assert max(int(np.prod(a.shape)) for a in arrays(ctx)) < L * S
+
+
+# ------------------------------------------------------------------ no device branches in the layers (#20)
+@pytest.mark.parametrize("dt", DT, ids=DT_IDS)
+def test_fused_self_attention_stays_on_the_device(dt):
+    """MultiheadAttention with query is key is value on device arrays, the cpu backend in
+    force: the fused projection's q/k/v blocks and the backward's joined gradient stay on
+    the device (split_columns / concat_columns; they went through the host before)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 2, 8)).astype(dt)
+    dy = rng.standard_normal((3, 2, 8)).astype(dt)
+    fastnn.manual_seed(0)
+    m = nn.MultiheadAttention(8, 2, dtype=dt)
+    fastnn.manual_seed(0)
+    ref = nn.MultiheadAttention(8, 2, dtype=dt)
+    m.to("cuda")
+    xd = _kit.dev(x)
+    y, _ = m(xd, xd, xd)
+    dx = m.backward(_kit.dev(dy))
+    assert _on_device(y) and _on_device(dx[0])
+    with fastnn.use_backend("reference"):
+        ry, _ = ref(x, x, x)
+        rdx = ref.backward(dy)
+    np.testing.assert_allclose(fastnn.to_numpy(y), ry, **_tol(dt))
+    np.testing.assert_allclose(fastnn.to_numpy(dx[0]), rdx[0], **_tol(dt))
+
+
+def test_padded_keys_run_varlen_attention_on_the_device_too(monkeypatch):
+    """Eval-mode MultiheadAttention with a right-padded key_padding_mask takes the
+    variable-length kernel on the device as on the host (the device was excluded when the
+    cuda backend had no varlen kernel), with the masked kernel's result."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 4, 8)).astype(np.float64)
+    kpm = np.array([[False, False, True, True], [False, False, False, True]])
+    fastnn.manual_seed(0)
+    m = nn.MultiheadAttention(8, 2, batch_first=True, dtype=np.float64).eval()
+    with fastnn.use_backend("reference"):
+        want, _ = m(x, x, x, key_padding_mask=kpm)
+    m.to("cuda")
+    calls = []
+    be = backend("cuda")
+    real = be.varlen_attention
+    monkeypatch.setattr(be, "varlen_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
+    xd = _kit.dev(x)
+    y, _ = m(xd, xd, xd, key_padding_mask=kpm)
+    assert calls and _on_device(y)
+    np.testing.assert_allclose(fastnn.to_numpy(y), want, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("dt", DT, ids=DT_IDS)
+def test_clip_grad_on_device_works_in_place(dt):
+    """clip_grad_norm_ / clip_grad_value_ scale and clamp a device gradient in place (the
+    same array, as torch), with the host's values."""
+    from fastnn.nn import Parameter
+    from fastnn.nn.utils import clip_grad_norm_, clip_grad_value_
+    g = np.array([[3.0, -4.0], [12.0, 0.5]], dt)
+    p, h = Parameter(_kit.dev(np.zeros((2, 2), dt))), Parameter(np.zeros((2, 2), dt))
+    p.grad, h.grad = _kit.dev(g), g.copy()
+    d = p.grad
+    assert clip_grad_norm_([p], 1.0) == pytest.approx(clip_grad_norm_([h], 1.0))
+    assert p.grad is d
+    np.testing.assert_allclose(fastnn.to_numpy(d), h.grad, **_tol(dt))
+    clip_grad_value_([p], 0.1)
+    clip_grad_value_([h], 0.1)
+    assert p.grad is d
+    np.testing.assert_array_equal(fastnn.to_numpy(d), h.grad)
+
+
+def test_loss_weight_on_device_is_copied_and_cast():
+    """A device class weight: the module keeps its own copy (as for a host weight), and a
+    weight in another dtype than the input's is cast (it was left as it was on the device)."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((4, 3)).astype(np.float32)
+    t = rng.integers(0, 3, 4)
+    w = np.array([0.5, 1.0, 2.0])
+    wd = _kit.dev(w)
+    crit = nn.CrossEntropyLoss(weight=wd)
+    assert _on_device(crit.weight) and crit.weight is not wd
+    loss = crit(_kit.dev(x), t)
+    with fastnn.use_backend("reference"):
+        want = nn.CrossEntropyLoss(weight=w)(x, t)
+    assert _on_device(loss)
+    assert float(np.asarray(fastnn.to_numpy(loss))) == pytest.approx(want, rel=1e-5)
+
+
+def test_parameter_on_device_zero_grad_keeps_the_array():
+    """zero_grad(set_to_none=False) zeroes a device gradient in place (it was dropped to
+    None, unlike the host's); np.asarray and load_state_dict work through the layout ops."""
+    from fastnn.nn import Parameter
+    m = nn.Linear(3, 2, dtype=np.float64)
+    m.to("cuda")
+    p = m.weight
+    p.grad = _kit.dev(np.ones((2, 3)))
+    g = p.grad
+    m.zero_grad(set_to_none=False)
+    assert p.grad is g
+    np.testing.assert_array_equal(fastnn.to_numpy(g), np.zeros((2, 3)))
+    w = np.arange(6.0).reshape(2, 3)
+    m.load_state_dict({"weight": _kit.dev(w), "bias": np.zeros(2)})
+    assert _on_device(m.weight.data)
+    np.testing.assert_array_equal(np.asarray(m.weight), w)
+    assert Parameter(_kit.dev(w)).data is not None
+    m.to("cpu")
+    assert type(m.weight.data) is np.ndarray

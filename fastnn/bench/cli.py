@@ -3,7 +3,6 @@
 Speed is reported as ratios within one run (the machine's own copy bandwidth and sgemm
 rate are measured in the same run), because shared machines are noisy.
 """
-import argparse
 import importlib
 import json
 import os

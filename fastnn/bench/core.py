@@ -40,12 +40,6 @@ def torch_or_none():
     return torch
 
 
-def torch_threads(n):
-    torch = torch_or_none()
-    if torch is not None:
-        torch.set_num_threads(n)
-
-
 def time_fn(fn, min_time=0.25, max_reps=200, warmup=1):
     """Best-of time (seconds) over repeated calls, at least ``min_time`` in total."""
     for _ in range(warmup):

@@ -286,7 +286,7 @@ else:  # pragma: no cover - needs a GPU
 
 @per_dtype
 def welford(dt):
-    """Device functions ``(step, combine)`` of the block statistics of the norm kernels:
+    """Device functions ``.step`` and ``.combine`` of the block statistics of the norm kernels:
     ``cnt, mu, m2 = step(v, cnt, mu, m2)`` is one thread's Welford update (start from
     ``0, T(0), T(0)``); ``mean, ss = combine(cnt, mu, m2, n, sbuf)`` merges every thread's
     (count, mean, M2) exactly with Chan's formula through two block sums: the mean of the
@@ -309,7 +309,7 @@ def welford(dt):
         dm = mu - mean
         return mean, block_sum(m2 + fc * dm * dm, sbuf)
 
-    return step, combine
+    return named(step=step, combine=combine)
 
 
 # ------------------------------------------------------------------ device arrays

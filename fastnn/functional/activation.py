@@ -8,11 +8,10 @@ where backward can start from it (relu, leaky_relu with slope >= 0, sigmoid, tan
 elu/selu/celu in place) and keep a copy of the input otherwise.
 """
 
-import numpy as np
 
-from .._backend import dispatch, host_backend
+from .._backend import dispatch, host_backend, placed
 from .._random import next_offset
-from .._validate import bool_arg, float_array, host_floats, is_device, norm_dim, real, same_dtype
+from .._validate import bool_arg, float_array, host_floats, norm_dim, real, same_dtype
 from ._core import grad_in, make_ctx
 
 __all__ = [
@@ -36,17 +35,12 @@ SELU_ALPHA = 1.6732632423543772848170429916717
 SELU_SCALE = 1.0507009873554804934193349852946
 
 
-def _same_memory(a, b):
-    """a and b view exactly the same elements (same start, shape and strides)."""
-    return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
-            and a.shape == b.shape and a.strides == b.strides)
-
-
 def _launch(kernel_name, x, args, out, inplace):
     """Validate, run ``be.<kernel_name>(x, *args, out)`` -> (result, backend, saved).
 
     The kernel gets C-contiguous memory; an ``out`` (or in-place input) that is not
-    contiguous gets the result copied in afterwards."""
+    contiguous gets the result copied in afterwards (``out_target`` / ``copy_into``, the
+    layout ops of the memory holding ``out``)."""
     if out is None and inplace is False and host_floats(x):
         # the hot path (a new output, a contiguous native float array, a host backend):
         # one compiled check instead of float_array + bool_arg + dispatch -- small calls
@@ -65,35 +59,13 @@ def _launch(kernel_name, x, args, out, inplace):
         y, saved = getattr(be, kernel_name)(x, *args, None)
         return y, be, saved
     be = dispatch(x, out)
-    if is_device(out):
-        if tuple(out.shape) != tuple(x.shape):
-            raise ValueError(f"out must have the input's shape {tuple(x.shape)}, got {tuple(out.shape)}")
-        if np.dtype(out.dtype) != np.dtype(x.dtype):
-            raise TypeError(f"out has dtype {out.dtype} but the input has dtype {x.dtype}")
-        y, saved = getattr(be, kernel_name)(x, *args, out if out is not src else x)
-        return out, be, saved
-    if not isinstance(out, np.ndarray):
-        raise TypeError(f"out must be a NumPy array, got {type(out).__name__}")
-    if out.dtype.kind != "f" or out.dtype.itemsize not in (4, 8):
-        raise TypeError(f"out must be a float32 or float64 array, got dtype {out.dtype}")
-    if out.shape != x.shape:
-        raise ValueError(f"out must have the input's shape {x.shape}, got {out.shape}")
-    if np.dtype(out.dtype.newbyteorder("=")) != x.dtype:
-        raise TypeError(f"out has dtype {out.dtype} but the input has dtype {x.dtype}")
-    if not out.flags.writeable:
-        raise ValueError("out is read-only")
-    direct = out.flags.c_contiguous and out.flags.aligned and out.dtype.isnative
-    kout = out
-    if np.may_share_memory(out, x):
-        if not _same_memory(out, x):
-            raise ValueError("out overlaps the input without being the same elements "
-                             "(only exact in-place aliasing is supported)")
-        kout = x          # exact aliasing: the kernel sees out is x
-    if direct:
+    lay = placed(out)
+    kout = lay.out_target(out, x)
+    if kout is not None:
         _, saved = getattr(be, kernel_name)(x, *args, kout)
     else:
         y, saved = getattr(be, kernel_name)(x, *args, None)
-        np.copyto(out, y)
+        lay.copy_into(out, y)
     return out, be, saved
 
 

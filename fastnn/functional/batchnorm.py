@@ -2,7 +2,7 @@
 import numpy as np
 
 from .._backend import dispatch
-from .._validate import float_array, is_device, positive_float, real, same_dtype
+from .._validate import float_array, is_array, positive_float, real, same_dtype
 from ._core import grad_in, make_ctx
 
 __all__ = ["batch_norm", "batch_norm_fwd", "batch_norm_bwd"]
@@ -12,7 +12,7 @@ def _stat(a, name, x, C):
     """A per-channel vector; returns (contiguous array for the kernel, original)."""
     if a is None:
         return None
-    if isinstance(a, np.ndarray) or is_device(a):
+    if is_array(a):
         c = float_array(a, name)
     else:
         raise TypeError(f"{name} must be a float array of shape ({C},), got {type(a).__name__}")

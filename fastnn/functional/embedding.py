@@ -3,8 +3,8 @@ import math
 
 import numpy as np
 
-from .._backend import dispatch
-from .._validate import float_array, index_array, int_arg, is_device, padding_index
+from .._backend import dispatch, placed
+from .._validate import float_array, index_array, int_arg, padding_index
 from ._core import grad_in, make_ctx
 
 __all__ = ["embedding", "embedding_fwd", "embedding_bwd", "sinusoidal_positional_encoding"]
@@ -19,9 +19,8 @@ def embedding_fwd(idx, weight, padding_idx=None):
     num = weight.shape[0]
     idx = index_array(idx, num, "input")
     pad = padding_index(padding_idx, num)
-    if is_device(weight) and not is_device(idx):
-        from .. import to_device   # host token ids for a table on the device: one small copy
-        idx = to_device(idx)
+    # host token ids for a table on the device: one small copy (none on the host)
+    idx = placed(weight, idx).to_backend(idx)
     be = dispatch(idx, weight)
     out, saved = be.embedding(idx, weight, pad)
     return out, make_ctx(be, saved, out)

@@ -1,7 +1,7 @@
 """Softmax family: softmax, log_softmax along any dim."""
 from .._backend import dispatch, host_backend
 from .._validate import float_array, host_floats, norm_dim
-from ._core import grad_in, make_ctx
+from ._core import grad_in
 
 __all__ = ["softmax", "softmax_fwd", "softmax_bwd", "log_softmax", "log_softmax_fwd",
            "log_softmax_bwd"]

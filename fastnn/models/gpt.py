@@ -20,7 +20,7 @@ from .. import functional as F
 from .._random import generator
 from .._validate import int_arg, is_real
 from ..nn import init
-from ..nn.module import Module, ModuleList, Parameter
+from ..nn.module import Module, ModuleList
 
 __all__ = ["GPT", "GPTConfig"]
 

@@ -16,7 +16,7 @@ import os
 import numpy as np
 
 from .._validate import is_int
-from ._hf import HFDir, read_json
+from ._hf import read_json
 
 __all__ = ["SentenceEncoder"]
 

@@ -12,7 +12,8 @@ import math
 import numpy as np
 
 from .. import functional as F
-from .._validate import float_array, int_arg, is_device, probability, same_dtype
+from .._backend import placed
+from .._validate import float_array, int_arg, probability, same_dtype
 from ..functional.attention import joined, padding_lengths
 from . import init
 from .dense import Linear
@@ -33,17 +34,14 @@ def _split3(qkv, E):
     """q, k, v of a fused (.., 3E) projection: column views on the host (the cpu kernel
     reads them in place, and its gradients come back as blocks of one array), copies on
     the device."""
-    parts = tuple(qkv[..., i * E:(i + 1) * E] for i in range(3))
-    if is_device(qkv):
-        return tuple(np.ascontiguousarray(a) for a in parts)
-    return parts
+    return placed(qkv).split_columns(qkv, (E, E, E))
 
 
 def _join3(dq, dk, dv):
     """The (.., 3E) gradient of a fused projection from its three blocks (no copy when
     they already are the blocks of one array)."""
     j = joined(dq, dk, dv)
-    return j if j is not None else np.concatenate((dq, dk, dv), axis=-1)
+    return j if j is not None else placed(dq, dk, dv).concat_columns((dq, dk, dv))
 
 
 class MultiheadAttention(Module):
@@ -182,7 +180,7 @@ class MultiheadAttention(Module):
         p = self.dropout if self.training else 0.0
         lengths = None
         if (not self.training and key_padding_mask is not None and attn_mask is None
-                and not is_causal and not need_weights and not is_device(qp)):
+                and not is_causal and not need_weights):
             lengths = padding_lengths(key_padding_mask)
         if lengths is not None:
             # inference with right-padded keys: variable-length attention never reads a

@@ -4,8 +4,6 @@ Conv1D is GPT-2's dense layer with the weight stored transposed, (nx, nf): y = x
 It runs on the linear kernels with W^T made contiguous (a copy of the weight per call,
 small next to the GEMM), so it is exactly as fast as Linear.
 """
-import numpy as np
-
 from .. import functional as F
 from .._backend import placed
 from .._validate import int_arg, positive_float

@@ -4,7 +4,8 @@ reduction="none"); ``crit.backward()`` returns d_input."""
 import numpy as np
 
 from .. import functional as F
-from .._validate import bool_arg, float_array, is_device, positive_float
+from .._backend import placed
+from .._validate import array_of, bool_arg, float_array, positive_float
 from .._validate import loss_args as check_loss_args, reduction as check_reduction
 from ..functional.loss import _legacy_reduction
 from .module import Module
@@ -16,17 +17,17 @@ __all__ = ["CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "SmoothL1Loss", "
 def _weight_buffer(weight, name="weight", one_d=False):
     if weight is None:
         return None
-    weight = float_array(weight if is_device(weight) else np.asarray(weight), name)
+    weight = float_array(array_of(weight), name)
     if one_d and weight.ndim != 1:
         raise ValueError(f"{name} must be 1-D (one weight per class), got shape {tuple(weight.shape)}")
-    return weight.copy() if not is_device(weight) else weight
+    return placed(weight).clone(weight)
 
 
 def _as_dtype_of(w, input):
     """A weight buffer cast to the input's dtype when they differ (torch's module behaviour)."""
     dt = getattr(input, "dtype", None)
-    if w is not None and dt is not None and np.dtype(dt) != np.dtype(w.dtype) and not is_device(w):
-        return w.astype(dt)
+    if w is not None and dt is not None and np.dtype(dt) != np.dtype(w.dtype):
+        return placed(w).cast(w, dt)
     return w
 
 
@@ -43,9 +44,9 @@ class _Loss(Module):
 
     def _finish(self, loss, ctx):
         self._keep(ctx)
-        if self.reduction == "none" or is_device(loss):
+        if self.reduction == "none":
             return loss
-        return float(loss)
+        return placed(loss).scalar_result(loss)
 
     def backward(self, grad_output=None):
         ctx = self._take()

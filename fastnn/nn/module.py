@@ -23,7 +23,8 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from .._grad import _tls
-from .._validate import F32, F64
+from .._backend import placed
+from .._validate import F32, F64, parameter_data
 
 __all__ = ["Parameter", "Module", "Sequential", "ModuleList", "ModuleDict", "IncompatibleKeys",
            "CallHandle", "RemovableHandle"]
@@ -39,16 +40,7 @@ class Parameter:
     def __init__(self, data, requires_grad=True):
         if isinstance(data, Parameter):
             data = data.data
-        if type(data) is not np.ndarray and hasattr(data, "__cuda_array_interface__"):
-            self.data = data
-        else:
-            arr = np.array(data, copy=True, order="C")
-            if arr.dtype not in (F32, F64):
-                if arr.dtype.kind in "iub":
-                    arr = arr.astype(np.float32)
-                else:
-                    raise TypeError(f"Parameter data must be float32 or float64, got {arr.dtype}")
-            self.data = arr
+        self.data = parameter_data(data)
         self.grad = None
         self.requires_grad = bool(requires_grad)
 
@@ -58,7 +50,7 @@ class Parameter:
     size = property(lambda self: self.data.size)
 
     def __array__(self, dtype=None, copy=None):
-        a = self.data if type(self.data) is np.ndarray else _to_host(self.data)
+        a = placed(self.data).to_host(self.data)
         return a if dtype is None else a.astype(dtype)
 
     def numpy(self):
@@ -71,24 +63,16 @@ class Parameter:
         if self.grad is None:
             self.grad = g
         else:
-            from .._backend import placed
             placed(self.grad, g).accumulate(self.grad, g)
 
     def zero_grad(self, set_to_none=True):
         if set_to_none or self.grad is None:
             self.grad = None
-        elif type(self.grad) is np.ndarray:
-            self.grad.fill(0)
         else:
-            self.grad = None
+            placed(self.grad).zero_(self.grad)
 
     def __repr__(self):
         return f"Parameter(shape={tuple(self.data.shape)}, dtype={self.data.dtype})"
-
-
-def _to_host(a):
-    from .. import to_numpy
-    return to_numpy(a)
 
 
 # A module warns (once) when it holds more pending calls than this: forward-only loops in
@@ -474,8 +458,7 @@ class Module:
             cur = getattr(m, name)
             cur_arr = cur.data if is_param else cur
             val = state_dict[key]
-            if hasattr(val, "__cuda_array_interface__") and type(val) is not np.ndarray:
-                val = _to_host(val)
+            val = placed(val).to_host(val)
             try:
                 val = np.asarray(val)
             except Exception as e:
@@ -493,9 +476,7 @@ class Module:
             raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t"
                                + "\n\t".join(errors))
         for m, name, is_param, val, cur_arr in staged:
-            if type(cur_arr) is not np.ndarray:
-                from .. import to_device
-                val = to_device(val)
+            val = placed(cur_arr).to_backend(val)       # where the current value lives
             if is_param:
                 getattr(m, name).data = val
             else:
@@ -509,7 +490,7 @@ class Module:
             if target == "cuda":
                 from .. import to_device as conv
             else:
-                conv = lambda a: a if type(a) is np.ndarray else _to_host(a)  # noqa: E731
+                conv = lambda a: placed(a).to_host(a)  # noqa: E731
         else:
             try:
                 dt = np.dtype(target)

@@ -3,6 +3,7 @@ import math
 
 import numpy as np
 
+from .._backend import placed
 from .._validate import positive_float, real
 from .module import Parameter
 
@@ -21,10 +22,7 @@ def _params(parameters):
 
 
 def _host(g):
-    if type(g) is np.ndarray:
-        return g
-    from .. import to_numpy
-    return to_numpy(g)
+    return placed(g).to_host(g)
 
 
 def _norm_of(g, norm_type):
@@ -81,14 +79,7 @@ def get_total_norm(grads, norm_type=2.0, error_if_nonfinite=False):
 
 
 def _scale_grad(p, coef):
-    g = p.grad
-    if type(g) is np.ndarray:
-        with np.errstate(invalid="ignore"):   # inf * 0 -> nan, as torch gives
-            g *= g.dtype.type(coef)
-    else:   # device gradient: scale on the host and move back
-        from .. import to_device
-        h = _host(g)
-        p.grad = to_device((h * h.dtype.type(coef)).astype(h.dtype))
+    placed(p.grad).scale_(p.grad, coef)   # in place; inf * 0 -> nan, as torch gives
 
 
 def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False):
@@ -118,11 +109,7 @@ def clip_grad_value_(parameters, clip_value):
         g = p.grad
         if g is None:
             continue
-        if type(g) is np.ndarray:
-            np.clip(g, -clip_value, clip_value, out=g)
-        else:
-            from .. import to_device
-            p.grad = to_device(np.clip(_host(g), -clip_value, clip_value))
+        placed(g).clamp_(g, -clip_value, clip_value)
 
 
 def parameters_to_vector(parameters):

@@ -106,13 +106,104 @@ def _kernels(dt):
             return dscale
         return zero
 
+    @cuda.jit(device=True)
+    def at(a, b, l, f, seq_first):
+        # feature f of row l of batch entry b in a (B, L, F) or, seq_first, (L, B, F) array
+        if seq_first:
+            return a[l, b, f]
+        return a[b, l, f]
+
+    @cuda.jit(device=True)
+    def put(a, b, l, f, v, seq_first):
+        # at()'s element, written
+        if seq_first:
+            a[l, b, f] = v
+        else:
+            a[b, l, f] = v
+
+    @cuda.jit(device=True)
+    def acc4(a0, a1, a2, a3, w, X, b, r, f, e, B, n, seq_first):
+        # the four per-thread accumulators of features f + e + c*B (< f + n) += w * row r of X
+        if e < n:
+            a0 += w * at(X, b, r, f + e, seq_first)
+        if e + B < n:
+            a1 += w * at(X, b, r, f + e + B, seq_first)
+        if e + 2 * B < n:
+            a2 += w * at(X, b, r, f + e + 2 * B, seq_first)
+        if e + 3 * B < n:
+            a3 += w * at(X, b, r, f + e + 3 * B, seq_first)
+        return a0, a1, a2, a3
+
+    @cuda.jit(device=True)
+    def store4(out, b, i, f, e, B, n, a0, a1, a2, a3, c, seq_first):
+        # acc4's accumulators times c into row i of out
+        if e < n:
+            put(out, b, i, f + e, a0 * c, seq_first)
+        if e + B < n:
+            put(out, b, i, f + e + B, a1 * c, seq_first)
+        if e + 2 * B < n:
+            put(out, b, i, f + e + 2 * B, a2 * c, seq_first)
+        if e + 3 * B < n:
+            put(out, b, i, f + e + 3 * B, a3 * c, seq_first)
+
+    @cuda.jit(device=True)
+    def online_row(Q, K, V, b, i, krow, send, fq, fv, E, Ev, e0, scale, seq_first, mask, mi,
+                   mrow, Sm, has_mask, has_drop, dbase, thr, dscale, off_lo, off_hi, k0, k1,
+                   sbuf, pbuf):
+        # The online-softmax tile loop of one query row, shared by flash_fwd and varlen_fwd:
+        # query row i of batch entry b (features fq ..) against its keys krow .. krow +
+        # send - 1 in tiles of one key per thread (+ the additive mask row, the dropout of
+        # weight dbase + j); the running max m and sum l rescale the output row kept in
+        # four registers per thread (value features fv + e0 + t + c*B).  Every thread of
+        # the block calls it (it synchronises).  -> (m, l, a0, a1, a2, a3).
+        t = cuda.threadIdx.x
+        B = cuda.blockDim.x
+        m = ninf
+        l = zero
+        a0 = a1 = a2 = a3 = zero
+        for j0 in range(int32(0), int32(send), B):
+            j = j0 + t
+            s = ninf
+            if j < send:
+                s = zero
+                for e in range(E):
+                    s += at(Q, b, i, fq + e, seq_first) * at(K, b, krow + j, fq + e, seq_first)
+                s *= scale
+                if has_mask:
+                    s += mask[mi, mrow, j if Sm > 1 else 0]
+            mn = max(m, block_max(s, sbuf))
+            p = zero
+            if s != ninf:
+                p = math.exp(s - mn)
+            tile = block_sum(p, sbuf)
+            if mn != ninf:              # uniform over the block
+                corr = zero if m == ninf else math.exp(m - mn)
+                l = l * corr + tile
+                a0 *= corr
+                a1 *= corr
+                a2 *= corr
+                a3 *= corr
+                m = mn
+            pbuf[t] = p * drop_scale(has_drop and j < send, dbase + j, thr, dscale, off_lo,
+                                     off_hi, k0, k1)
+            cuda.syncthreads()
+            for jj in range(min(B, send - j0)):
+                a0, a1, a2, a3 = acc4(a0, a1, a2, a3, pbuf[jj], V, b, krow + j0 + jj, fv, e0 + t,
+                                      B, Ev, seq_first)
+            cuda.syncthreads()
+        return m, l, a0, a1, a2, a3
+
+    @cuda.jit(device=True)
+    def store_row(out, b, i, f, B, Ev, e, a0, a1, a2, a3, l, seq_first):
+        # online_row's four accumulators / l into row i of out (features f + e + c*B < Ev)
+        store4(out, b, i, f, e, B, Ev, a0, a1, a2, a3, one / l if l > zero else zero, seq_first)
+
     @kernel
     def flash_fwd(Q, K, V, O, LSE, mask, midx, BH, L, S, E, Ev, Lm, Sm, scale, has_mask,
                   causal, has_drop, thr, dscale, off_lo, off_hi, k0, k1):
-        # One block per query row (grid-stride): its keys in tiles of one key per thread,
-        # an online softmax (running max m and sum l), the output row accumulated in four
-        # registers per thread (features e0 + t + c*B).  Rows with more than 4*B output
-        # features take several passes.  LSE[row] = m + log(l) (-inf for a dead row).
+        # One block per query row (grid-stride): online_row over its keys.  Rows with more
+        # than 4*B output features take several passes.  LSE[row] = m + log(l) (-inf for a
+        # dead row).
         sbuf = cuda.shared.array(SBUF, NT)
         pbuf = cuda.shared.array(ROW_THREADS, NT)
         t = cuda.threadIdx.x
@@ -123,55 +214,11 @@ def _kernels(dt):
             mrow = i if Lm > 1 else 0
             send = min(S, i + 1) if causal else S
             for e0 in range(int32(0), int32(max(Ev, 1)), int32(4 * B)):
-                m = ninf
-                l = zero
-                a0 = zero
-                a1 = zero
-                a2 = zero
-                a3 = zero
-                for j0 in range(int32(0), int32(send), B):
-                    j = j0 + t
-                    s = ninf
-                    if j < send:
-                        s = score(Q, K, bh, i, j, E, scale, mask, mi, mrow, Sm, has_mask)
-                    mn = max(m, block_max(s, sbuf))
-                    p = zero
-                    if s != ninf:
-                        p = math.exp(s - mn)
-                    tile = block_sum(p, sbuf)
-                    if mn != ninf:              # uniform over the block
-                        corr = zero if m == ninf else math.exp(m - mn)
-                        l = l * corr + tile
-                        a0 *= corr
-                        a1 *= corr
-                        a2 *= corr
-                        a3 *= corr
-                        m = mn
-                    pbuf[t] = p * drop_scale(has_drop and j < send, r * S + j, thr, dscale,
-                                             off_lo, off_hi, k0, k1)
-                    cuda.syncthreads()
-                    for jj in range(min(B, send - j0)):
-                        w = pbuf[jj]
-                        e = e0 + t
-                        if e < Ev:
-                            a0 += w * V[bh, j0 + jj, e]
-                        if e + B < Ev:
-                            a1 += w * V[bh, j0 + jj, e + B]
-                        if e + 2 * B < Ev:
-                            a2 += w * V[bh, j0 + jj, e + 2 * B]
-                        if e + 3 * B < Ev:
-                            a3 += w * V[bh, j0 + jj, e + 3 * B]
-                    cuda.syncthreads()
-                inv = one / l if l > zero else zero
-                e = e0 + t
-                if e < Ev:
-                    O[bh, i, e] = a0 * inv
-                if e + B < Ev:
-                    O[bh, i, e + B] = a1 * inv
-                if e + 2 * B < Ev:
-                    O[bh, i, e + 2 * B] = a2 * inv
-                if e + 3 * B < Ev:
-                    O[bh, i, e + 3 * B] = a3 * inv
+                m, l, a0, a1, a2, a3 = online_row(
+                    Q, K, V, bh, i, 0, send, 0, 0, E, Ev, e0, scale, False, mask, mi, mrow,
+                    Sm, has_mask, has_drop, r * S, thr, dscale, off_lo, off_hi, k0, k1, sbuf,
+                    pbuf)
+                store_row(O, bh, i, 0, B, Ev, e0 + t, a0, a1, a2, a3, l, False)
                 if e0 == 0 and t == 0:
                     LSE[r] = m + math.log(l) if l > zero else ninf
 
@@ -197,10 +244,7 @@ def _kernels(dt):
                 Dsum[r] = d
             lse = LSE[r]
             for e0 in range(int32(0), int32(max(E, 1)), int32(4 * B)):
-                a0 = zero
-                a1 = zero
-                a2 = zero
-                a3 = zero
+                a0 = a1 = a2 = a3 = zero
                 for j0 in range(int32(0), int32(send), B):
                     j = j0 + t
                     ds = zero
@@ -216,26 +260,10 @@ def _kernels(dt):
                     pbuf[t] = ds
                     cuda.syncthreads()
                     for jj in range(min(B, send - j0)):
-                        w = pbuf[jj]
-                        e = e0 + t
-                        if e < E:
-                            a0 += w * K[bh, j0 + jj, e]
-                        if e + B < E:
-                            a1 += w * K[bh, j0 + jj, e + B]
-                        if e + 2 * B < E:
-                            a2 += w * K[bh, j0 + jj, e + 2 * B]
-                        if e + 3 * B < E:
-                            a3 += w * K[bh, j0 + jj, e + 3 * B]
+                        a0, a1, a2, a3 = acc4(a0, a1, a2, a3, pbuf[jj], K, bh, j0 + jj, 0, e0 + t,
+                                              B, E, False)
                     cuda.syncthreads()
-                e = e0 + t
-                if e < E:
-                    dQ[bh, i, e] = a0
-                if e + B < E:
-                    dQ[bh, i, e + B] = a1
-                if e + 2 * B < E:
-                    dQ[bh, i, e + 2 * B] = a2
-                if e + 3 * B < E:
-                    dQ[bh, i, e + 3 * B] = a3
+                store4(dQ, bh, i, 0, e0 + t, B, E, a0, a1, a2, a3, one, False)
 
     @kernel
     def flash_bwd_kv(Q, K, V, dO, LSE, Dsum, dK, dV, mask, midx, BH, L, S, E, Ev, Lm, Sm,
@@ -251,14 +279,8 @@ def _kernels(dt):
             mi = midx[bh] if has_mask else 0
             istart = int32(min(j, L) if causal else 0)
             for e0 in range(int32(0), int32(max(E, Ev, 1)), int32(4 * B)):
-                c0 = zero
-                c1 = zero
-                c2 = zero
-                c3 = zero
-                g0 = zero
-                g1 = zero
-                g2 = zero
-                g3 = zero
+                c0 = c1 = c2 = c3 = zero
+                g0 = g1 = g2 = g3 = zero
                 for i0 in range(istart, L, B):
                     i = i0 + t
                     pd = zero
@@ -282,135 +304,39 @@ def _kernels(dt):
                     gbuf[t] = ds
                     cuda.syncthreads()
                     for ii in range(min(B, L - i0)):
-                        w = pbuf[ii]
-                        g = gbuf[ii]
-                        e = e0 + t
-                        if e < Ev:
-                            c0 += w * dO[bh, i0 + ii, e]
-                        if e + B < Ev:
-                            c1 += w * dO[bh, i0 + ii, e + B]
-                        if e + 2 * B < Ev:
-                            c2 += w * dO[bh, i0 + ii, e + 2 * B]
-                        if e + 3 * B < Ev:
-                            c3 += w * dO[bh, i0 + ii, e + 3 * B]
-                        if e < E:
-                            g0 += g * Q[bh, i0 + ii, e]
-                        if e + B < E:
-                            g1 += g * Q[bh, i0 + ii, e + B]
-                        if e + 2 * B < E:
-                            g2 += g * Q[bh, i0 + ii, e + 2 * B]
-                        if e + 3 * B < E:
-                            g3 += g * Q[bh, i0 + ii, e + 3 * B]
+                        c0, c1, c2, c3 = acc4(c0, c1, c2, c3, pbuf[ii], dO, bh, i0 + ii, 0, e0 + t,
+                                              B, Ev, False)
+                        g0, g1, g2, g3 = acc4(g0, g1, g2, g3, gbuf[ii], Q, bh, i0 + ii, 0, e0 + t,
+                                              B, E, False)
                     cuda.syncthreads()
-                e = e0 + t
-                if e < Ev:
-                    dV[bh, j, e] = c0
-                if e + B < Ev:
-                    dV[bh, j, e + B] = c1
-                if e + 2 * B < Ev:
-                    dV[bh, j, e + 2 * B] = c2
-                if e + 3 * B < Ev:
-                    dV[bh, j, e + 3 * B] = c3
-                if e < E:
-                    dK[bh, j, e] = g0
-                if e + B < E:
-                    dK[bh, j, e + B] = g1
-                if e + 2 * B < E:
-                    dK[bh, j, e + 2 * B] = g2
-                if e + 3 * B < E:
-                    dK[bh, j, e + 3 * B] = g3
-
-    @cuda.jit(device=True)
-    def at(a, b, l, f, seq_first):
-        # feature f of row l of batch entry b in a (B, L, F) or, seq_first, (L, B, F) array
-        if seq_first:
-            return a[l, b, f]
-        return a[b, l, f]
+                store4(dV, bh, j, 0, e0 + t, B, Ev, c0, c1, c2, c3, one, False)
+                store4(dK, bh, j, 0, e0 + t, B, E, g0, g1, g2, g3, one, False)
 
     @kernel
     def varlen_fwd(q, k, v, out, row_b, row_l, qs, ks, kl, NR, H, E, Ev, scale, seq_first,
                    packed, causal):
-        # One block per (real query row, head), grid-stride: keys of its range in tiles of
-        # one key per thread, online softmax, the output row in four registers per thread
-        # (as flash_fwd).  Head h reads features h*E .. h*E + E - 1 in place.
+        # One block per (real query row, head), grid-stride: online_row over the keys of
+        # its range (as flash_fwd, without mask or dropout).  Head h reads features
+        # h*E .. h*E + E - 1 in place.
         sbuf = cuda.shared.array(SBUF, NT)
         pbuf = cuda.shared.array(ROW_THREADS, NT)
         t = cuda.threadIdx.x
         B = cuda.blockDim.x
+        u0 = U64(0)
         for w in range(cuda.blockIdx.x, int32(NR * H), cuda.gridDim.x):
             ri, h = dm(w, H)
             rb = row_b[ri]
             l = row_l[ri]
             bb = 0 if packed else rb
-            k0 = ks[rb]
             send = kl[rb]
             if causal:
                 send = min(send, int32(l - qs[rb] + 1))
-            fq = h * E
             fv = h * Ev
             for e0 in range(int32(0), int32(max(Ev, 1)), int32(4 * B)):
-                m = ninf
-                lsum = zero
-                a0 = zero
-                a1 = zero
-                a2 = zero
-                a3 = zero
-                for j0 in range(int32(0), int32(send), B):
-                    j = j0 + t
-                    s = ninf
-                    if j < send:
-                        s = zero
-                        for e in range(E):
-                            s += at(q, bb, l, fq + e, seq_first) * at(k, bb, k0 + j, fq + e,
-                                                                      seq_first)
-                        s *= scale
-                    mn = max(m, block_max(s, sbuf))    # finite: key j0 exists
-                    p = zero
-                    if j < send:
-                        p = math.exp(s - mn)
-                    tile = block_sum(p, sbuf)
-                    corr = zero if m == ninf else math.exp(m - mn)
-                    lsum = lsum * corr + tile
-                    a0 *= corr
-                    a1 *= corr
-                    a2 *= corr
-                    a3 *= corr
-                    m = mn
-                    pbuf[t] = p
-                    cuda.syncthreads()
-                    for jj in range(min(B, send - j0)):
-                        wj = pbuf[jj]
-                        kr = k0 + j0 + jj
-                        e = e0 + t
-                        if e < Ev:
-                            a0 += wj * at(v, bb, kr, fv + e, seq_first)
-                        if e + B < Ev:
-                            a1 += wj * at(v, bb, kr, fv + e + B, seq_first)
-                        if e + 2 * B < Ev:
-                            a2 += wj * at(v, bb, kr, fv + e + 2 * B, seq_first)
-                        if e + 3 * B < Ev:
-                            a3 += wj * at(v, bb, kr, fv + e + 3 * B, seq_first)
-                    cuda.syncthreads()
-                inv = one / lsum if lsum > zero else zero
-                e = e0 + t
-                if seq_first:
-                    if e < Ev:
-                        out[l, bb, fv + e] = a0 * inv
-                    if e + B < Ev:
-                        out[l, bb, fv + e + B] = a1 * inv
-                    if e + 2 * B < Ev:
-                        out[l, bb, fv + e + 2 * B] = a2 * inv
-                    if e + 3 * B < Ev:
-                        out[l, bb, fv + e + 3 * B] = a3 * inv
-                else:
-                    if e < Ev:
-                        out[bb, l, fv + e] = a0 * inv
-                    if e + B < Ev:
-                        out[bb, l, fv + e + B] = a1 * inv
-                    if e + 2 * B < Ev:
-                        out[bb, l, fv + e + 2 * B] = a2 * inv
-                    if e + 3 * B < Ev:
-                        out[bb, l, fv + e + 3 * B] = a3 * inv
+                m, lsum, a0, a1, a2, a3 = online_row(
+                    q, k, v, bb, l, ks[rb], send, h * E, fv, E, Ev, e0, scale, seq_first, q,
+                    0, 0, 1, False, False, 0, u0, zero, u0, u0, u0, u0, sbuf, pbuf)
+                store_row(out, bb, l, fv, B, Ev, e0 + t, a0, a1, a2, a3, lsum, seq_first)
 
     return _kit.named(split_heads=split_heads, merge_heads=merge_heads, flash_fwd=flash_fwd,
                       flash_bwd_q=flash_bwd_q, flash_bwd_kv=flash_bwd_kv, varlen_fwd=varlen_fwd)

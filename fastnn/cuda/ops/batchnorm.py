@@ -19,7 +19,8 @@ OPS = ("batch_norm", "batch_norm_backward")
 @_kit.per_dtype
 def _kernels(dt):
     NT, T, zero, one = _kit.scalars(dt)
-    step, combine = _kit.welford(dt)
+    w = _kit.welford(dt)
+    step, combine = w.step, w.combine
 
     @kernel
     def fwd(x, rm, rv, w, b, y, mean, rstd, N, C, S, eps, training, has_rm, has_rv, has_w,

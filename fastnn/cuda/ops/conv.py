@@ -15,7 +15,7 @@ columns then give d_weight = x^T cols by one more batched GEMM) and a row sum fo
 """
 from .. import _kit
 from .._gemm import gemm_batched
-from .._kit import THREADS, cuda, dm, gid, gsz, int32, kernel
+from .._kit import THREADS, dm, gid, gsz, int32, kernel
 
 OPS = ("conv2d", "conv2d_backward", "conv_transpose2d", "conv_transpose2d_backward")
 

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from .. import _kit
-from .._kit import THREADS, U8, cuda, gid, gsz, int32, kernel, philox4x32
+from .._kit import THREADS, U8, gid, gsz, int32, kernel, philox4x32
 
 OPS = ("dropout", "dropout_backward")
 
@@ -33,7 +33,7 @@ def _kernels(dt):
             if i + 3 < n:
                 y[i + 3] = x[i + 3] * (scale if (r3 >> U8) >= thr else zero)
 
-    return mask_mul
+    return _kit.named(mask_mul=mask_mul)
 
 
 def _run(x, p, seed, offset):
@@ -44,7 +44,7 @@ def _run(x, p, seed, offset):
     if n:
         thr = np.uint64(math.ceil(p * 16777216.0))   # p * 2^24 is exact in double
         scale = dt.type(0.0 if p >= 1.0 else 1.0 / (1.0 - p))
-        _kernels(dt)[_kit.blocks_for(_kit.cdiv(n, 4)), THREADS](
+        _kernels(dt).mask_mul[_kit.blocks_for(_kit.cdiv(n, 4)), THREADS](
             _kit.flat(x), _kit.flat(y), n, thr, scale, *_kit.philox_args(seed, offset))
     return y
 

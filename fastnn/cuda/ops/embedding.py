@@ -9,7 +9,7 @@ order: deterministic (no float atomics), O(n * dim) work, coalesced along the co
 import numpy as np
 
 from .. import _kit
-from .._kit import THREADS, cuda, dm, gid, gsz, kernel
+from .._kit import THREADS, dm, gid, gsz, kernel
 
 OPS = ("embedding", "embedding_backward")
 

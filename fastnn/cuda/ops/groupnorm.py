@@ -9,7 +9,7 @@ over S), reduced over n in order (deterministic, no atomics).
 import math
 
 from .. import _kit
-from .._kit import ROW_THREADS, SBUF, THREADS, block_sum, cuda, dm, kernel
+from .._kit import ROW_THREADS, SBUF, block_sum, cuda, dm, kernel
 
 OPS = ("group_norm", "group_norm_backward")
 
@@ -17,7 +17,8 @@ OPS = ("group_norm", "group_norm_backward")
 @_kit.per_dtype
 def _kernels(dt):
     NT, T, zero, one = _kit.scalars(dt)
-    step, combine = _kit.welford(dt)
+    w = _kit.welford(dt)
+    step, combine = w.step, w.combine
 
     @kernel
     def fwd(x, w, b, y, mean, rstd, R, M, S, G, Cg, eps, has_w, has_b):

@@ -24,7 +24,8 @@ OPS = ("layer_norm", "layer_norm_backward", "layer_norm_infer", "add_layer_norm_
 @_kit.per_dtype
 def _kernels(dt):
     NT, T, zero, one = _kit.scalars(dt)
-    step, combine = _kit.welford(dt)
+    w = _kit.welford(dt)
+    step, combine = w.step, w.combine
 
     @cuda.jit(device=True)
     def row_moments(x, r, D, sbuf):

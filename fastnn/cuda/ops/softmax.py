@@ -104,7 +104,7 @@ def _kernels(dt):
                 else:
                     dx[o, j, i] = y[o, j, i] * (dy[o, j, i] - s)
 
-    return fwd_rows, fwd_cols, bwd_rows, bwd_cols
+    return _kit.named(fwd_rows=fwd_rows, fwd_cols=fwd_cols, bwd_rows=bwd_rows, bwd_cols=bwd_cols)
 
 
 def _geometry(shape, dim):
@@ -117,13 +117,13 @@ def _forward(x, dim, logsm):
     outer, n, inner = _geometry(shape, dim)
     y = _kit.empty(shape, x.dtype)
     if outer * n * inner:
-        fwd_rows, fwd_cols, _, _ = _kernels(x.dtype)
+        ks = _kernels(x.dtype)
         if inner == 1:
-            fwd_rows[_kit.row_blocks(outer), ROW_THREADS](
+            ks.fwd_rows[_kit.row_blocks(outer), ROW_THREADS](
                 _kit.reshape(x, (outer, n)), _kit.reshape(y, (outer, n)), outer, n, logsm)
         else:
             g = (outer, n, inner)
-            fwd_cols[_kit.blocks_for(outer * inner), THREADS](
+            ks.fwd_cols[_kit.blocks_for(outer * inner), THREADS](
                 _kit.reshape(x, g), _kit.reshape(y, g), outer, n, inner, logsm)
     return y, (y, dim)
 
@@ -135,14 +135,14 @@ def _backward(dy, saved, logsm):
     outer, n, inner = _geometry(shape, dim)
     dx = _kit.empty(shape, y.dtype)
     if outer * n * inner:
-        _, _, bwd_rows, bwd_cols = _kernels(y.dtype)
+        ks = _kernels(y.dtype)
         if inner == 1:
             g = (outer, n)
-            bwd_rows[_kit.row_blocks(outer), ROW_THREADS](
+            ks.bwd_rows[_kit.row_blocks(outer), ROW_THREADS](
                 _kit.reshape(dy, g), _kit.reshape(y, g), _kit.reshape(dx, g), outer, n, logsm)
         else:
             g = (outer, n, inner)
-            bwd_cols[_kit.blocks_for(outer * inner), THREADS](
+            ks.bwd_cols[_kit.blocks_for(outer * inner), THREADS](
                 _kit.reshape(dy, g), _kit.reshape(y, g), _kit.reshape(dx, g), outer, n, inner,
                 logsm)
     return dx
