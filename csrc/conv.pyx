@@ -202,6 +202,11 @@ cdef inline Py_ssize_t _tile_rows(Geo* g) noexcept nogil:
 cdef Py_ssize_t _TBWD_ELEMS = 1 << 19   # 2 MiB of float32: a whole 28x28 image at 512 rows
 
 
+# the phase planes of one image per thread (_tbwd_chunk) up to this many elements (64 MiB
+# of float32); larger images build their column tiles straight from the input (_im2col)
+cdef Py_ssize_t _TBWD_PLANES_MAX = 1 << 24
+
+
 cdef inline Py_ssize_t _tbwd_rows(Geo* g) noexcept nogil:
     """Output rows per im2col tile of the fused conv_transpose2d backward (_tbwd_chunk)."""
     cdef Py_ssize_t K = g.C * g.kh * g.kw
@@ -1155,9 +1160,11 @@ def conv_transpose2d(cnp.ndarray x, cnp.ndarray weight, object bias, tuple strid
 _FUSED_TBWD = True
 
 
-def _set_tbwd_elems(Py_ssize_t n):
-    global _TBWD_ELEMS
-    _TBWD_ELEMS = n
+def _set_tbwd_limits(Py_ssize_t tile_elems, Py_ssize_t planes_max):
+    """Tests: the fused transposed backward's column tile size and phase-plane limit."""
+    global _TBWD_ELEMS, _TBWD_PLANES_MAX
+    _TBWD_ELEMS = tile_elems
+    _TBWD_PLANES_MAX = planes_max
 _DIRECT = True      # the direct (tap-list) kernels where they apply; tests compare both paths
 
 
@@ -1165,7 +1172,9 @@ def conv_transpose2d_backward(cnp.ndarray dy, tuple saved):
     """-> (d_input, d_weight, d_bias or None): d_input is conv2d(dy) (the forward kernels),
     d_weight conv2d's weight gradient with input dy and output gradient x.  Where the
     forward would run on im2col tiles anyway (strided columns), both come from one pass
-    that builds each tile of dy's columns once (_tbwd)."""
+    that builds each tile of dy's columns once (_tbwd): from dy's phase planes (one
+    deinterleave per image, then a contiguous copy per channel, tap and row; whole-image
+    tiles up to 2 MiB, so d_weight's GEMM sums over OH*OW positions per call)."""
     cdef cnp.ndarray x = saved[0], weight = saved[1]
     cdef Geo g = _geo((<object>dy).shape, (<object>weight).shape, saved[3], saved[4], saved[5],
                       saved[6])
@@ -1256,11 +1265,17 @@ cdef void _phase_col(const real* pl, real* col, Geo* g, Py_ssize_t r0,
                     s += Wp
 
 
+cdef inline Py_ssize_t _tbwd_planes(Geo* g) noexcept nogil:
+    """Elements of one image's phase planes, 0 where over the limit (then _im2col)."""
+    cdef Py_ssize_t mlo, nlo, Hp, Wp, n
+    _phase_dims(g, &mlo, &nlo, &Hp, &Wp)
+    n = g.C * g.sh * g.sw * Hp * Wp
+    return n if n <= _TBWD_PLANES_MAX else 0
+
+
 cdef inline Py_ssize_t _tbwd_col_size(Geo* g) noexcept nogil:
     """Scratch of _tbwd_chunk: one column tile, then the phase planes of one image."""
-    cdef Py_ssize_t mlo, nlo, Hp, Wp
-    _phase_dims(g, &mlo, &nlo, &Hp, &Wp)
-    return g.C * g.kh * g.kw * _tbwd_rows(g) * g.OW + g.C * g.sh * g.sw * Hp * Wp
+    return g.C * g.kh * g.kw * _tbwd_rows(g) * g.OW + _tbwd_planes(g)
 
 
 cdef void _tbwd_chunk(const real* z, const real* w, const real* gx, real* y, real* dw_part,
@@ -1272,13 +1287,18 @@ cdef void _tbwd_chunk(const real* z, const real* w, const real* gx, real* y, rea
     cdef Py_ssize_t zs = g.C * g.H * g.W, ys = g.O * P
     cdef Py_ssize_t R = _tbwd_rows(g), r0, r1, T
     cdef real* pl = col + g.C * g.kh * g.kw * R * g.OW
+    cdef bint planes = _tbwd_planes(g) > 0
     for n in range(n0, n1):
-        _phase_planes(z + n * zs, pl, g)
+        if planes:
+            _phase_planes(z + n * zs, pl, g)
         r0 = 0
         while r0 < g.OH:
             r1 = r0 + R if r0 + R < g.OH else g.OH
             T = (r1 - r0) * g.OW
-            _phase_col(pl, col, g, r0, r1)
+            if planes:
+                _phase_col(pl, col, g, r0, r1)
+            else:
+                _im2col(z + n * zs, col, g, r0, r1)
             for gi in range(g.G):
                 gemm(False, False, <int>Og, <int>T, <int>Kg, <real>1, w + gi * Og * Kg, <int>Kg,
                      col + gi * Kg * T, <int>T, <real>0, y + n * ys + gi * Og * P + r0 * g.OW,

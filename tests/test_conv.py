@@ -252,8 +252,9 @@ def test_conv_transpose_direct_forward_equals_the_gemm_path(geo):
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
 def test_conv_transpose_backward_phase_planes_match_the_reference(geo, dt):
     """conv_transpose2d's fused backward builds each column tile from dy's phase planes
-    (_phase_planes / _phase_col): against the reference backend, with whole-image tiles
-    and with one-row tiles (several tiles per image, d_weight accumulated across them)."""
+    (_phase_planes / _phase_col): against the reference backend, with whole-image tiles,
+    one-row tiles (several tiles per image, d_weight accumulated across them) and, past
+    the planes' size limit, tiles gathered straight from dy (_im2col)."""
     import importlib
     import fastnn._backend
     conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
@@ -271,11 +272,12 @@ def test_conv_transpose_backward_phase_planes_match_the_reference(geo, dt):
     _, sv = ref.conv_transpose2d(x, w, b, s, pad, (OH, OW), d, G)
     want = ref.conv_transpose2d_backward(dy, sv)
     tol = 2e-4 if dt == np.float32 else 1e-10
-    for elems in (1 << 19, 1):
-        conv._set_tbwd_elems(elems)
+    # whole-image tiles, one-row tiles, and no phase planes (tiles straight from dy)
+    for elems, planes in ((1 << 19, 1 << 24), (1, 1 << 24), (1 << 19, 0)):
+        conv._set_tbwd_limits(elems, planes)
         try:
             got = F.conv_transpose2d_bwd(ctx, dy)
         finally:
-            conv._set_tbwd_elems(1 << 19)
+            conv._set_tbwd_limits(1 << 19, 1 << 24)
         for a, e in zip(got, want):
             np.testing.assert_allclose(a, e, rtol=tol, atol=tol * max(1.0, np.abs(e).max()))
