@@ -199,6 +199,23 @@ cdef inline Py_ssize_t _tile_rows(Geo* g) noexcept nogil:
     return r if r < g.OH else g.OH
 
 
+cdef Py_ssize_t _TBWD_ELEMS = 1 << 19   # 2 MiB of float32: a whole 28x28 image at 512 rows
+
+
+# the phase planes of one image per thread (_tbwd_chunk) up to this many elements (64 MiB
+# of float32); larger images build their column tiles straight from the input (_im2col)
+cdef Py_ssize_t _TBWD_PLANES_MAX = 1 << 24
+
+
+cdef inline Py_ssize_t _tbwd_rows(Geo* g) noexcept nogil:
+    """Output rows per im2col tile of the fused conv_transpose2d backward (_tbwd_chunk)."""
+    cdef Py_ssize_t K = g.C * g.kh * g.kw
+    cdef Py_ssize_t r = _TBWD_ELEMS // (K * g.OW if K * g.OW > 0 else 1)
+    if r < 1:
+        r = 1
+    return r if r < g.OH else g.OH
+
+
 cdef inline bint _rowcol_ok(Geo* g) noexcept nogil:
     """Horizontal stride 1 and a kernel wider than one: the row-im2col path applies."""
     return g.sw == 1 and g.kw > 1
@@ -692,6 +709,8 @@ cdef int _chunked(int mode, const real* x, const real* w, const real* gy, real* 
     cdef int failed = 0
     if mode == _CH_WROWS:
         csize = g.C * g.kh * (g.OW + g.dw * (g.kw - 1)) + g.kw * g.O * g.Cg * g.kh
+    elif mode == _CH_TBWD:
+        csize = _tbwd_col_size(g)
     if nt > 1:
         with parallel(num_threads=nt):
             col = <real*>fnn_alloc(csize * sizeof(real) + 64, 1)
@@ -1139,6 +1158,13 @@ def conv_transpose2d(cnp.ndarray x, cnp.ndarray weight, object bias, tuple strid
 
 
 _FUSED_TBWD = True
+
+
+def _set_tbwd_limits(Py_ssize_t tile_elems, Py_ssize_t planes_max):
+    """Tests: the fused transposed backward's column tile size and phase-plane limit."""
+    global _TBWD_ELEMS, _TBWD_PLANES_MAX
+    _TBWD_ELEMS = tile_elems
+    _TBWD_PLANES_MAX = planes_max
 _DIRECT = True      # the direct (tap-list) kernels where they apply; tests compare both paths
 
 
@@ -1146,7 +1172,9 @@ def conv_transpose2d_backward(cnp.ndarray dy, tuple saved):
     """-> (d_input, d_weight, d_bias or None): d_input is conv2d(dy) (the forward kernels),
     d_weight conv2d's weight gradient with input dy and output gradient x.  Where the
     forward would run on im2col tiles anyway (strided columns), both come from one pass
-    that builds each tile of dy's columns once (_tbwd)."""
+    that builds each tile of dy's columns once (_tbwd): from dy's phase planes (one
+    deinterleave per image, then a contiguous copy per channel, tap and row; whole-image
+    tiles up to 2 MiB, so d_weight's GEMM sums over OH*OW positions per call)."""
     cdef cnp.ndarray x = saved[0], weight = saved[1]
     cdef Geo g = _geo((<object>dy).shape, (<object>weight).shape, saved[3], saved[4], saved[5],
                       saved[6])
@@ -1160,19 +1188,117 @@ def conv_transpose2d_backward(cnp.ndarray dy, tuple saved):
     return dx, dw, (_bias_grad(dy) if saved[2] else None)
 
 
+cdef inline Py_ssize_t _fdiv(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
+    """floor(a / b) for b > 0 (this module divides the C way, truncating)."""
+    cdef Py_ssize_t q = a // b
+    if q * b > a:
+        q -= 1
+    return q
+
+
+cdef inline void _phase_dims(Geo* g, Py_ssize_t* mlo, Py_ssize_t* nlo, Py_ssize_t* Hp,
+                             Py_ssize_t* Wp) noexcept nogil:
+    """The phase planes of the input the fused transposed backward reads (_phase_planes):
+    tap row i reads input row sh*(oh + m_i) + a_i with i*dh - pt = sh*m_i + a_i (0 <= a_i
+    < sh), i.e. row oh + m_i - mlo of phase a_i's plane; likewise for columns.  Shapes only."""
+    mlo[0] = _fdiv(-g.pt, g.sh)
+    nlo[0] = _fdiv(-g.pl, g.sw)
+    Hp[0] = g.OH + _fdiv((g.kh - 1) * g.dh - g.pt, g.sh) - mlo[0]
+    Wp[0] = g.OW + _fdiv((g.kw - 1) * g.dw - g.pl, g.sw) - nlo[0]
+
+
+cdef void _phase_planes(const real* z, real* pl, Geo* g) noexcept nogil:
+    """pl[c, a, b, u, v] = z[c, sh*(u + mlo) + a, sw*(v + nlo) + b], zero outside z: the
+    input (one image) split by row phase a and column phase b (sh*sw planes per channel,
+    each Hp x Wp, zero-padded), so every tap of a strided convolution reads a contiguous
+    row segment of one plane -- no strided gather or bounds test per column tile."""
+    cdef Py_ssize_t mlo, nlo, Hp, Wp, c, a, b, u, h, v0, v1
+    cdef real* d
+    _phase_dims(g, &mlo, &nlo, &Hp, &Wp)
+    for c in range(g.C):
+        for a in range(g.sh):
+            for b in range(g.sw):
+                d = pl + ((c * g.sh + a) * g.sw + b) * Hp * Wp
+                # columns v with 0 <= sw*(v + nlo) + b < W
+                v0 = -nlo if nlo < 0 else 0
+                v1 = (g.W - b + g.sw - 1) // g.sw - nlo
+                if v1 > Wp:
+                    v1 = Wp
+                if v1 < v0:
+                    v1 = v0
+                for u in range(Hp):
+                    h = g.sh * (u + mlo) + a
+                    if h < 0 or h >= g.H or v0 >= v1:
+                        memset(d, 0, Wp * sizeof(real))
+                    elif real is float:
+                        fnn_im2col_row_f(d, z + (c * g.H + h) * g.W + g.sw * nlo + b, Wp, v0, v1, g.sw)
+                    else:
+                        fnn_im2col_row_d(d, z + (c * g.H + h) * g.W + g.sw * nlo + b, Wp, v0, v1, g.sw)
+                    d += Wp
+
+
+cdef void _phase_col(const real* pl, real* col, Geo* g, Py_ssize_t r0,
+                     Py_ssize_t r1) noexcept nogil:
+    """The im2col tile of output rows [r0, r1) (as _im2col) from the phase planes: each
+    (channel, tap, row) is one contiguous copy of OW values."""
+    cdef Py_ssize_t mlo, nlo, Hp, Wp, c, i, j, q, ow, ei, ej, mi, mj, ai, bj
+    cdef Py_ssize_t OW = g.OW, T = (r1 - r0) * g.OW
+    cdef real* d
+    cdef const real* s
+    _phase_dims(g, &mlo, &nlo, &Hp, &Wp)
+    for c in range(g.C):
+        for i in range(g.kh):
+            ei = i * g.dh - g.pt
+            mi = _fdiv(ei, g.sh)
+            ai = ei - mi * g.sh
+            for j in range(g.kw):
+                ej = j * g.dw - g.pl
+                mj = _fdiv(ej, g.sw)
+                bj = ej - mj * g.sw
+                d = col + ((c * g.kh + i) * g.kw + j) * T
+                s = (pl + ((c * g.sh + ai) * g.sw + bj) * Hp * Wp + (r0 + mi - mlo) * Wp
+                     + (mj - nlo))
+                for q in range(r1 - r0):
+                    for ow in range(OW):
+                        d[ow] = s[ow]
+                    d += OW
+                    s += Wp
+
+
+cdef inline Py_ssize_t _tbwd_planes(Geo* g) noexcept nogil:
+    """Elements of one image's phase planes, 0 where over the limit (then _im2col)."""
+    cdef Py_ssize_t mlo, nlo, Hp, Wp, n
+    _phase_dims(g, &mlo, &nlo, &Hp, &Wp)
+    n = g.C * g.sh * g.sw * Hp * Wp
+    return n if n <= _TBWD_PLANES_MAX else 0
+
+
+cdef inline Py_ssize_t _tbwd_col_size(Geo* g) noexcept nogil:
+    """Scratch of _tbwd_chunk: one column tile, then the phase planes of one image."""
+    return g.C * g.kh * g.kw * _tbwd_rows(g) * g.OW + _tbwd_planes(g)
+
+
 cdef void _tbwd_chunk(const real* z, const real* w, const real* gx, real* y, real* dw_part,
                       Py_ssize_t n0, Py_ssize_t n1, real* col, Geo* g) noexcept nogil:
     """Images [n0, n1) of conv2d(z) = y and its d_weight for output gradient gx, sharing
-    each im2col tile of z: y_tile = W @ col, dW += gx_tile @ col^T."""
+    each im2col tile of z: y_tile = W @ col, dW += gx_tile @ col^T.  The tiles come from
+    the image's phase planes (built once per image, after the tile in col's scratch)."""
     cdef Py_ssize_t P = g.OH * g.OW, Og = g.O // g.G, Kg = g.Cg * g.kh * g.kw, gi, n
     cdef Py_ssize_t zs = g.C * g.H * g.W, ys = g.O * P
-    cdef Py_ssize_t R = _tile_rows(g), r0, r1, T
+    cdef Py_ssize_t R = _tbwd_rows(g), r0, r1, T
+    cdef real* pl = col + g.C * g.kh * g.kw * R * g.OW
+    cdef bint planes = _tbwd_planes(g) > 0
     for n in range(n0, n1):
+        if planes:
+            _phase_planes(z + n * zs, pl, g)
         r0 = 0
         while r0 < g.OH:
             r1 = r0 + R if r0 + R < g.OH else g.OH
             T = (r1 - r0) * g.OW
-            _im2col(z + n * zs, col, g, r0, r1)
+            if planes:
+                _phase_col(pl, col, g, r0, r1)
+            else:
+                _im2col(z + n * zs, col, g, r0, r1)
             for gi in range(g.G):
                 gemm(False, False, <int>Og, <int>T, <int>Kg, <real>1, w + gi * Og * Kg, <int>Kg,
                      col + gi * Kg * T, <int>T, <real>0, y + n * ys + gi * Og * P + r0 * g.OW,

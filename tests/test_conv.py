@@ -238,3 +238,46 @@ def test_conv_transpose_direct_forward_equals_the_gemm_path(geo):
         conv._DIRECT = True
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("geo", [
+    # (N, Cin, H, W, Cout, k, stride, padding, output_padding, dilation, groups)
+    (2, 8, 5, 6, 4, 4, (2, 2), 1, 0, 1, 1),      # the benchmark's shape class
+    (3, 4, 7, 5, 6, (3, 2), (2, 3), (1, 0), 1, 1, 2),  # mixed strides, groups, output_padding
+    (2, 4, 5, 5, 4, 5, (3, 3), 2, 0, 1, 1),      # stride 3: phases with 1 and 2 taps
+    (1, 4, 4, 4, 4, 3, (2, 2), 1, 0, 2, 1),      # dilation 2: one row phase has no tap
+    (2, 3, 6, 4, 2, (1, 3), (1, 2), 0, 0, 1, 1),  # kH 1, stride 1 rows: no row phases
+    (1, 4, 3, 3, 4, 1, (3, 3), 0, 0, 1, 1),      # 1x1 kernel, stride 3
+])
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_conv_transpose_backward_phase_planes_match_the_reference(geo, dt):
+    """conv_transpose2d's fused backward builds each column tile from dy's phase planes
+    (_phase_planes / _phase_col): against the reference backend, with whole-image tiles,
+    one-row tiles (several tiles per image, d_weight accumulated across them) and, past
+    the planes' size limit, tiles gathered straight from dy (_im2col)."""
+    import importlib
+    import fastnn._backend
+    conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
+    ref = fastnn._backend.backend("reference")
+    N, C, H, W, O, k, s, p, op, d, G = geo
+    k, s, p, op, d = (tuple(v) if isinstance(v, tuple) else (v, v) for v in (k, s, p, op, d))
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((N, C, H, W)).astype(dt)
+    w = rng.standard_normal((C, O // G) + k).astype(dt)
+    b = rng.standard_normal(O).astype(dt)
+    y, ctx = F.conv_transpose2d_fwd(x, w, b, s, p, op, G, d)
+    dy = rng.standard_normal(y.shape).astype(dt)
+    OH, OW = y.shape[2:]
+    pad = (p[0], p[0], p[1], p[1])
+    _, sv = ref.conv_transpose2d(x, w, b, s, pad, (OH, OW), d, G)
+    want = ref.conv_transpose2d_backward(dy, sv)
+    tol = 2e-4 if dt == np.float32 else 1e-10
+    # whole-image tiles, one-row tiles, and no phase planes (tiles straight from dy)
+    for elems, planes in ((1 << 19, 1 << 24), (1, 1 << 24), (1 << 19, 0)):
+        conv._set_tbwd_limits(elems, planes)
+        try:
+            got = F.conv_transpose2d_bwd(ctx, dy)
+        finally:
+            conv._set_tbwd_limits(1 << 19, 1 << 24)
+        for a, e in zip(got, want):
+            np.testing.assert_allclose(a, e, rtol=tol, atol=tol * max(1.0, np.abs(e).max()))
