@@ -529,18 +529,6 @@ cdef int _bwd(const real* q, const real* k, const real* v, const real* o, const 
 
 
 # ---------------------------------------------------------------- Python entry points
-cdef Py_ssize_t _tile_override[4]
-_tile_override[0] = 0
-
-
-def _set_tiles(fbq=0, fbk=0, bq=0, bk=0):
-    """Force the tile sizes (tuning experiments only; 0 = chosen by shape)."""
-    _tile_override[0] = fbq
-    _tile_override[1] = fbk
-    _tile_override[2] = bq
-    _tile_override[3] = bk
-
-
 cdef void _tiles(Geo* g) noexcept:
     """Tile sizes, by shape only (never by thread count: results stay bit-identical)."""
     if g.causal:
@@ -557,11 +545,6 @@ cdef void _tiles(Geo* g) noexcept:
         g.bk = g.bq
         g.fbq = g.bq
         g.fbk = 256
-    if _tile_override[0] > 0:
-        g.fbq = _tile_override[0]
-        g.fbk = _tile_override[1]
-        g.bq = _tile_override[2]
-        g.bk = _tile_override[3]
 
 
 cdef bint _rows_ok(cnp.ndarray a, int row_axis):

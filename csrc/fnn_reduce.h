@@ -134,12 +134,12 @@ static inline double fnn_dot_d(const double* x, const double* y, ptrdiff_t n) {
 /* max over 32 lanes; a NaN sticks in its lane (v > m is false for it, v != v true),
    so the result is NaN if any element is NaN; -inf for n == 0 */
 #include <math.h>
-/* fnn_max_d, and fnn_max_f where no vector form below replaces it */
-#define FNN_T double
-#define FNN_TNAME(name) name##_d
-#include "fnn_reduce_impl.h"
-#undef FNN_T
-#undef FNN_TNAME
+/* fnn_max_d, and fnn_max_f where no vector form below replaces it (fnn_reduce_impl.h) */
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#define FNN_INSTANTIATE_ONLY_DOUBLE   /* fnn_max_f: the vector forms below */
+#endif
+#define FNN_TEMPLATE "fnn_reduce_impl.h"
+#include "fnn_instantiate.h"
 #if defined(__AVX512F__)
 /* the same result on 16-lane max_ps with NaNs tracked in a mask on the side (max_ps(v, m)
    keeps m when v is NaN, so a NaN is remembered in `nan` instead); the maximum is exact,
@@ -189,11 +189,5 @@ static inline float fnn_max_f(const float* x, ptrdiff_t n) {
     }
     return r;
 }
-#else
-#define FNN_T float
-#define FNN_TNAME(name) name##_f
-#include "fnn_reduce_impl.h"
-#undef FNN_T
-#undef FNN_TNAME
 #endif
 #endif
