@@ -1,6 +1,6 @@
 /* One template, instantiated for float and double: the include boilerplate of the
  * per-type headers (fnn_conv_t.h, fnn_pool_t.h, fnn_conv_sums_t.h, fnn_norm_impl.h,
- * fnn_reduce_impl.h) written once.  Usage:
+ * fnn_reduce_impl.h, fnn_softmax_impl.h, fnn_loss_t.h) written once.  Usage:
  *
  *     #define FNN_TEMPLATE "fnn_pool_t.h"
  *     #include "fnn_instantiate.h"

@@ -76,7 +76,7 @@ static inline double fnn_exp_shift_sum_f(const float* x, float m, float* e, ptrd
 #if defined(FNN_HAVE_AVX2)
         total += fnn_fold32_avx(a);
 #else
-        total += FNN_FOLD32(a);
+        total += fnn_fold32(a);
 #endif
     }
     return total;
