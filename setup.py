@@ -16,7 +16,8 @@ metadata steps of a PEP 517 build are quick and never compile anything.  Release
 carry no debug info (-g0: the 30 modules shrink about 10x) and compile in parallel.
 
 Environment switches:
-  FASTNN_DEBUG=1        bounds checks, wraparound and initialisation checks on, -O0 -g
+  FASTNN_DEBUG=1        bounds checks, wraparound and initialisation checks on, -O0 -g;
+                        the kernels' data pointers checked (csrc/fnn_span.pxi)
   FASTNN_NO_OPENMP=1    build without OpenMP even when the compiler has it
   FASTNN_EXT=a,b        build only these families (development: parallel builds of
                         different families do not touch each other's files)
@@ -158,6 +159,9 @@ class BuildExt(build_ext):
             ext.include_dirs = [np.get_include(), os.path.join(HERE, "csrc")]
             ext.define_macros = [m for m in ext.define_macros if m[0] != "FASTNN_HAVE_OPENMP"]
             ext.define_macros.append(("FASTNN_HAVE_OPENMP", "1" if omp else "0"))
+            # fnn_span.pxi: the kernels' pointers are checked in the debug build only
+            ext.define_macros = [m for m in ext.define_macros if m[0] != "FASTNN_DEBUG"]
+            ext.define_macros.append(("FASTNN_DEBUG", "1" if DEBUG else "0"))
             ext.extra_compile_args = opt + cflags + [a for a in ext.extra_compile_args
                                                      if a.startswith(("-march", "-mprefer"))]
             ext.extra_link_args = list(ldflags)

@@ -21,6 +21,7 @@ import numpy as np
 cnp.import_array()
 
 include "fnn_runtime.pxi"
+include "fnn_span.pxi"
 
 cdef extern from "fnn_activation.h" nogil:
     enum:
@@ -135,11 +136,12 @@ cdef cnp.ndarray _ew(int op, cnp.ndarray a, cnp.ndarray b, cnp.ndarray out, Py_s
     if n == 0:
         return out
     nt = _threads_for(n, grain)
-    pa = cnp.PyArray_DATA(a)
-    po = cnp.PyArray_DATA(out)
+    cdef int T = F32 if cnp.PyArray_TYPE(a) == cnp.NPY_FLOAT else F64
+    pa = _data(a, n, T)
+    po = _data(out, n, T)
     if b is not None:
-        pb = cnp.PyArray_DATA(b)
-    if cnp.PyArray_TYPE(a) == cnp.NPY_FLOAT:
+        pb = _data(b, n, T)
+    if T == F32:
         with nogil:
             _ew_run(op, <const float*>pa, <const float*>pb, <float*>po, n, nt, p)
     else:
@@ -205,13 +207,15 @@ def prelu(cnp.ndarray x, cnp.ndarray weight):
     cdef cnp.ndarray y = _empty_like(x)
     if n == 0:
         return y, (x, weight)
+    cdef int T = F32 if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT else F64
+    cdef const void* px = _data(x, n, T)
+    cdef const void* pw = _data(weight, C, T)
+    cdef void* py = _data(y, n, T)
     with nogil:
-        if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
-            _prelu_fwd(<const float*>cnp.PyArray_DATA(x), <const float*>cnp.PyArray_DATA(weight),
-                       <float*>cnp.PyArray_DATA(y), n, C, inner, nt)
+        if T == F32:
+            _prelu_fwd(<const float*>px, <const float*>pw, <float*>py, n, C, inner, nt)
         else:
-            _prelu_fwd(<const double*>cnp.PyArray_DATA(x), <const double*>cnp.PyArray_DATA(weight),
-                       <double*>cnp.PyArray_DATA(y), n, C, inner, nt)
+            _prelu_fwd(<const double*>px, <const double*>pw, <double*>py, n, C, inner, nt)
     return y, (x, weight)
 
 
@@ -239,16 +243,19 @@ def prelu_backward(cnp.ndarray dy, tuple saved):
     nb = (n + blk - 1) // blk
     cdef cnp.ndarray dx = _empty_like(x)
     cdef cnp.ndarray part = np.empty(nb * C, dtype=np.float64)
-    cdef double* pp = <double*>cnp.PyArray_DATA(part)
+    cdef double* pp = <double*>_data(part, nb * C, F64)
     cdef int nt = _threads_for(nb, 1)
+    cdef int T = F32 if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT else F64
+    cdef const void* pdy = _data(dy, n, T)
+    cdef const void* px = _data(x, n, T)
+    cdef const void* pw = _data(weight, C, T)
+    cdef void* pdx = _data(dx, n, T)
     with nogil:
-        if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
-            _prelu_bwd(<const float*>cnp.PyArray_DATA(dy), <const float*>cnp.PyArray_DATA(x),
-                       <const float*>cnp.PyArray_DATA(weight), <float*>cnp.PyArray_DATA(dx), pp,
+        if T == F32:
+            _prelu_bwd(<const float*>pdy, <const float*>px, <const float*>pw, <float*>pdx, pp,
                        n, C, inner, blk, nb, nt)
         else:
-            _prelu_bwd(<const double*>cnp.PyArray_DATA(dy), <const double*>cnp.PyArray_DATA(x),
-                       <const double*>cnp.PyArray_DATA(weight), <double*>cnp.PyArray_DATA(dx), pp,
+            _prelu_bwd(<const double*>pdy, <const double*>px, <const double*>pw, <double*>pdx, pp,
                        n, C, inner, blk, nb, nt)
     dw = part.reshape(nb, C).sum(axis=0).astype(weight.dtype).reshape(np.shape(weight))
     return dx, dw
@@ -281,13 +288,15 @@ def rrelu(cnp.ndarray x, double lower, double upper, bint training, seed, offset
     cdef cnp.ndarray y = _empty_like(x) if out is None else out
     if n == 0:
         return y, noise
+    cdef int T = F32 if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT else F64
+    cdef const void* px = _data(x, n, T)
+    cdef void* py = _data(y, n, T)
+    cdef void* pn = _data(noise, n, T)
     with nogil:
-        if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
-            _rrelu(<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(y),
-                   <float*>cnp.PyArray_DATA(noise), n, lower, upper, s, off, nt)
+        if T == F32:
+            _rrelu(<const float*>px, <float*>py, <float*>pn, n, lower, upper, s, off, nt)
         else:
-            _rrelu(<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(y),
-                   <double*>cnp.PyArray_DATA(noise), n, lower, upper, s, off, nt)
+            _rrelu(<const double*>px, <double*>py, <double*>pn, n, lower, upper, s, off, nt)
     return y, noise
 
 
@@ -383,6 +392,6 @@ def _math_hook(str name, cnp.ndarray x):
         raise ValueError(f"unknown function {name!r}; expected one of {sorted(_MATH)}")
     x = np.ascontiguousarray(x, dtype=np.float32)
     cdef cnp.ndarray y = _empty_like(x)
-    fnn_math_apply(_MATH[name], <const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(y),
-                   cnp.PyArray_SIZE(x))
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(x)
+    fnn_math_apply(_MATH[name], <const float*>_data(x, n, F32), <float*>_data(y, n, F32), n)
     return y

@@ -43,6 +43,7 @@ from fastnn._threads import single_threaded_blas
 cnp.import_array()
 
 include "fnn_runtime.pxi"
+include "fnn_span.pxi"
 include "fnn_gemm.pxi"
 
 cdef extern from *:
@@ -529,18 +530,6 @@ cdef int _bwd(const real* q, const real* k, const real* v, const real* o, const 
 
 
 # ---------------------------------------------------------------- Python entry points
-cdef Py_ssize_t _tile_override[4]
-_tile_override[0] = 0
-
-
-def _set_tiles(fbq=0, fbk=0, bq=0, bk=0):
-    """Force the tile sizes (tuning experiments only; 0 = chosen by shape)."""
-    _tile_override[0] = fbq
-    _tile_override[1] = fbk
-    _tile_override[2] = bq
-    _tile_override[3] = bk
-
-
 cdef void _tiles(Geo* g) noexcept:
     """Tile sizes, by shape only (never by thread count: results stay bit-identical)."""
     if g.causal:
@@ -557,11 +546,6 @@ cdef void _tiles(Geo* g) noexcept:
         g.bk = g.bq
         g.fbq = g.bq
         g.fbk = 256
-    if _tile_override[0] > 0:
-        g.fbq = _tile_override[0]
-        g.fbk = _tile_override[1]
-        g.bq = _tile_override[2]
-        g.bk = _tile_override[3]
 
 
 cdef bint _rows_ok(cnp.ndarray a, int row_axis):
@@ -633,10 +617,6 @@ cdef Geo _geometry(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, int H, bint seq_
     return g
 
 
-cdef inline void* _ptr(object a):
-    return NULL if a is None else cnp.PyArray_DATA(<cnp.ndarray>a)
-
-
 cdef tuple _readable(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, bint seq_first):
     """q, k, v as the kernels read them: in place when _rows_ok, else C-contiguous copies."""
     cdef int ra = 0 if seq_first else 1
@@ -685,20 +665,24 @@ def scaled_dot_product_attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, in
     shape = (g.L, g.B, num_heads * g.Ev) if seq_first else (g.B, g.L, num_heads * g.Ev)
     cdef cnp.ndarray out = np.empty(shape, dtype=q.dtype)
     cdef cnp.ndarray lse = np.empty(g.B * g.H * g.L, dtype=q.dtype)
-    cdef void* pm = _ptr(mask)
-    cdef const int64_t* pi = <const int64_t*>_ptr(mask_index)
+    cdef int T = F32 if q.dtype == np.float32 else F64
+    cdef void* pm = _data_or_null(mask, 0 if mask is None else cnp.PyArray_SIZE(mask), T)
+    cdef const int64_t* pi = <const int64_t*>_data_or_null(mask_index, g.B * g.H, I64)
+    # q, k, v: read by their own strides (_rows_ok); out and lse C-contiguous
+    cdef const void* pq = _data_strided(q, T)
+    cdef const void* pk = _data_strided(k, T)
+    cdef const void* pv = _data_strided(v, T)
+    cdef void* po = _data(out, g.B * g.L * g.H * g.Ev, T)
+    cdef void* pl = _data(lse, g.B * g.H * g.L, T)
     with single_threaded_blas():
-        if q.dtype == np.float32:
+        if T == F32:
             with nogil:
-                _fwd[float](<const float*>cnp.PyArray_DATA(q), <const float*>cnp.PyArray_DATA(k),
-                            <const float*>cnp.PyArray_DATA(v), <float*>cnp.PyArray_DATA(out),
-                            <float*>cnp.PyArray_DATA(lse), <const float*>pm, pi, &g)
+                _fwd[float](<const float*>pq, <const float*>pk, <const float*>pv, <float*>po,
+                            <float*>pl, <const float*>pm, pi, &g)
         else:
             with nogil:
-                _fwd[double](<const double*>cnp.PyArray_DATA(q),
-                             <const double*>cnp.PyArray_DATA(k),
-                             <const double*>cnp.PyArray_DATA(v), <double*>cnp.PyArray_DATA(out),
-                             <double*>cnp.PyArray_DATA(lse), <const double*>pm, pi, &g)
+                _fwd[double](<const double*>pq, <const double*>pk, <const double*>pv,
+                             <double*>po, <double*>pl, <const double*>pm, pi, &g)
     return out, (q, k, v, out, lse, num_heads, seq_first, mask, mask_index, dropout_p,
                  is_causal, scale, seed, offset)
 
@@ -739,27 +723,32 @@ def scaled_dot_product_attention_backward(cnp.ndarray d_out, tuple saved):
     _strides(dk, ra, &g.dkb, &g.dkld)
     _strides(dv, ra, &g.dvb, &g.dvld)
     cdef cnp.ndarray D = np.empty(g.B * g.H * g.L, dtype=q.dtype)
-    cdef void* pm = _ptr(mask)
-    cdef const int64_t* pi = <const int64_t*>_ptr(mask_index)
+    cdef int T = F32 if q.dtype == np.float32 else F64
+    cdef void* pm = _data_or_null(mask, 0 if mask is None else cnp.PyArray_SIZE(mask), T)
+    cdef const int64_t* pi = <const int64_t*>_data_or_null(mask_index, g.B * g.H, I64)
+    cdef Py_ssize_t no = g.B * g.L * g.H * g.Ev, nrow = g.B * g.H * g.L
+    cdef const void* pq = _data_strided(q, T)
+    cdef const void* pk = _data_strided(k, T)
+    cdef const void* pv = _data_strided(v, T)
+    cdef const void* po = _data(out, no, T)
+    cdef const void* pdo = _data(d_out, no, T)
+    cdef const void* pl = _data(lse, nrow, T)
+    cdef void* pD = _data(D, nrow, T)
+    cdef void* pdq = _data_strided(dq, T)
+    cdef void* pdk = _data_strided(dk, T)
+    cdef void* pdv = _data_strided(dv, T)
     with single_threaded_blas():
-        if q.dtype == np.float32:
+        if T == F32:
             with nogil:
-                _bwd[float](<const float*>cnp.PyArray_DATA(q), <const float*>cnp.PyArray_DATA(k),
-                            <const float*>cnp.PyArray_DATA(v), <const float*>cnp.PyArray_DATA(out),
-                            <const float*>cnp.PyArray_DATA(d_out),
-                            <const float*>cnp.PyArray_DATA(lse), <float*>cnp.PyArray_DATA(D),
-                            <float*>cnp.PyArray_DATA(dq), <float*>cnp.PyArray_DATA(dk),
-                            <float*>cnp.PyArray_DATA(dv), <const float*>pm, pi, &g)
+                _bwd[float](<const float*>pq, <const float*>pk, <const float*>pv,
+                            <const float*>po, <const float*>pdo, <const float*>pl, <float*>pD,
+                            <float*>pdq, <float*>pdk, <float*>pdv, <const float*>pm, pi, &g)
         else:
             with nogil:
-                _bwd[double](<const double*>cnp.PyArray_DATA(q),
-                             <const double*>cnp.PyArray_DATA(k),
-                             <const double*>cnp.PyArray_DATA(v),
-                             <const double*>cnp.PyArray_DATA(out),
-                             <const double*>cnp.PyArray_DATA(d_out),
-                             <const double*>cnp.PyArray_DATA(lse), <double*>cnp.PyArray_DATA(D),
-                             <double*>cnp.PyArray_DATA(dq), <double*>cnp.PyArray_DATA(dk),
-                             <double*>cnp.PyArray_DATA(dv), <const double*>pm, pi, &g)
+                _bwd[double](<const double*>pq, <const double*>pk, <const double*>pv,
+                             <const double*>po, <const double*>pdo, <const double*>pl,
+                             <double*>pD, <double*>pdq, <double*>pdk, <double*>pdv,
+                             <const double*>pm, pi, &g)
     return dq, dk, dv
 
 
@@ -859,19 +848,20 @@ def varlen_attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object q_start
     cdef int nt = _threads_for(work * num_heads * (g.E + g.Ev + 1), 1 << 18)
     if nt > ntask:
         nt = <int>ntask
+    cdef int T = F32 if q.dtype == np.float32 else F64
+    cdef const void* pq = _data_strided(q, T)
+    cdef const void* pk = _data_strided(k, T)
+    cdef const void* pv = _data_strided(v, T)
+    cdef void* po = _data(out, g.B * g.L * g.H * g.Ev, T)
     with single_threaded_blas():
-        if q.dtype == np.float32:
+        if T == F32:
             with nogil:
-                _varlen_fwd[float](<const float*>cnp.PyArray_DATA(q),
-                                   <const float*>cnp.PyArray_DATA(k),
-                                   <const float*>cnp.PyArray_DATA(v),
-                                   <float*>cnp.PyArray_DATA(out), &qs[0], &ql[0], &ks[0],
+                _varlen_fwd[float](<const float*>pq, <const float*>pk, <const float*>pv,
+                                   <float*>po, &qs[0], &ql[0], &ks[0],
                                    &kl[0], &tasks[0, 0], ntask, maxlen, &g, nt)
         else:
             with nogil:
-                _varlen_fwd[double](<const double*>cnp.PyArray_DATA(q),
-                                    <const double*>cnp.PyArray_DATA(k),
-                                    <const double*>cnp.PyArray_DATA(v),
-                                    <double*>cnp.PyArray_DATA(out), &qs[0], &ql[0], &ks[0],
+                _varlen_fwd[double](<const double*>pq, <const double*>pk, <const double*>pv,
+                                    <double*>po, &qs[0], &ql[0], &ks[0],
                                     &kl[0], &tasks[0, 0], ntask, maxlen, &g, nt)
     return out

@@ -25,6 +25,7 @@ import numpy as np
 cnp.import_array()
 
 include "fnn_runtime.pxi"
+include "fnn_span.pxi"
 
 cdef extern from "fnn_conv_sums.h" nogil:
     void fnn_cv_moments_f(const float* x, Py_ssize_t n, double c, double* s, double* q)
@@ -176,10 +177,10 @@ def batch_norm(cnp.ndarray x, object running_mean, object running_var, object we
     -> (y, saved).  x (N, C, *) C-contiguous; the per-channel vectors are C-contiguous
     (C,) arrays of x's dtype or None.  Training updates running_mean / running_var in place."""
     if x.dtype == np.float32:
-        return _batch_norm(<const float*>cnp.PyArray_DATA(x), x, running_mean, running_var,
-                           weight, bias, training, momentum, eps)
-    return _batch_norm(<const double*>cnp.PyArray_DATA(x), x, running_mean, running_var,
-                       weight, bias, training, momentum, eps)
+        return _batch_norm(<const float*>_data(x, cnp.PyArray_SIZE(x), F32), x, running_mean,
+                           running_var, weight, bias, training, momentum, eps)
+    return _batch_norm(<const double*>_data(x, cnp.PyArray_SIZE(x), F64), x, running_mean,
+                       running_var, weight, bias, training, momentum, eps)
 
 
 cdef tuple _batch_norm(const real* xd, cnp.ndarray x, object running_mean,
@@ -227,10 +228,12 @@ cdef tuple _batch_norm(const real* xd, cnp.ndarray x, object running_mean,
     sh = -mean * scale if bd is None else bd - mean * scale
     cdef cnp.ndarray a = scale.astype(x.dtype)
     cdef cnp.ndarray b = sh.astype(x.dtype)
+    cdef real* py = _typed(y, N * C * S, <real>0)
+    cdef const real* pa = _typed(a, C, <real>0)
+    cdef const real* pb = _typed(b, C, <real>0)
     with nogil:
-        _per_channel(<const real*>NULL, xd, <real*>cnp.PyArray_DATA(y), N, C, S,
-                     <const real*>cnp.PyArray_DATA(a), <const real*>NULL, <const real*>NULL,
-                     <const real*>cnp.PyArray_DATA(b), AFFINE)
+        _per_channel(<const real*>NULL, xd, py, N, C, S, pa, <const real*>NULL,
+                     <const real*>NULL, pb, AFFINE)
     return y, (x, weight, bias is not None, mean, rstd, training)
 
 
@@ -238,8 +241,8 @@ def batch_norm_backward(cnp.ndarray dy, tuple saved):
     """-> (d_input, d_weight or None, d_bias or None)."""
     cdef cnp.ndarray x = saved[0]
     if x.dtype == np.float32:
-        return _batch_norm_backward(<const float*>cnp.PyArray_DATA(x), dy, saved)
-    return _batch_norm_backward(<const double*>cnp.PyArray_DATA(x), dy, saved)
+        return _batch_norm_backward(<const float*>_data(x, cnp.PyArray_SIZE(x), F32), dy, saved)
+    return _batch_norm_backward(<const double*>_data(x, cnp.PyArray_SIZE(x), F64), dy, saved)
 
 
 cdef tuple _batch_norm_backward(const real* xd, cnp.ndarray dy, tuple saved):
@@ -254,7 +257,7 @@ cdef tuple _batch_norm_backward(const real* xd, cnp.ndarray dy, tuple saved):
     cdef cnp.ndarray dx = np.empty_like(x)
     cdef double[::1] s = np.zeros(C, dtype=np.float64), p = np.zeros(C, dtype=np.float64)
     cdef double[::1] mv = mean
-    cdef const real* dyd = <const real*>cnp.PyArray_DATA(dy)
+    cdef const real* dyd = _typed(dy, N * C * S, <real>0)
     with nogil:
         _channel_sums(dyd, xd, N, C, S, &mv[0] if C > 0 else NULL, &s[0] if C > 0 else NULL,
                       &p[0] if C > 0 else NULL, True)
@@ -273,10 +276,13 @@ cdef tuple _batch_norm_backward(const real* xd, cnp.ndarray dy, tuple saved):
     cdef cnp.ndarray k_r = kk.astype(x.dtype)
     cdef cnp.ndarray m_r = mean.astype(x.dtype)
     cdef cnp.ndarray c_r = c0.astype(x.dtype)
+    cdef real* pdx = _typed(dx, N * C * S, <real>0)
+    cdef const real* p_a = _typed(a_r, C, <real>0)
+    cdef const real* p_k = _typed(k_r, C, <real>0)
+    cdef const real* p_m = _typed(m_r, C, <real>0)
+    cdef const real* p_c = _typed(c_r, C, <real>0)
     with nogil:
-        _per_channel(dyd, xd, <real*>cnp.PyArray_DATA(dx), N, C, S,
-                     <const real*>cnp.PyArray_DATA(a_r), <const real*>cnp.PyArray_DATA(k_r),
-                     <const real*>cnp.PyArray_DATA(m_r), <const real*>cnp.PyArray_DATA(c_r),
+        _per_channel(dyd, xd, pdx, N, C, S, p_a, p_k, p_m, p_c,
                      BWD_TRAIN if training else BWD_EVAL)
     dw = (pa * rstd).astype(x.dtype) if weight is not None else None
     db = sa.astype(x.dtype) if has_bias else None

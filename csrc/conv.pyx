@@ -59,6 +59,7 @@ import numpy as np
 cnp.import_array()
 
 include "fnn_runtime.pxi"
+include "fnn_span.pxi"
 
 include "fnn_window.pxi"
 
@@ -120,6 +121,19 @@ include "fnn_gemm.pxi"
 
 cdef struct Geo:
     Py_ssize_t N, C, H, W, O, Cg, kh, kw, OH, OW, sh, sw, pt, pl, dh, dw, G
+
+
+# the element counts of a geometry's arrays: what the kernels' pointers span (fnn_span.pxi)
+cdef inline Py_ssize_t _xsize(Geo* g) noexcept nogil:
+    return g.N * g.C * g.H * g.W
+
+
+cdef inline Py_ssize_t _wsize(Geo* g) noexcept nogil:
+    return g.O * g.Cg * g.kh * g.kw
+
+
+cdef inline Py_ssize_t _ysize(Geo* g) noexcept nogil:
+    return g.N * g.O * g.OH * g.OW
 
 
 cdef inline double _sum(const real* x, Py_ssize_t n) noexcept nogil:
@@ -496,10 +510,13 @@ cdef _run_direct(cnp.ndarray src, object ap, object toff, object runs, void* pbi
     cdef int nt = _threads_for(flops, 1 << 18)
     if nt > d.N:
         nt = <int>d.N
+    cdef const float* ps = <const float*>_data(src, d.N * d.Cs * d.Hs * d.Ws, F32)
+    cdef const float* pa = <const float*>_data(a, cnp.PyArray_SIZE(a), F32)
+    cdef const Py_ssize_t* pt = <const Py_ssize_t*>_data(t, cnp.PyArray_SIZE(t), INTP)
+    cdef const Py_ssize_t* pr = <const Py_ssize_t*>_data(r, d.nrun * _RUN, INTP)
+    cdef float* py = <float*>_data(y, d.N * d.O * d.OH * d.OW, F32)
     with nogil:
-        _direct(<const float*>cnp.PyArray_DATA(src), <const float*>cnp.PyArray_DATA(a),
-                <const Py_ssize_t*>cnp.PyArray_DATA(t), <const Py_ssize_t*>cnp.PyArray_DATA(r),
-                <const float*>pbias, <float*>cnp.PyArray_DATA(y), d, nt)
+        _direct(ps, pa, pt, pr, <const float*>pbias, py, d, nt)
 
 
 cdef tuple _phase_taps(Py_ssize_t k, Py_ssize_t d, Py_ssize_t p, Py_ssize_t s):
@@ -940,8 +957,68 @@ cdef inline bint _depthwise(Geo* g) noexcept nogil:
     return g.Cg == 1 and g.G == g.C
 
 
-cdef inline void* _ptr(object a):
-    return NULL if a is None else cnp.PyArray_DATA(<cnp.ndarray>a)
+# One body per kernel call for float and double (fused ``real``, the tag z picks it):
+# the callers dispatch with ``if f32: _x_run(<float>0, ...) else: _x_run(<double>0, ...)``.
+cdef _dw_fwd_run(real z, cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, Geo* g,
+                 int nt):
+    cdef const real* px = _typed(x, _xsize(g), z)
+    cdef const real* pw = _typed(weight, _wsize(g), z)
+    cdef real* py = _typed(y, _ysize(g), z)
+    with nogil:
+        _dw_fwd(px, pw, <const real*>pb, py, g, nt)
+
+
+cdef _fwd_gemm_run(real z, cnp.ndarray x, cnp.ndarray weight, cnp.ndarray wr, void* pb,
+                   cnp.ndarray y, Geo* g, int nt):
+    cdef const real* px = _typed(x, _xsize(g), z)
+    cdef const real* pw = _typed(weight, _wsize(g), z)
+    cdef const real* pwr = _typed(wr, _wsize(g), z)
+    cdef real* py = _typed(y, _ysize(g), z)
+    with nogil:
+        _fwd_gemm(px, pw, pwr, <const real*>pb, py, g, nt)
+
+
+cdef _dw_bwd_run(real z, cnp.ndarray x, cnp.ndarray weight, cnp.ndarray dy, cnp.ndarray dx,
+                 cnp.ndarray part, double* pdb, Geo* g, int nt):
+    cdef const real* px = _typed(x, _xsize(g), z)
+    cdef const real* pw = _typed(weight, _wsize(g), z)
+    cdef const real* pdy = _typed(dy, _ysize(g), z)
+    cdef real* pdx = _typed(dx, _xsize(g), z)
+    cdef double* pp = <double*>_data(part, g.N * g.O * g.kh * g.kw, F64)
+    with nogil:
+        _dw_bwd(px, pw, pdy, pdx, pp, pdb, g, nt)
+
+
+cdef _bias_part_run(real z, cnp.ndarray dy, double* pdb, Py_ssize_t NO, Py_ssize_t ys, int nt):
+    cdef const real* pdy = _typed(dy, NO * ys, z)
+    with nogil:
+        _bias_part(pdy, pdb, NO, ys, nt)
+
+
+cdef _tbwd_run(real z, cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray x, cnp.ndarray dx,
+               cnp.ndarray part, Py_ssize_t nch, Py_ssize_t per, Geo* g, int nt):
+    """conv_transpose2d's fused backward: dy is the convolution's input (g's x), x its
+    output gradient (g's y)."""
+    cdef const real* pdy = _typed(dy, _xsize(g), z)
+    cdef const real* pw = _typed(weight, _wsize(g), z)
+    cdef const real* px = _typed(x, _ysize(g), z)
+    cdef real* pdx = _typed(dx, _ysize(g), z)
+    cdef real* pp = _typed(part, nch * _wsize(g), z)
+    with nogil:
+        _chunked(_CH_TBWD, pdy, pw, px, pdx, pp, nch, per, g, nt)
+
+
+cdef _bwd_gemm_run(real z, cnp.ndarray x, cnp.ndarray weight, cnp.ndarray dy, object dx_or_none,
+                   object part_or_none, Py_ssize_t nch, Py_ssize_t per, Geo* g, int nt):
+    # d_input alone reads no input (the caller may pass dy in x's place)
+    cdef const real* px = _typed(x, 0 if part_or_none is None else _xsize(g), z)
+    cdef const real* pw = _typed(weight, _wsize(g), z)
+    cdef const real* pdy = _typed(dy, _ysize(g), z)
+    cdef int T = F32 if real is float else F64
+    cdef real* pdx = <real*>_data_or_null(dx_or_none, _xsize(g), T)
+    cdef real* pp = <real*>_data_or_null(part_or_none, nch * _wsize(g), T)
+    with nogil:
+        _bwd_gemm(px, pw, pdy, pdx, pp, nch, per, g, nt)
 
 
 def _blas_single():
@@ -961,21 +1038,18 @@ def conv2d(cnp.ndarray x, cnp.ndarray weight, object bias, tuple stride, tuple p
     all C-contiguous, one dtype."""
     cdef Geo g = _geo((<object>x).shape, (<object>weight).shape, stride, padding, dilation, groups)
     cdef cnp.ndarray y = np.empty((g.N, g.O, g.OH, g.OW), dtype=x.dtype)
-    cdef void* pb = _ptr(bias)
+    cdef bint f32 = x.dtype == np.float32
+    cdef void* pb = _data_or_null(bias, g.O, F32 if f32 else F64)
     cdef Py_ssize_t flops = g.N * g.O * g.OH * g.OW * g.Cg * g.kh * g.kw
     cdef int nt
-    cdef bint f32 = x.dtype == np.float32
     if g.N * g.O * g.OH * g.OW == 0:
         y[...] = 0
     elif _depthwise(&g):
         nt = _threads_for(flops, 1 << 16)
-        with nogil:
-            if f32:
-                _dw_fwd[float](<const float*>cnp.PyArray_DATA(x), <const float*>cnp.PyArray_DATA(weight),
-                               <const float*>pb, <float*>cnp.PyArray_DATA(y), &g, nt)
-            else:
-                _dw_fwd[double](<const double*>cnp.PyArray_DATA(x), <const double*>cnp.PyArray_DATA(weight),
-                                <const double*>pb, <double*>cnp.PyArray_DATA(y), &g, nt)
+        if f32:
+            _dw_fwd_run(<float>0, x, weight, pb, y, &g, nt)
+        else:
+            _dw_fwd_run(<double>0, x, weight, pb, y, &g, nt)
     else:
         nt = _threads_for(flops, 1 << 18)
         if nt > g.N:
@@ -1002,26 +1076,26 @@ cdef cnp.ndarray _pack_cv3(cnp.ndarray weight, Py_ssize_t O, Py_ssize_t C):
 cdef _conv_fwd_call(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, Geo* g, int nt,
                     bint f32):
     cdef cnp.ndarray ap
+    cdef const float* px
+    cdef const float* pa
+    cdef float* py
     if f32 and _cv3_ok(g):
         # weights packed for the direct kernel, by blocks of 6 then 4 output channels:
         # block [o0, o0 + m) holds w[o0 + r, c, i, j] at (c, i*3 + j, r)
         ap = _pack_cv3(weight, g.O, g.C)
+        px = <const float*>_data(x, _xsize(g), F32)
+        pa = <const float*>_data(ap, _wsize(g), F32)
+        py = <float*>_data(y, _ysize(g), F32)
         with nogil:
-            _fwd_cv3(<const float*>cnp.PyArray_DATA(x), <const float*>cnp.PyArray_DATA(ap),
-                     <const float*>pb, <float*>cnp.PyArray_DATA(y), g, nt)
+            _fwd_cv3(px, pa, <const float*>pb, py, g, nt)
         return
     # weights by column tap for the row-im2col path: wr[j, o, c*kH + i] = w[o, c, i, j]
     cdef cnp.ndarray wr = np.ascontiguousarray(
         (<object>weight).transpose(3, 0, 1, 2).reshape(g.kw, g.O, g.Cg * g.kh))
-    with nogil:
-        if f32:
-            _fwd_gemm[float](<const float*>cnp.PyArray_DATA(x), <const float*>cnp.PyArray_DATA(weight),
-                             <const float*>cnp.PyArray_DATA(wr), <const float*>pb,
-                             <float*>cnp.PyArray_DATA(y), g, nt)
-        else:
-            _fwd_gemm[double](<const double*>cnp.PyArray_DATA(x), <const double*>cnp.PyArray_DATA(weight),
-                              <const double*>cnp.PyArray_DATA(wr), <const double*>pb,
-                              <double*>cnp.PyArray_DATA(y), g, nt)
+    if f32:
+        _fwd_gemm_run(<float>0, x, weight, wr, pb, y, g, nt)
+    else:
+        _fwd_gemm_run(<double>0, x, weight, wr, pb, y, g, nt)
 
 
 cdef Py_ssize_t _chunks(Geo* g):
@@ -1060,6 +1134,9 @@ cdef tuple _grads(object x_or_none, tuple x_shape, cnp.ndarray weight, cnp.ndarr
     cdef int nt
     cdef bint f32 = dy.dtype == np.float32, tdx
     cdef double* pdb = NULL
+    cdef const float* px
+    cdef const float* pdy
+    cdef float* ppart
     if want_dx or _depthwise(&g):
         dx = np.empty(x_shape, dtype=dy.dtype)
     # d_input alone reads no input: anything of the right dtype stands in for it (the
@@ -1072,7 +1149,7 @@ cdef tuple _grads(object x_or_none, tuple x_shape, cnp.ndarray weight, cnp.ndarr
         x = dy
     if has_bias:
         dbp = np.zeros((g.N, g.O), dtype=np.float64)
-        pdb = <double*>cnp.PyArray_DATA(dbp)
+        pdb = <double*>_data(dbp, g.N * g.O, F64)
     if flops == 0:
         if dx is not None:
             dx[...] = 0
@@ -1080,15 +1157,10 @@ cdef tuple _grads(object x_or_none, tuple x_shape, cnp.ndarray weight, cnp.ndarr
     elif _depthwise(&g):
         nt = _threads_for(flops, 1 << 16)
         part = np.zeros((g.N, g.O, K), dtype=np.float64)
-        with nogil:
-            if f32:
-                _dw_bwd[float](<const float*>cnp.PyArray_DATA(x), <const float*>cnp.PyArray_DATA(weight),
-                               <const float*>cnp.PyArray_DATA(dy), <float*>cnp.PyArray_DATA(dx),
-                               <double*>cnp.PyArray_DATA(part), pdb, &g, nt)
-            else:
-                _dw_bwd[double](<const double*>cnp.PyArray_DATA(x), <const double*>cnp.PyArray_DATA(weight),
-                                <const double*>cnp.PyArray_DATA(dy), <double*>cnp.PyArray_DATA(dx),
-                                <double*>cnp.PyArray_DATA(part), pdb, &g, nt)
+        if f32:
+            _dw_bwd_run(<float>0, x, weight, dy, dx, part, pdb, &g, nt)
+        else:
+            _dw_bwd_run(<double>0, x, weight, dy, dx, part, pdb, &g, nt)
         dw = _sum_parts(part).reshape((<object>weight).shape).astype(dy.dtype)
         pdb = NULL   # already filled
     else:
@@ -1106,9 +1178,11 @@ cdef tuple _grads(object x_or_none, tuple x_shape, cnp.ndarray weight, cnp.ndarr
         if not want_dw and tdx:
             pass
         elif want_dw and f32 and tdx and _cv3_ok(&g) and g.O * g.C * 72 * 4 <= (16 << 20):
+            px = <const float*>_data(x, _xsize(&g), F32)
+            pdy = <const float*>_data(dy, _ysize(&g), F32)
+            ppart = <float*>_data(part, nch * _wsize(&g), F32)
             with nogil:
-                _wgrad_cv3(<const float*>cnp.PyArray_DATA(x), <const float*>cnp.PyArray_DATA(dy),
-                           <float*>cnp.PyArray_DATA(part), nch, per, &g, nt)
+                _wgrad_cv3(px, pdy, ppart, nch, per, &g, nt)
         elif nt > 1:
             with _blas_single():
                 _conv_bwd_call(x, weight, dy, None if tdx else dx, part, nch, per, &g, nt, f32)
@@ -1126,13 +1200,12 @@ cdef cnp.ndarray _bias_grad(cnp.ndarray dy):
     cdef Py_ssize_t N = dy.shape[0], O = dy.shape[1]
     cdef Py_ssize_t ys = cnp.PyArray_SIZE(dy) // (N * O) if N * O else 0
     cdef cnp.ndarray dbp = np.zeros((N, O), dtype=np.float64)
-    cdef double* pdb = <double*>cnp.PyArray_DATA(dbp)
+    cdef double* pdb = <double*>_data(dbp, N * O, F64)
     cdef int nt = _threads_for(N * O * ys, 1 << 15)
-    with nogil:
-        if cnp.PyArray_TYPE(dy) == cnp.NPY_FLOAT:
-            _bias_part[float](<const float*>cnp.PyArray_DATA(dy), pdb, N * O, ys, nt)
-        else:
-            _bias_part[double](<const double*>cnp.PyArray_DATA(dy), pdb, N * O, ys, nt)
+    if cnp.PyArray_TYPE(dy) == cnp.NPY_FLOAT:
+        _bias_part_run(<float>0, dy, pdb, N * O, ys, nt)
+    else:
+        _bias_part_run(<double>0, dy, pdb, N * O, ys, nt)
     return _sum_parts(dbp).astype(dy.dtype)
 
 
@@ -1149,7 +1222,7 @@ def conv_transpose2d(cnp.ndarray x, cnp.ndarray weight, object bias, tuple strid
     if (x.dtype == np.float32 and g.N * g.O * g.OH * g.OW * g.C * g.kh * g.kw > 0
             and _tconv_direct_ok(&g)):
         yd = np.empty(y_shape, dtype=np.float32)
-        _tconv_fwd_direct(x, weight, _ptr(bias), yd, &g, padding)
+        _tconv_fwd_direct(x, weight, _data_or_null(bias, g.C, F32), yd, &g, padding)
         return yd, saved
     y = _grads(None, y_shape, weight, x, stride, padding, dilation, groups, True, False, False)[0]
     if bias is not None:
@@ -1322,15 +1395,10 @@ cdef tuple _tbwd(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray x, Geo* g):
         nt = <int>nch
     cdef bint f32 = dy.dtype == np.float32
     with _blas_single() if nt > 1 else _no_context():
-        with nogil:
-            if f32:
-                _chunked[float](_CH_TBWD, <const float*>cnp.PyArray_DATA(dy), <const float*>cnp.PyArray_DATA(weight),
-                                 <const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(dx),
-                                 <float*>cnp.PyArray_DATA(part), nch, per, g, nt)
-            else:
-                _chunked[double](_CH_TBWD, <const double*>cnp.PyArray_DATA(dy), <const double*>cnp.PyArray_DATA(weight),
-                                  <const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(dx),
-                                  <double*>cnp.PyArray_DATA(part), nch, per, g, nt)
+        if f32:
+            _tbwd_run(<float>0, dy, weight, x, dx, part, nch, per, g, nt)
+        else:
+            _tbwd_run(<double>0, dy, weight, x, dx, part, nch, per, g, nt)
     return dx, (part[0] if nch == 1 else _sum_parts(part).astype(dy.dtype))
 
 
@@ -1366,17 +1434,10 @@ cdef _dx_by_conv(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray dx, Geo* g, tup
 
 cdef _conv_bwd_call(cnp.ndarray x, cnp.ndarray weight, cnp.ndarray dy, object dx_or_none,
                     object part_or_none, Py_ssize_t nch, Py_ssize_t per, Geo* g, int nt, bint f32):
-    cdef void* pdx = _ptr(dx_or_none)
-    cdef void* part = _ptr(part_or_none)
-    with nogil:
-        if f32:
-            _bwd_gemm[float](<const float*>cnp.PyArray_DATA(x), <const float*>cnp.PyArray_DATA(weight),
-                             <const float*>cnp.PyArray_DATA(dy), <float*>pdx,
-                             <float*>part, nch, per, g, nt)
-        else:
-            _bwd_gemm[double](<const double*>cnp.PyArray_DATA(x), <const double*>cnp.PyArray_DATA(weight),
-                              <const double*>cnp.PyArray_DATA(dy), <double*>pdx,
-                              <double*>part, nch, per, g, nt)
+    if f32:
+        _bwd_gemm_run(<float>0, x, weight, dy, dx_or_none, part_or_none, nch, per, g, nt)
+    else:
+        _bwd_gemm_run(<double>0, x, weight, dy, dx_or_none, part_or_none, nch, per, g, nt)
 
 
 cdef cnp.ndarray _sum_parts(cnp.ndarray part):

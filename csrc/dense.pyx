@@ -21,6 +21,7 @@ from fastnn._threads import single_threaded_blas
 cnp.import_array()
 
 include "fnn_runtime.pxi"
+include "fnn_span.pxi"
 include "fnn_gemm.pxi"
 include "fnn_colsum.pxi"
 
@@ -133,9 +134,10 @@ class _Null:
 _NULL_CTX = _Null()
 
 
-cdef inline real* _p(cnp.ndarray a, real tag) noexcept:
-    """a's data as real* (``tag`` picks the specialisation: _p(a, <float>0))."""
-    return <real*>cnp.PyArray_DATA(a)
+cdef inline real* _p(cnp.ndarray a, Py_ssize_t n, real tag) except? NULL:
+    """a's data as real* for a kernel that uses its first n elements (``tag`` picks the
+    specialisation: _p(a, n, <float>0)); checked in the debug build (fnn_span.pxi)."""
+    return <real*>_data(a, n, F32 if real is float else F64)
 
 
 # One body per op for float and double (fused ``real``), specialised at the dispatch:
@@ -143,13 +145,13 @@ cdef inline real* _p(cnp.ndarray a, real tag) noexcept:
 cdef void _linear_run(real z, cnp.ndarray x, cnp.ndarray weight, object bias, cnp.ndarray y,
                       Py_ssize_t rows, Py_ssize_t n_in, Py_ssize_t n_out, int bm, int bn,
                       int nt_g) except *:
-    cdef real* py = _p(y, z)
-    cdef const real* px = _p(x, z)
-    cdef const real* pw = _p(weight, z)
+    cdef real* py = _p(y, rows * n_out, z)
+    cdef const real* px = _p(x, rows * n_in, z)
+    cdef const real* pw = _p(weight, n_out * n_in, z)
     cdef real beta = 0.0
     if bias is not None:
         beta = 1.0
-        _fill_bias(py, <const real*>_p(<cnp.ndarray>bias, z), rows, n_out, 1)
+        _fill_bias(py, <const real*>_p(<cnp.ndarray>bias, n_out, z), rows, n_out, 1)
     with _blas_guard(rows, n_out, n_in):
         with nogil:
             _gemm_blocks(False, True, rows, n_out, n_in, beta, px, n_in, pw, n_in, py, n_out,
@@ -185,12 +187,12 @@ cdef void _linear_bwd_run(real z, cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, 
                           cnp.ndarray dw, object db, Py_ssize_t rows, Py_ssize_t n_in,
                           Py_ssize_t n_out, int bm_x, int bn_x, int nt_x, int bm_w, int bn_w,
                           int nt_w) except *:
-    cdef const real* pdy = _p(dy, z)
-    cdef const real* pw = _p(w, z)
-    cdef const real* px = _p(x, z)
-    cdef real* pdx = _p(dx, z)
-    cdef real* pdw = _p(dw, z)
-    cdef real* pdb = NULL if db is None else _p(<cnp.ndarray>db, z)
+    cdef const real* pdy = _p(dy, rows * n_out, z)
+    cdef const real* pw = _p(w, n_out * n_in, z)
+    cdef const real* px = _p(x, rows * n_in, z)
+    cdef real* pdx = _p(dx, rows * n_in, z)
+    cdef real* pdw = _p(dw, n_out * n_in, z)
+    cdef real* pdb = NULL if db is None else _p(<cnp.ndarray>db, n_out, z)
     with _blas_guard(rows, n_out, n_in):
         with nogil:
             _gemm_blocks(False, False, rows, n_in, n_out, z, pdy, n_out, pw, n_in, pdx, n_in,
@@ -246,8 +248,8 @@ cdef extern from "fnn_activation.h" nogil:
     void fnn_act_d(int op, const double* a, const double* b, double* o, Py_ssize_t n,
                    const double* p)
 
-cdef inline void* _ptr_or_null(object a):
-    return NULL if a is None else cnp.PyArray_DATA(<cnp.ndarray>a)
+cdef inline void* _ptr_or_null(object a, Py_ssize_t n, int typenum) except? NULL:
+    return NULL if a is None else _data(<cnp.ndarray>a, n, typenum)
 
 
 cdef enum:
@@ -369,10 +371,10 @@ cdef int _act_code(str activation) except -2:
 cdef void _linear_act_run(real z, cnp.ndarray x, cnp.ndarray wt, object bias, cnp.ndarray y,
                           Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, int act, int bm, int bn,
                           int nt) except *:
-    cdef const real* pb = NULL if bias is None else _p(<cnp.ndarray>bias, z)
-    cdef const real* px = _p(x, z)
-    cdef const real* pw = _p(wt, z)
-    cdef real* py = _p(y, z)
+    cdef const real* pb = NULL if bias is None else _p(<cnp.ndarray>bias, N, z)
+    cdef const real* px = _p(x, M * K, z)
+    cdef const real* pw = _p(wt, K * N, z)
+    cdef real* py = _p(y, M * N, z)
     with _blas_guard(M, N, K):
         with nogil:
             _linear_act_blocks(px, pw, pb, py, M, N, K, act, bm, bn, nt)
@@ -390,13 +392,19 @@ def linear_act_infer(cnp.ndarray x, cnp.ndarray weight_t, object bias, str activ
     cdef cnp.ndarray y = np.empty((<object>x).shape[:-1] + (N,), dtype=x.dtype)
     if M == 0 or N == 0:
         return y
-    cdef void* pb = _ptr_or_null(bias)
+    cdef void* pb
+    cdef const float* px
+    cdef const float* pw
+    cdef float* py
     cdef int nt
     if M <= _SG_MAX_ROWS and x.dtype == np.float32 and K > 0:
         nt = _small_threads(M, N, K)
+        pb = _ptr_or_null(bias, N, F32)
+        px = <const float*>_data(x, M * K, F32)
+        pw = <const float*>_data(weight_t, K * N, F32)
+        py = <float*>_data(y, M * N, F32)
         with nogil:
-            _small_gemm(<const float*>cnp.PyArray_DATA(x), <const float*>cnp.PyArray_DATA(weight_t),
-                        False, <const float*>pb, <float*>cnp.PyArray_DATA(y), M, N, K, act, nt)
+            _small_gemm(px, pw, False, <const float*>pb, py, M, N, K, act, nt)
         return y
     cdef int bm = 1, bn = 1
     if M * N * K > _SERIAL_MACS:
@@ -540,10 +548,10 @@ cdef int _skinny(bint w_in_out, const real* x, const real* w, const real* b, rea
 
 cdef int _skinny_run(real z, bint w_in_out, cnp.ndarray x, cnp.ndarray w, object bias, cnp.ndarray y,
                      Py_ssize_t M, Py_ssize_t K, Py_ssize_t N):
-    cdef const real* pb = NULL if bias is None else _p(<cnp.ndarray>bias, z)
-    cdef const real* px = _p(x, z)
-    cdef const real* pw = _p(w, z)
-    cdef real* py = _p(y, z)
+    cdef const real* pb = NULL if bias is None else _p(<cnp.ndarray>bias, N, z)
+    cdef const real* px = _p(x, M * K, z)
+    cdef const real* pw = _p(w, K * N, z)
+    cdef real* py = _p(y, M * N, z)
     cdef int rc
     with nogil:
         rc = _skinny(w_in_out, px, pw, pb, py, M, K, N)
@@ -590,9 +598,10 @@ def pack_linear_weight(cnp.ndarray weight, bint weight_in_out):
         out[...] = pad.reshape(K, P, FNN_SG_NR).transpose(1, 0, 2)
         return out
     cdef cnp.ndarray o = np.empty((P, K, FNN_SG_NR), np.float32)
+    cdef const float* pw = <const float*>_data(weight, N * K, F32)
+    cdef float* po = <float*>_data(o, P * K * FNN_SG_NR, F32)
     with nogil:
-        fnn_pack_panels_f32(<const float*>cnp.PyArray_DATA(weight), N, K, weight_in_out,
-                            <float*>cnp.PyArray_DATA(o), 0, P)
+        fnn_pack_panels_f32(pw, N, K, weight_in_out, po, 0, P)
     return o
 
 
@@ -615,9 +624,11 @@ def packed_linear_infer(cnp.ndarray x, cnp.ndarray packed, Py_ssize_t n_out, obj
     cdef cnp.ndarray y = np.empty((<object>x).shape[:-1] + (N,), dtype=x.dtype)
     if M == 0 or N == 0:
         return y
-    cdef void* pb = _ptr_or_null(bias)
+    cdef void* pb = _ptr_or_null(bias, N, F32)
+    cdef const float* px = <const float*>_data(x, M * K, F32)
+    cdef const float* pw = <const float*>_data(packed, P * K * FNN_SG_NR, F32)
+    cdef float* py = <float*>_data(y, M * N, F32)
     cdef int nt = _small_threads(M, N, K)
     with nogil:
-        _small_gemm(<const float*>cnp.PyArray_DATA(x), <const float*>cnp.PyArray_DATA(packed),
-                    True, <const float*>pb, <float*>cnp.PyArray_DATA(y), M, N, K, act, nt)
+        _small_gemm(px, pw, True, <const float*>pb, py, M, N, K, act, nt)
     return y

@@ -20,6 +20,7 @@ import numpy as np
 cnp.import_array()
 
 include "fnn_runtime.pxi"
+include "fnn_span.pxi"
 
 cdef extern from "fnn_philox.h" nogil:
     ctypedef struct fnn_philox_out:
@@ -70,14 +71,15 @@ cdef object _run(cnp.ndarray x, double p, uint64_t seed, uint64_t offset):
     # keep iff k >= ceil(p * 2^24) (p * 2^24 is exact in double); p = 1 -> thr = 2^24: none
     cdef uint32_t thr = <uint32_t>ceil(p * 16777216.0)
     cdef double scale = 0.0 if p >= 1.0 else 1.0 / (1.0 - p)
-    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
+    cdef int T = F32 if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT else F64
+    cdef const void* px = _data(x, n, T)
+    cdef void* py = _data(y, n, T)
+    if T == F32:
         with nogil:
-            _dropout[float](<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(y), n,
-                            thr, <float>scale, seed, offset)
+            _dropout[float](<const float*>px, <float*>py, n, thr, <float>scale, seed, offset)
     else:
         with nogil:
-            _dropout[double](<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(y), n,
-                             thr, scale, seed, offset)
+            _dropout[double](<const double*>px, <double*>py, n, thr, scale, seed, offset)
     return y
 
 

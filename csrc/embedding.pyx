@@ -23,6 +23,7 @@ import numpy as np
 cnp.import_array()
 
 include "fnn_runtime.pxi"
+include "fnn_span.pxi"
 
 OPS = ("embedding", "embedding_backward")
 
@@ -49,14 +50,16 @@ def embedding(cnp.ndarray idx, cnp.ndarray weight, object padding_idx):
     OUT out: idx.shape + (dim,), weight's dtype."""
     cdef Py_ssize_t n = idx.size, dim = weight.shape[1]
     cdef cnp.ndarray out = np.empty((<object>idx).shape + (dim,), dtype=weight.dtype)
-    if cnp.PyArray_TYPE(weight) == cnp.NPY_FLOAT:
+    cdef int T = F32 if cnp.PyArray_TYPE(weight) == cnp.NPY_FLOAT else F64
+    cdef const int64_t* pi = <const int64_t*>_data(idx, n, I64)
+    cdef const void* pw = _data(weight, cnp.PyArray_SIZE(weight), T)   # rows idx[i]
+    cdef void* po = _data(out, n * dim, T)
+    if T == F32:
         with nogil:
-            _gather[float](<const int64_t*>cnp.PyArray_DATA(idx), <const float*>cnp.PyArray_DATA(weight),
-                           <float*>cnp.PyArray_DATA(out), n, dim)
+            _gather[float](pi, <const float*>pw, <float*>po, n, dim)
     else:
         with nogil:
-            _gather[double](<const int64_t*>cnp.PyArray_DATA(idx), <const double*>cnp.PyArray_DATA(weight),
-                            <double*>cnp.PyArray_DATA(out), n, dim)
+            _gather[double](pi, <const double*>pw, <double*>po, n, dim)
     return out, (idx, weight.shape[0], padding_idx)
 
 
@@ -121,12 +124,14 @@ def embedding_backward(cnp.ndarray dy, tuple saved):
                 nseg = nseg + 1
         seg[nseg] = n
     cdef int nt = _threads_for(n * dim, 1 << 14)
-    if cnp.PyArray_TYPE(dy) == cnp.NPY_FLOAT:
+    cdef int T = F32 if cnp.PyArray_TYPE(dy) == cnp.NPY_FLOAT else F64
+    cdef const void* pdy = _data(dy, n * dim, T)
+    cdef const int64_t* po = <const int64_t*>_data(order, n, I64)
+    cdef void* pdw = _data(dw, num * dim, T)
+    if T == F32:
         with nogil:
-            _scatter[float](<const float*>cnp.PyArray_DATA(dy), <const int64_t*>cnp.PyArray_DATA(order),
-                            &sv[0], &seg[0], nseg, dim, pad, <float*>cnp.PyArray_DATA(dw), nt)
+            _scatter[float](<const float*>pdy, po, &sv[0], &seg[0], nseg, dim, pad, <float*>pdw, nt)
     else:
         with nogil:
-            _scatter[double](<const double*>cnp.PyArray_DATA(dy), <const int64_t*>cnp.PyArray_DATA(order),
-                             &sv[0], &seg[0], nseg, dim, pad, <double*>cnp.PyArray_DATA(dw), nt)
+            _scatter[double](<const double*>pdy, po, &sv[0], &seg[0], nseg, dim, pad, <double*>pdw, nt)
     return dw

@@ -12,14 +12,11 @@
 #define FNN_CONV_H
 #include <stddef.h>
 
-#define FNN_CV_T float
-#define FNN_CV_FN(name) name##_f
-#include "fnn_conv_t.h"
-#undef FNN_CV_T
-#undef FNN_CV_FN
-#define FNN_CV_T double
-#define FNN_CV_FN(name) name##_d
-#include "fnn_conv_t.h"
+/* fnn_conv_t.h names its type FNN_CV_T and its functions FNN_CV_FN(name) */
+#define FNN_CV_T FNN_T
+#define FNN_CV_FN(name) FNN_TNAME(name)
+#define FNN_TEMPLATE "fnn_conv_t.h"
+#include "fnn_instantiate.h"
 #undef FNN_CV_T
 #undef FNN_CV_FN
 

@@ -15,14 +15,6 @@ static inline double fnn_cv_tree(const double* a) {
     return (((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])));
 }
 
-#define FNN_CV_T float
-#define FNN_CV_FN(name) name##_f
-#include "fnn_conv_sums_t.h"
-#undef FNN_CV_T
-#undef FNN_CV_FN
-#define FNN_CV_T double
-#define FNN_CV_FN(name) name##_d
-#include "fnn_conv_sums_t.h"
-#undef FNN_CV_T
-#undef FNN_CV_FN
+#define FNN_TEMPLATE "fnn_conv_sums_t.h"
+#include "fnn_instantiate.h"
 #endif

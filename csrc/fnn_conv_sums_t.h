@@ -1,9 +1,9 @@
-/* The conv family's fixed-order sums, written once for FNN_CV_T = float / double (function names
- * FNN_CV_FN(name) = name_f / name_d): included by fnn_conv_sums.h once per type, never on its own.
+/* The conv family's fixed-order sums, written once for FNN_T = float / double (function names
+ * FNN_TNAME(name) = name_f / name_d): included by fnn_conv_sums.h once per type, never on its own.
  * No include guard on purpose. */
 
 /* sum(x), n contiguous */
-static inline double FNN_CV_FN(fnn_cv_sum)(const FNN_CV_T* x, ptrdiff_t n) {
+static inline double FNN_TNAME(fnn_cv_sum)(const FNN_T* x, ptrdiff_t n) {
     double a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     ptrdiff_t j = 0;
     for (; j + 8 <= n; j += 8)
@@ -12,7 +12,7 @@ static inline double FNN_CV_FN(fnn_cv_sum)(const FNN_CV_T* x, ptrdiff_t n) {
     return fnn_cv_tree(a);
 }
 /* *s = sum(x - c), *q = sum((x - c)^2): one pass, shifted by c for accuracy */
-static inline void FNN_CV_FN(fnn_cv_moments)(const FNN_CV_T* x, ptrdiff_t n, double c,
+static inline void FNN_TNAME(fnn_cv_moments)(const FNN_T* x, ptrdiff_t n, double c,
                                         double* s, double* q) {
     double a[8] = {0, 0, 0, 0, 0, 0, 0, 0}, b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     ptrdiff_t j = 0;
@@ -24,7 +24,7 @@ static inline void FNN_CV_FN(fnn_cv_moments)(const FNN_CV_T* x, ptrdiff_t n, dou
     *s = fnn_cv_tree(a); *q = fnn_cv_tree(b);
 }
 /* *s = sum(g), *p = sum(g * (x - c)) */
-static inline void FNN_CV_FN(fnn_cv_gsums)(const FNN_CV_T* g, const FNN_CV_T* x, ptrdiff_t n, double c,
+static inline void FNN_TNAME(fnn_cv_gsums)(const FNN_T* g, const FNN_T* x, ptrdiff_t n, double c,
                                       double* s, double* p) {
     double a[8] = {0, 0, 0, 0, 0, 0, 0, 0}, b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     ptrdiff_t j = 0;
@@ -38,7 +38,7 @@ static inline void FNN_CV_FN(fnn_cv_gsums)(const FNN_CV_T* g, const FNN_CV_T* x,
     *s = fnn_cv_tree(a); *p = fnn_cv_tree(b);
 }
 /* sum(a[j] * b[j * sb]), j < n */
-static inline double FNN_CV_FN(fnn_cv_dot)(const FNN_CV_T* x, const FNN_CV_T* y, ptrdiff_t n, ptrdiff_t sy) {
+static inline double FNN_TNAME(fnn_cv_dot)(const FNN_T* x, const FNN_T* y, ptrdiff_t n, ptrdiff_t sy) {
     double a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     ptrdiff_t j = 0;
     if (sy == 1) {

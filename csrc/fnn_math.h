@@ -299,6 +299,4 @@ static inline float fnn_gauss_cdf_f(float x, float* gauss) {
     return x < 0.0f ? h : 1.0f - h;
 }
 
-static inline double fnn_exp(double x) { return exp(x); }
-
 #endif

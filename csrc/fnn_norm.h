@@ -12,14 +12,6 @@
    out when the caller asks for non-temporal stores (a large output, fnn_stream.h) */
 #define FNN_LN_ROWBUF 4096
 
-#define FNN_T float
-#define FNN_TNAME(name) name##_f
-#include "fnn_norm_impl.h"
-#undef FNN_T
-#undef FNN_TNAME
-#define FNN_T double
-#define FNN_TNAME(name) name##_d
-#include "fnn_norm_impl.h"
-#undef FNN_T
-#undef FNN_TNAME
+#define FNN_TEMPLATE "fnn_norm_impl.h"
+#include "fnn_instantiate.h"
 #endif

@@ -27,9 +27,4 @@ static inline fnn_philox_out fnn_philox4x32(uint64_t block, uint64_t offset, uin
 /* uniform in [0, 1) with 24 random bits: exact in float and double */
 static inline float fnn_u24_to_float(uint32_t r) { return (float)(r >> 8) * (1.0f / 16777216.0f); }
 
-/* the uniform of element i of call (seed, offset) */
-static inline float fnn_philox_uniform(uint64_t i, uint64_t offset, uint64_t seed) {
-    fnn_philox_out o = fnn_philox4x32(i >> 2, offset, seed);
-    return fnn_u24_to_float(o.v[i & 3]);
-}
 #endif

@@ -6,14 +6,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FNN_CV_T float
-#define FNN_CV_FN(name) name##_f
-#include "fnn_pool_t.h"
-#undef FNN_CV_T
-#undef FNN_CV_FN
-#define FNN_CV_T double
-#define FNN_CV_FN(name) name##_d
-#include "fnn_pool_t.h"
-#undef FNN_CV_T
-#undef FNN_CV_FN
+#define FNN_TEMPLATE "fnn_pool_t.h"
+#include "fnn_instantiate.h"
 #endif

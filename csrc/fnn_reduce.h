@@ -4,50 +4,111 @@
  * -ffast-math), so each reduction keeps many independent lanes -- the compiler turns
  * them into several vector registers, hiding the add latency -- and folds the lanes in
  * a fixed tree at the end.  The order depends only on n, so results are identical at
- * any thread count. */
+ * any thread count.
+ *
+ * The lane structures are functions over a term: fnn_float_sum(n, term, args) adds
+ * term(args, i) for i < n.  They are always inlined, so at each call the term is a known
+ * function the compiler inlines in turn: the loops are the ones a macro over the term
+ * expression gave (same vectorisation, same bits). */
 #ifndef FNN_REDUCE_H
 #define FNN_REDUCE_H
 #include <stddef.h>
 
+#if defined(__GNUC__)
+#define FNN_ALWAYS_INLINE static inline __attribute__((always_inline))
+#else
+#define FNN_ALWAYS_INLINE static inline
+#endif
+
+/* the operands of a term: up to four arrays and two scalars (what each term reads is
+   its own business) */
+typedef struct fnn_sum_args {
+    const void* a;
+    const void* b;
+    const void* c;
+    const void* d;
+    double p, q;
+} fnn_sum_args;
+typedef float (*fnn_term_f)(const fnn_sum_args* s, ptrdiff_t i);
+typedef double (*fnn_term_d)(const fnn_sum_args* s, ptrdiff_t i);
+
 #define FNN_LANES 8
-#define FNN_TREE(a) ((((a)[0] + (a)[1]) + ((a)[2] + (a)[3])) + (((a)[4] + (a)[5]) + ((a)[6] + (a)[7])))
+/* 8 lanes added in a fixed tree */
+static inline double fnn_tree8(const double* a) {
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
 
 /* float: 32 float lanes (4 vector accumulators hide the add latency) over blocks of
    FNN_BLOCK elements, each block's lanes folded into a double total -- float speed,
    double accuracy (a lane never holds more than FNN_BLOCK/32 terms).
    double: 16 double lanes. */
 #define FNN_BLOCK 512
-#define FNN_FOLD32(a) (((((double)(a)[0] + (a)[1]) + ((double)(a)[2] + (a)[3])) + (((double)(a)[4] + (a)[5]) + ((double)(a)[6] + (a)[7]))) \
-    + ((((double)(a)[8] + (a)[9]) + ((double)(a)[10] + (a)[11])) + (((double)(a)[12] + (a)[13]) + ((double)(a)[14] + (a)[15])))) \
-    + (((((double)(a)[16] + (a)[17]) + ((double)(a)[18] + (a)[19])) + (((double)(a)[20] + (a)[21]) + ((double)(a)[22] + (a)[23]))) \
-    + ((((double)(a)[24] + (a)[25]) + ((double)(a)[26] + (a)[27])) + (((double)(a)[28] + (a)[29]) + ((double)(a)[30] + (a)[31]))))
+/* the 32 float lanes of a block, widened to double and added in a fixed tree */
+static inline double fnn_fold32(const float* a) {
+    return (((((double)a[0] + a[1]) + ((double)a[2] + a[3])) + (((double)a[4] + a[5]) + ((double)a[6] + a[7])))
+            + ((((double)a[8] + a[9]) + ((double)a[10] + a[11])) + (((double)a[12] + a[13]) + ((double)a[14] + a[15]))))
+         + (((((double)a[16] + a[17]) + ((double)a[18] + a[19])) + (((double)a[20] + a[21]) + ((double)a[22] + a[23])))
+            + ((((double)a[24] + a[25]) + ((double)a[26] + a[27])) + (((double)a[28] + a[29]) + ((double)a[30] + a[31]))));
+}
 
-/* EXPR(i) is the term for element i; the block/lane structure is shared by all float sums */
-#define FNN_FLOAT_SUM(n, EXPR, total)                                                     \
-    do {                                                                                 \
-        ptrdiff_t _b0;                                                                   \
-        total = 0.0;                                                                     \
-        for (_b0 = 0; _b0 < (n); _b0 += FNN_BLOCK) {                                     \
-            ptrdiff_t _b1 = _b0 + FNN_BLOCK < (n) ? _b0 + FNN_BLOCK : (n);                \
-            float _a[32] = {0};                                                          \
-            ptrdiff_t _j = _b0;                                                          \
-            for (; _j + 32 <= _b1; _j += 32)                                             \
-                for (int _k = 0; _k < 32; ++_k) { ptrdiff_t i = _j + _k; _a[_k] += (EXPR); } \
-            for (; _j < _b1; ++_j) { ptrdiff_t i = _j; _a[_j & 31] += (EXPR); }           \
-            total += FNN_FOLD32(_a);                                                     \
-        }                                                                                \
-    } while (0)
+/* sum of term(s, i) (times w[i] when weighted, w = s->d) over i < n: the block / lane
+   structure every float sum shares */
+FNN_ALWAYS_INLINE double fnn_float_sum_lanes(ptrdiff_t n, fnn_term_f term, const fnn_sum_args* s,
+                                             int weighted) {
+    const float* w = (const float*)s->d;
+    double total = 0.0;
+    for (ptrdiff_t b0 = 0; b0 < n; b0 += FNN_BLOCK) {
+        ptrdiff_t b1 = b0 + FNN_BLOCK < n ? b0 + FNN_BLOCK : n;
+        float a[32] = {0};
+        ptrdiff_t j = b0;
+        for (; j + 32 <= b1; j += 32)
+            for (int k = 0; k < 32; ++k)
+                a[k] += weighted ? term(s, j + k) * w[j + k] : term(s, j + k);
+        for (; j < b1; ++j)
+            a[j & 31] += weighted ? term(s, j) * w[j] : term(s, j);
+        total += fnn_fold32(a);
+    }
+    return total;
+}
+FNN_ALWAYS_INLINE double fnn_float_sum(ptrdiff_t n, fnn_term_f term, const fnn_sum_args* s) {
+    return fnn_float_sum_lanes(n, term, s, 0);
+}
+/* the sum of term(s, i) * w[i], w = s->d */
+FNN_ALWAYS_INLINE double fnn_float_wsum(ptrdiff_t n, fnn_term_f term, const fnn_sum_args* s) {
+    return fnn_float_sum_lanes(n, term, s, 1);
+}
 
-/* FNN_FLOAT_SUM with the 32-element steps on four AVX2 accumulators: VSTEP(acc, j)
-   adds the vector term of elements j .. j+7 into the __m256 acc.  The same lanes hold
-   the same terms as in FNN_FLOAT_SUM (lane k: the elements = k mod 32 of the block),
-   so the two give the same sum; this one keeps the lanes in registers (no zeroed
-   array per block: it matters for short rows). */
+/* 16 double lanes, added as two 8-lane trees */
+FNN_ALWAYS_INLINE double fnn_double_sum_lanes(ptrdiff_t n, fnn_term_d term, const fnn_sum_args* s,
+                                              int weighted) {
+    const double* w = (const double*)s->d;
+    double a[16] = {0};
+    ptrdiff_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int k = 0; k < 16; ++k)
+            a[k] += weighted ? term(s, j + k) * w[j + k] : term(s, j + k);
+    for (; j < n; ++j)
+        a[j & 15] += weighted ? term(s, j) * w[j] : term(s, j);
+    return fnn_tree8(a) + fnn_tree8(a + 8);
+}
+FNN_ALWAYS_INLINE double fnn_double_sum(ptrdiff_t n, fnn_term_d term, const fnn_sum_args* s) {
+    return fnn_double_sum_lanes(n, term, s, 0);
+}
+FNN_ALWAYS_INLINE double fnn_double_wsum(ptrdiff_t n, fnn_term_d term, const fnn_sum_args* s) {
+    return fnn_double_sum_lanes(n, term, s, 1);
+}
+
+/* fnn_float_sum with the 32-element steps on four AVX2 accumulators: vstep(acc, s, j)
+   returns acc plus the vector term of elements j .. j+7.  The same lanes hold the same
+   terms as in fnn_float_sum (lane k: the elements = k mod 32 of the block), so the two
+   give the same sum; this one keeps the lanes in registers (no zeroed array per block:
+   it matters for short rows).  Without AVX2 it is fnn_float_sum. */
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
-/* FNN_FOLD32 on vectors: the 32 lanes widened to double and added as a tree of
+typedef __m256 (*fnn_vstep_f)(__m256 acc, const fnn_sum_args* s, ptrdiff_t j);
+/* fnn_fold32 on vectors: the 32 lanes widened to double and added as a tree of
    4-lane vectors (~20 operations instead of 63 scalar ones -- it matters for short
-   rows).  The tree differs from FNN_FOLD32's, so the last bits of a double total may
+   rows).  The tree differs from fnn_fold32's, so the last bits of a double total may
    differ between the avx2 and base builds; within one build it is fixed. */
 static inline double fnn_fold32_avx(const float* a) {
     __m256 v0 = _mm256_loadu_ps(a), v1 = _mm256_loadu_ps(a + 8);
@@ -64,82 +125,112 @@ static inline double fnn_fold32_avx(const float* a) {
     __m128d h = _mm_add_pd(_mm256_castpd256_pd128(d), _mm256_extractf128_pd(d, 1));
     return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
 }
-#define FNN_FLOAT_SUM_V(n, EXPR, VSTEP, total)                                            \
-    do {                                                                                 \
-        ptrdiff_t _b0;                                                                   \
-        total = 0.0;                                                                     \
-        for (_b0 = 0; _b0 < (n); _b0 += FNN_BLOCK) {                                     \
-            ptrdiff_t _b1 = _b0 + FNN_BLOCK < (n) ? _b0 + FNN_BLOCK : (n);                \
-            float _a[32];                                                                \
-            __m256 _s0 = _mm256_setzero_ps(), _s1 = _s0, _s2 = _s0, _s3 = _s0;           \
-            ptrdiff_t _j = _b0;                                                          \
-            for (; _j + 32 <= _b1; _j += 32) {                                           \
-                VSTEP(_s0, _j); VSTEP(_s1, _j + 8); VSTEP(_s2, _j + 16); VSTEP(_s3, _j + 24); \
-            }                                                                            \
-            _mm256_storeu_ps(_a, _s0); _mm256_storeu_ps(_a + 8, _s1);                    \
-            _mm256_storeu_ps(_a + 16, _s2); _mm256_storeu_ps(_a + 24, _s3);              \
-            for (; _j < _b1; ++_j) { ptrdiff_t i = _j; _a[_j & 31] += (EXPR); }           \
-            total += fnn_fold32_avx(_a);                                                        \
-        }                                                                                \
-    } while (0)
-#define FNN_VSTEP_SUM(acc, j) acc = _mm256_add_ps(acc, _mm256_loadu_ps(x + (j)))
-#define FNN_VSTEP_SQDEV(acc, j) do { __m256 _d = _mm256_sub_ps(_mm256_loadu_ps(x + (j)), _vc); \
-                                     acc = _mm256_fmadd_ps(_d, _d, acc); } while (0)
-#define FNN_VSTEP_DOT(acc, j) acc = _mm256_fmadd_ps(_mm256_loadu_ps(x + (j)), _mm256_loadu_ps(y + (j)), acc)
-#define FNN_SUM_F(n, EXPR, VSTEP, total) FNN_FLOAT_SUM_V(n, EXPR, VSTEP, total)
+FNN_ALWAYS_INLINE double fnn_float_sum_v(ptrdiff_t n, fnn_term_f term, fnn_vstep_f vstep,
+                                         const fnn_sum_args* s) {
+    double total = 0.0;
+    for (ptrdiff_t b0 = 0; b0 < n; b0 += FNN_BLOCK) {
+        ptrdiff_t b1 = b0 + FNN_BLOCK < n ? b0 + FNN_BLOCK : n;
+        float a[32];
+        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+        ptrdiff_t j = b0;
+        for (; j + 32 <= b1; j += 32) {
+            s0 = vstep(s0, s, j); s1 = vstep(s1, s, j + 8);
+            s2 = vstep(s2, s, j + 16); s3 = vstep(s3, s, j + 24);
+        }
+        _mm256_storeu_ps(a, s0); _mm256_storeu_ps(a + 8, s1);
+        _mm256_storeu_ps(a + 16, s2); _mm256_storeu_ps(a + 24, s3);
+        for (; j < b1; ++j) a[j & 31] += term(s, j);
+        total += fnn_fold32_avx(a);
+    }
+    return total;
+}
+#define FNN_VSTEP(f) (f)
 #else
-#define FNN_SUM_F(n, EXPR, VSTEP, total) FNN_FLOAT_SUM(n, EXPR, total)
+typedef void* fnn_vstep_f;
+FNN_ALWAYS_INLINE double fnn_float_sum_v(ptrdiff_t n, fnn_term_f term, fnn_vstep_f vstep,
+                                         const fnn_sum_args* s) {
+    (void)vstep;
+    return fnn_float_sum(n, term, s);
+}
+#define FNN_VSTEP(f) NULL
 #endif
 
-#define FNN_DOUBLE_SUM(n, EXPR, total)                                                    \
-    do {                                                                                 \
-        double _a[16] = {0};                                                             \
-        ptrdiff_t _j = 0;                                                                \
-        for (; _j + 16 <= (n); _j += 16)                                                 \
-            for (int _k = 0; _k < 16; ++_k) { ptrdiff_t i = _j + _k; _a[_k] += (EXPR); } \
-        for (; _j < (n); ++_j) { ptrdiff_t i = _j; _a[_j & 15] += (EXPR); }               \
-        total = FNN_TREE(_a) + FNN_TREE(_a + 8);                                         \
-    } while (0)
+/* the terms of the sums below (a = x, b = y, p = c) */
+static inline float fnn_term_x_f(const fnn_sum_args* s, ptrdiff_t i) { return ((const float*)s->a)[i]; }
+static inline double fnn_term_x_d(const fnn_sum_args* s, ptrdiff_t i) { return ((const double*)s->a)[i]; }
+static inline float fnn_term_sqdev_f(const fnn_sum_args* s, ptrdiff_t i) {
+    /* the deviations are formed in float: x and c = mean are within the row's range */
+    float d = ((const float*)s->a)[i] - (float)s->p;
+    return d * d;
+}
+static inline double fnn_term_sqdev_d(const fnn_sum_args* s, ptrdiff_t i) {
+    double d = ((const double*)s->a)[i] - s->p;
+    return d * d;
+}
+static inline double fnn_term_sqdev_fd(const fnn_sum_args* s, ptrdiff_t i) {
+    double d = (double)((const float*)s->a)[i] - s->p;
+    return d * d;
+}
+static inline float fnn_term_dot_f(const fnn_sum_args* s, ptrdiff_t i) {
+    return ((const float*)s->a)[i] * ((const float*)s->b)[i];
+}
+static inline double fnn_term_dot_d(const fnn_sum_args* s, ptrdiff_t i) {
+    return ((const double*)s->a)[i] * ((const double*)s->b)[i];
+}
+#if defined(__AVX2__) && defined(__FMA__)
+static inline __m256 fnn_vstep_sum(__m256 acc, const fnn_sum_args* s, ptrdiff_t j) {
+    return _mm256_add_ps(acc, _mm256_loadu_ps((const float*)s->a + j));
+}
+static inline __m256 fnn_vstep_sqdev(__m256 acc, const fnn_sum_args* s, ptrdiff_t j) {
+    __m256 d = _mm256_sub_ps(_mm256_loadu_ps((const float*)s->a + j), _mm256_set1_ps((float)s->p));
+    return _mm256_fmadd_ps(d, d, acc);
+}
+static inline __m256 fnn_vstep_dot(__m256 acc, const fnn_sum_args* s, ptrdiff_t j) {
+    return _mm256_fmadd_ps(_mm256_loadu_ps((const float*)s->a + j),
+                           _mm256_loadu_ps((const float*)s->b + j), acc);
+}
+#endif
 
 static inline double fnn_sum_f(const float* x, ptrdiff_t n) {
-    double t; FNN_SUM_F(n, x[i], FNN_VSTEP_SUM, t); return t;
+    fnn_sum_args s = {x, NULL, NULL, NULL, 0.0, 0.0};
+    return fnn_float_sum_v(n, fnn_term_x_f, FNN_VSTEP(fnn_vstep_sum), &s);
 }
 static inline double fnn_sumsq_dev_f(const float* x, ptrdiff_t n, double c) {
-    /* the deviations are formed in float: x and c = mean are within the row's range */
-    float cf = (float)c; double t;
-#if defined(__AVX2__) && defined(__FMA__)
-    __m256 _vc = _mm256_set1_ps(cf);
-#endif
-    FNN_SUM_F(n, (x[i] - cf) * (x[i] - cf), FNN_VSTEP_SQDEV, t);
+    fnn_sum_args s = {x, NULL, NULL, NULL, c, 0.0};
+    double t = fnn_float_sum_v(n, fnn_term_sqdev_f, FNN_VSTEP(fnn_vstep_sqdev), &s);
     if (!(t <= 1e300)) {
         /* a float square overflowed (|x - mean| > 1.8e19) or the row holds inf/NaN:
            redo the row in double (rare, so the fast path above stays float) */
-        FNN_DOUBLE_SUM(n, ((double)x[i] - c) * ((double)x[i] - c), t);
+        t = fnn_double_sum(n, fnn_term_sqdev_fd, &s);
     }
     return t;
 }
 static inline double fnn_dot_f(const float* x, const float* y, ptrdiff_t n) {
-    double t; FNN_SUM_F(n, x[i] * y[i], FNN_VSTEP_DOT, t); return t;
+    fnn_sum_args s = {x, y, NULL, NULL, 0.0, 0.0};
+    return fnn_float_sum_v(n, fnn_term_dot_f, FNN_VSTEP(fnn_vstep_dot), &s);
 }
 static inline double fnn_sum_d(const double* x, ptrdiff_t n) {
-    double t; FNN_DOUBLE_SUM(n, x[i], t); return t;
+    fnn_sum_args s = {x, NULL, NULL, NULL, 0.0, 0.0};
+    return fnn_double_sum(n, fnn_term_x_d, &s);
 }
 static inline double fnn_sumsq_dev_d(const double* x, ptrdiff_t n, double c) {
-    double t; FNN_DOUBLE_SUM(n, (x[i] - c) * (x[i] - c), t); return t;
+    fnn_sum_args s = {x, NULL, NULL, NULL, c, 0.0};
+    return fnn_double_sum(n, fnn_term_sqdev_d, &s);
 }
 static inline double fnn_dot_d(const double* x, const double* y, ptrdiff_t n) {
-    double t; FNN_DOUBLE_SUM(n, x[i] * y[i], t); return t;
+    fnn_sum_args s = {x, y, NULL, NULL, 0.0, 0.0};
+    return fnn_double_sum(n, fnn_term_dot_d, &s);
 }
 
 /* max over 32 lanes; a NaN sticks in its lane (v > m is false for it, v != v true),
    so the result is NaN if any element is NaN; -inf for n == 0 */
 #include <math.h>
-/* fnn_max_d, and fnn_max_f where no vector form below replaces it */
-#define FNN_T double
-#define FNN_TNAME(name) name##_d
-#include "fnn_reduce_impl.h"
-#undef FNN_T
-#undef FNN_TNAME
+/* fnn_max_d, and fnn_max_f where no vector form below replaces it (fnn_reduce_impl.h) */
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#define FNN_INSTANTIATE_ONLY_DOUBLE   /* fnn_max_f: the vector forms below */
+#endif
+#define FNN_TEMPLATE "fnn_reduce_impl.h"
+#include "fnn_instantiate.h"
 #if defined(__AVX512F__)
 /* the same result on 16-lane max_ps with NaNs tracked in a mask on the side (max_ps(v, m)
    keeps m when v is NaN, so a NaN is remembered in `nan` instead); the maximum is exact,
@@ -189,11 +280,5 @@ static inline float fnn_max_f(const float* x, ptrdiff_t n) {
     }
     return r;
 }
-#else
-#define FNN_T float
-#define FNN_TNAME(name) name##_f
-#include "fnn_reduce_impl.h"
-#undef FNN_T
-#undef FNN_TNAME
 #endif
 #endif

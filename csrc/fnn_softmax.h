@@ -76,7 +76,7 @@ static inline double fnn_exp_shift_sum_f(const float* x, float m, float* e, ptrd
 #if defined(FNN_HAVE_AVX2)
         total += fnn_fold32_avx(a);
 #else
-        total += FNN_FOLD32(a);
+        total += fnn_fold32(a);
 #endif
     }
     return total;
@@ -114,18 +114,10 @@ static inline void fnn_softmax_row_d(const double* x, double* y, ptrdiff_t n, in
     }
 }
 
-#define FNN_T float
-#define FNN_TNAME(name) name##_f
-#define FNN_S_EXP fnn_expf_nonpos
-#include "fnn_softmax_impl.h"
-#undef FNN_T
-#undef FNN_TNAME
-#undef FNN_S_EXP
-#define FNN_T double
-#define FNN_TNAME(name) name##_d
-#define FNN_S_EXP exp
-#include "fnn_softmax_impl.h"
-#undef FNN_T
-#undef FNN_TNAME
-#undef FNN_S_EXP
+/* the exp of the log-softmax backward, per type: fnn_expf_nonpos (y <= 0), libm exp */
+static inline float fnn_s_exp_f(float v) { return fnn_expf_nonpos(v); }
+static inline double fnn_s_exp_d(double v) { return exp(v); }
+
+#define FNN_TEMPLATE "fnn_softmax_impl.h"
+#include "fnn_instantiate.h"
 #endif

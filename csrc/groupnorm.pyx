@@ -25,6 +25,7 @@ import numpy as np
 cnp.import_array()
 
 include "fnn_runtime.pxi"
+include "fnn_span.pxi"
 
 OPS = ("group_norm", "group_norm_backward")
 
@@ -130,10 +131,6 @@ cdef void _bwd(const real* dy, const real* x, real* dx, const real* w, const rea
                    mean[r], rstd[r], ab + 2 * r * Cg)
 
 
-cdef inline void * _ptr(object a):
-    return NULL if a is None else cnp.PyArray_DATA(<cnp.ndarray>a)
-
-
 def group_norm(cnp.ndarray x, object weight, object bias, Py_ssize_t G, double eps):
     """group_norm(x, weight, bias, G, eps) -> (y, saved).
 
@@ -142,19 +139,20 @@ def group_norm(cnp.ndarray x, object weight, object bias, Py_ssize_t G, double e
     cdef Py_ssize_t S = cnp.PyArray_SIZE(x) // (N * C) if N * C else 0
     cdef cnp.ndarray y = np.empty_like(x)
     cdef cnp.ndarray stats = np.empty((2, N * G), dtype=x.dtype)   # mean, rstd
-    cdef void* pw = _ptr(weight)
-    cdef void* pb = _ptr(bias)
-    cdef void* ps = cnp.PyArray_DATA(stats)
-    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
+    cdef int T = F32 if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT else F64
+    cdef void* pw = _data_or_null(weight, C, T)
+    cdef void* pb = _data_or_null(bias, C, T)
+    cdef void* ps = _data(stats, 2 * N * G, T)
+    cdef const void* px = _data(x, N * C * S, T)
+    cdef void* py = _data(y, N * C * S, T)
+    if T == F32:
         with nogil:
-            _fwd[float](<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(y),
-                        <const float*>pw, <const float*>pb, N, C, S, G, eps,
-                        <float*>ps, <float*>ps + N * G)
+            _fwd[float](<const float*>px, <float*>py, <const float*>pw, <const float*>pb,
+                        N, C, S, G, eps, <float*>ps, <float*>ps + N * G)
     else:
         with nogil:
-            _fwd[double](<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(y),
-                         <const double*>pw, <const double*>pb, N, C, S, G, eps,
-                         <double*>ps, <double*>ps + N * G)
+            _fwd[double](<const double*>px, <double*>py, <const double*>pw, <const double*>pb,
+                         N, C, S, G, eps, <double*>ps, <double*>ps + N * G)
     return y, (x, weight, bias is not None, stats, G)
 
 
@@ -170,18 +168,21 @@ def group_norm_backward(cnp.ndarray dy, tuple saved):
     cdef cnp.ndarray dx = np.empty_like(x)
     # per-(n, c) sum dy and sum dy * x, in double
     cdef cnp.ndarray ab = np.empty((N, C, 2), dtype=np.float64)
-    cdef void* pw = _ptr(weight)
-    cdef void* ps = cnp.PyArray_DATA(stats)
-    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
+    cdef int T = F32 if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT else F64
+    cdef void* pw = _data_or_null(weight, C, T)
+    cdef const void* ps = _data(stats, 2 * N * G, T)
+    cdef const void* pdy = _data(dy, N * C * S, T)
+    cdef const void* px = _data(x, N * C * S, T)
+    cdef void* pdx = _data(dx, N * C * S, T)
+    cdef double* pab = <double*>_data(ab, 2 * N * C, F64)
+    if T == F32:
         with nogil:
-            _bwd[float](<const float*>cnp.PyArray_DATA(dy), <const float*>cnp.PyArray_DATA(x),
-                        <float*>cnp.PyArray_DATA(dx), <const float*>pw, <const float*>ps,
-                        <const float*>ps + N * G, N, C, S, G, <double*>cnp.PyArray_DATA(ab))
+            _bwd[float](<const float*>pdy, <const float*>px, <float*>pdx, <const float*>pw,
+                        <const float*>ps, <const float*>ps + N * G, N, C, S, G, pab)
     else:
         with nogil:
-            _bwd[double](<const double*>cnp.PyArray_DATA(dy), <const double*>cnp.PyArray_DATA(x),
-                         <double*>cnp.PyArray_DATA(dx), <const double*>pw, <const double*>ps,
-                         <const double*>ps + N * G, N, C, S, G, <double*>cnp.PyArray_DATA(ab))
+            _bwd[double](<const double*>pdy, <const double*>px, <double*>pdx, <const double*>pw,
+                         <const double*>ps, <const double*>ps + N * G, N, C, S, G, pab)
     dw = db = None
     if weight is not None or has_bias:
         dw, db = _param_grads(ab, stats, N, C, G, x.dtype)

@@ -21,7 +21,8 @@
 # needs from x and y (nothing of x's size is saved).  The work is cut into fixed chunks of
 # FNN_PWL_CHUNK elements whose partial sums are added in chunk order afterwards, so the
 # loss is the same bits at any thread count.  The kind is switched once per chunk, never
-# per element, so each kind's loop vectorises on its own.
+# per element, so each kind's loop vectorises on its own.  The C is in fnn_loss.h
+# (fnn_loss_t.h: one body for float and double).
 cimport numpy as cnp
 from cython.parallel cimport prange
 from libc.stdint cimport int64_t
@@ -31,176 +32,9 @@ import numpy as np
 cnp.import_array()
 
 include "fnn_runtime.pxi"
+include "fnn_span.pxi"
 
-cdef extern from *:
-    """
-    #include <string.h>
-    #include "fnn_math.h"
-    #include "fnn_reduce.h"
-
-    #define FNN_CE_DEFINE(T, SFX, EXP, SUM)                                                   \
-    static inline double fnn_ce_fwd_row_##SFX(const T* x, ptrdiff_t C, int64_t t, const T* q, \
-            const T* w, double eps, double* lse_out, double* A_out) {                        \
-        T m = fnn_max_##SFX(x, C);                                                           \
-        double s, Sq, Sqx, Sw = 0.0, Swx = 0.0;                                              \
-        SUM(C, EXP(x[i] - m), s);                                                            \
-        double lse = (double)m + log(s);                                                     \
-        *lse_out = lse;                                                                      \
-        if (q) {                                                                             \
-            if (w) { SUM(C, w[i] * q[i], Sq); SUM(C, w[i] * q[i] * x[i], Sqx); }             \
-            else { SUM(C, q[i], Sq); SUM(C, q[i] * x[i], Sqx); }                             \
-        } else if (t < 0) {                                                                  \
-            *A_out = 0.0;                                                                    \
-            return 0.0;                                                                      \
-        } else {                                                                             \
-            double wt = w ? (double)w[t] : 1.0;                                              \
-            Sq = wt;                                                                         \
-            Sqx = wt * (double)x[t];                                                         \
-        }                                                                                    \
-        if (eps > 0) {                                                                       \
-            if (w) { SUM(C, w[i], Sw); SUM(C, w[i] * x[i], Swx); }                           \
-            else { Sw = (double)C; SUM(C, x[i], Swx); }                                      \
-        }                                                                                    \
-        double A = (1.0 - eps) * Sq + eps / C * Sw;                                          \
-        *A_out = A;                                                                          \
-        if (!q && eps == 0)                                                                  \
-            return Sq * (lse - (double)x[t]);                                                \
-        return lse * A - ((1.0 - eps) * Sqx + eps / C * Swx);                                \
-    }                                                                                        \
-    static inline void fnn_ce_bwd_row_##SFX(const T* x, T* dx, ptrdiff_t C, int64_t t,       \
-            const T* q, const T* w, double eps, double lse, double A, double s) {             \
-        ptrdiff_t j;                                                                         \
-        if (!q && t < 0) {  /* ignored: 0 * softmax, so a row holding inf/NaN stays NaN */   \
-            if (isfinite(lse)) memset(dx, 0, C * sizeof(T));                                 \
-            else for (j = 0; j < C; ++j) dx[j] = (T)NAN;                                     \
-            return;                                                                          \
-        }                                                                                    \
-        T sA = (T)(s * A), l = (T)lse;                                                       \
-        if (q) {                                                                             \
-            T c1 = (T)(s * (1.0 - eps)), c0 = (T)(s * eps / C);                              \
-            if (w) for (j = 0; j < C; ++j) dx[j] = sA * EXP(x[j] - l) - w[j] * (c1 * q[j] + c0); \
-            else for (j = 0; j < C; ++j) dx[j] = sA * EXP(x[j] - l) - (c1 * q[j] + c0);      \
-            return;                                                                          \
-        }                                                                                    \
-        if (eps > 0) {                                                                       \
-            T c0 = (T)(s * eps / C);                                                         \
-            if (w) for (j = 0; j < C; ++j) dx[j] = sA * EXP(x[j] - l) - c0 * w[j];          \
-            else for (j = 0; j < C; ++j) dx[j] = sA * EXP(x[j] - l) - c0;                   \
-        } else {                                                                             \
-            for (j = 0; j < C; ++j) dx[j] = sA * EXP(x[j] - l);                             \
-        }                                                                                    \
-        double wt = w ? (double)w[t] : 1.0;                                                  \
-        double at = (1.0 - eps) * wt + eps / C * wt;                                         \
-        dx[t] = (T)(s * (A * exp((double)x[t] - lse) - at));                                 \
-    }
-
-    FNN_CE_DEFINE(float, f, fnn_expf, FNN_FLOAT_SUM)
-    FNN_CE_DEFINE(double, d, exp, FNN_DOUBLE_SUM)
-
-    #define FNN_PWL_CHUNK 32768
-    enum { FNN_MSE, FNN_L1, FNN_SMOOTH_L1, FNN_HUBER, FNN_BCE, FNN_BCE_LOGITS, FNN_KL, FNN_KL_LOG };
-
-    /* log clamped at -100 as torch's binary_cross_entropy (NaN stays NaN) */
-    static inline double fnn_clog(double v) { return v < -100.0 ? -100.0 : v; }
-    static inline float fnn_sl1_f(float d, float b) {
-        float a = fnn_absf(d); return a < b ? 0.5f * d * d / b : a - 0.5f * b; }
-    static inline double fnn_sl1_d(double d, double b) {
-        double a = fabs(d); return a < b ? 0.5 * d * d / b : a - 0.5 * b; }
-    static inline float fnn_huber_f(float d, float b) {
-        float a = fnn_absf(d); return a < b ? 0.5f * d * d : b * (a - 0.5f * b); }
-    static inline double fnn_huber_d(double d, double b) {
-        double a = fabs(d); return a < b ? 0.5 * d * d : b * (a - 0.5 * b); }
-    /* -log_sigmoid(x) = max(-x, 0) + log1p(exp(-|x|)): no overflow for any x */
-    static inline float fnn_nls_f(float x) {
-        return (x < 0.0f ? -x : 0.0f) + fnn_log1pf(fnn_expf_nonpos(-fnn_absf(x))); }
-    static inline double fnn_nls_d(double x) { return (x < 0.0 ? -x : 0.0) + log1p(exp(-fabs(x))); }
-    static inline float fnn_sig_f(float x) {
-        float e = fnn_expf_nonpos(-fnn_absf(x)), r = 1.0f / (1.0f + e); return x >= 0.0f ? r : e * r; }
-    static inline double fnn_sig_d(double x) {
-        double e = exp(-fabs(x)), r = 1.0 / (1.0 + e); return x >= 0.0 ? r : e * r; }
-    static inline double fnn_xlogx(double y) { return y == 0.0 ? 0.0 : y * log(y); }
-    static inline float fnn_clampf(float d, float b) { return d < -b ? -b : (d > b ? b : d); }
-    static inline double fnn_clampd(double d, double b) { return d < -b ? -b : (d > b ? b : d); }
-
-    /* the MSE sum, the hot case (a regression loss over whole activations): on AVX2 the
-       32-element steps go through four vector accumulators (fnn_reduce.h's FNN_SUM_F, the
-       same lanes and so the same bits as FNN_FLOAT_SUM, about twice as fast) */
-    #if defined(__AVX2__) && defined(__FMA__)
-    #define FNN_VSTEP_MSE(acc, j) do { __m256 _d = _mm256_sub_ps(_mm256_loadu_ps(x + (j)),       \
-                                         _mm256_loadu_ps(y + (j)));                          \
-                                     acc = _mm256_fmadd_ps(_d, _d, acc); } while (0)
-    #else
-    #define FNN_VSTEP_MSE(acc, j)
-    #endif
-    static inline double fnn_mse_sum_f(const float* x, const float* y, ptrdiff_t n) {
-        double t; FNN_SUM_F(n, (x[i] - y[i]) * (x[i] - y[i]), FNN_VSTEP_MSE, t); return t; }
-    static inline double fnn_mse_sum_d(const double* x, const double* y, ptrdiff_t n) {
-        double t; FNN_DOUBLE_SUM(n, (x[i] - y[i]) * (x[i] - y[i]), t); return t; }
-
-    /* one kind's forward over a chunk: store the terms (out) or sum them */
-    #define FNN_PWL_FWD_CASE(T, SUM, TERM)                                                   \
-        if (out) { if (w) for (i = 0; i < n; ++i) out[i] = (TERM) * w[i];                    \
-                   else for (i = 0; i < n; ++i) out[i] = (TERM); }                          \
-        else if (w) SUM(n, (TERM) * w[i], total);                                            \
-        else SUM(n, (TERM), total);
-    /* one kind's backward over a chunk: dx = g * dterm (* w), g scalar or per element */
-    #define FNN_PWL_BWD_CASE(T, GRAD)                                                        \
-        if (dl) { if (w) for (i = 0; i < n; ++i) dx[i] = dl[i] * w[i] * (GRAD);              \
-                  else for (i = 0; i < n; ++i) dx[i] = dl[i] * (GRAD); }                     \
-        else { if (w) for (i = 0; i < n; ++i) dx[i] = g * w[i] * (GRAD);                     \
-               else for (i = 0; i < n; ++i) dx[i] = g * (GRAD); }
-
-    #define FNN_PWL_DEFINE(T, SFX, SUM, ABS, LOGT, EXPT, LOG1PT)                              \
-    static double fnn_pwl_fwd_##SFX(int kind, const T* x, const T* y, const T* w,             \
-            const T* pw, T p, T* out, ptrdiff_t n) {                                          \
-        double total = 0.0;                                                                  \
-        ptrdiff_t i;                                                                         \
-        switch (kind) {                                                                      \
-        case FNN_MSE:                                                                        \
-            if (!out && !w) total = fnn_mse_sum_##SFX(x, y, n);                              \
-            else { FNN_PWL_FWD_CASE(T, SUM, (x[i] - y[i]) * (x[i] - y[i])) }                  \
-            break;                                                                           \
-        case FNN_L1: FNN_PWL_FWD_CASE(T, SUM, ABS(x[i] - y[i])) break;                        \
-        case FNN_SMOOTH_L1: FNN_PWL_FWD_CASE(T, SUM, fnn_sl1_##SFX(x[i] - y[i], p)) break;    \
-        case FNN_HUBER: FNN_PWL_FWD_CASE(T, SUM, fnn_huber_##SFX(x[i] - y[i], p)) break;      \
-        case FNN_BCE: FNN_PWL_FWD_CASE(T, SUM, (T)(-((double)y[i] * fnn_clog(log((double)x[i])) \
-                + (1.0 - (double)y[i]) * fnn_clog(log1p(-(double)x[i]))))) break;             \
-        case FNN_BCE_LOGITS:                                                                 \
-            if (pw) { FNN_PWL_FWD_CASE(T, SUM, ((T)1 - y[i]) * x[i]                           \
-                        + ((T)1 + (pw[i] - (T)1) * y[i]) * fnn_nls_##SFX(x[i])) }             \
-            else { FNN_PWL_FWD_CASE(T, SUM, ((T)1 - y[i]) * x[i] + fnn_nls_##SFX(x[i])) }     \
-            break;                                                                           \
-        case FNN_KL: FNN_PWL_FWD_CASE(T, SUM, (T)(fnn_xlogx((double)y[i]) - (double)y[i] * (double)x[i])) break; \
-        case FNN_KL_LOG: FNN_PWL_FWD_CASE(T, SUM, EXPT(y[i]) * (y[i] - x[i])) break;          \
-        }                                                                                    \
-        return total;                                                                        \
-    }                                                                                        \
-    static void fnn_pwl_bwd_##SFX(int kind, const T* x, const T* y, const T* w, const T* pw,  \
-            T p, const T* dl, T g, T* dx, ptrdiff_t n) {                                      \
-        ptrdiff_t i;                                                                         \
-        switch (kind) {                                                                      \
-        case FNN_MSE: FNN_PWL_BWD_CASE(T, (T)2 * (x[i] - y[i])) break;                        \
-        case FNN_L1: FNN_PWL_BWD_CASE(T, (T)((x[i] > y[i]) - (x[i] < y[i]))) break;           \
-        case FNN_SMOOTH_L1:                                                                  \
-            if (p == (T)0) { FNN_PWL_BWD_CASE(T, (T)((x[i] > y[i]) - (x[i] < y[i]))) }        \
-            else { FNN_PWL_BWD_CASE(T, fnn_clamp##SFX(x[i] - y[i], p) / p) }                   \
-            break;                                                                           \
-        case FNN_HUBER: FNN_PWL_BWD_CASE(T, fnn_clamp##SFX(x[i] - y[i], p)) break;            \
-        case FNN_BCE: FNN_PWL_BWD_CASE(T, (T)(((double)x[i] - (double)y[i])                  \
-                / fmax((1.0 - (double)x[i]) * (double)x[i], 1e-12))) break;                   \
-        case FNN_BCE_LOGITS:                                                                 \
-            if (pw) { FNN_PWL_BWD_CASE(T, ((T)1 + (pw[i] - (T)1) * y[i]) * fnn_sig_##SFX(x[i]) \
-                                           - pw[i] * y[i]) }                                  \
-            else { FNN_PWL_BWD_CASE(T, fnn_sig_##SFX(x[i]) - y[i]) }                          \
-            break;                                                                           \
-        case FNN_KL: FNN_PWL_BWD_CASE(T, -y[i]) break;                                        \
-        case FNN_KL_LOG: FNN_PWL_BWD_CASE(T, -EXPT(y[i])) break;                              \
-        }                                                                                    \
-    }
-
-    FNN_PWL_DEFINE(float, f, FNN_FLOAT_SUM, fnn_absf, logf, fnn_expf, fnn_log1pf)
-    FNN_PWL_DEFINE(double, d, FNN_DOUBLE_SUM, fabs, log, exp, log1p)
-    """
+cdef extern from "fnn_loss.h":
     double fnn_ce_fwd_row_f(const float* x, Py_ssize_t C, int64_t t, const float* q,
                             const float* w, double eps, double* lse, double* A) noexcept nogil
     double fnn_ce_fwd_row_d(const double* x, Py_ssize_t C, int64_t t, const double* q,
@@ -277,10 +111,6 @@ cdef void _bwd_rows(bint f32, const void* x, void* dx, const int64_t* tgt, const
                              <const double*>w, eps, lse[i], A[i], s)
 
 
-cdef inline const void* _ptr(object a):
-    return NULL if a is None else cnp.PyArray_DATA(<cnp.ndarray>a)
-
-
 def cross_entropy(cnp.ndarray x, cnp.ndarray target, object weight, int64_t ignore_index,
                   str reduction, double label_smoothing):
     """cross_entropy(x, target, weight, ignore_index, reduction, label_smoothing) -> (loss, saved).
@@ -294,16 +124,18 @@ def cross_entropy(cnp.ndarray x, cnp.ndarray target, object weight, int64_t igno
     cdef cnp.ndarray loss = np.empty(M, np.float64)
     cdef cnp.ndarray lse = np.empty(M, np.float64)
     cdef cnp.ndarray A = np.empty(M, np.float64)
-    cdef const int64_t* tgt = NULL if prob else <const int64_t*>cnp.PyArray_DATA(target)
-    cdef const void* q = cnp.PyArray_DATA(target) if prob else NULL
-    cdef const void* w = _ptr(weight)
-    cdef double* pl = <double*>cnp.PyArray_DATA(loss)
+    cdef int T = F32 if f32 else F64
+    cdef const int64_t* tgt = NULL if prob else <const int64_t*>_data(target, M, I64)
+    cdef const void* q = _data(target, M * C, T) if prob else NULL
+    cdef const void* w = _data_or_null(weight, C, T)
+    cdef double* pl = <double*>_data(loss, M, F64)
     cdef double total = 0.0, denom = 0.0, scale = 1.0
-    cdef const double* pA = <const double*>cnp.PyArray_DATA(A)
+    cdef double* pA = <double*>_data(A, M, F64)
+    cdef double* plse = <double*>_data(lse, M, F64)
+    cdef const void* px = _data(x, M * C, T)
     cdef bint reduce = reduction != "none"
     with nogil:
-        _fwd_rows(f32, cnp.PyArray_DATA(x), tgt, q, w, M, C, ignore_index, label_smoothing,
-                  pl, <double*>cnp.PyArray_DATA(lse), <double*>cnp.PyArray_DATA(A))
+        _fwd_rows(f32, px, tgt, q, w, M, C, ignore_index, label_smoothing, pl, plse, pA)
         if reduce:
             for i in range(M):
                 total += pl[i]
@@ -345,19 +177,22 @@ def cross_entropy_backward(cnp.ndarray d_loss, tuple saved):
     cdef bint f32 = cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT
     cdef bint prob = cnp.PyArray_TYPE(target) != cnp.NPY_INT64
     cdef cnp.ndarray dx = cnp.PyArray_EMPTY(2, cnp.PyArray_DIMS(x), cnp.PyArray_TYPE(x), 0)
+    cdef int T = F32 if f32 else F64
     cdef const void* dl = NULL
-    cdef const void* w = _ptr(weight)
+    cdef const void* w = _data_or_null(weight, C, T)
     cdef double s0 = 0.0
     if reduction == "none":
-        dl = cnp.PyArray_DATA(d_loss)
+        dl = _data(d_loss, M, T)
     else:
         s0 = float(d_loss) * scale
+    cdef const void* px = _data(x, M * C, T)
+    cdef void* pdx = _data(dx, M * C, T)
+    cdef const int64_t* tgt = NULL if prob else <const int64_t*>_data(target, M, I64)
+    cdef const void* q = _data(target, M * C, T) if prob else NULL
+    cdef const double* plse = <const double*>_data(lse, M, F64)
+    cdef const double* pA = <const double*>_data(A, M, F64)
     with nogil:
-        _bwd_rows(f32, cnp.PyArray_DATA(x), cnp.PyArray_DATA(dx),
-                  NULL if prob else <const int64_t*>cnp.PyArray_DATA(target),
-                  cnp.PyArray_DATA(target) if prob else NULL, w, M, C, ignore_index,
-                  eps, <const double*>cnp.PyArray_DATA(lse), <const double*>cnp.PyArray_DATA(A),
-                  dl, s0)
+        _bwd_rows(f32, px, pdx, tgt, q, w, M, C, ignore_index, eps, plse, pA, dl, s0)
     return dx
 
 
@@ -370,11 +205,12 @@ def nll_loss(cnp.ndarray x, cnp.ndarray target, object weight, int64_t ignore_in
         ignore_index); weight (C,) or None.  OUT loss (M,) for "none", else 0-d."""
     cdef Py_ssize_t M = x.shape[0], C = x.shape[1], i
     cdef bint f32 = cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT
-    cdef const int64_t* t = <const int64_t*>cnp.PyArray_DATA(target)
-    cdef const void* w = _ptr(weight)
-    cdef const void* px = cnp.PyArray_DATA(x)
+    cdef int T = F32 if f32 else F64
+    cdef const int64_t* t = <const int64_t*>_data(target, M, I64)
+    cdef const void* w = _data_or_null(weight, C, T)
+    cdef const void* px = _data(x, M * C, T)
     cdef cnp.ndarray loss = np.empty(M, np.float64)
-    cdef double* pl = <double*>cnp.PyArray_DATA(loss)
+    cdef double* pl = <double*>_data(loss, M, F64)
     cdef double total = 0.0, denom = 0.0, wt, scale = 1.0
     with nogil:
         for i in range(M):   # a gather: one value per row, not worth a thread team
@@ -405,10 +241,11 @@ def nll_loss_backward(cnp.ndarray d_loss, tuple saved):
     cdef Py_ssize_t M = x.shape[0], C = x.shape[1], i
     cdef bint f32 = cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT
     cdef cnp.ndarray dx = np.zeros((M, C), x.dtype)
-    cdef const int64_t* t = <const int64_t*>cnp.PyArray_DATA(target)
-    cdef const void* w = _ptr(weight)
-    cdef const void* dl = cnp.PyArray_DATA(d_loss)
-    cdef void* pd = cnp.PyArray_DATA(dx)
+    cdef int T = F32 if f32 else F64
+    cdef const int64_t* t = <const int64_t*>_data(target, M, I64)
+    cdef const void* w = _data_or_null(weight, C, T)
+    cdef const void* dl = _data(d_loss, M if per_row else 0, T)   # read per row only
+    cdef void* pd = _data(dx, M * C, T)
     cdef double g = 0.0, wt
     if not per_row:
         g = float(d_loss) * scale
@@ -480,16 +317,19 @@ def elementwise_loss(str kind, cnp.ndarray x, cnp.ndarray y, object weight, obje
     cdef bint f32 = cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT
     cdef cnp.ndarray out = None
     cdef cnp.ndarray partial = np.empty(max(K, 1), np.float64)
-    cdef double* pp = <double*>cnp.PyArray_DATA(partial)
+    cdef double* pp = <double*>_data(partial, K, F64)
     cdef double total = 0.0
     cdef void* po = NULL
-    cdef const void* pw = _ptr(weight)
-    cdef const void* ppw = _ptr(pos_weight)
+    cdef int T = F32 if f32 else F64
+    cdef const void* pw = _data_or_null(weight, n, T)
+    cdef const void* ppw = _data_or_null(pos_weight, n, T)
+    cdef const void* px = _data(x, n, T)
+    cdef const void* py = _data(y, n, T)
     if divisor is None:
         out = cnp.PyArray_EMPTY(x.ndim, cnp.PyArray_DIMS(x), cnp.PyArray_TYPE(x), 0)
-        po = cnp.PyArray_DATA(out)
+        po = _data(out, n, T)
     with nogil:
-        _pwl_fwd(f32, k, cnp.PyArray_DATA(x), cnp.PyArray_DATA(y), pw, ppw, param, po, n, pp)
+        _pwl_fwd(f32, k, px, py, pw, ppw, param, po, n, pp)
         for c in range(K):   # chunk order: the same sum at any thread count
             total += pp[c]
     if divisor is not None:
@@ -508,13 +348,16 @@ def elementwise_loss_backward(cnp.ndarray d_loss, tuple saved):
     cdef bint f32 = cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT
     cdef cnp.ndarray dx = cnp.PyArray_EMPTY(x.ndim, cnp.PyArray_DIMS(x), cnp.PyArray_TYPE(x), 0)
     cdef const void* dl = NULL
-    cdef const void* pw = _ptr(weight)
-    cdef const void* ppw = _ptr(pos_weight)
+    cdef int T = F32 if f32 else F64
+    cdef const void* pw = _data_or_null(weight, n, T)
+    cdef const void* ppw = _data_or_null(pos_weight, n, T)
     if divisor is None:
-        dl = cnp.PyArray_DATA(d_loss)
+        dl = _data(d_loss, n, T)
     elif divisor:
         g = float(d_loss) / float(divisor)
+    cdef const void* px = _data(x, n, T)
+    cdef const void* py = _data(y, n, T)
+    cdef void* pdx = _data(dx, n, T)
     with nogil:
-        _pwl_bwd(f32, k, cnp.PyArray_DATA(x), cnp.PyArray_DATA(y), pw, ppw, param, dl, g,
-                 cnp.PyArray_DATA(dx), n)
+        _pwl_bwd(f32, k, px, py, pw, ppw, param, dl, g, pdx, n)
     return dx

@@ -18,6 +18,7 @@ import numpy as np
 cnp.import_array()
 
 include "fnn_runtime.pxi"
+include "fnn_span.pxi"
 
 OPS = ("layer_norm", "layer_norm_backward", "layer_norm_infer", "add_layer_norm_infer")
 
@@ -72,10 +73,6 @@ cdef void _ln_fwd(const real* x, real* y, const real* w, const real* b, Py_ssize
                     x + (r + 1) * D if stream and r + 1 < rows else NULL)
 
 
-cdef inline void * _ptr(object a):
-    return NULL if a is None else cnp.PyArray_DATA(<cnp.ndarray>a)
-
-
 def layer_norm(cnp.ndarray x, object weight, object bias, Py_ssize_t D, double eps):
     """layer_norm(x, weight, bias, D, eps) -> (y, saved).
 
@@ -89,25 +86,26 @@ def layer_norm(cnp.ndarray x, object weight, object bias, Py_ssize_t D, double e
     sdims[0] = 2
     sdims[1] = rows
     cdef cnp.ndarray stats = cnp.PyArray_EMPTY(2, sdims, cnp.PyArray_TYPE(x), 0)
-    _ln_fwd_arrays(x, y, weight, bias, rows, D, eps, cnp.PyArray_DATA(stats))
+    _ln_fwd_arrays(x, y, weight, bias, rows, D, eps, _data(stats, 2 * rows, cnp.PyArray_TYPE(x)))
     return y, (x, weight, bias is not None, stats, D)
 
 
 cdef void _ln_fwd_arrays(cnp.ndarray x, cnp.ndarray y, object weight, object bias,
                          Py_ssize_t rows, Py_ssize_t D, double eps, void* stats):
     """_ln_fwd on x's dtype; stats: 2 * rows values of that dtype (mean, then rstd)."""
-    cdef void* pw = _ptr(weight)
-    cdef void* pb = _ptr(bias)
-    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
+    cdef int T = F32 if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT else F64
+    cdef void* pw = _data_or_null(weight, D, T)
+    cdef void* pb = _data_or_null(bias, D, T)
+    cdef const void* px = _data(x, rows * D, T)
+    cdef void* py = _data(y, rows * D, T)
+    if T == F32:
         with nogil:
-            _ln_fwd[float](<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(y),
-                           <const float*>pw, <const float*>pb, rows, D, eps,
-                           <float*>stats, <float*>stats + rows)
+            _ln_fwd[float](<const float*>px, <float*>py, <const float*>pw, <const float*>pb,
+                           rows, D, eps, <float*>stats, <float*>stats + rows)
     else:
         with nogil:
-            _ln_fwd[double](<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(y),
-                            <const double*>pw, <const double*>pb, rows, D, eps,
-                            <double*>stats, <double*>stats + rows)
+            _ln_fwd[double](<const double*>px, <double*>py, <const double*>pw, <const double*>pb,
+                            rows, D, eps, <double*>stats, <double*>stats + rows)
 
 
 cdef enum:
@@ -184,7 +182,8 @@ def layer_norm_backward(cnp.ndarray dy, tuple saved):
     cdef Py_ssize_t rows = x.size // D if D else 0
     cdef cnp.ndarray dx = np.empty_like(x)
     cdef cnp.ndarray dw = None, db = None
-    cdef void* pw = _ptr(weight)
+    cdef int T = F32 if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT else F64
+    cdef void* pw = _data_or_null(weight, D, T)
     if weight is not None:
         dw = np.empty_like(weight)
         if has_bias:
@@ -193,20 +192,22 @@ def layer_norm_backward(cnp.ndarray dy, tuple saved):
         # bias without weight: d_bias still needs the column sums; use the dw path
         dw = np.empty(D, dtype=x.dtype)
         db = np.empty(D, dtype=x.dtype)
-    cdef void* pdw = _ptr(dw)
-    cdef void* pdb = _ptr(db)
-    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
+    cdef void* pdw = _data_or_null(dw, D, T)
+    cdef void* pdb = _data_or_null(db, D, T)
+    cdef const void* pdy = _data(dy, rows * D, T)
+    cdef const void* px = _data(x, rows * D, T)
+    cdef const void* ps = _data(stats, 2 * rows, T)     # mean, then rstd
+    cdef void* pdx = _data(dx, rows * D, T)
+    if T == F32:
         with nogil:
-            _ln_bwd[float](<const float*>cnp.PyArray_DATA(dy), <const float*>cnp.PyArray_DATA(x),
-                           <const float*>pw, <const float*>cnp.PyArray_DATA(stats),
-                           <const float*>cnp.PyArray_DATA(stats) + rows, rows, D,
-                           <float*>cnp.PyArray_DATA(dx), <float*>pdw, <float*>pdb)
+            _ln_bwd[float](<const float*>pdy, <const float*>px, <const float*>pw,
+                           <const float*>ps, <const float*>ps + rows, rows, D,
+                           <float*>pdx, <float*>pdw, <float*>pdb)
     else:
         with nogil:
-            _ln_bwd[double](<const double*>cnp.PyArray_DATA(dy), <const double*>cnp.PyArray_DATA(x),
-                            <const double*>pw, <const double*>cnp.PyArray_DATA(stats),
-                            <const double*>cnp.PyArray_DATA(stats) + rows, rows, D,
-                            <double*>cnp.PyArray_DATA(dx), <double*>pdw, <double*>pdb)
+            _ln_bwd[double](<const double*>pdy, <const double*>px, <const double*>pw,
+                            <const double*>ps, <const double*>ps + rows, rows, D,
+                            <double*>pdx, <double*>pdw, <double*>pdb)
     if weight is None:
         dw = None
     return dx, dw, db
@@ -248,15 +249,16 @@ def add_layer_norm_infer(cnp.ndarray x, cnp.ndarray residual, object weight, obj
     cdef Py_ssize_t rows = cnp.PyArray_SIZE(x) // D if D else 0
     cdef cnp.ndarray y = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(x), cnp.PyArray_DIMS(x),
                                            cnp.PyArray_TYPE(x), 0)
-    cdef void* pw = _ptr(weight)
-    cdef void* pb = _ptr(bias)
-    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
-        _add_ln_fwd[float](<const float*>cnp.PyArray_DATA(x),
-                           <const float*>cnp.PyArray_DATA(residual), <float*>cnp.PyArray_DATA(y),
+    cdef int T = F32 if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT else F64
+    cdef void* pw = _data_or_null(weight, D, T)
+    cdef void* pb = _data_or_null(bias, D, T)
+    cdef const void* px = _data(x, rows * D, T)
+    cdef const void* pr = _data(residual, rows * D, T)
+    cdef void* py = _data(y, rows * D, T)
+    if T == F32:
+        _add_ln_fwd[float](<const float*>px, <const float*>pr, <float*>py,
                            <const float*>pw, <const float*>pb, rows, D, eps)
     else:
-        _add_ln_fwd[double](<const double*>cnp.PyArray_DATA(x),
-                            <const double*>cnp.PyArray_DATA(residual),
-                            <double*>cnp.PyArray_DATA(y), <const double*>pw, <const double*>pb,
-                            rows, D, eps)
+        _add_ln_fwd[double](<const double*>px, <const double*>pr, <double*>py,
+                            <const double*>pw, <const double*>pb, rows, D, eps)
     return y

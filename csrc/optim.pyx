@@ -24,6 +24,7 @@ import numpy as np
 cnp.import_array()
 
 include "fnn_runtime.pxi"
+include "fnn_span.pxi"
 
 OPS = ("sgd_step", "adam_step", "adamw_step", "rmsprop_step", "adagrad_step")
 
@@ -37,10 +38,6 @@ cdef inline real _sqrt(real x) noexcept nogil:
         return sqrtf(x)
     else:
         return sqrt(x)
-
-
-cdef inline void * _data(object a):
-    return NULL if a is None else cnp.PyArray_DATA(<cnp.ndarray>a)
 
 
 # ---------------------------------------------------------------------------- SGD
@@ -99,16 +96,19 @@ def sgd_step(cnp.ndarray param, cnp.ndarray grad, object momentum_buffer, double
 
     IN grad; IN/OUT param, momentum_buffer (None when momentum == 0): C-contiguous, one dtype."""
     cdef Py_ssize_t n = param.size
-    cdef void* pb = _data(momentum_buffer) if momentum != 0 else NULL
+    cdef int T = F32 if param.dtype == np.float32 else F64
+    cdef void* pb = _data_or_null(momentum_buffer, n, T) if momentum != 0 else NULL
     cdef double sign = -1.0 if maximize else 1.0
+    cdef void* p_param = _data(param, n, T)
+    cdef const void* p_grad = _data(grad, n, T)
     if param.dtype == np.float32:
         with nogil:
-            _sgd[float](<float*>cnp.PyArray_DATA(param), <const float*>cnp.PyArray_DATA(grad),
+            _sgd[float](<float*>p_param, <const float*>p_grad,
                         <float*>pb, n, <float>lr, <float>momentum, <float>(1 - dampening),
                         <float>weight_decay, nesterov, <float>sign, first)
     else:
         with nogil:
-            _sgd[double](<double*>cnp.PyArray_DATA(param), <const double*>cnp.PyArray_DATA(grad),
+            _sgd[double](<double*>p_param, <const double*>p_grad,
                          <double*>pb, n, lr, momentum, 1 - dampening, weight_decay, nesterov,
                          sign, first)
 
@@ -168,7 +168,8 @@ cdef _adam_any(cnp.ndarray param, cnp.ndarray grad, cnp.ndarray exp_avg, cnp.nda
                object max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
                double weight_decay, double step, bint maximize, bint decoupled):
     cdef Py_ssize_t n = param.size
-    cdef void* pvmax = _data(max_exp_avg_sq)
+    cdef int T = F32 if param.dtype == np.float32 else F64
+    cdef void* pvmax = _data_or_null(max_exp_avg_sq, n, T)
     # scalars exactly as torch forms them (Python floats, i.e. double)
     cdef double decay = 1.0, l2 = 0.0
     if weight_decay != 0:
@@ -182,17 +183,21 @@ cdef _adam_any(cnp.ndarray param, cnp.ndarray grad, cnp.ndarray exp_avg, cnp.nda
     cdef double bc2_sqrt = (1 - beta2 ** step) ** 0.5
     cdef double step_size = lr / bias_correction1
     cdef double sign = -1.0 if maximize else 1.0
+    cdef void* p_param = _data(param, n, T)
+    cdef const void* p_grad = _data(grad, n, T)
+    cdef void* p_exp_avg = _data(exp_avg, n, T)
+    cdef void* p_exp_avg_sq = _data(exp_avg_sq, n, T)
     if param.dtype == np.float32:
         with nogil:
-            _adam[float](<float*>cnp.PyArray_DATA(param), <const float*>cnp.PyArray_DATA(grad),
-                         <float*>cnp.PyArray_DATA(exp_avg), <float*>cnp.PyArray_DATA(exp_avg_sq),
+            _adam[float](<float*>p_param, <const float*>p_grad,
+                         <float*>p_exp_avg, <float*>p_exp_avg_sq,
                          <float*>pvmax, n, <float>decay, <float>l2, <float>w1, lerp_low,
                          <float>beta2, <float>(1 - beta2), <float>(-step_size), <float>bc2_sqrt,
                          <float>eps, <float>sign)
     else:
         with nogil:
-            _adam[double](<double*>cnp.PyArray_DATA(param), <const double*>cnp.PyArray_DATA(grad),
-                          <double*>cnp.PyArray_DATA(exp_avg), <double*>cnp.PyArray_DATA(exp_avg_sq),
+            _adam[double](<double*>p_param, <const double*>p_grad,
+                          <double*>p_exp_avg, <double*>p_exp_avg_sq,
                           <double*>pvmax, n, decay, l2, w1, lerp_low, beta2, 1 - beta2,
                           -step_size, bc2_sqrt, eps, sign)
 
@@ -278,20 +283,24 @@ def rmsprop_step(cnp.ndarray param, cnp.ndarray grad, cnp.ndarray square_avg, ob
     square_avg, grad_avg (None unless centered), momentum_buffer (None unless momentum > 0);
     IN grad.  C-contiguous, one dtype."""
     cdef Py_ssize_t n = param.size
-    cdef void* pga = _data(grad_avg)
-    cdef void* pbuf = _data(momentum_buffer)
+    cdef int T = F32 if param.dtype == np.float32 else F64
+    cdef void* pga = _data_or_null(grad_avg, n, T)
+    cdef void* pbuf = _data_or_null(momentum_buffer, n, T)
     cdef double sign = -1.0 if maximize else 1.0
     cdef bint lerp_low = abs(1 - alpha) < 0.5
+    cdef void* p_param = _data(param, n, T)
+    cdef const void* p_grad = _data(grad, n, T)
+    cdef void* p_square_avg = _data(square_avg, n, T)
     if param.dtype == np.float32:
         with nogil:
-            _rmsprop[float](<float*>cnp.PyArray_DATA(param), <const float*>cnp.PyArray_DATA(grad),
-                            <float*>cnp.PyArray_DATA(square_avg), <float*>pga, <float*>pbuf, n,
+            _rmsprop[float](<float*>p_param, <const float*>p_grad,
+                            <float*>p_square_avg, <float*>pga, <float*>pbuf, n,
                             <float>lr, <float>alpha, <float>(1 - alpha), lerp_low, <float>eps,
                             <float>weight_decay, <float>momentum, <float>sign)
     else:
         with nogil:
-            _rmsprop[double](<double*>cnp.PyArray_DATA(param), <const double*>cnp.PyArray_DATA(grad),
-                             <double*>cnp.PyArray_DATA(square_avg), <double*>pga, <double*>pbuf, n,
+            _rmsprop[double](<double*>p_param, <const double*>p_grad,
+                             <double*>p_square_avg, <double*>pga, <double*>pbuf, n,
                              lr, alpha, 1 - alpha, lerp_low, eps, weight_decay, momentum, sign)
 
 
@@ -332,13 +341,17 @@ def adagrad_step(cnp.ndarray param, cnp.ndarray grad, cnp.ndarray state_sum, dou
     torch.optim.Adagrad with clr = lr / (1 + (step - 1) lr_decay).  IN/OUT param, state_sum;
     IN grad.  C-contiguous, one dtype."""
     cdef Py_ssize_t n = param.size
+    cdef int T = F32 if param.dtype == np.float32 else F64
     cdef double sign = -1.0 if maximize else 1.0
+    cdef void* p_param = _data(param, n, T)
+    cdef const void* p_grad = _data(grad, n, T)
+    cdef void* p_state_sum = _data(state_sum, n, T)
     if param.dtype == np.float32:
         with nogil:
-            _adagrad[float](<float*>cnp.PyArray_DATA(param), <const float*>cnp.PyArray_DATA(grad),
-                            <float*>cnp.PyArray_DATA(state_sum), n, <float>clr, <float>eps,
+            _adagrad[float](<float*>p_param, <const float*>p_grad,
+                            <float*>p_state_sum, n, <float>clr, <float>eps,
                             <float>weight_decay, <float>sign)
     else:
         with nogil:
-            _adagrad[double](<double*>cnp.PyArray_DATA(param), <const double*>cnp.PyArray_DATA(grad),
-                             <double*>cnp.PyArray_DATA(state_sum), n, clr, eps, weight_decay, sign)
+            _adagrad[double](<double*>p_param, <const double*>p_grad,
+                             <double*>p_state_sum, n, clr, eps, weight_decay, sign)

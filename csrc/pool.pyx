@@ -42,6 +42,7 @@ import numpy as np
 cnp.import_array()
 
 include "fnn_runtime.pxi"
+include "fnn_span.pxi"
 
 OPS = ("max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward",
        "adaptive_avg_pool2d", "adaptive_avg_pool2d_backward",
@@ -173,15 +174,19 @@ def max_pool2d(cnp.ndarray x, tuple kernel, tuple stride, tuple padding, tuple d
     cdef Py_ssize_t ph = padding[0], pw = padding[1], dh = dilation[0], dw = dilation[1]
     cdef cnp.ndarray y = np.empty((N, C, OH, OW), dtype=x.dtype)
     cdef cnp.ndarray am = np.empty((N, C, OH, OW), dtype=np.int32)
+    cdef int T = F32 if x.dtype == np.float32 else F64
+    cdef const void* p_x = _data(x, N * C * H * W, T)
+    cdef void* p_y = _data(y, N * C * OH * OW, T)
+    cdef void* p_am = _data(am, N * C * OH * OW, I32)
     if x.dtype == np.float32:
         with nogil:
-            _max_fwd[float](<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(y),
-                            <int32_t*>cnp.PyArray_DATA(am), N * C, H, W, OH, OW, kh, kw,
+            _max_fwd[float](<const float*>p_x, <float*>p_y,
+                            <int32_t*>p_am, N * C, H, W, OH, OW, kh, kw,
                             sh, sw, ph, pw, dh, dw)
     else:
         with nogil:
-            _max_fwd[double](<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(y),
-                             <int32_t*>cnp.PyArray_DATA(am), N * C, H, W, OH, OW, kh, kw,
+            _max_fwd[double](<const double*>p_x, <double*>p_y,
+                             <int32_t*>p_am, N * C, H, W, OH, OW, kh, kw,
                              sh, sw, ph, pw, dh, dw)
     return y, (am, (<object>x).shape, kernel, stride, padding, dilation)
 
@@ -197,15 +202,19 @@ def max_pool2d_backward(cnp.ndarray dy, tuple saved):
     cdef bint fast = (kh == 2 and kw == 2 and sh == 2 and sw == 2 and ph == 0 and pw == 0
                       and dh == 1 and dw == 1 and 2 * OH <= H and 2 * OW <= W)
     cdef cnp.ndarray dx = np.empty(shape, dtype=dy.dtype)
+    cdef int T = F32 if dy.dtype == np.float32 else F64
+    cdef const void* p_dy = _data(dy, N * C * OH * OW, T)
+    cdef const void* p_am = _data(am, N * C * OH * OW, I32)
+    cdef void* p_dx = _data(dx, N * C * H * W, T)
     if dy.dtype == np.float32:
         with nogil:
-            _max_bwd[float](<const float*>cnp.PyArray_DATA(dy), <const int32_t*>cnp.PyArray_DATA(am),
-                            <float*>cnp.PyArray_DATA(dx), N * C, H, W, OH, OW, kw, sh, sw, ph, pw,
+            _max_bwd[float](<const float*>p_dy, <const int32_t*>p_am,
+                            <float*>p_dx, N * C, H, W, OH, OW, kw, sh, sw, ph, pw,
                             dh, dw, fast)
     else:
         with nogil:
-            _max_bwd[double](<const double*>cnp.PyArray_DATA(dy), <const int32_t*>cnp.PyArray_DATA(am),
-                             <double*>cnp.PyArray_DATA(dx), N * C, H, W, OH, OW, kw, sh, sw, ph, pw,
+            _max_bwd[double](<const double*>p_dy, <const int32_t*>p_am,
+                             <double*>p_dx, N * C, H, W, OH, OW, kw, sh, sw, ph, pw,
                              dh, dw, fast)
     return dx
 
@@ -397,13 +406,16 @@ def avg_pool2d(cnp.ndarray x, tuple kernel, tuple stride, tuple padding, tuple o
     cdef Py_ssize_t ph = padding[0], pw = padding[1]
     cdef Py_ssize_t ov = divisor_override if divisor_override else 0
     cdef cnp.ndarray y = np.empty((N, C, OH, OW), dtype=x.dtype)
+    cdef int T = F32 if x.dtype == np.float32 else F64
+    cdef const void* p_x = _data(x, N * C * H * W, T)
+    cdef void* p_y = _data(y, N * C * OH * OW, T)
     if x.dtype == np.float32:
         with nogil:
-            _avg_fwd[float](<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(y),
+            _avg_fwd[float](<const float*>p_x, <float*>p_y,
                             N * C, H, W, OH, OW, kh, kw, sh, sw, ph, pw, count_include_pad, ov)
     else:
         with nogil:
-            _avg_fwd[double](<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(y),
+            _avg_fwd[double](<const double*>p_x, <double*>p_y,
                              N * C, H, W, OH, OW, kh, kw, sh, sw, ph, pw, count_include_pad, ov)
     return y, ((<object>x).shape, kernel, stride, padding, count_include_pad, divisor_override)
 
@@ -418,13 +430,16 @@ def avg_pool2d_backward(cnp.ndarray dy, tuple saved):
     cdef Py_ssize_t ov = divisor_override if divisor_override else 0
     cdef bint cip = count_include_pad
     cdef cnp.ndarray dx = np.empty(shape, dtype=dy.dtype)
+    cdef int T = F32 if dy.dtype == np.float32 else F64
+    cdef const void* p_dy = _data(dy, N * C * OH * OW, T)
+    cdef void* p_dx = _data(dx, N * C * H * W, T)
     if dy.dtype == np.float32:
         with nogil:
-            _avg_bwd[float](<const float*>cnp.PyArray_DATA(dy), <float*>cnp.PyArray_DATA(dx),
+            _avg_bwd[float](<const float*>p_dy, <float*>p_dx,
                             N * C, H, W, OH, OW, kh, kw, sh, sw, ph, pw, cip, ov)
     else:
         with nogil:
-            _avg_bwd[double](<const double*>cnp.PyArray_DATA(dy), <double*>cnp.PyArray_DATA(dx),
+            _avg_bwd[double](<const double*>p_dy, <double*>p_dx,
                              N * C, H, W, OH, OW, kh, kw, sh, sw, ph, pw, cip, ov)
     return dx
 
@@ -543,13 +558,16 @@ def adaptive_avg_pool2d(cnp.ndarray x, tuple out_hw):
     cdef Py_ssize_t OH = out_hw[0], OW = out_hw[1]
     cdef cnp.ndarray y = np.empty((N, C, OH, OW), dtype=x.dtype)
     cdef int nt = _threads_for(N * C * H * W, 1 << 15)
+    cdef int T = F32 if x.dtype == np.float32 else F64
+    cdef const void* p_x = _data(x, N * C * H * W, T)
+    cdef void* p_y = _data(y, N * C * OH * OW, T)
     if x.dtype == np.float32:
         with nogil:
-            _aavg_fwd[float](<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(y),
+            _aavg_fwd[float](<const float*>p_x, <float*>p_y,
                              N * C, H, W, OH, OW, nt)
     else:
         with nogil:
-            _aavg_fwd[double](<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(y),
+            _aavg_fwd[double](<const double*>p_x, <double*>p_y,
                               N * C, H, W, OH, OW, nt)
     return y, (<object>x).shape
 
@@ -560,13 +578,16 @@ def adaptive_avg_pool2d_backward(cnp.ndarray dy, tuple saved):
     cdef Py_ssize_t OH = dy.shape[2], OW = dy.shape[3]
     cdef cnp.ndarray dx = np.empty(saved, dtype=dy.dtype)
     cdef int nt = _threads_for(N * C * H * W, 1 << 15)
+    cdef int T = F32 if dy.dtype == np.float32 else F64
+    cdef const void* p_dy = _data(dy, N * C * OH * OW, T)
+    cdef void* p_dx = _data(dx, N * C * H * W, T)
     if dy.dtype == np.float32:
         with nogil:
-            _aavg_bwd[float](<const float*>cnp.PyArray_DATA(dy), <float*>cnp.PyArray_DATA(dx),
+            _aavg_bwd[float](<const float*>p_dy, <float*>p_dx,
                              N * C, H, W, OH, OW, nt)
     else:
         with nogil:
-            _aavg_bwd[double](<const double*>cnp.PyArray_DATA(dy), <double*>cnp.PyArray_DATA(dx),
+            _aavg_bwd[double](<const double*>p_dy, <double*>p_dx,
                               N * C, H, W, OH, OW, nt)
     return dx
 
@@ -578,14 +599,18 @@ def adaptive_max_pool2d(cnp.ndarray x, tuple out_hw):
     cdef cnp.ndarray y = np.empty((N, C, OH, OW), dtype=x.dtype)
     cdef cnp.ndarray idx = np.empty((N, C, OH, OW), dtype=np.int64)
     cdef int nt = _threads_for(N * C * H * W, 1 << 15)
+    cdef int T = F32 if x.dtype == np.float32 else F64
+    cdef const void* p_x = _data(x, N * C * H * W, T)
+    cdef void* p_y = _data(y, N * C * OH * OW, T)
+    cdef void* p_idx = _data(idx, N * C * OH * OW, I64)
     if x.dtype == np.float32:
         with nogil:
-            _amax_fwd[float](<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(y),
-                             <int64_t*>cnp.PyArray_DATA(idx), N * C, H, W, OH, OW, nt)
+            _amax_fwd[float](<const float*>p_x, <float*>p_y,
+                             <int64_t*>p_idx, N * C, H, W, OH, OW, nt)
     else:
         with nogil:
-            _amax_fwd[double](<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(y),
-                              <int64_t*>cnp.PyArray_DATA(idx), N * C, H, W, OH, OW, nt)
+            _amax_fwd[double](<const double*>p_x, <double*>p_y,
+                              <int64_t*>p_idx, N * C, H, W, OH, OW, nt)
     return y, (idx, (<object>x).shape)
 
 
@@ -597,12 +622,16 @@ def adaptive_max_pool2d_backward(cnp.ndarray dy, tuple saved):
     cdef Py_ssize_t OHW = dy.shape[2] * dy.shape[3]
     cdef cnp.ndarray dx = np.empty(shape, dtype=dy.dtype)
     cdef int nt = _threads_for(P * HW, 1 << 15)
+    cdef int T = F32 if dy.dtype == np.float32 else F64
+    cdef const void* p_dy = _data(dy, P * OHW, T)
+    cdef const void* p_idx = _data(idx, P * OHW, I64)
+    cdef void* p_dx = _data(dx, P * HW, T)
     if dy.dtype == np.float32:
         with nogil:
-            _amax_bwd[float](<const float*>cnp.PyArray_DATA(dy), <const int64_t*>cnp.PyArray_DATA(idx),
-                             <float*>cnp.PyArray_DATA(dx), P, HW, OHW, nt)
+            _amax_bwd[float](<const float*>p_dy, <const int64_t*>p_idx,
+                             <float*>p_dx, P, HW, OHW, nt)
     else:
         with nogil:
-            _amax_bwd[double](<const double*>cnp.PyArray_DATA(dy), <const int64_t*>cnp.PyArray_DATA(idx),
-                              <double*>cnp.PyArray_DATA(dx), P, HW, OHW, nt)
+            _amax_bwd[double](<const double*>p_dy, <const int64_t*>p_idx,
+                              <double*>p_dx, P, HW, OHW, nt)
     return dx

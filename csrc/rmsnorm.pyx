@@ -20,6 +20,7 @@ import numpy as np
 cnp.import_array()
 
 include "fnn_runtime.pxi"
+include "fnn_span.pxi"
 
 OPS = ("rms_norm", "rms_norm_backward")
 
@@ -113,10 +114,6 @@ cdef void _bwd(const real* dy, const real* x, const real* w, const real* rstd, P
             _bwd_row(dy + r * D, x + r * D, w, rstd[r], D, dx + r * D, pw)
 
 
-cdef inline void * _ptr(object a):
-    return NULL if a is None else cnp.PyArray_DATA(<cnp.ndarray>a)
-
-
 def rms_norm(cnp.ndarray x, object weight, Py_ssize_t D, double eps):
     """rms_norm(x, weight, D, eps) -> (y, saved).
 
@@ -124,15 +121,17 @@ def rms_norm(cnp.ndarray x, object weight, Py_ssize_t D, double eps):
     cdef Py_ssize_t rows = cnp.PyArray_SIZE(x) // D if D else 0
     cdef cnp.ndarray y = np.empty_like(x)
     cdef cnp.ndarray rstd = np.empty(rows, dtype=x.dtype)
-    cdef void* pw = _ptr(weight)
-    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
+    cdef int T = F32 if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT else F64
+    cdef void* pw = _data_or_null(weight, D, T)
+    cdef const void* px = _data(x, rows * D, T)
+    cdef void* py = _data(y, rows * D, T)
+    cdef void* pr = _data(rstd, rows, T)
+    if T == F32:
         with nogil:
-            _fwd[float](<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(y),
-                        <const float*>pw, rows, D, eps, <float*>cnp.PyArray_DATA(rstd))
+            _fwd[float](<const float*>px, <float*>py, <const float*>pw, rows, D, eps, <float*>pr)
     else:
         with nogil:
-            _fwd[double](<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(y),
-                         <const double*>pw, rows, D, eps, <double*>cnp.PyArray_DATA(rstd))
+            _fwd[double](<const double*>px, <double*>py, <const double*>pw, rows, D, eps, <double*>pr)
     return y, (x, weight, rstd, D)
 
 
@@ -146,18 +145,21 @@ def rms_norm_backward(cnp.ndarray dy, tuple saved):
     cdef cnp.ndarray dx = np.empty_like(x)
     cdef Py_ssize_t nch = (rows + CHUNK - 1) // CHUNK
     cdef cnp.ndarray part = None if weight is None else np.zeros((nch, D), dtype=x.dtype)
-    cdef void* pw = _ptr(weight)
-    cdef void* pdw = _ptr(part)
-    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
+    cdef int T = F32 if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT else F64
+    cdef void* pw = _data_or_null(weight, D, T)
+    cdef void* pdw = _data_or_null(part, nch * D, T)
+    cdef const void* pdy = _data(dy, rows * D, T)
+    cdef const void* px = _data(x, rows * D, T)
+    cdef const void* pr = _data(rstd, rows, T)
+    cdef void* pdx = _data(dx, rows * D, T)
+    if T == F32:
         with nogil:
-            _bwd[float](<const float*>cnp.PyArray_DATA(dy), <const float*>cnp.PyArray_DATA(x),
-                        <const float*>pw, <const float*>cnp.PyArray_DATA(rstd), rows, D,
-                        <float*>cnp.PyArray_DATA(dx), <float*>pdw)
+            _bwd[float](<const float*>pdy, <const float*>px, <const float*>pw, <const float*>pr,
+                        rows, D, <float*>pdx, <float*>pdw)
     else:
         with nogil:
-            _bwd[double](<const double*>cnp.PyArray_DATA(dy), <const double*>cnp.PyArray_DATA(x),
-                         <const double*>pw, <const double*>cnp.PyArray_DATA(rstd), rows, D,
-                         <double*>cnp.PyArray_DATA(dx), <double*>pdw)
+            _bwd[double](<const double*>pdy, <const double*>px, <const double*>pw,
+                         <const double*>pr, rows, D, <double*>pdx, <double*>pdw)
     if weight is None:
         return dx, None
     # the chunk partials added in double, in chunk order (a reduction over axis 0 adds

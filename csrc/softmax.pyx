@@ -17,6 +17,7 @@ import numpy as np
 cnp.import_array()
 
 include "fnn_runtime.pxi"
+include "fnn_span.pxi"
 
 cdef extern from "fnn_math.h" nogil:
     float fnn_expf_nonpos(float x)
@@ -189,14 +190,15 @@ cdef object _forward(cnp.ndarray x, int dim, bint logsm):
     outer, n, inner = _geometry(x, dim)
     cdef cnp.ndarray y = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(x), cnp.PyArray_DIMS(x),
                                            cnp.PyArray_TYPE(x), 0)
-    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
+    cdef int T = F32 if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT else F64
+    cdef const void* px = _data(x, outer * n * inner, T)
+    cdef void* py = _data(y, outer * n * inner, T)
+    if T == F32:
         with nogil:
-            _fwd[float](<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(y),
-                        outer, n, inner, logsm)
+            _fwd[float](<const float*>px, <float*>py, outer, n, inner, logsm)
     else:
         with nogil:
-            _fwd[double](<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(y),
-                         outer, n, inner, logsm)
+            _fwd[double](<const double*>px, <double*>py, outer, n, inner, logsm)
     return y, (y, dim)
 
 
@@ -207,14 +209,17 @@ cdef object _backward(cnp.ndarray dy, tuple saved, bint logsm):
     outer, n, inner = _geometry(y, dim)
     cdef cnp.ndarray dx = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(y), cnp.PyArray_DIMS(y),
                                             cnp.PyArray_TYPE(y), 0)
-    if cnp.PyArray_TYPE(y) == cnp.NPY_FLOAT:
+    cdef int T = F32 if cnp.PyArray_TYPE(y) == cnp.NPY_FLOAT else F64
+    cdef Py_ssize_t size = outer * n * inner
+    cdef const void* pdy = _data(dy, size, T)
+    cdef const void* py = _data(y, size, T)
+    cdef void* pdx = _data(dx, size, T)
+    if T == F32:
         with nogil:
-            _bwd[float](<const float*>cnp.PyArray_DATA(dy), <const float*>cnp.PyArray_DATA(y),
-                        <float*>cnp.PyArray_DATA(dx), outer, n, inner, logsm)
+            _bwd[float](<const float*>pdy, <const float*>py, <float*>pdx, outer, n, inner, logsm)
     else:
         with nogil:
-            _bwd[double](<const double*>cnp.PyArray_DATA(dy), <const double*>cnp.PyArray_DATA(y),
-                         <double*>cnp.PyArray_DATA(dx), outer, n, inner, logsm)
+            _bwd[double](<const double*>pdy, <const double*>py, <double*>pdx, outer, n, inner, logsm)
     return dx
 
 

@@ -20,6 +20,7 @@ import numpy as np
 cnp.import_array()
 
 include "fnn_runtime.pxi"
+include "fnn_span.pxi"
 
 OPS = ("std_layer_norm", "std_layer_norm_backward")
 
@@ -66,10 +67,6 @@ cdef void _fwd(const real* x, real* y, const real* a, const real* b, Py_ssize_t 
             _row(x + r * D, y + r * D, a, b, D, eps, mean + r, std + r)
 
 
-cdef inline void * _ptr(object v):
-    return NULL if v is None else cnp.PyArray_DATA(<cnp.ndarray>v)
-
-
 def std_layer_norm(cnp.ndarray x, object a, object b, Py_ssize_t D, double eps):
     """std_layer_norm(x, a, b, D, eps) -> (y, saved).
 
@@ -81,18 +78,21 @@ def std_layer_norm(cnp.ndarray x, object a, object b, Py_ssize_t D, double eps):
     cdef cnp.npy_intp nr = rows
     cdef cnp.ndarray mean = cnp.PyArray_EMPTY(1, &nr, cnp.PyArray_TYPE(x), 0)
     cdef cnp.ndarray std = cnp.PyArray_EMPTY(1, &nr, cnp.PyArray_TYPE(x), 0)
-    cdef void* pa = _ptr(a)
-    cdef void* pb = _ptr(b)
-    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
+    cdef int T = F32 if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT else F64
+    cdef void* pa = _data_or_null(a, D, T)
+    cdef void* pb = _data_or_null(b, D, T)
+    cdef const void* px = _data(x, rows * D, T)
+    cdef void* py = _data(y, rows * D, T)
+    cdef void* pm = _data(mean, rows, T)
+    cdef void* ps = _data(std, rows, T)
+    if T == F32:
         with nogil:
-            _fwd[float](<const float*>cnp.PyArray_DATA(x), <float*>cnp.PyArray_DATA(y),
-                        <const float*>pa, <const float*>pb, rows, D, eps,
-                        <float*>cnp.PyArray_DATA(mean), <float*>cnp.PyArray_DATA(std))
+            _fwd[float](<const float*>px, <float*>py, <const float*>pa, <const float*>pb,
+                        rows, D, eps, <float*>pm, <float*>ps)
     else:
         with nogil:
-            _fwd[double](<const double*>cnp.PyArray_DATA(x), <double*>cnp.PyArray_DATA(y),
-                         <const double*>pa, <const double*>pb, rows, D, eps,
-                         <double*>cnp.PyArray_DATA(mean), <double*>cnp.PyArray_DATA(std))
+            _fwd[double](<const double*>px, <double*>py, <const double*>pa, <const double*>pb,
+                         rows, D, eps, <double*>pm, <double*>ps)
     return y, (x, a, b is not None, mean, std, eps, D)
 
 
@@ -163,21 +163,24 @@ def std_layer_norm_backward(cnp.ndarray dy, tuple saved):
     cdef cnp.ndarray dx = np.empty_like(x)
     cdef cnp.ndarray da = np.empty(D, dtype=x.dtype) if a is not None else None
     cdef cnp.ndarray db = np.empty(D, dtype=x.dtype) if has_b else None
-    cdef void* pa = _ptr(a)
-    cdef void* pda = _ptr(da)
-    cdef void* pdb = _ptr(db)
-    if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT:
+    cdef int T = F32 if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT else F64
+    cdef void* pa = _data_or_null(a, D, T)
+    cdef void* pda = _data_or_null(da, D, T)
+    cdef void* pdb = _data_or_null(db, D, T)
+    cdef const void* pdy = _data(dy, rows * D, T)
+    cdef const void* px = _data(x, rows * D, T)
+    cdef const void* pm = _data(mean, rows, T)
+    cdef const void* ps = _data(std, rows, T)
+    cdef void* pdx = _data(dx, rows * D, T)
+    if T == F32:
         with nogil:
-            _bwd[float](<const float*>cnp.PyArray_DATA(dy), <const float*>cnp.PyArray_DATA(x),
-                        <const float*>pa, <const float*>cnp.PyArray_DATA(mean),
-                        <const float*>cnp.PyArray_DATA(std), eps, rows, D,
-                        <float*>cnp.PyArray_DATA(dx), <float*>pda, <float*>pdb)
+            _bwd[float](<const float*>pdy, <const float*>px, <const float*>pa, <const float*>pm,
+                        <const float*>ps, eps, rows, D, <float*>pdx, <float*>pda, <float*>pdb)
     else:
         with nogil:
-            _bwd[double](<const double*>cnp.PyArray_DATA(dy), <const double*>cnp.PyArray_DATA(x),
-                         <const double*>pa, <const double*>cnp.PyArray_DATA(mean),
-                         <const double*>cnp.PyArray_DATA(std), eps, rows, D,
-                         <double*>cnp.PyArray_DATA(dx), <double*>pda, <double*>pdb)
+            _bwd[double](<const double*>pdy, <const double*>px, <const double*>pa,
+                         <const double*>pm, <const double*>ps, eps, rows, D,
+                         <double*>pdx, <double*>pda, <double*>pdb)
     if da is not None:
         da = da.reshape((<object>a).shape)
     return dx, da, db
