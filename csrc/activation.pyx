@@ -165,25 +165,33 @@ cdef inline object _keep_input(cnp.ndarray x, object out):
 # ---------------------------------------------------------------- relu / leaky_relu
 # The forward leaves a bit mask for the backward (fnn_activation.h): d_x comes from d_y and
 # 1/8 byte per element, not from d_y and y (or x).
+cdef inline void _mask_act(bint bwd, int leaky, double slope, const real* a, real* o,
+                           uint8_t* m, Py_ssize_t n) noexcept nogil:
+    if real is float:
+        if bwd:
+            fnn_relu_mask_bwd_f(leaky, slope, a, m, o, n)
+        else:
+            fnn_relu_mask_fwd_f(leaky, slope, a, o, m, n)
+    else:
+        if bwd:
+            fnn_relu_mask_bwd_d(leaky, slope, a, m, o, n)
+        else:
+            fnn_relu_mask_fwd_d(leaky, slope, a, o, m, n)
+
+
 cdef void _mask_run(bint bwd, int leaky, double slope, const real* a, real* o, uint8_t* m,
                     Py_ssize_t n, int nt) noexcept nogil:
     """The masked ReLU kernels, one chunk per thread (chunks start at multiples of 16
     elements, so each owns whole bytes of m)."""
     cdef Py_ssize_t i0, i1
     cdef int t
-    for t in prange(nt, schedule="static", num_threads=nt):
-        i0 = _chunk(n, nt, t)
-        i1 = _chunk(n, nt, t + 1)
-        if real is float:
-            if bwd:
-                fnn_relu_mask_bwd_f(leaky, slope, a + i0, m + i0 // 8, o + i0, i1 - i0)
-            else:
-                fnn_relu_mask_fwd_f(leaky, slope, a + i0, o + i0, m + i0 // 8, i1 - i0)
-        else:
-            if bwd:
-                fnn_relu_mask_bwd_d(leaky, slope, a + i0, m + i0 // 8, o + i0, i1 - i0)
-            else:
-                fnn_relu_mask_fwd_d(leaky, slope, a + i0, o + i0, m + i0 // 8, i1 - i0)
+    if nt == 1:
+        _mask_act(bwd, leaky, slope, a, o, m, n)
+    else:
+        for t in prange(nt, schedule="static", num_threads=nt):
+            i0 = _chunk(n, nt, t)
+            i1 = _chunk(n, nt, t + 1)
+            _mask_act(bwd, leaky, slope, a + i0, o + i0, m + i0 // 8, i1 - i0)
 
 
 cdef cnp.ndarray _masked(bint bwd, int leaky, double slope, cnp.ndarray a, cnp.ndarray out,
