@@ -2,6 +2,7 @@
 
     python benchmarks/variants.py [--variants avx2,avx512] [--rounds 3] [--threads 2]
     python benchmarks/variants.py --cpu-time       # one thread, CPU time (a loaded machine)
+    python benchmarks/variants.py --only SiLU,Sigmoid,latency   # some rows only
 
 Each variant runs in its own subprocess (FASTNN_VARIANT is read at import); every
 subprocess times fastnn and torch interleaved, ``--rounds`` times, and prints the median
@@ -52,7 +53,7 @@ def _module(nn, name):
     return getattr(nn, name)()
 
 
-def child(rounds, threads, cpu_time=False):
+def child(rounds, threads, cpu_time=False, only=None):
     import numpy as np
     import torch
 
@@ -69,6 +70,8 @@ def child(rounds, threads, cpu_time=False):
     dy = rng.standard_normal(x.shape).astype(np.float32)
     rows = {}
     for name in ACTS:
+        if only and name not in only:
+            continue
         if not hasattr(fnn, name.split("(")[0]) or not hasattr(torch.nn, name.split("(")[0]):
             continue
         fm, tm = _module(fnn, name), _module(torch.nn, name)
@@ -96,6 +99,8 @@ def child(rounds, threads, cpu_time=False):
                 a, b = _best(f), _best(t)
                 rs.append((a, b))
             rows[f"{name} {kind}"] = rs
+    if only and "latency" not in only:
+        return _report(rows)
     xs = rng.standard_normal((8, 768)).astype(np.float32)
     txs = torch.tensor(xs)
     for name, fm, tm in (("LayerNorm", fnn.LayerNorm(768), torch.nn.LayerNorm(768)),
@@ -113,6 +118,11 @@ def child(rounds, threads, cpu_time=False):
             with torch.no_grad():
                 rs.append((_best(f) / 100, _best(t) / 100))
         rows[f"{name} (8,768) latency"] = rs
+    _report(rows)
+
+
+def _report(rows):
+    import fastnn
     variant = sorted(set(fastnn._backend.backend("cpu").variant.values()))
     print(json.dumps({"variant": variant, "rows": rows}))
 
@@ -124,16 +134,19 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--cpu-time", action="store_true",
                     help="one thread, CPU time of the calling thread (for a loaded machine)")
+    ap.add_argument("--only", default="",
+                    help="comma-separated activation names (as in ACTS) and/or 'latency'")
     ap.add_argument("--child", action="store_true")
     a = ap.parse_args()
     if a.child:
-        return child(a.rounds, a.threads, a.cpu_time)
+        return child(a.rounds, a.threads, a.cpu_time, [s for s in a.only.split(",") if s])
     res = {}
     for v in a.variants.split(","):
         env = dict(os.environ, FASTNN_VARIANT=v, PYTHONPATH=os.pathsep.join(
             p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
         out = subprocess.run([sys.executable, __file__, "--child", "--rounds", str(a.rounds),
-                              "--threads", str(a.threads)] + (["--cpu-time"] if a.cpu_time else []),
+                              "--threads", str(a.threads), "--only", a.only]
+                             + (["--cpu-time"] if a.cpu_time else []),
                              env=env, capture_output=True, text=True, check=True)
         res[v] = json.loads(out.stdout.strip().splitlines()[-1])
     names = list(next(iter(res.values()))["rows"])

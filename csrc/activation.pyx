@@ -3,16 +3,17 @@
 # The loops live in fnn_activation.h (one `omp simd` loop per op, float through the
 # vectorisable fnn_math.h functions, double through libm).  Here each call splits the
 # array into one contiguous chunk per thread (static schedule, chunk starts on 64-byte
-# boundaries) and hands each chunk to the loop.  Backward starts from the output where
-# that is cheaper (relu, leaky_relu with slope >= 0, elu/selu/celu, sigmoid, tanh: no
-# transcendental in the backward), from the input otherwise.  Every forward takes
+# boundaries) and hands each chunk to the loop.  relu and leaky_relu keep a bit mask for
+# the backward (a third of its memory traffic); the others start from the output where
+# that is cheaper (elu/selu/celu, sigmoid, tanh: no transcendental in the backward), from
+# the input otherwise.  Every forward takes
 # ``out`` (None, or a C-contiguous array to write to, possibly the input itself: ops
 # whose backward needs the input then save a copy of it first).  PReLU's weight
 # gradient is reduced over fixed blocks (partial sums in double, summed in block order),
 # so it does not depend on the thread count.
 cimport numpy as cnp
 from cython.parallel cimport prange
-from libc.stdint cimport uint64_t
+from libc.stdint cimport uint8_t, uint64_t
 
 from fnn_blas cimport real
 
@@ -64,6 +65,14 @@ cdef extern from "fnn_activation.h" nogil:
     void fnn_prelu_bwd_d(const double* dy, const double* x, const double* w, double* dx,
                          double* part, Py_ssize_t e0, Py_ssize_t e1, Py_ssize_t C,
                          Py_ssize_t inner)
+    void fnn_relu_mask_fwd_f(int leaky, double slope, const float* x, float* y, uint8_t* m,
+                             Py_ssize_t n)
+    void fnn_relu_mask_fwd_d(int leaky, double slope, const double* x, double* y, uint8_t* m,
+                             Py_ssize_t n)
+    void fnn_relu_mask_bwd_f(int leaky, double slope, const float* dy, const uint8_t* m,
+                             float* dx, Py_ssize_t n)
+    void fnn_relu_mask_bwd_d(int leaky, double slope, const double* dy, const uint8_t* m,
+                             double* dx, Py_ssize_t n)
     void fnn_math_apply(int which, const float* x, float* y, Py_ssize_t n)
 
 OPS = ("relu", "relu_backward",
@@ -155,27 +164,78 @@ cdef inline object _keep_input(cnp.ndarray x, object out):
     return x.copy() if out is x else x
 
 
-# ---------------------------------------------------------------- relu
+# ---------------------------------------------------------------- relu / leaky_relu
+# The forward leaves a bit mask for the backward (fnn_activation.h): d_x comes from d_y and
+# 1/8 byte per element, not from d_y and y (or x).
+cdef inline void _mask_act(bint bwd, int leaky, double slope, const real* a, real* o,
+                           uint8_t* m, Py_ssize_t n) noexcept nogil:
+    if real is float:
+        if bwd:
+            fnn_relu_mask_bwd_f(leaky, slope, a, m, o, n)
+        else:
+            fnn_relu_mask_fwd_f(leaky, slope, a, o, m, n)
+    else:
+        if bwd:
+            fnn_relu_mask_bwd_d(leaky, slope, a, m, o, n)
+        else:
+            fnn_relu_mask_fwd_d(leaky, slope, a, o, m, n)
+
+
+cdef void _mask_run(bint bwd, int leaky, double slope, const real* a, real* o, uint8_t* m,
+                    Py_ssize_t n, int nt) noexcept nogil:
+    """The masked ReLU kernels, one chunk per thread (chunks start at multiples of 16
+    elements, so each owns whole bytes of m)."""
+    cdef Py_ssize_t i0, i1
+    cdef int t
+    if nt == 1:
+        _mask_act(bwd, leaky, slope, a, o, m, n)
+    else:
+        for t in prange(nt, schedule="static", num_threads=nt):
+            i0 = _chunk(n, nt, t)
+            i1 = _chunk(n, nt, t + 1)
+            _mask_act(bwd, leaky, slope, a + i0, o + i0, m + i0 // 8, i1 - i0)
+
+
+cdef cnp.ndarray _masked(bint bwd, int leaky, double slope, cnp.ndarray a, cnp.ndarray out,
+                         cnp.ndarray mask):
+    """Forward: out = act(a), mask filled; backward: out = d_x from d_y = a and mask."""
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(a)
+    cdef int nt = _threads_for(n, GRAIN_MEM)
+    cdef void* pa = cnp.PyArray_DATA(a)
+    cdef void* po
+    cdef uint8_t* pm = <uint8_t*>cnp.PyArray_DATA(mask)
+    if out is None:
+        out = _empty_like(a)
+    if n == 0:
+        return out
+    po = cnp.PyArray_DATA(out)
+    if cnp.PyArray_TYPE(a) == cnp.NPY_FLOAT:
+        with nogil:
+            _mask_run(bwd, leaky, slope, <const float*>pa, <float*>po, pm, n, nt)
+    else:
+        with nogil:
+            _mask_run(bwd, leaky, slope, <const double*>pa, <double*>po, pm, n, nt)
+    return out
+
+
 def relu(cnp.ndarray x, out):
-    """relu(x, out) -> (y, saved): max(x, 0); backward from y."""
-    y = _ew(FNN_RELU_FWD, x, None, out, GRAIN_MEM)
-    return y, y
+    """relu(x, out) -> (y, saved): max(x, 0); saved: the bit mask of x > 0 (or NaN)."""
+    cdef cnp.ndarray mask = np.empty((cnp.PyArray_SIZE(x) + 7) // 8, dtype=np.uint8)
+    return _masked(False, 0, 0.0, x, out, mask), mask
 
 
 def relu_backward(cnp.ndarray dy, saved):
-    return _ew(FNN_RELU_BWD, dy, saved, None, GRAIN_MEM)
+    return _masked(True, 0, 0.0, dy, None, saved)
 
 
-# ---------------------------------------------------------------- leaky_relu
 def leaky_relu(cnp.ndarray x, double negative_slope, out):
-    """leaky_relu(x, negative_slope, out) -> (y, saved); backward from y when slope >= 0."""
-    src = None if negative_slope >= 0 else _keep_input(x, out)
-    y = _ew(FNN_LEAKY_FWD, x, None, out, GRAIN_MEM, negative_slope)
-    return y, (y if src is None else src, negative_slope)
+    """leaky_relu(x, negative_slope, out) -> (y, saved); saved: (bit mask of x > 0, slope)."""
+    cdef cnp.ndarray mask = np.empty((cnp.PyArray_SIZE(x) + 7) // 8, dtype=np.uint8)
+    return _masked(False, 1, negative_slope, x, out, mask), (mask, negative_slope)
 
 
 def leaky_relu_backward(cnp.ndarray dy, tuple saved):
-    return _ew(FNN_LEAKY_BWD, dy, saved[0], None, GRAIN_MEM, saved[1])
+    return _masked(True, 1, saved[1], dy, None, saved[0])
 
 
 # ---------------------------------------------------------------- prelu

@@ -13,6 +13,9 @@
 #include <stdint.h>
 #include "fnn_math.h"
 #include "fnn_philox.h"
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #define FNN_SIMD _Pragma("omp simd")
 
@@ -46,17 +49,6 @@ static inline double fnn_gauss_cdf_d(double x, double* gauss) {
 #define FNN_A_SIGMOID fnn_sigmoidf
 #define FNN_A_XSIG(v, z) ((v) * fnn_sigmoidf(z))
 #include "fnn_activation_impl.h"
-#undef FNN_T
-#undef FNN_ACT_NAME
-#undef FNN_A_EXP
-#undef FNN_A_EXPNEG
-#undef FNN_A_EXPM1
-#undef FNN_A_TANH
-#undef FNN_A_CDF
-#undef FNN_A_LOG1P
-#undef FNN_A_ABS
-#undef FNN_A_SIGMOID
-#undef FNN_A_XSIG
 
 /* double: libm, the accuracy path */
 static inline double fnn_sigmoidd(double z) { return 1.0 / (1.0 + exp(-z)); }
@@ -72,17 +64,95 @@ static inline double fnn_sigmoidd(double z) { return 1.0 / (1.0 + exp(-z)); }
 #define FNN_A_SIGMOID fnn_sigmoidd
 #define FNN_A_XSIG(v, z) ((v) / (1.0 + exp(-(z))))
 #include "fnn_activation_impl.h"
-#undef FNN_T
-#undef FNN_ACT_NAME
-#undef FNN_A_EXP
-#undef FNN_A_EXPNEG
-#undef FNN_A_EXPM1
-#undef FNN_A_TANH
-#undef FNN_A_CDF
-#undef FNN_A_LOG1P
-#undef FNN_A_ABS
-#undef FNN_A_SIGMOID
-#undef FNN_A_XSIG
+
+/* ReLU / LeakyReLU with a bit mask for backward.  The forward writes y and one bit per
+ * element -- bit i % 8 of m[i / 8] is set where the gradient of element i passes unscaled:
+ * ReLU !(x <= 0) (a NaN passes, as it did from y), LeakyReLU x > 0 -- so the backward
+ * reads d_y and 1/8 byte per element instead of d_y and y (or x): 8.1 bytes moved per
+ * element instead of 12, and a negative slope needs no copy of the input.  leaky = 0:
+ * ReLU (y = x < 0 ? 0 : x, d_x = 0 off the mask); leaky = 1: y = x > 0 ? x : s x,
+ * d_x = s d_y off the mask.  Callers split the array at multiples of 8 elements (m
+ * advances by n / 8).  float has vector forms (16 lanes: a compare mask is the bits; 8
+ * and 4 lanes: movemask), double the scalar loop. */
+static void fnn_relu_mask_fwd_f(int leaky, double slope, const float* x, float* y, uint8_t* m,
+                                ptrdiff_t n) {
+    ptrdiff_t i = 0;
+#if defined(FNN_HAVE_AVX512)
+    const __m512 s16 = _mm512_set1_ps((float)slope), z16 = _mm512_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(x + i);
+        __mmask16 k;
+        if (leaky) {
+            k = _mm512_cmp_ps_mask(v, z16, _CMP_GT_OQ);
+            v = _mm512_mask_blend_ps(k, _mm512_mul_ps(v, s16), v);
+        } else {
+            v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, z16, _CMP_LT_OQ), v, z16);
+            k = _mm512_cmp_ps_mask(v, z16, _CMP_NLE_UQ);
+        }
+        _mm512_storeu_ps(y + i, v);
+        uint16_t bits = (uint16_t)k;
+        memcpy(m + (i >> 3), &bits, 2);
+    }
+#elif defined(__SSE2__)
+    const __m128 s4 = _mm_set1_ps((float)slope), z4 = _mm_setzero_ps();
+    for (; i + 8 <= n; i += 8) {
+        int bits = 0;
+        for (int h = 0; h < 8; h += 4) {
+            __m128 v = _mm_loadu_ps(x + i + h), pass;
+            if (leaky) {
+                pass = _mm_cmpgt_ps(v, z4);
+                v = _mm_or_ps(_mm_and_ps(pass, v), _mm_andnot_ps(pass, _mm_mul_ps(v, s4)));
+            } else {
+                v = _mm_andnot_ps(_mm_cmplt_ps(v, z4), v);
+                pass = _mm_cmpnle_ps(v, z4);
+            }
+            _mm_storeu_ps(y + i + h, v);
+            bits |= _mm_movemask_ps(pass) << h;
+        }
+        m[i >> 3] = (uint8_t)bits;
+    }
+#endif
+    fnn_relu_mask_fwd_scalar_f(leaky, slope, x + i, y + i, m + (i >> 3), n - i);
+}
+
+static void fnn_relu_mask_bwd_f(int leaky, double slope, const float* dy, const uint8_t* m,
+                                float* dx, ptrdiff_t n) {
+    ptrdiff_t i = 0;
+#if defined(FNN_HAVE_AVX512)
+    const __m512 s16 = _mm512_set1_ps((float)slope);
+    for (; i + 16 <= n; i += 16) {
+        uint16_t bits;
+        memcpy(&bits, m + (i >> 3), 2);
+        __m512 g = _mm512_loadu_ps(dy + i);
+        _mm512_storeu_ps(dx + i, leaky ? _mm512_mask_blend_ps((__mmask16)bits, _mm512_mul_ps(g, s16), g)
+                                       : _mm512_maskz_mov_ps((__mmask16)bits, g));
+    }
+#elif defined(__SSE2__)
+    const __m128 s4 = _mm_set1_ps((float)slope);
+    const __m128i sel = _mm_setr_epi32(1, 2, 4, 8);
+    for (; i + 8 <= n; i += 8) {
+        const int bits = m[i >> 3];
+        for (int h = 0; h < 8; h += 4) {
+            __m128 pass = _mm_castsi128_ps(_mm_cmpeq_epi32(
+                _mm_and_si128(_mm_set1_epi32(bits >> h), sel), sel));
+            __m128 g = _mm_loadu_ps(dy + i + h);
+            __m128 off = leaky ? _mm_andnot_ps(pass, _mm_mul_ps(g, s4)) : _mm_setzero_ps();
+            _mm_storeu_ps(dx + i + h, _mm_or_ps(_mm_and_ps(pass, g), off));
+        }
+    }
+#endif
+    fnn_relu_mask_bwd_scalar_f(leaky, slope, dy + i, m + (i >> 3), dx + i, n - i);
+}
+
+static void fnn_relu_mask_fwd_d(int leaky, double slope, const double* x, double* y, uint8_t* m,
+                                ptrdiff_t n) {
+    fnn_relu_mask_fwd_scalar_d(leaky, slope, x, y, m, n);
+}
+
+static void fnn_relu_mask_bwd_d(int leaky, double slope, const double* dy, const uint8_t* m,
+                                double* dx, ptrdiff_t n) {
+    fnn_relu_mask_bwd_scalar_d(leaky, slope, dy, m, dx, n);
+}
 
 /* test hook: the float math functions over an array (tests/test_math.py) */
 static void fnn_math_apply(int which, const float* x, float* y, ptrdiff_t n) {

@@ -7,7 +7,7 @@
  *   FNN_A_SIGMOID(z)  1 / (1 + exp(-z));  FNN_A_XSIG(v, z) = v sigmoid(z)
  * Plain functions instead of one backslash-continued macro (issue #20): the same code,
  * readable, debuggable, and compiler errors point at a line.  No include guard, by
- * design. */
+ * design: the end of this file undefines the parameters, ready for the next type. */
 static void FNN_ACT_NAME(fnn_act)(int op, const FNN_T* a, const FNN_T* b, FNN_T* o, ptrdiff_t n,
                           const double* p) {
     ptrdiff_t i;
@@ -132,6 +132,39 @@ static void FNN_ACT_NAME(fnn_act)(int op, const FNN_T* a, const FNN_T* b, FNN_T*
     }
 }
 
+/* ReLU (leaky = 0) / LeakyReLU (leaky = 1, slope s) forward on n elements that also
+   writes the backward's mask (see fnn_activation.h): one scalar pass, 8 elements a byte
+   (the last byte partial).  The element type's own path for double and the loop tails
+   of the vector forms for float. */
+static void FNN_ACT_NAME(fnn_relu_mask_fwd_scalar)(int leaky, double slope, const FNN_T* x,
+                                                   FNN_T* y, uint8_t* m, ptrdiff_t n) {
+    const FNN_T s = (FNN_T)slope, zero = 0;
+    for (ptrdiff_t j = 0; j < n; j += 8) {
+        const int e = n - j < 8 ? (int)(n - j) : 8;
+        unsigned bits = 0;
+        for (int k = 0; k < e; ++k) {
+            FNN_T v = x[j + k];
+            FNN_T r = leaky ? (v > zero ? v : v * s) : (v < zero ? zero : v);
+            bits |= (unsigned)(leaky ? v > zero : !(v <= zero)) << k;
+            y[j + k] = r;
+        }
+        m[j >> 3] = (uint8_t)bits;
+    }
+}
+/* ... and its backward: d_x = d_y where the bit is set, else 0 (ReLU) or s d_y */
+static void FNN_ACT_NAME(fnn_relu_mask_bwd_scalar)(int leaky, double slope, const FNN_T* dy,
+                                                   const uint8_t* m, FNN_T* dx, ptrdiff_t n) {
+    const FNN_T s = (FNN_T)slope, zero = 0;
+    for (ptrdiff_t j = 0; j < n; j += 8) {
+        const int e = n - j < 8 ? (int)(n - j) : 8;
+        const unsigned bits = m[j >> 3];
+        for (int k = 0; k < e; ++k) {
+            FNN_T g = dy[j + k];
+            dx[j + k] = (bits >> k) & 1u ? g : (leaky ? g * s : zero);
+        }
+    }
+}
+
 /* RReLU training forward on elements [i0, i1) of the whole array: x <= 0 draws the
    slope lower + (upper - lower) u_i (u_i: Philox uniform of element i), else 1;
    noise keeps it for backward. */
@@ -191,3 +224,15 @@ static void FNN_ACT_NAME(fnn_prelu_bwd)(const FNN_T* dy, const FNN_T* x, const F
         e = end;
     }
 }
+
+#undef FNN_T
+#undef FNN_ACT_NAME
+#undef FNN_A_EXP
+#undef FNN_A_EXPNEG
+#undef FNN_A_EXPM1
+#undef FNN_A_TANH
+#undef FNN_A_CDF
+#undef FNN_A_LOG1P
+#undef FNN_A_ABS
+#undef FNN_A_SIGMOID
+#undef FNN_A_XSIG

@@ -245,8 +245,8 @@ static inline float fnn_log1pf(float x) {
 }
 
 static inline float fnn_exp_nonpos_f(float x) {
-    /* exp(x) for x <= 0 where results below FLT_MIN may flush to 0 (the Gaussian in
-       fnn_gauss_cdf_f): fnn_expf's polynomial with one 2^n scaling instead of two, and
+    /* exp(x) for x <= 0 where results below FLT_MIN may flush to 0 (softplus):
+       fnn_expf's polynomial with one 2^n scaling instead of two, and
        no clamp -- below the cut the (garbage) value is replaced by 0, NaN propagates. */
     float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = x - n * 0.693359375f;
@@ -262,14 +262,16 @@ static inline float fnn_exp_nonpos_f(float x) {
 }
 
 /* sigmoid(x) = 1 / (1 + exp(-x)) from e = exp(-|x|) in (0, 1]: 1 / (1 + e) for x >= 0,
-   e / (1 + e) below -- no overflow side, so the exponential is fnn_exp_nonpos_f (one
-   2^n scaling, no clamps) and there is one division.  A clamped exp would let the
-   compiler split the loop's lanes by range and emit a second, masked division for the
-   saturated ones (GCC 12 does, at every vector width): that division was the bottleneck
-   of SiLU and sigmoid.  sigmoid(x < -87.3) flushes to 0 (the exact value is below
-   FLT_MIN); +-inf give 1 / 0, NaN propagates (x >= 0 is false: e * r = NaN). */
+   e / (1 + e) below -- no overflow side, so the exponential is fnn_expf_nonpos (2^n
+   added into the exponent bits, a degree-6 polynomial by Estrin's scheme: ~20% fewer
+   operations per element than fnn_exp_nonpos_f's Horner polynomial and 2^n multiply)
+   and there is one division.  A clamp on the exp's upper side would let the compiler
+   split the loop's lanes by range and emit a second, masked division for the saturated
+   ones (GCC 12 does, at every vector width): that division was the bottleneck of SiLU
+   and sigmoid.  sigmoid(x < -87.3) flushes to 0 (the exact value is below FLT_MIN);
+   +-inf give 1 / 0, NaN propagates (x >= 0 is false: e * r = NaN). */
 static inline float fnn_sigmoidf(float x) {
-    float e = fnn_exp_nonpos_f(-fnn_absf(x));
+    float e = fnn_expf_nonpos(-fnn_absf(x));
     float r = 1.0f / (1.0f + e);
     return x >= 0.0f ? r : e * r;
 }
@@ -280,7 +282,8 @@ static inline float fnn_gauss_cdf_f(float x, float* gauss) {
        s = 1/(1 + z/2), P a degree-8 weighted least-squares fit (relative error 4e-8 in
        exact arithmetic, ~3e-7 evaluated in float over z in [0, 10]).  Phi = h for x < 0
        (the tail keeps its relative accuracy: no 1 + erf cancellation) and 1 - h
-       otherwise.  One exp and one division for both GELU's forward and backward. */
+       otherwise.  One exp (fnn_expf_nonpos: exp(-x^2/2) flushes to 0 past |x| = 13.2,
+       where Phi is below FLT_MIN) and one division for both GELU's forward and backward. */
     /* s = 1/(1 + z/2), z = |x|/sqrt2; the coefficients carry the factor 1/2 of h */
     float s = 1.0f / (1.0f + fnn_absf(x) * 0.35355339059327376f);
     float u = s - 0.5f;
@@ -293,7 +296,7 @@ static inline float fnn_gauss_cdf_f(float x, float* gauss) {
     q = q * u + 2.794696353e-01f;
     q = q * u + 3.435804863e-01f;
     q = q * u + 2.553956857e-01f;
-    float e = fnn_exp_nonpos_f(-0.5f * x * x);
+    float e = fnn_expf_nonpos(-0.5f * x * x);
     float h = e * (s * q);
     *gauss = e;
     return x < 0.0f ? h : 1.0f - h;

@@ -323,6 +323,36 @@ def test_modules_inplace():
         assert "inplace=True" in repr(m)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("slope", [None, 0.01, 0.0, -0.2])
+def test_relu_backward_from_a_bit_mask(slope, dtype):
+    """ReLU / LeakyReLU keep one bit per element for the backward (a third of its memory
+    traffic), not y or x: the saved state is ceil(n / 8) bytes, and overwriting the output
+    and the input after the forward leaves the gradient alone.  Sizes around the vector
+    widths (16, 8, 4 lanes and the scalar tail) and past the two-thread split, with
+    NaN / +-inf / +-0 in every position class; the reference backend's results."""
+    fwd, bwd = (F.relu_fwd, F.relu_bwd) if slope is None else (F.leaky_relu_fwd, F.leaky_relu_bwd)
+    args = () if slope is None else (slope,)
+    rng = np.random.default_rng(3)
+    for n in list(range(1, 42)) + [1000, 200_003]:
+        x = rng.standard_normal(n).astype(dtype)
+        x[rng.integers(0, n, 3 + n // 50)] = rng.choice(EXTREMES, 3 + n // 50)
+        dy = rng.standard_normal(n).astype(dtype)
+        with fastnn.use_backend("reference"):
+            ry, rctx = fwd(x, *args)
+            rdx = bwd(rctx, dy)
+        want = bwd(fwd(x, *args)[1], dy)
+        np.testing.assert_allclose(want, rdx, rtol=1e-6, atol=0, equal_nan=True, err_msg=f"n={n}")
+        xc = x.copy()
+        y, ctx = fwd(xc, *args)
+        mask = ctx[1] if slope is None else ctx[1][0]
+        assert mask.dtype == np.uint8 and mask.shape == ((n + 7) // 8,)
+        np.testing.assert_allclose(y, ry, rtol=1e-6, atol=0, equal_nan=True)
+        y[...] = np.nan
+        xc[...] = np.nan
+        np.testing.assert_array_equal(bwd(ctx, dy), want, err_msg=f"n={n}")
+
+
 # ---------------------------------------------------------------- accumulation and RReLU
 # (bit-identical results for any thread count: tests/test_threads.py, from the registry)
 def test_prelu_weight_grad_accumulates_in_double():
