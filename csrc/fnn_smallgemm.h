@@ -5,10 +5,11 @@
  * (k, j) of panel p at  B + p * ps + k * ks + j.  A row-major (K, N) weight is ks = N,
  * ps = 16; a weight packed once into contiguous panels (fnn_pack_panels_f32) is ks = 16,
  * ps = 16 K, so each panel is one contiguous stream.  A panel is read from memory once and
- * kept in L1/L2 while every row block of x runs over it (register tiles of up to 6 rows by
- * 16 columns: 12 accumulators, AVX2/FMA where the variant has it, plain C otherwise).  Each
- * output is one sum over k in order, then + bias: the result does not depend on how the
- * panels are shared out over threads.  Columns past the last whole panel (N % 16) run in
+ * kept in L1 while every row block of x runs over it (register tiles of up to 28 rows by
+ * 16 columns with AVX-512, 6 by 16 with AVX2, plain C otherwise).  Each output is one sum
+ * over k in order (one fused multiply-add per k where the variant has FMA), then + bias:
+ * the result does not depend on how the panels are shared out over threads, nor on the
+ * tile heights.  Columns past the last whole panel (N % 16) run in
  * plain C over the row-major layout (only the ks = N form has them: packed panels are
  * zero-padded to whole panels).  float32 only; float64 keeps the BLAS path. */
 #ifndef FNN_SMALLGEMM_H
@@ -17,16 +18,50 @@
 #include <string.h>
 
 #define FNN_SG_NR 16      /* columns per panel */
-#define FNN_SG_MR 6       /* rows per register tile, at most */
-#define FNN_SG_KC 256     /* k per pass over a panel: 16 KiB of panel, 6 KiB of x rows */
+#define FNN_SG_XT 8192    /* floats of the transposed x chunk on the stack (32 KiB) */
+#define FNN_SG_XM 64      /* rows of x per chunk, at most: k per chunk 256 up to 32 rows,
+                             else 128 (a panel's run of a chunk: 16 or 8 KiB, kept in L1) */
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX512F__)
+/* AVX-512 (32 zmm registers): a tile is up to 28 rows by one 16-column zmm, one accumulator
+ * per row, so a sentence of up to 28 tokens is a single row block: each weight cache line
+ * is loaded once and feeds 28 FMAs whose x operand is an embedded broadcast from the
+ * transposed chunk (the 28 values of one k are adjacent).  The weight is then streamed at
+ * one line per ~28 FMAs, which a prefetch one panel ahead keeps up with from DRAM. */
 #include <immintrin.h>
+#define FNN_SG_MR 28
 
-/* One tile: rows r < mr (mr a compile-time constant after inlining) by 16 columns. */
 static inline __attribute__((always_inline)) void
-fnn_sg_tile(const int mr, const float *x, ptrdiff_t lda, const float *b, ptrdiff_t ks,
-            ptrdiff_t K, const float *bias, float *y, ptrdiff_t ldc, int acc)
+fnn_sg_tile(const int mr, const float *xt, ptrdiff_t ldx, const float *b, ptrdiff_t ks,
+            ptrdiff_t pfd, ptrdiff_t K, const float *bias, float *y, ptrdiff_t ldc, int acc)
+{
+    __m512 c[FNN_SG_MR];
+#pragma GCC unroll 28
+    for (int r = 0; r < mr; r++)
+        c[r] = acc ? _mm512_loadu_ps(y + r * ldc) : _mm512_setzero_ps();
+    for (ptrdiff_t k = 0; k < K; k++) {
+        const float *bk = b + k * ks;
+        const float *xk = xt + k * ldx;
+        _mm_prefetch((const char *)(bk + pfd), _MM_HINT_T0);
+        __m512 b0 = _mm512_loadu_ps(bk);
+#pragma GCC unroll 28
+        for (int r = 0; r < mr; r++)
+            c[r] = _mm512_fmadd_ps(_mm512_set1_ps(xk[r]), b0, c[r]);
+    }
+    __m512 z = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
+#pragma GCC unroll 28
+    for (int r = 0; r < mr; r++)
+        _mm512_storeu_ps(y + r * ldc, _mm512_add_ps(c[r], z));
+}
+
+#elif defined(__AVX2__) && defined(__FMA__)
+/* AVX2 (16 ymm registers): tiles of up to 6 rows by 16 columns, 12 accumulators. */
+#include <immintrin.h>
+#define FNN_SG_MR 6
+
+static inline __attribute__((always_inline)) void
+fnn_sg_tile(const int mr, const float *xt, ptrdiff_t ldx, const float *b, ptrdiff_t ks,
+            ptrdiff_t pfd, ptrdiff_t K, const float *bias, float *y, ptrdiff_t ldc, int acc)
 {
     __m256 c0[FNN_SG_MR], c1[FNN_SG_MR];
 #pragma GCC unroll 6
@@ -36,13 +71,12 @@ fnn_sg_tile(const int mr, const float *x, ptrdiff_t lda, const float *b, ptrdiff
     }
     for (ptrdiff_t k = 0; k < K; k++) {
         const float *bk = b + k * ks;
-#ifdef FNN_SG_PREFETCH
-        _mm_prefetch((const char *)(bk + FNN_SG_PREFETCH * ks), _MM_HINT_T0);
-#endif
+        const float *xk = xt + k * ldx;
+        _mm_prefetch((const char *)(bk + pfd), _MM_HINT_T0);
         __m256 b0 = _mm256_loadu_ps(bk), b1 = _mm256_loadu_ps(bk + 8);
 #pragma GCC unroll 6
         for (int r = 0; r < mr; r++) {
-            __m256 a = _mm256_broadcast_ss(x + r * lda + k);
+            __m256 a = _mm256_broadcast_ss(xk + r);
             c0[r] = _mm256_fmadd_ps(a, b0, c0[r]);
             c1[r] = _mm256_fmadd_ps(a, b1, c1[r]);
         }
@@ -57,19 +91,21 @@ fnn_sg_tile(const int mr, const float *x, ptrdiff_t lda, const float *b, ptrdiff
 }
 
 #else
+#define FNN_SG_MR 6
 
 static inline __attribute__((always_inline)) void
-fnn_sg_tile(const int mr, const float *x, ptrdiff_t lda, const float *b, ptrdiff_t ks,
-            ptrdiff_t K, const float *bias, float *y, ptrdiff_t ldc, int acc)
+fnn_sg_tile(const int mr, const float *xt, ptrdiff_t ldx, const float *b, ptrdiff_t ks,
+            ptrdiff_t pfd, ptrdiff_t K, const float *bias, float *y, ptrdiff_t ldc, int acc)
 {
     float c[FNN_SG_MR][FNN_SG_NR];
+    (void)pfd;
     for (int r = 0; r < mr; r++)
         for (int j = 0; j < FNN_SG_NR; j++)
             c[r][j] = acc ? y[r * ldc + j] : 0.0f;
     for (ptrdiff_t k = 0; k < K; k++) {
         const float *bk = b + k * ks;
         for (int r = 0; r < mr; r++) {
-            float a = x[r * lda + k];
+            float a = xt[k * ldx + r];
             for (int j = 0; j < FNN_SG_NR; j++)
                 c[r][j] += a * bk[j];
         }
@@ -81,53 +117,76 @@ fnn_sg_tile(const int mr, const float *x, ptrdiff_t lda, const float *b, ptrdiff
 
 #endif
 
-static void fnn_sg_tile1(const float *x, ptrdiff_t lda, const float *b, ptrdiff_t ks,
-                         ptrdiff_t K, const float *bias, float *y, ptrdiff_t ldc, int acc)
-{ fnn_sg_tile(1, x, lda, b, ks, K, bias, y, ldc, acc); }
-static void fnn_sg_tile2(const float *x, ptrdiff_t lda, const float *b, ptrdiff_t ks,
-                         ptrdiff_t K, const float *bias, float *y, ptrdiff_t ldc, int acc)
-{ fnn_sg_tile(2, x, lda, b, ks, K, bias, y, ldc, acc); }
-static void fnn_sg_tile3(const float *x, ptrdiff_t lda, const float *b, ptrdiff_t ks,
-                         ptrdiff_t K, const float *bias, float *y, ptrdiff_t ldc, int acc)
-{ fnn_sg_tile(3, x, lda, b, ks, K, bias, y, ldc, acc); }
-static void fnn_sg_tile4(const float *x, ptrdiff_t lda, const float *b, ptrdiff_t ks,
-                         ptrdiff_t K, const float *bias, float *y, ptrdiff_t ldc, int acc)
-{ fnn_sg_tile(4, x, lda, b, ks, K, bias, y, ldc, acc); }
-static void fnn_sg_tile5(const float *x, ptrdiff_t lda, const float *b, ptrdiff_t ks,
-                         ptrdiff_t K, const float *bias, float *y, ptrdiff_t ldc, int acc)
-{ fnn_sg_tile(5, x, lda, b, ks, K, bias, y, ldc, acc); }
-static void fnn_sg_tile6(const float *x, ptrdiff_t lda, const float *b, ptrdiff_t ks,
-                         ptrdiff_t K, const float *bias, float *y, ptrdiff_t ldc, int acc)
-{ fnn_sg_tile(6, x, lda, b, ks, K, bias, y, ldc, acc); }
-
 typedef void (*fnn_sg_tile_fn)(const float *, ptrdiff_t, const float *, ptrdiff_t, ptrdiff_t,
-                               const float *, float *, ptrdiff_t, int);
+                               ptrdiff_t, const float *, float *, ptrdiff_t, int);
 
-/* Row blocks of M: as even as possible, at most 6 rows each (25 rows: 5 x 5, not 4 x 6 + 1). */
+/* One specialisation per tile height (mr a compile-time constant: the accumulators stay in
+ * registers), and the table of them indexed by height. */
+#define FNN_SG_TILE(n) \
+    static void fnn_sg_tile##n(const float *xt, ptrdiff_t ldx, const float *b, ptrdiff_t ks, \
+                               ptrdiff_t pfd, ptrdiff_t K, const float *bias, float *y, \
+                               ptrdiff_t ldc, int acc) \
+    { fnn_sg_tile(n, xt, ldx, b, ks, pfd, K, bias, y, ldc, acc); }
+FNN_SG_TILE(1) FNN_SG_TILE(2) FNN_SG_TILE(3) FNN_SG_TILE(4) FNN_SG_TILE(5) FNN_SG_TILE(6)
+#if FNN_SG_MR > 6
+FNN_SG_TILE(7) FNN_SG_TILE(8) FNN_SG_TILE(9) FNN_SG_TILE(10) FNN_SG_TILE(11) FNN_SG_TILE(12)
+FNN_SG_TILE(13) FNN_SG_TILE(14) FNN_SG_TILE(15) FNN_SG_TILE(16) FNN_SG_TILE(17)
+FNN_SG_TILE(18) FNN_SG_TILE(19) FNN_SG_TILE(20) FNN_SG_TILE(21) FNN_SG_TILE(22)
+FNN_SG_TILE(23) FNN_SG_TILE(24) FNN_SG_TILE(25) FNN_SG_TILE(26) FNN_SG_TILE(27)
+FNN_SG_TILE(28)
+#endif
+#undef FNN_SG_TILE
+
+static const fnn_sg_tile_fn fnn_sg_tiles[FNN_SG_MR + 1] = {
+    NULL, fnn_sg_tile1, fnn_sg_tile2, fnn_sg_tile3, fnn_sg_tile4, fnn_sg_tile5, fnn_sg_tile6,
+#if FNN_SG_MR > 6
+    fnn_sg_tile7, fnn_sg_tile8, fnn_sg_tile9, fnn_sg_tile10, fnn_sg_tile11, fnn_sg_tile12,
+    fnn_sg_tile13, fnn_sg_tile14, fnn_sg_tile15, fnn_sg_tile16, fnn_sg_tile17, fnn_sg_tile18,
+    fnn_sg_tile19, fnn_sg_tile20, fnn_sg_tile21, fnn_sg_tile22, fnn_sg_tile23, fnn_sg_tile24,
+    fnn_sg_tile25, fnn_sg_tile26, fnn_sg_tile27, fnn_sg_tile28,
+#endif
+};
+
+/* Row blocks of M: as even as possible, at most FNN_SG_MR rows each (25 rows on AVX2:
+ * 5 x 5, not 4 x 6 + 1). */
 static inline int fnn_sg_row_blocks(ptrdiff_t M)
 {
     return (int)((M + FNN_SG_MR - 1) / FNN_SG_MR);
 }
 
-/* y[:, panels p0..p1) for every row (see the header comment); ldc = the row stride of y. */
+/* y[:, panels p0..p1) for every row (see the header comment); ldc = the row stride of y.
+ * Per group of up to FNN_SG_XM rows and per chunk of k: the chunk of x is
+ * transposed onto the stack (xt[k][m]: a tile's x values for one k are adjacent, so its
+ * broadcasts touch one or two cache lines instead of one line per row -- rows of x at a
+ * stride of K floats alias in L1 when K is a multiple of 1024), then each panel's run of
+ * the chunk is read once from memory (prefetching the next panel's run) and kept in L1
+ * while every row block of the group runs over it. */
 static void fnn_sg_panels_f32(const float *x, ptrdiff_t M, ptrdiff_t K, const float *B,
                               ptrdiff_t ks, ptrdiff_t ps, const float *bias, float *y,
                               ptrdiff_t ldc, ptrdiff_t p0, ptrdiff_t p1)
 {
-    static const fnn_sg_tile_fn tiles[FNN_SG_MR + 1] = {
-        NULL, fnn_sg_tile1, fnn_sg_tile2, fnn_sg_tile3, fnn_sg_tile4, fnn_sg_tile5,
-        fnn_sg_tile6};
-    int nb = fnn_sg_row_blocks(M);
-    for (ptrdiff_t p = p0; p < p1; p++) {
-        const float *bp = B + p * ps;
-        const float *bb = bias ? bias + p * FNN_SG_NR : NULL;
-        for (ptrdiff_t k0 = 0; k0 < K; k0 += FNN_SG_KC) {
-            ptrdiff_t kc = K - k0 < FNN_SG_KC ? K - k0 : FNN_SG_KC;
-            const float *bl = k0 + kc == K ? bb : NULL;
-            for (int i = 0; i < nb; i++) {
-                ptrdiff_t m0 = M * i / nb, m1 = M * (i + 1) / nb;
-                tiles[m1 - m0](x + m0 * K + k0, K, bp + k0 * ks, ks, kc, bl,
-                               y + m0 * ldc + p * FNN_SG_NR, ldc, k0 > 0);
+    float xt[FNN_SG_XT] __attribute__((aligned(64)));
+    for (ptrdiff_t g0 = 0; g0 < M; g0 += FNN_SG_XM) {
+        ptrdiff_t mg = M - g0 < FNN_SG_XM ? M - g0 : FNN_SG_XM;
+        ptrdiff_t kcap = mg <= FNN_SG_XT / 256 ? 256 : FNN_SG_XT / FNN_SG_XM;
+        int nb = fnn_sg_row_blocks(mg);
+        const float *xg = x + g0 * K;
+        float *yg = y + g0 * ldc;
+        for (ptrdiff_t k0 = 0; k0 < K; k0 += kcap) {
+            ptrdiff_t kc = K - k0 < kcap ? K - k0 : kcap;
+            int last = k0 + kc == K;
+            for (ptrdiff_t m = 0; m < mg; m++)
+                for (ptrdiff_t k = 0; k < kc; k++)
+                    xt[k * mg + m] = xg[m * K + k0 + k];
+            for (ptrdiff_t p = p0; p < p1; p++) {
+                const float *bp = B + p * ps + k0 * ks;
+                const float *bb = bias && last ? bias + p * FNN_SG_NR : NULL;
+                ptrdiff_t pfd = p + 1 < p1 ? ps : 0;    /* the next panel's run of the chunk */
+                for (int i = 0; i < nb; i++) {
+                    ptrdiff_t m0 = mg * i / nb, m1 = mg * (i + 1) / nb;
+                    fnn_sg_tiles[m1 - m0](xt + m0, mg, bp, ks, pfd, kc, bb,
+                                          yg + m0 * ldc + p * FNN_SG_NR, ldc, k0 > 0);
+                }
             }
         }
     }

@@ -443,6 +443,25 @@ def test_packed_linear_infer(act, M, K, N, dtype, w_in_out):
                                rtol=tol, atol=tol)
 
 
+def test_packed_linear_infer_every_tile_height():
+    """Every row count up to 64 (each register-tile height of every variant: up to 28 rows
+    with AVX-512, 6 with AVX2; one or more row blocks; a K past one transposed chunk of x
+    with K a multiple of 1024 rows apart), packed and in place, against float64 sums."""
+    rng = np.random.default_rng(3)
+    cpu = backend("cpu")
+    K, N = 1024 + 40, 40
+    w = (rng.standard_normal((K, N)) / np.sqrt(K)).astype(np.float32)
+    b = rng.standard_normal(N).astype(np.float32)
+    pk = cpu.pack_linear_weight(w, True)
+    x = rng.standard_normal((64, K)).astype(np.float32)
+    for M in range(1, 65):
+        want = x[:M].astype(np.float64) @ w + b
+        np.testing.assert_allclose(cpu.packed_linear_infer(x[:M], pk, N, b, "none"), want,
+                                   rtol=1e-4, atol=1e-4, err_msg=f"M={M}")
+        np.testing.assert_allclose(cpu.linear_act_infer(x[:M], w, b, "none"), want,
+                                   rtol=1e-4, atol=1e-4, err_msg=f"M={M} in place")
+
+
 def test_packed_linear_infer_checks_shapes():
     cpu = backend("cpu")
     pk = cpu.pack_linear_weight(np.ones((20, 8), np.float32), False)    # (2, 8, 16)
