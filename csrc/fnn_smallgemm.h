@@ -154,42 +154,75 @@ static inline int fnn_sg_row_blocks(ptrdiff_t M)
     return (int)((M + FNN_SG_MR - 1) / FNN_SG_MR);
 }
 
+/* One chunk of k (kc deep, starting at k0) for panels p0..p1 and every row: xt holds the
+ * chunk of x transposed (xt[k * ldx + m], k relative to k0).  Each panel's run of the
+ * chunk is read once from memory (prefetching the next panel's run) and kept in L1 while
+ * every row block runs over it; the bias is added with the chunk that ends at K. */
+static void fnn_sg_chunk_f32(const float *xt, ptrdiff_t ldx, ptrdiff_t M, ptrdiff_t k0,
+                             ptrdiff_t kc, int last, const float *B, ptrdiff_t ks,
+                             ptrdiff_t ps, const float *bias, float *y, ptrdiff_t ldc,
+                             ptrdiff_t p0, ptrdiff_t p1)
+{
+    int nb = fnn_sg_row_blocks(M);
+    for (ptrdiff_t p = p0; p < p1; p++) {
+        const float *bp = B + p * ps + k0 * ks;
+        const float *bb = bias && last ? bias + p * FNN_SG_NR : NULL;
+        ptrdiff_t pfd = p + 1 < p1 ? ps : 0;    /* the next panel's run of the chunk */
+        for (int i = 0; i < nb; i++) {
+            ptrdiff_t m0 = M * i / nb, m1 = M * (i + 1) / nb;
+            fnn_sg_tiles[m1 - m0](xt + m0, ldx, bp, ks, pfd, kc, bb,
+                                  y + m0 * ldc + p * FNN_SG_NR, ldc, k0 > 0);
+        }
+    }
+}
+
+/* The depth of a chunk of k for a group of mg rows (its transposed x fits FNN_SG_XT). */
+static inline ptrdiff_t fnn_sg_kcap(ptrdiff_t mg)
+{
+    return mg <= FNN_SG_XT / 256 ? 256 : FNN_SG_XT / FNN_SG_XM;
+}
+
 /* y[:, panels p0..p1) for every row (see the header comment); ldc = the row stride of y.
- * Per group of up to FNN_SG_XM rows and per chunk of k: the chunk of x is
- * transposed onto the stack (xt[k][m]: a tile's x values for one k are adjacent, so its
- * broadcasts touch one or two cache lines instead of one line per row -- rows of x at a
- * stride of K floats alias in L1 when K is a multiple of 1024), then each panel's run of
- * the chunk is read once from memory (prefetching the next panel's run) and kept in L1
- * while every row block of the group runs over it. */
-static void fnn_sg_panels_f32(const float *x, ptrdiff_t M, ptrdiff_t K, const float *B,
-                              ptrdiff_t ks, ptrdiff_t ps, const float *bias, float *y,
-                              ptrdiff_t ldc, ptrdiff_t p0, ptrdiff_t p1)
+ * Per group of up to FNN_SG_XM rows and per chunk of k, the chunk of x is transposed onto
+ * the stack (xt[k][m]: a tile's x values for one k are adjacent, so its broadcasts touch
+ * one or two cache lines instead of one line per row -- rows of x at a stride of K floats
+ * alias in L1 when K is a multiple of 1024).  xt_full, when not NULL, is all of x already
+ * transposed (K x M, made once for every thread of a call) and is read instead. */
+static void fnn_sg_panels_f32(const float *x, const float *xt_full, ptrdiff_t M, ptrdiff_t K,
+                              const float *B, ptrdiff_t ks, ptrdiff_t ps, const float *bias,
+                              float *y, ptrdiff_t ldc, ptrdiff_t p0, ptrdiff_t p1)
 {
     float xt[FNN_SG_XT] __attribute__((aligned(64)));
-    for (ptrdiff_t g0 = 0; g0 < M; g0 += FNN_SG_XM) {
-        ptrdiff_t mg = M - g0 < FNN_SG_XM ? M - g0 : FNN_SG_XM;
-        ptrdiff_t kcap = mg <= FNN_SG_XT / 256 ? 256 : FNN_SG_XT / FNN_SG_XM;
-        int nb = fnn_sg_row_blocks(mg);
-        const float *xg = x + g0 * K;
-        float *yg = y + g0 * ldc;
+    if (xt_full != NULL) {
+        ptrdiff_t kcap = fnn_sg_kcap(M < FNN_SG_XM ? M : FNN_SG_XM);
         for (ptrdiff_t k0 = 0; k0 < K; k0 += kcap) {
             ptrdiff_t kc = K - k0 < kcap ? K - k0 : kcap;
-            int last = k0 + kc == K;
+            fnn_sg_chunk_f32(xt_full + k0 * M, M, M, k0, kc, k0 + kc == K, B, ks, ps, bias,
+                             y, ldc, p0, p1);
+        }
+        return;
+    }
+    for (ptrdiff_t g0 = 0; g0 < M; g0 += FNN_SG_XM) {
+        ptrdiff_t mg = M - g0 < FNN_SG_XM ? M - g0 : FNN_SG_XM;
+        ptrdiff_t kcap = fnn_sg_kcap(mg);
+        const float *xg = x + g0 * K;
+        for (ptrdiff_t k0 = 0; k0 < K; k0 += kcap) {
+            ptrdiff_t kc = K - k0 < kcap ? K - k0 : kcap;
             for (ptrdiff_t m = 0; m < mg; m++)
                 for (ptrdiff_t k = 0; k < kc; k++)
                     xt[k * mg + m] = xg[m * K + k0 + k];
-            for (ptrdiff_t p = p0; p < p1; p++) {
-                const float *bp = B + p * ps + k0 * ks;
-                const float *bb = bias && last ? bias + p * FNN_SG_NR : NULL;
-                ptrdiff_t pfd = p + 1 < p1 ? ps : 0;    /* the next panel's run of the chunk */
-                for (int i = 0; i < nb; i++) {
-                    ptrdiff_t m0 = mg * i / nb, m1 = mg * (i + 1) / nb;
-                    fnn_sg_tiles[m1 - m0](xt + m0, mg, bp, ks, pfd, kc, bb,
-                                          yg + m0 * ldc + p * FNN_SG_NR, ldc, k0 > 0);
-                }
-            }
+            fnn_sg_chunk_f32(xt, mg, mg, k0, kc, k0 + kc == K, B, ks, ps, bias,
+                             y + g0 * ldc, ldc, p0, p1);
         }
     }
+}
+
+/* x (M, K) row-major -> xt (K, M). */
+static void fnn_sg_transpose_f32(const float *x, ptrdiff_t M, ptrdiff_t K, float *xt)
+{
+    for (ptrdiff_t m = 0; m < M; m++)
+        for (ptrdiff_t k = 0; k < K; k++)
+            xt[k * M + m] = x[m * K + k];
 }
 
 /* y[:, n0:n1] for the columns past the whole panels of a row-major (K, N) B: plain sums. */
@@ -205,19 +238,19 @@ static void fnn_sg_tail_f32(const float *x, ptrdiff_t M, ptrdiff_t K, const floa
         }
 }
 
-/* y[:, columns of panels p0..p1) = x B + bias, every case: a row-major (K, N) B (ks = N,
+/* y[:, columns of panels p0..p1) = x B + bias (xt_full: NULL or x transposed), every case: a row-major (K, N) B (ks = N,
  * ps = 16; the columns past the whole panels, when p1 reaches them, in plain C) or packed
  * panels (ks = 16, ps = 16 K, packed = 1; the last, zero-padded panel through a scratch
  * tile so nothing is written past column N).  p0, p1 count ceil(N / 16) panels. */
-static void fnn_sg_range_f32(const float *x, ptrdiff_t M, ptrdiff_t K, const float *B,
-                             int packed, ptrdiff_t N, const float *bias, float *y,
-                             ptrdiff_t p0, ptrdiff_t p1)
+static void fnn_sg_range_f32(const float *x, const float *xt_full, ptrdiff_t M, ptrdiff_t K,
+                             const float *B, int packed, ptrdiff_t N, const float *bias,
+                             float *y, ptrdiff_t p0, ptrdiff_t p1)
 {
     ptrdiff_t full = N / FNN_SG_NR;
     ptrdiff_t ks = packed ? FNN_SG_NR : N, ps = packed ? FNN_SG_NR * K : FNN_SG_NR;
     ptrdiff_t q1 = p1 < full ? p1 : full;
     if (p0 < q1)
-        fnn_sg_panels_f32(x, M, K, B, ks, ps, bias, y, N, p0, q1);
+        fnn_sg_panels_f32(x, xt_full, M, K, B, ks, ps, bias, y, N, p0, q1);
     if (p1 <= full || full * FNN_SG_NR == N)
         return;
     if (!packed) {
@@ -229,8 +262,8 @@ static void fnn_sg_range_f32(const float *x, ptrdiff_t M, ptrdiff_t K, const flo
         ptrdiff_t w = N - full * FNN_SG_NR;
         for (ptrdiff_t m0 = 0; m0 < M; m0 += FNN_SG_MR) {
             ptrdiff_t mr = M - m0 < FNN_SG_MR ? M - m0 : FNN_SG_MR;
-            fnn_sg_panels_f32(x + m0 * K, mr, K, B + full * ps, ks, ps, NULL, tmp, FNN_SG_NR,
-                              0, 1);
+            fnn_sg_panels_f32(x + m0 * K, NULL, mr, K, B + full * ps, ks, ps, NULL, tmp,
+                              FNN_SG_NR, 0, 1);
             for (ptrdiff_t r = 0; r < mr; r++)
                 for (ptrdiff_t j = 0; j < w; j++)
                     y[(m0 + r) * N + full * FNN_SG_NR + j] =
@@ -254,5 +287,193 @@ static void fnn_pack_panels_f32(const float *w, ptrdiff_t N, ptrdiff_t K, int w_
             }
     }
 }
+
+
+/* ---------------------------------------------------------------- a pool that never waits
+ * for a sleeping worker.  A one-sentence GEMM is a few hundred microseconds: an OpenMP
+ * region ends at a barrier that waits for every team thread to arrive, so a worker that
+ * the OS has not scheduled yet (a loaded machine) stalls the caller for a time slice, and
+ * small GEMMs were kept on one thread.  Here the caller claims chunks from a shared ticket
+ * like any worker and waits only for chunks a worker has actually claimed: a worker that
+ * wakes late finds the job gone and does nothing (ONNX Runtime's thread pool revokes
+ * unstarted work items for the same reason).  Workers spin briefly after a job (the next
+ * GEMM of a layer follows within microseconds), then sleep on a condition variable.
+ * Which thread runs a chunk never changes its result.  One pool per family module,
+ * workers started on first use, up to the thread count of the call; a forked child never
+ * uses it (fnn_max_threads() is 1 there), a busy pool (another Python thread's call) runs
+ * the job on the caller alone. */
+typedef void (*fnn_sg_job_fn)(void *arg, int chunk);
+
+#if defined(__linux__) && defined(FASTNN_HAVE_OPENMP) && FASTNN_HAVE_OPENMP
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+#define FNN_SG_POOL 1
+#define FNN_SG_POOL_MAX 64
+#define FNN_SG_SPIN 20000        /* pause loops a worker spins before sleeping: ~0.1 ms */
+#define FNN_SG_STALL_NS 300000   /* a wait this long for a claimed chunk: a preempted worker */
+#define FNN_SG_BACKOFF 512       /* jobs then run on the caller alone */
+#if defined(__x86_64__) || defined(__i386__)
+#define fnn_sg_relax() __builtin_ia32_pause()
+#else
+#define fnn_sg_relax() ((void)0)
+#endif
+
+static struct {
+    pthread_mutex_t submit;      /* one job at a time */
+    pthread_mutex_t mu;          /* sleeping workers */
+    pthread_cond_t cv;
+    int started;                 /* workers running */
+    int sleepers;
+    int maxw;                    /* workers that may join the current job */
+    fnn_sg_job_fn fn;
+    void *arg;
+    int nchunks;
+    unsigned long long ticket;   /* job generation << 32 | next chunk */
+    int done;                    /* chunks finished in the current job */
+    int backoff;                 /* jobs left to run serially after a stall */
+} fnn_sg_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
+                 PTHREAD_COND_INITIALIZER, 0, 0, 0, NULL, NULL, 0, 0, 0, 0};
+
+static inline long long fnn_sg_now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* Claim and run chunks of generation gen until none is left; -> how many were run. */
+static int fnn_sg_pool_drain(unsigned gen)
+{
+    int ran = 0;
+    for (;;) {
+        unsigned long long t = __atomic_load_n(&fnn_sg_pool.ticket, __ATOMIC_ACQUIRE);
+        int c = (int)(t & 0xffffffffu);
+        if ((unsigned)(t >> 32) != gen || c >= fnn_sg_pool.nchunks)
+            return ran;
+        if (!__atomic_compare_exchange_n(&fnn_sg_pool.ticket, &t, t + 1, 0, __ATOMIC_ACQ_REL,
+                                         __ATOMIC_ACQUIRE))
+            continue;
+        fnn_sg_pool.fn(fnn_sg_pool.arg, c);
+        __atomic_add_fetch(&fnn_sg_pool.done, 1, __ATOMIC_RELEASE);
+        ran++;
+    }
+}
+
+/* A forked child has none of the parent's workers (and maybe a lock held at the fork). */
+static void fnn_sg_pool_atfork_child(void)
+{
+    pthread_mutex_init(&fnn_sg_pool.submit, NULL);
+    pthread_mutex_init(&fnn_sg_pool.mu, NULL);
+    pthread_cond_init(&fnn_sg_pool.cv, NULL);
+    fnn_sg_pool.started = 0;
+    fnn_sg_pool.sleepers = 0;
+    fnn_sg_pool.backoff = 0;
+}
+
+static void *fnn_sg_worker(void *idp)
+{
+    int id = (int)(ptrdiff_t)idp;
+    unsigned seen = 0;
+    for (;;) {
+        unsigned gen = (unsigned)(__atomic_load_n(&fnn_sg_pool.ticket, __ATOMIC_ACQUIRE) >> 32);
+        for (int i = 0; gen == seen && i < FNN_SG_SPIN; i++) {
+            fnn_sg_relax();
+            gen = (unsigned)(__atomic_load_n(&fnn_sg_pool.ticket, __ATOMIC_ACQUIRE) >> 32);
+        }
+        if (gen == seen) {
+            pthread_mutex_lock(&fnn_sg_pool.mu);
+            fnn_sg_pool.sleepers++;
+            while ((gen = (unsigned)(__atomic_load_n(&fnn_sg_pool.ticket, __ATOMIC_ACQUIRE)
+                                     >> 32)) == seen)
+                pthread_cond_wait(&fnn_sg_pool.cv, &fnn_sg_pool.mu);
+            fnn_sg_pool.sleepers--;
+            pthread_mutex_unlock(&fnn_sg_pool.mu);
+        }
+        seen = gen;
+        if (id < __atomic_load_n(&fnn_sg_pool.maxw, __ATOMIC_ACQUIRE))
+            fnn_sg_pool_drain(gen);
+    }
+    return NULL;
+}
+
+/* Run fn(arg, c) for c in 0..nchunks-1 on the caller and up to nt - 1 workers. */
+static void fnn_sg_pool_run(fnn_sg_job_fn fn, void *arg, int nchunks, int nt)
+{
+    int c;
+    if (nt > FNN_SG_POOL_MAX)
+        nt = FNN_SG_POOL_MAX;
+    if (nt <= 1 || nchunks <= 1 || pthread_mutex_trylock(&fnn_sg_pool.submit) != 0) {
+        for (c = 0; c < nchunks; c++)
+            fn(arg, c);
+        return;
+    }
+    if (fnn_sg_pool.backoff > 0) {
+        /* the last stall says the cores are oversubscribed: a worker would more likely be
+         * preempted holding a chunk than help (measured at load 12 on 2 cores) */
+        fnn_sg_pool.backoff--;
+        pthread_mutex_unlock(&fnn_sg_pool.submit);
+        for (c = 0; c < nchunks; c++)
+            fn(arg, c);
+        return;
+    }
+    if (fnn_sg_pool.started == 0 && nt > 1) {
+        static int registered = 0;
+        if (!registered)
+            registered = pthread_atfork(NULL, NULL, fnn_sg_pool_atfork_child) == 0;
+    }
+    while (fnn_sg_pool.started < nt - 1) {
+        pthread_t th;
+        pthread_attr_t at;
+        int ok = pthread_attr_init(&at) == 0;
+        if (ok) {
+            pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+            ok = pthread_create(&th, &at, fnn_sg_worker,
+                                (void *)(ptrdiff_t)fnn_sg_pool.started) == 0;
+            pthread_attr_destroy(&at);
+        }
+        if (!ok)
+            break;                /* fewer workers: the caller does the rest */
+        fnn_sg_pool.started++;
+    }
+    {
+        unsigned gen = (unsigned)(fnn_sg_pool.ticket >> 32) + 1;
+        fnn_sg_pool.fn = fn;
+        fnn_sg_pool.arg = arg;
+        fnn_sg_pool.nchunks = nchunks;
+        __atomic_store_n(&fnn_sg_pool.done, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&fnn_sg_pool.maxw, nt - 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&fnn_sg_pool.ticket, (unsigned long long)gen << 32, __ATOMIC_RELEASE);
+        if (__atomic_load_n(&fnn_sg_pool.sleepers, __ATOMIC_ACQUIRE) > 0) {
+            pthread_mutex_lock(&fnn_sg_pool.mu);
+            pthread_cond_broadcast(&fnn_sg_pool.cv);
+            pthread_mutex_unlock(&fnn_sg_pool.mu);
+        }
+        fnn_sg_pool_drain(gen);
+        /* every chunk is claimed: wait for those a running worker holds */
+        long long t0 = 0;
+        for (int i = 0; __atomic_load_n(&fnn_sg_pool.done, __ATOMIC_ACQUIRE) < nchunks; i++) {
+            if (i < 4096) {
+                fnn_sg_relax();
+                continue;
+            }
+            if (i == 4096)
+                t0 = fnn_sg_now_ns();
+            sched_yield();
+            if (fnn_sg_pool.backoff == 0 && fnn_sg_now_ns() - t0 > FNN_SG_STALL_NS)
+                fnn_sg_pool.backoff = FNN_SG_BACKOFF;
+        }
+    }
+    pthread_mutex_unlock(&fnn_sg_pool.submit);
+}
+#else
+#define FNN_SG_POOL 0
+static void fnn_sg_pool_run(fnn_sg_job_fn fn, void *arg, int nchunks, int nt)
+{
+    (void)nt;
+    for (int c = 0; c < nchunks; c++)
+        fn(arg, c);
+}
+#endif
 
 #endif
