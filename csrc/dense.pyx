@@ -306,6 +306,7 @@ _SG_MAX_ROWS = 64
 # a product is shared out from _SG_POOL_MACS (~20 us on one core).
 _SG_MIN_MACS = 1 << 24
 _SG_POOL_MACS = 1 << 20
+SMALL_GEMM_POOL = bool(FNN_SG_POOL)     # the pool is built in (Linux with OpenMP)
 
 
 cdef void _small_part(const float* x, const float* xt, const float* B, bint packed,
