@@ -287,9 +287,13 @@ cdef void _linear_act_blocks(const real* x, const real* wt, const real* bias, re
 cdef extern from "fnn_smallgemm.h" nogil:
     enum:
         FNN_SG_NR
-    void fnn_sg_range_f32(const float* x, Py_ssize_t M, Py_ssize_t K, const float* B,
-                          int packed, Py_ssize_t N, const float* bias, float* y,
-                          Py_ssize_t p0, Py_ssize_t p1)
+        FNN_SG_POOL
+    ctypedef void (*fnn_sg_job_fn)(void* arg, int chunk) noexcept nogil
+    void fnn_sg_range_f32(const float* x, const float* xt_full, Py_ssize_t M, Py_ssize_t K,
+                          const float* B, int packed, Py_ssize_t N, const float* bias,
+                          float* y, Py_ssize_t p0, Py_ssize_t p1)
+    void fnn_sg_transpose_f32(const float* x, Py_ssize_t M, Py_ssize_t K, float* xt)
+    void fnn_sg_pool_run(fnn_sg_job_fn fn, void* arg, int nchunks, int nt)
     void fnn_pack_panels_f32(const float* w, Py_ssize_t N, Py_ssize_t K, int w_in_out,
                              float* out, Py_ssize_t p0, Py_ssize_t p1)
 
@@ -299,18 +303,23 @@ cdef extern from "fnn_smallgemm.h" nogil:
 _SG_MAX_ROWS = 64
 # a second thread (half of the column panels each) from this many multiply-adds: below it a
 # parallel region costs more than it saves once the two cores are shared (measured at load
-# 13-20: batch-1 MiniLM 2x slower with 1M)
+# 13-20: batch-1 MiniLM 2x slower with 1M).  That is OpenMP's barrier waiting for a worker
+# the OS has not scheduled; fnn_smallgemm.h's pool (Linux) never waits for one, so with it
+# a product is shared out from _SG_POOL_MACS (~20 us on one core).
 _SG_MIN_MACS = 1 << 24
+_SG_POOL_MACS = 1 << 20
+SMALL_GEMM_POOL = bool(FNN_SG_POOL)     # the pool is built in (Linux with OpenMP)
 
 
-cdef void _small_part(const float* x, const float* B, bint packed, const float* bias,
-                      float* y, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, int act,
-                      Py_ssize_t p0, Py_ssize_t p1) noexcept nogil:
-    """Columns of panels p0..p1 of y = act(x B + bias), every row."""
+cdef void _small_part(const float* x, const float* xt, const float* B, bint packed,
+                      const float* bias, float* y, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K,
+                      int act, Py_ssize_t p0, Py_ssize_t p1) noexcept nogil:
+    """Columns of panels p0..p1 of y = act(x B + bias), every row (xt: NULL or x
+    transposed, (K, M))."""
     cdef Py_ssize_t r, n0 = p0 * FNN_SG_NR, n1 = p1 * FNN_SG_NR
     cdef double p[3]
     p[0] = p[1] = p[2] = 0.0
-    fnn_sg_range_f32(x, M, K, B, packed, N, bias, y, p0, p1)
+    fnn_sg_range_f32(x, xt, M, K, B, packed, N, bias, y, p0, p1)
     if n1 > N:
         n1 = N
     if act >= 0 and n1 > n0:
@@ -322,36 +331,88 @@ cdef enum:
     _SG_MC = 96       # rows of x per block of a tall product (its k-chunk stays in L2)
 
 
-cdef void _small_gemm(const float* x, const float* B, bint packed, const float* bias,
-                      float* y, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, int act,
-                      int nt) noexcept nogil:
-    """y (M, N) = act(x B + bias) in fixed blocks of y from the shape alone: row blocks of
-    _SG_MC rows, times 1 or 2 column blocks (whole panels) -- two when there are fewer
-    than four row blocks, so a short product still runs on two threads.  Each output is
-    one tile's sum in k order: the same bits at any thread count."""
+ctypedef struct _SGJob:
+    const float* x
+    const float* xt
+    const float* B
+    bint packed
+    const float* bias
+    float* y
+    Py_ssize_t M, N, K, P, bm, bn
+    int act
+
+
+cdef void _sg_job_chunk(void* arg, int c) noexcept nogil:
+    """Chunk c of a pooled small GEMM: row block c // bn, panel range c % bn."""
+    cdef _SGJob* j = <_SGJob*>arg
+    cdef Py_ssize_t i = c // j.bn, q = c % j.bn
+    cdef Py_ssize_t m0 = j.M * i // j.bm, m1 = j.M * (i + 1) // j.bm
+    _small_part(j.x + m0 * j.K, j.xt, j.B, j.packed, j.bias, j.y + m0 * j.N, m1 - m0, j.N,
+                j.K, j.act, j.P * q // j.bn, j.P * (q + 1) // j.bn)
+
+
+cdef int _small_gemm(const float* x, const float* B, bint packed, const float* bias,
+                     float* y, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, int act,
+                     int nt) noexcept nogil:
+    """y (M, N) = act(x B + bias) -> 0, or -1 when out of memory.  Row blocks of _SG_MC
+    rows (from the shape alone); on one thread they run in turn.  With the pool: the row
+    blocks, or when there are fewer than 2 nt, each one's panels in 2 nt ranges, claimed by
+    whichever thread is free (a single row block reads x transposed once for all); else (no pool) an OpenMP loop over the row
+    blocks times 1 or 2 panel ranges -- two when there are fewer than four row blocks, so a
+    short product still runs on two threads.  Each output is one tile's sum in k order:
+    the same bits at any thread count."""
     cdef Py_ssize_t P = (N + FNN_SG_NR - 1) // FNN_SG_NR
     cdef Py_ssize_t bm = (M + _SG_MC - 1) // _SG_MC
     cdef Py_ssize_t bn = 2 if bm < 4 and P >= 2 else 1
     cdef Py_ssize_t i, m0, m1, q0, q1
+    cdef _SGJob job
+    cdef float* xt = NULL
+    if nt > 1 and FNN_SG_POOL:
+        # whole row blocks when there are enough of them (each chunk transposes its x)
+        bn = 1 if bm >= 2 * nt else (2 * nt if 2 * nt < P else P)
+        if bm == 1:
+            xt = <float*>fnn_alloc(M * K, sizeof(float))
+            if xt == NULL:
+                return -1
+            fnn_sg_transpose_f32(x, M, K, xt)
+        job.x = x
+        job.xt = xt
+        job.B = B
+        job.packed = packed
+        job.bias = bias
+        job.y = y
+        job.M = M
+        job.N = N
+        job.K = K
+        job.P = P
+        job.bm = bm
+        job.bn = bn
+        job.act = act
+        fnn_sg_pool_run(_sg_job_chunk, &job, <int>(bm * bn), nt)
+        free(xt)
+        return 0
     if nt > bm * bn:
         nt = <int>(bm * bn)
     if nt <= 1:
         for i in range(bm):
             m0 = M * i // bm
             m1 = M * (i + 1) // bm
-            _small_part(x + m0 * K, B, packed, bias, y + m0 * N, m1 - m0, N, K, act, 0, P)
-        return
+            _small_part(x + m0 * K, NULL, B, packed, bias, y + m0 * N, m1 - m0, N, K, act,
+                        0, P)
+        return 0
     for i in prange(bm * bn, schedule="static", num_threads=nt):
         m0 = M * (i // bn) // bm
         m1 = M * (i // bn + 1) // bm
         q0 = P * (i % bn) // bn
         q1 = P * (i % bn + 1) // bn
-        _small_part(x + m0 * K, B, packed, bias, y + m0 * N, m1 - m0, N, K, act, q0, q1)
+        _small_part(x + m0 * K, NULL, B, packed, bias, y + m0 * N, m1 - m0, N, K, act, q0,
+                    q1)
+    return 0
 
 
 cdef inline int _small_threads(Py_ssize_t M, Py_ssize_t N, Py_ssize_t K):
     cdef int nmax = fnn_max_threads()
-    if M * N * K < _SG_MIN_MACS:
+    if M * N * K < (_SG_POOL_MACS if FNN_SG_POOL else _SG_MIN_MACS):
         return 1
     return nmax
 
@@ -396,7 +457,7 @@ def linear_act_infer(cnp.ndarray x, cnp.ndarray weight_t, object bias, str activ
     cdef const float* px
     cdef const float* pw
     cdef float* py
-    cdef int nt
+    cdef int nt, rc
     if M <= _SG_MAX_ROWS and x.dtype == np.float32 and K > 0:
         nt = _small_threads(M, N, K)
         pb = _ptr_or_null(bias, N, F32)
@@ -404,7 +465,9 @@ def linear_act_infer(cnp.ndarray x, cnp.ndarray weight_t, object bias, str activ
         pw = <const float*>_data(weight_t, K * N, F32)
         py = <float*>_data(y, M * N, F32)
         with nogil:
-            _small_gemm(px, pw, False, <const float*>pb, py, M, N, K, act, nt)
+            rc = _small_gemm(px, pw, False, <const float*>pb, py, M, N, K, act, nt)
+        if rc:
+            raise MemoryError("linear_act_infer: out of memory for the transposed input")
         return y
     cdef int bm = 1, bn = 1
     if M * N * K > _SERIAL_MACS:
@@ -628,7 +691,9 @@ def packed_linear_infer(cnp.ndarray x, cnp.ndarray packed, Py_ssize_t n_out, obj
     cdef const float* px = <const float*>_data(x, M * K, F32)
     cdef const float* pw = <const float*>_data(packed, P * K * FNN_SG_NR, F32)
     cdef float* py = <float*>_data(y, M * N, F32)
-    cdef int nt = _small_threads(M, N, K)
+    cdef int nt = _small_threads(M, N, K), rc
     with nogil:
-        _small_gemm(px, pw, True, <const float*>pb, py, M, N, K, act, nt)
+        rc = _small_gemm(px, pw, True, <const float*>pb, py, M, N, K, act, nt)
+    if rc:
+        raise MemoryError("packed_linear_infer: out of memory for the transposed input")
     return y

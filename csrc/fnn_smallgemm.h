@@ -5,10 +5,11 @@
  * (k, j) of panel p at  B + p * ps + k * ks + j.  A row-major (K, N) weight is ks = N,
  * ps = 16; a weight packed once into contiguous panels (fnn_pack_panels_f32) is ks = 16,
  * ps = 16 K, so each panel is one contiguous stream.  A panel is read from memory once and
- * kept in L1/L2 while every row block of x runs over it (register tiles of up to 6 rows by
- * 16 columns: 12 accumulators, AVX2/FMA where the variant has it, plain C otherwise).  Each
- * output is one sum over k in order, then + bias: the result does not depend on how the
- * panels are shared out over threads.  Columns past the last whole panel (N % 16) run in
+ * kept in L1 while every row block of x runs over it (register tiles of up to 28 rows by
+ * 16 columns with AVX-512, 6 by 16 with AVX2, plain C otherwise).  Each output is one sum
+ * over k in order (one fused multiply-add per k where the variant has FMA), then + bias:
+ * the result does not depend on how the panels are shared out over threads, nor on the
+ * tile heights.  Columns past the last whole panel (N % 16) run in
  * plain C over the row-major layout (only the ks = N form has them: packed panels are
  * zero-padded to whole panels).  float32 only; float64 keeps the BLAS path. */
 #ifndef FNN_SMALLGEMM_H
@@ -17,16 +18,50 @@
 #include <string.h>
 
 #define FNN_SG_NR 16      /* columns per panel */
-#define FNN_SG_MR 6       /* rows per register tile, at most */
-#define FNN_SG_KC 256     /* k per pass over a panel: 16 KiB of panel, 6 KiB of x rows */
+#define FNN_SG_XT 8192    /* floats of the transposed x chunk on the stack (32 KiB) */
+#define FNN_SG_XM 64      /* rows of x per chunk, at most: k per chunk 256 up to 32 rows,
+                             else 128 (a panel's run of a chunk: 16 or 8 KiB, kept in L1) */
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX512F__)
+/* AVX-512 (32 zmm registers): a tile is up to 28 rows by one 16-column zmm, one accumulator
+ * per row, so a sentence of up to 28 tokens is a single row block: each weight cache line
+ * is loaded once and feeds 28 FMAs whose x operand is an embedded broadcast from the
+ * transposed chunk (the 28 values of one k are adjacent).  The weight is then streamed at
+ * one line per ~28 FMAs, which a prefetch one panel ahead keeps up with from DRAM. */
 #include <immintrin.h>
+#define FNN_SG_MR 28
 
-/* One tile: rows r < mr (mr a compile-time constant after inlining) by 16 columns. */
 static inline __attribute__((always_inline)) void
-fnn_sg_tile(const int mr, const float *x, ptrdiff_t lda, const float *b, ptrdiff_t ks,
-            ptrdiff_t K, const float *bias, float *y, ptrdiff_t ldc, int acc)
+fnn_sg_tile(const int mr, const float *xt, ptrdiff_t ldx, const float *b, ptrdiff_t ks,
+            ptrdiff_t pfd, ptrdiff_t K, const float *bias, float *y, ptrdiff_t ldc, int acc)
+{
+    __m512 c[FNN_SG_MR];
+#pragma GCC unroll 28
+    for (int r = 0; r < mr; r++)
+        c[r] = acc ? _mm512_loadu_ps(y + r * ldc) : _mm512_setzero_ps();
+    for (ptrdiff_t k = 0; k < K; k++) {
+        const float *bk = b + k * ks;
+        const float *xk = xt + k * ldx;
+        _mm_prefetch((const char *)(bk + pfd), _MM_HINT_T0);
+        __m512 b0 = _mm512_loadu_ps(bk);
+#pragma GCC unroll 28
+        for (int r = 0; r < mr; r++)
+            c[r] = _mm512_fmadd_ps(_mm512_set1_ps(xk[r]), b0, c[r]);
+    }
+    __m512 z = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
+#pragma GCC unroll 28
+    for (int r = 0; r < mr; r++)
+        _mm512_storeu_ps(y + r * ldc, _mm512_add_ps(c[r], z));
+}
+
+#elif defined(__AVX2__) && defined(__FMA__)
+/* AVX2 (16 ymm registers): tiles of up to 6 rows by 16 columns, 12 accumulators. */
+#include <immintrin.h>
+#define FNN_SG_MR 6
+
+static inline __attribute__((always_inline)) void
+fnn_sg_tile(const int mr, const float *xt, ptrdiff_t ldx, const float *b, ptrdiff_t ks,
+            ptrdiff_t pfd, ptrdiff_t K, const float *bias, float *y, ptrdiff_t ldc, int acc)
 {
     __m256 c0[FNN_SG_MR], c1[FNN_SG_MR];
 #pragma GCC unroll 6
@@ -36,13 +71,12 @@ fnn_sg_tile(const int mr, const float *x, ptrdiff_t lda, const float *b, ptrdiff
     }
     for (ptrdiff_t k = 0; k < K; k++) {
         const float *bk = b + k * ks;
-#ifdef FNN_SG_PREFETCH
-        _mm_prefetch((const char *)(bk + FNN_SG_PREFETCH * ks), _MM_HINT_T0);
-#endif
+        const float *xk = xt + k * ldx;
+        _mm_prefetch((const char *)(bk + pfd), _MM_HINT_T0);
         __m256 b0 = _mm256_loadu_ps(bk), b1 = _mm256_loadu_ps(bk + 8);
 #pragma GCC unroll 6
         for (int r = 0; r < mr; r++) {
-            __m256 a = _mm256_broadcast_ss(x + r * lda + k);
+            __m256 a = _mm256_broadcast_ss(xk + r);
             c0[r] = _mm256_fmadd_ps(a, b0, c0[r]);
             c1[r] = _mm256_fmadd_ps(a, b1, c1[r]);
         }
@@ -57,19 +91,21 @@ fnn_sg_tile(const int mr, const float *x, ptrdiff_t lda, const float *b, ptrdiff
 }
 
 #else
+#define FNN_SG_MR 6
 
 static inline __attribute__((always_inline)) void
-fnn_sg_tile(const int mr, const float *x, ptrdiff_t lda, const float *b, ptrdiff_t ks,
-            ptrdiff_t K, const float *bias, float *y, ptrdiff_t ldc, int acc)
+fnn_sg_tile(const int mr, const float *xt, ptrdiff_t ldx, const float *b, ptrdiff_t ks,
+            ptrdiff_t pfd, ptrdiff_t K, const float *bias, float *y, ptrdiff_t ldc, int acc)
 {
     float c[FNN_SG_MR][FNN_SG_NR];
+    (void)pfd;
     for (int r = 0; r < mr; r++)
         for (int j = 0; j < FNN_SG_NR; j++)
             c[r][j] = acc ? y[r * ldc + j] : 0.0f;
     for (ptrdiff_t k = 0; k < K; k++) {
         const float *bk = b + k * ks;
         for (int r = 0; r < mr; r++) {
-            float a = x[r * lda + k];
+            float a = xt[k * ldx + r];
             for (int j = 0; j < FNN_SG_NR; j++)
                 c[r][j] += a * bk[j];
         }
@@ -81,56 +117,112 @@ fnn_sg_tile(const int mr, const float *x, ptrdiff_t lda, const float *b, ptrdiff
 
 #endif
 
-static void fnn_sg_tile1(const float *x, ptrdiff_t lda, const float *b, ptrdiff_t ks,
-                         ptrdiff_t K, const float *bias, float *y, ptrdiff_t ldc, int acc)
-{ fnn_sg_tile(1, x, lda, b, ks, K, bias, y, ldc, acc); }
-static void fnn_sg_tile2(const float *x, ptrdiff_t lda, const float *b, ptrdiff_t ks,
-                         ptrdiff_t K, const float *bias, float *y, ptrdiff_t ldc, int acc)
-{ fnn_sg_tile(2, x, lda, b, ks, K, bias, y, ldc, acc); }
-static void fnn_sg_tile3(const float *x, ptrdiff_t lda, const float *b, ptrdiff_t ks,
-                         ptrdiff_t K, const float *bias, float *y, ptrdiff_t ldc, int acc)
-{ fnn_sg_tile(3, x, lda, b, ks, K, bias, y, ldc, acc); }
-static void fnn_sg_tile4(const float *x, ptrdiff_t lda, const float *b, ptrdiff_t ks,
-                         ptrdiff_t K, const float *bias, float *y, ptrdiff_t ldc, int acc)
-{ fnn_sg_tile(4, x, lda, b, ks, K, bias, y, ldc, acc); }
-static void fnn_sg_tile5(const float *x, ptrdiff_t lda, const float *b, ptrdiff_t ks,
-                         ptrdiff_t K, const float *bias, float *y, ptrdiff_t ldc, int acc)
-{ fnn_sg_tile(5, x, lda, b, ks, K, bias, y, ldc, acc); }
-static void fnn_sg_tile6(const float *x, ptrdiff_t lda, const float *b, ptrdiff_t ks,
-                         ptrdiff_t K, const float *bias, float *y, ptrdiff_t ldc, int acc)
-{ fnn_sg_tile(6, x, lda, b, ks, K, bias, y, ldc, acc); }
-
 typedef void (*fnn_sg_tile_fn)(const float *, ptrdiff_t, const float *, ptrdiff_t, ptrdiff_t,
-                               const float *, float *, ptrdiff_t, int);
+                               ptrdiff_t, const float *, float *, ptrdiff_t, int);
 
-/* Row blocks of M: as even as possible, at most 6 rows each (25 rows: 5 x 5, not 4 x 6 + 1). */
+/* One specialisation per tile height (mr a compile-time constant: the accumulators stay in
+ * registers), and the table of them indexed by height. */
+#define FNN_SG_TILE(n) \
+    static void fnn_sg_tile##n(const float *xt, ptrdiff_t ldx, const float *b, ptrdiff_t ks, \
+                               ptrdiff_t pfd, ptrdiff_t K, const float *bias, float *y, \
+                               ptrdiff_t ldc, int acc) \
+    { fnn_sg_tile(n, xt, ldx, b, ks, pfd, K, bias, y, ldc, acc); }
+FNN_SG_TILE(1) FNN_SG_TILE(2) FNN_SG_TILE(3) FNN_SG_TILE(4) FNN_SG_TILE(5) FNN_SG_TILE(6)
+#if FNN_SG_MR > 6
+FNN_SG_TILE(7) FNN_SG_TILE(8) FNN_SG_TILE(9) FNN_SG_TILE(10) FNN_SG_TILE(11) FNN_SG_TILE(12)
+FNN_SG_TILE(13) FNN_SG_TILE(14) FNN_SG_TILE(15) FNN_SG_TILE(16) FNN_SG_TILE(17)
+FNN_SG_TILE(18) FNN_SG_TILE(19) FNN_SG_TILE(20) FNN_SG_TILE(21) FNN_SG_TILE(22)
+FNN_SG_TILE(23) FNN_SG_TILE(24) FNN_SG_TILE(25) FNN_SG_TILE(26) FNN_SG_TILE(27)
+FNN_SG_TILE(28)
+#endif
+#undef FNN_SG_TILE
+
+static const fnn_sg_tile_fn fnn_sg_tiles[FNN_SG_MR + 1] = {
+    NULL, fnn_sg_tile1, fnn_sg_tile2, fnn_sg_tile3, fnn_sg_tile4, fnn_sg_tile5, fnn_sg_tile6,
+#if FNN_SG_MR > 6
+    fnn_sg_tile7, fnn_sg_tile8, fnn_sg_tile9, fnn_sg_tile10, fnn_sg_tile11, fnn_sg_tile12,
+    fnn_sg_tile13, fnn_sg_tile14, fnn_sg_tile15, fnn_sg_tile16, fnn_sg_tile17, fnn_sg_tile18,
+    fnn_sg_tile19, fnn_sg_tile20, fnn_sg_tile21, fnn_sg_tile22, fnn_sg_tile23, fnn_sg_tile24,
+    fnn_sg_tile25, fnn_sg_tile26, fnn_sg_tile27, fnn_sg_tile28,
+#endif
+};
+
+/* Row blocks of M: as even as possible, at most FNN_SG_MR rows each (25 rows on AVX2:
+ * 5 x 5, not 4 x 6 + 1). */
 static inline int fnn_sg_row_blocks(ptrdiff_t M)
 {
     return (int)((M + FNN_SG_MR - 1) / FNN_SG_MR);
 }
 
-/* y[:, panels p0..p1) for every row (see the header comment); ldc = the row stride of y. */
-static void fnn_sg_panels_f32(const float *x, ptrdiff_t M, ptrdiff_t K, const float *B,
-                              ptrdiff_t ks, ptrdiff_t ps, const float *bias, float *y,
-                              ptrdiff_t ldc, ptrdiff_t p0, ptrdiff_t p1)
+/* One chunk of k (kc deep, starting at k0) for panels p0..p1 and every row: xt holds the
+ * chunk of x transposed (xt[k * ldx + m], k relative to k0).  Each panel's run of the
+ * chunk is read once from memory (prefetching the next panel's run) and kept in L1 while
+ * every row block runs over it; the bias is added with the chunk that ends at K. */
+static void fnn_sg_chunk_f32(const float *xt, ptrdiff_t ldx, ptrdiff_t M, ptrdiff_t k0,
+                             ptrdiff_t kc, int last, const float *B, ptrdiff_t ks,
+                             ptrdiff_t ps, const float *bias, float *y, ptrdiff_t ldc,
+                             ptrdiff_t p0, ptrdiff_t p1)
 {
-    static const fnn_sg_tile_fn tiles[FNN_SG_MR + 1] = {
-        NULL, fnn_sg_tile1, fnn_sg_tile2, fnn_sg_tile3, fnn_sg_tile4, fnn_sg_tile5,
-        fnn_sg_tile6};
     int nb = fnn_sg_row_blocks(M);
     for (ptrdiff_t p = p0; p < p1; p++) {
-        const float *bp = B + p * ps;
-        const float *bb = bias ? bias + p * FNN_SG_NR : NULL;
-        for (ptrdiff_t k0 = 0; k0 < K; k0 += FNN_SG_KC) {
-            ptrdiff_t kc = K - k0 < FNN_SG_KC ? K - k0 : FNN_SG_KC;
-            const float *bl = k0 + kc == K ? bb : NULL;
-            for (int i = 0; i < nb; i++) {
-                ptrdiff_t m0 = M * i / nb, m1 = M * (i + 1) / nb;
-                tiles[m1 - m0](x + m0 * K + k0, K, bp + k0 * ks, ks, kc, bl,
-                               y + m0 * ldc + p * FNN_SG_NR, ldc, k0 > 0);
-            }
+        const float *bp = B + p * ps + k0 * ks;
+        const float *bb = bias && last ? bias + p * FNN_SG_NR : NULL;
+        ptrdiff_t pfd = p + 1 < p1 ? ps : 0;    /* the next panel's run of the chunk */
+        for (int i = 0; i < nb; i++) {
+            ptrdiff_t m0 = M * i / nb, m1 = M * (i + 1) / nb;
+            fnn_sg_tiles[m1 - m0](xt + m0, ldx, bp, ks, pfd, kc, bb,
+                                  y + m0 * ldc + p * FNN_SG_NR, ldc, k0 > 0);
         }
     }
+}
+
+/* The depth of a chunk of k for a group of mg rows (its transposed x fits FNN_SG_XT). */
+static inline ptrdiff_t fnn_sg_kcap(ptrdiff_t mg)
+{
+    return mg <= FNN_SG_XT / 256 ? 256 : FNN_SG_XT / FNN_SG_XM;
+}
+
+/* y[:, panels p0..p1) for every row (see the header comment); ldc = the row stride of y.
+ * Per group of up to FNN_SG_XM rows and per chunk of k, the chunk of x is transposed onto
+ * the stack (xt[k][m]: a tile's x values for one k are adjacent, so its broadcasts touch
+ * one or two cache lines instead of one line per row -- rows of x at a stride of K floats
+ * alias in L1 when K is a multiple of 1024).  xt_full, when not NULL, is all of x already
+ * transposed (K x M, made once for every thread of a call) and is read instead. */
+static void fnn_sg_panels_f32(const float *x, const float *xt_full, ptrdiff_t M, ptrdiff_t K,
+                              const float *B, ptrdiff_t ks, ptrdiff_t ps, const float *bias,
+                              float *y, ptrdiff_t ldc, ptrdiff_t p0, ptrdiff_t p1)
+{
+    float xt[FNN_SG_XT] __attribute__((aligned(64)));
+    if (xt_full != NULL) {
+        ptrdiff_t kcap = fnn_sg_kcap(M < FNN_SG_XM ? M : FNN_SG_XM);
+        for (ptrdiff_t k0 = 0; k0 < K; k0 += kcap) {
+            ptrdiff_t kc = K - k0 < kcap ? K - k0 : kcap;
+            fnn_sg_chunk_f32(xt_full + k0 * M, M, M, k0, kc, k0 + kc == K, B, ks, ps, bias,
+                             y, ldc, p0, p1);
+        }
+        return;
+    }
+    for (ptrdiff_t g0 = 0; g0 < M; g0 += FNN_SG_XM) {
+        ptrdiff_t mg = M - g0 < FNN_SG_XM ? M - g0 : FNN_SG_XM;
+        ptrdiff_t kcap = fnn_sg_kcap(mg);
+        const float *xg = x + g0 * K;
+        for (ptrdiff_t k0 = 0; k0 < K; k0 += kcap) {
+            ptrdiff_t kc = K - k0 < kcap ? K - k0 : kcap;
+            for (ptrdiff_t m = 0; m < mg; m++)
+                for (ptrdiff_t k = 0; k < kc; k++)
+                    xt[k * mg + m] = xg[m * K + k0 + k];
+            fnn_sg_chunk_f32(xt, mg, mg, k0, kc, k0 + kc == K, B, ks, ps, bias,
+                             y + g0 * ldc, ldc, p0, p1);
+        }
+    }
+}
+
+/* x (M, K) row-major -> xt (K, M). */
+static void fnn_sg_transpose_f32(const float *x, ptrdiff_t M, ptrdiff_t K, float *xt)
+{
+    for (ptrdiff_t m = 0; m < M; m++)
+        for (ptrdiff_t k = 0; k < K; k++)
+            xt[k * M + m] = x[m * K + k];
 }
 
 /* y[:, n0:n1] for the columns past the whole panels of a row-major (K, N) B: plain sums. */
@@ -146,19 +238,19 @@ static void fnn_sg_tail_f32(const float *x, ptrdiff_t M, ptrdiff_t K, const floa
         }
 }
 
-/* y[:, columns of panels p0..p1) = x B + bias, every case: a row-major (K, N) B (ks = N,
+/* y[:, columns of panels p0..p1) = x B + bias (xt_full: NULL or x transposed), every case: a row-major (K, N) B (ks = N,
  * ps = 16; the columns past the whole panels, when p1 reaches them, in plain C) or packed
  * panels (ks = 16, ps = 16 K, packed = 1; the last, zero-padded panel through a scratch
  * tile so nothing is written past column N).  p0, p1 count ceil(N / 16) panels. */
-static void fnn_sg_range_f32(const float *x, ptrdiff_t M, ptrdiff_t K, const float *B,
-                             int packed, ptrdiff_t N, const float *bias, float *y,
-                             ptrdiff_t p0, ptrdiff_t p1)
+static void fnn_sg_range_f32(const float *x, const float *xt_full, ptrdiff_t M, ptrdiff_t K,
+                             const float *B, int packed, ptrdiff_t N, const float *bias,
+                             float *y, ptrdiff_t p0, ptrdiff_t p1)
 {
     ptrdiff_t full = N / FNN_SG_NR;
     ptrdiff_t ks = packed ? FNN_SG_NR : N, ps = packed ? FNN_SG_NR * K : FNN_SG_NR;
     ptrdiff_t q1 = p1 < full ? p1 : full;
     if (p0 < q1)
-        fnn_sg_panels_f32(x, M, K, B, ks, ps, bias, y, N, p0, q1);
+        fnn_sg_panels_f32(x, xt_full, M, K, B, ks, ps, bias, y, N, p0, q1);
     if (p1 <= full || full * FNN_SG_NR == N)
         return;
     if (!packed) {
@@ -170,8 +262,8 @@ static void fnn_sg_range_f32(const float *x, ptrdiff_t M, ptrdiff_t K, const flo
         ptrdiff_t w = N - full * FNN_SG_NR;
         for (ptrdiff_t m0 = 0; m0 < M; m0 += FNN_SG_MR) {
             ptrdiff_t mr = M - m0 < FNN_SG_MR ? M - m0 : FNN_SG_MR;
-            fnn_sg_panels_f32(x + m0 * K, mr, K, B + full * ps, ks, ps, NULL, tmp, FNN_SG_NR,
-                              0, 1);
+            fnn_sg_panels_f32(x + m0 * K, NULL, mr, K, B + full * ps, ks, ps, NULL, tmp,
+                              FNN_SG_NR, 0, 1);
             for (ptrdiff_t r = 0; r < mr; r++)
                 for (ptrdiff_t j = 0; j < w; j++)
                     y[(m0 + r) * N + full * FNN_SG_NR + j] =
@@ -195,5 +287,193 @@ static void fnn_pack_panels_f32(const float *w, ptrdiff_t N, ptrdiff_t K, int w_
             }
     }
 }
+
+
+/* ---------------------------------------------------------------- a pool that never waits
+ * for a sleeping worker.  A one-sentence GEMM is a few hundred microseconds: an OpenMP
+ * region ends at a barrier that waits for every team thread to arrive, so a worker that
+ * the OS has not scheduled yet (a loaded machine) stalls the caller for a time slice, and
+ * small GEMMs were kept on one thread.  Here the caller claims chunks from a shared ticket
+ * like any worker and waits only for chunks a worker has actually claimed: a worker that
+ * wakes late finds the job gone and does nothing (ONNX Runtime's thread pool revokes
+ * unstarted work items for the same reason).  Workers spin briefly after a job (the next
+ * GEMM of a layer follows within microseconds), then sleep on a condition variable.
+ * Which thread runs a chunk never changes its result.  One pool per family module,
+ * workers started on first use, up to the thread count of the call; a forked child never
+ * uses it (fnn_max_threads() is 1 there), a busy pool (another Python thread's call) runs
+ * the job on the caller alone. */
+typedef void (*fnn_sg_job_fn)(void *arg, int chunk);
+
+#if defined(__linux__) && defined(FASTNN_HAVE_OPENMP) && FASTNN_HAVE_OPENMP
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+#define FNN_SG_POOL 1
+#define FNN_SG_POOL_MAX 64
+#define FNN_SG_SPIN 20000        /* pause loops a worker spins before sleeping: ~0.1 ms */
+#define FNN_SG_STALL_NS 300000   /* a wait this long for a claimed chunk: a preempted worker */
+#define FNN_SG_BACKOFF 512       /* jobs then run on the caller alone */
+#if defined(__x86_64__) || defined(__i386__)
+#define fnn_sg_relax() __builtin_ia32_pause()
+#else
+#define fnn_sg_relax() ((void)0)
+#endif
+
+static struct {
+    pthread_mutex_t submit;      /* one job at a time */
+    pthread_mutex_t mu;          /* sleeping workers */
+    pthread_cond_t cv;
+    int started;                 /* workers running */
+    int sleepers;
+    int maxw;                    /* workers that may join the current job */
+    fnn_sg_job_fn fn;
+    void *arg;
+    int nchunks;
+    unsigned long long ticket;   /* job generation << 32 | next chunk */
+    int done;                    /* chunks finished in the current job */
+    int backoff;                 /* jobs left to run serially after a stall */
+} fnn_sg_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
+                 PTHREAD_COND_INITIALIZER, 0, 0, 0, NULL, NULL, 0, 0, 0, 0};
+
+static inline long long fnn_sg_now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* Claim and run chunks of generation gen until none is left; -> how many were run. */
+static int fnn_sg_pool_drain(unsigned gen)
+{
+    int ran = 0;
+    for (;;) {
+        unsigned long long t = __atomic_load_n(&fnn_sg_pool.ticket, __ATOMIC_ACQUIRE);
+        int c = (int)(t & 0xffffffffu);
+        if ((unsigned)(t >> 32) != gen || c >= fnn_sg_pool.nchunks)
+            return ran;
+        if (!__atomic_compare_exchange_n(&fnn_sg_pool.ticket, &t, t + 1, 0, __ATOMIC_ACQ_REL,
+                                         __ATOMIC_ACQUIRE))
+            continue;
+        fnn_sg_pool.fn(fnn_sg_pool.arg, c);
+        __atomic_add_fetch(&fnn_sg_pool.done, 1, __ATOMIC_RELEASE);
+        ran++;
+    }
+}
+
+/* A forked child has none of the parent's workers (and maybe a lock held at the fork). */
+static void fnn_sg_pool_atfork_child(void)
+{
+    pthread_mutex_init(&fnn_sg_pool.submit, NULL);
+    pthread_mutex_init(&fnn_sg_pool.mu, NULL);
+    pthread_cond_init(&fnn_sg_pool.cv, NULL);
+    fnn_sg_pool.started = 0;
+    fnn_sg_pool.sleepers = 0;
+    fnn_sg_pool.backoff = 0;
+}
+
+static void *fnn_sg_worker(void *idp)
+{
+    int id = (int)(ptrdiff_t)idp;
+    unsigned seen = 0;
+    for (;;) {
+        unsigned gen = (unsigned)(__atomic_load_n(&fnn_sg_pool.ticket, __ATOMIC_ACQUIRE) >> 32);
+        for (int i = 0; gen == seen && i < FNN_SG_SPIN; i++) {
+            fnn_sg_relax();
+            gen = (unsigned)(__atomic_load_n(&fnn_sg_pool.ticket, __ATOMIC_ACQUIRE) >> 32);
+        }
+        if (gen == seen) {
+            pthread_mutex_lock(&fnn_sg_pool.mu);
+            fnn_sg_pool.sleepers++;
+            while ((gen = (unsigned)(__atomic_load_n(&fnn_sg_pool.ticket, __ATOMIC_ACQUIRE)
+                                     >> 32)) == seen)
+                pthread_cond_wait(&fnn_sg_pool.cv, &fnn_sg_pool.mu);
+            fnn_sg_pool.sleepers--;
+            pthread_mutex_unlock(&fnn_sg_pool.mu);
+        }
+        seen = gen;
+        if (id < __atomic_load_n(&fnn_sg_pool.maxw, __ATOMIC_ACQUIRE))
+            fnn_sg_pool_drain(gen);
+    }
+    return NULL;
+}
+
+/* Run fn(arg, c) for c in 0..nchunks-1 on the caller and up to nt - 1 workers. */
+static void fnn_sg_pool_run(fnn_sg_job_fn fn, void *arg, int nchunks, int nt)
+{
+    int c;
+    if (nt > FNN_SG_POOL_MAX)
+        nt = FNN_SG_POOL_MAX;
+    if (nt <= 1 || nchunks <= 1 || pthread_mutex_trylock(&fnn_sg_pool.submit) != 0) {
+        for (c = 0; c < nchunks; c++)
+            fn(arg, c);
+        return;
+    }
+    if (fnn_sg_pool.backoff > 0) {
+        /* the last stall says the cores are oversubscribed: a worker would more likely be
+         * preempted holding a chunk than help (measured at load 12 on 2 cores) */
+        fnn_sg_pool.backoff--;
+        pthread_mutex_unlock(&fnn_sg_pool.submit);
+        for (c = 0; c < nchunks; c++)
+            fn(arg, c);
+        return;
+    }
+    if (fnn_sg_pool.started == 0 && nt > 1) {
+        static int registered = 0;
+        if (!registered)
+            registered = pthread_atfork(NULL, NULL, fnn_sg_pool_atfork_child) == 0;
+    }
+    while (fnn_sg_pool.started < nt - 1) {
+        pthread_t th;
+        pthread_attr_t at;
+        int ok = pthread_attr_init(&at) == 0;
+        if (ok) {
+            pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+            ok = pthread_create(&th, &at, fnn_sg_worker,
+                                (void *)(ptrdiff_t)fnn_sg_pool.started) == 0;
+            pthread_attr_destroy(&at);
+        }
+        if (!ok)
+            break;                /* fewer workers: the caller does the rest */
+        fnn_sg_pool.started++;
+    }
+    {
+        unsigned gen = (unsigned)(fnn_sg_pool.ticket >> 32) + 1;
+        fnn_sg_pool.fn = fn;
+        fnn_sg_pool.arg = arg;
+        fnn_sg_pool.nchunks = nchunks;
+        __atomic_store_n(&fnn_sg_pool.done, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&fnn_sg_pool.maxw, nt - 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&fnn_sg_pool.ticket, (unsigned long long)gen << 32, __ATOMIC_RELEASE);
+        if (__atomic_load_n(&fnn_sg_pool.sleepers, __ATOMIC_ACQUIRE) > 0) {
+            pthread_mutex_lock(&fnn_sg_pool.mu);
+            pthread_cond_broadcast(&fnn_sg_pool.cv);
+            pthread_mutex_unlock(&fnn_sg_pool.mu);
+        }
+        fnn_sg_pool_drain(gen);
+        /* every chunk is claimed: wait for those a running worker holds */
+        long long t0 = 0;
+        for (int i = 0; __atomic_load_n(&fnn_sg_pool.done, __ATOMIC_ACQUIRE) < nchunks; i++) {
+            if (i < 4096) {
+                fnn_sg_relax();
+                continue;
+            }
+            if (i == 4096)
+                t0 = fnn_sg_now_ns();
+            sched_yield();
+            if (fnn_sg_pool.backoff == 0 && fnn_sg_now_ns() - t0 > FNN_SG_STALL_NS)
+                fnn_sg_pool.backoff = FNN_SG_BACKOFF;
+        }
+    }
+    pthread_mutex_unlock(&fnn_sg_pool.submit);
+}
+#else
+#define FNN_SG_POOL 0
+static void fnn_sg_pool_run(fnn_sg_job_fn fn, void *arg, int nchunks, int nt)
+{
+    (void)nt;
+    for (int c = 0; c < nchunks; c++)
+        fn(arg, c);
+}
+#endif
 
 #endif

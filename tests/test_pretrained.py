@@ -5,6 +5,7 @@ add + layer norm, linear with fused bias and activation) against the reference."
 import json
 import pickle
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -441,6 +442,111 @@ def test_packed_linear_infer(act, M, K, N, dtype, w_in_out):
     wt = w if w_in_out else np.ascontiguousarray(w.T)
     np.testing.assert_allclose(y, backend("reference").linear_act_infer(x, wt, b, act),
                                rtol=tol, atol=tol)
+
+
+def test_packed_linear_infer_every_tile_height():
+    """Every row count up to 64 (each register-tile height of every variant: up to 28 rows
+    with AVX-512, 6 with AVX2; one or more row blocks; a K past one transposed chunk of x
+    with K a multiple of 1024 rows apart), packed and in place, against float64 sums."""
+    rng = np.random.default_rng(3)
+    cpu = backend("cpu")
+    K, N = 1024 + 40, 40
+    w = (rng.standard_normal((K, N)) / np.sqrt(K)).astype(np.float32)
+    b = rng.standard_normal(N).astype(np.float32)
+    pk = cpu.pack_linear_weight(w, True)
+    x = rng.standard_normal((64, K)).astype(np.float32)
+    for M in range(1, 65):
+        want = x[:M].astype(np.float64) @ w + b
+        np.testing.assert_allclose(cpu.packed_linear_infer(x[:M], pk, N, b, "none"), want,
+                                   rtol=1e-4, atol=1e-4, err_msg=f"M={M}")
+        np.testing.assert_allclose(cpu.linear_act_infer(x[:M], w, b, "none"), want,
+                                   rtol=1e-4, atol=1e-4, err_msg=f"M={M} in place")
+
+
+def _dense_module():
+    from fastnn.cpu import compiled_modules
+    return next(m for m in compiled_modules() if m.__name__.rsplit(".", 1)[-1] == "dense")
+
+
+@pytest.mark.parametrize("M", [25, 150])
+def test_small_gemm_allocation_failure_raises_memory_error(M):
+    """The shared transposed x of a one-row-block product on 2 threads (fnn_alloc): an
+    injected failure is a MemoryError, and the next call gives the undisturbed result."""
+    rng = np.random.default_rng(5)
+    cpu = backend("cpu")
+    w = rng.standard_normal((384, 1152)).astype(np.float32)
+    pk = cpu.pack_linear_weight(w, True)
+    x = rng.standard_normal((M, 384)).astype(np.float32)
+    dense = _dense_module()
+    n0 = fastnn.get_num_threads()
+    try:
+        fastnn.set_num_threads(2)
+        want = cpu.packed_linear_infer(x, pk, 1152, None, "gelu")
+        fired = []
+        for call in (lambda: cpu.packed_linear_infer(x, pk, 1152, None, "gelu"),
+                     lambda: cpu.linear_act_infer(x, w, None, "gelu")):
+            dense._fail_allocation(0)
+            try:
+                call()
+                raised = False
+            except MemoryError:
+                raised = True
+            fired.append(dense._fail_allocation(-1) < 0)
+            assert raised == fired[-1]
+            np.testing.assert_array_equal(call(), want)
+    finally:
+        dense._fail_allocation(-1)
+        fastnn.set_num_threads(n0)
+    # the pool (Linux + OpenMP) shares x transposed once for a single row block (M <= 96)
+    assert all(fired) == (dense.SMALL_GEMM_POOL and M <= 96), fired
+
+
+def test_small_gemm_pool_from_two_python_threads_and_a_fork():
+    """Batch-1 sized products on 2 threads from two Python threads at once (one gets the
+    pool, the other runs alone) and in a forked child: the bits of the 1-thread run."""
+    import threading
+    rng = np.random.default_rng(6)
+    cpu = backend("cpu")
+    pks = [(cpu.pack_linear_weight(rng.standard_normal((k, n)).astype(np.float32), True), n, k)
+           for k, n in ((384, 1152), (384, 1536), (1536, 384))]
+    xs = {(m, k): rng.standard_normal((m, k)).astype(np.float32)
+          for m in (3, 11, 25, 36, 50) for k in (384, 1536)}
+
+    def run():
+        return [cpu.packed_linear_infer(xs[m, k], pk, n, None, "gelu")
+                for (m, _k) in xs for pk, n, k in pks if _k == k]
+    n0 = fastnn.get_num_threads()
+    try:
+        fastnn.set_num_threads(1)
+        want = run()
+        fastnn.set_num_threads(2)
+        got = [None, None]
+
+        def worker(i):
+            got[i] = [run() for _ in range(20)]
+        ts = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        for g in got:
+            for r in g:
+                for a, b in zip(r, want):
+                    np.testing.assert_array_equal(a, b)
+        if hasattr(os, "fork") and sys.platform.startswith("linux"):
+            pid = os.fork()
+            if pid == 0:         # child: must not touch the parent's workers
+                code = 0
+                try:
+                    for a, b in zip(run(), want):
+                        if not np.array_equal(a, b):
+                            code = 1
+                finally:
+                    os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            assert os.WEXITSTATUS(status) == 0
+    finally:
+        fastnn.set_num_threads(n0)
 
 
 def test_packed_linear_infer_checks_shapes():
