@@ -27,7 +27,7 @@ cnp.import_array()
 include "fnn_runtime.pxi"
 include "fnn_span.pxi"
 
-cdef extern from "fnn_conv_sums.h" nogil:
+cdef extern from "fnn_reduce.h" nogil:
     void fnn_cv_moments_f(const float* x, Py_ssize_t n, double c, double* s, double* q)
     void fnn_cv_moments_d(const double* x, Py_ssize_t n, double c, double* s, double* q)
     void fnn_cv_gsums_f(const float* g, const float* x, Py_ssize_t n, double c, double* s, double* p)

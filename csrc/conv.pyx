@@ -64,7 +64,7 @@ include "fnn_span.pxi"
 include "fnn_window.pxi"
 
 
-cdef extern from "fnn_conv_sums.h" nogil:
+cdef extern from "fnn_reduce.h" nogil:
     double fnn_cv_sum_f(const float* x, Py_ssize_t n)
     double fnn_cv_sum_d(const double* x, Py_ssize_t n)
     double fnn_cv_dot_f(const float* x, const float* y, Py_ssize_t n, Py_ssize_t sy)

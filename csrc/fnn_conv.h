@@ -6,7 +6,7 @@
  *     its d_weight, and the tap-list kernel (conv_transpose2d's output phases) -- with
  *     6 x 16 register tiles (6 output channels x 16 positions, 12 accumulators; 4 x 16
  *     for the last output channels).
- * The conv family's sums are in fnn_conv_sums.h, pooling in fnn_pool.h, the window
+ * The conv family's sums are in fnn_reduce.h (fnn_cv_*), pooling in fnn_pool.h, the window
  * arithmetic the conv and pool families share in fnn_window.pxi. */
 #ifndef FNN_CONV_H
 #define FNN_CONV_H

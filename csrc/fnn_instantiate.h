@@ -1,5 +1,5 @@
 /* One template, instantiated for float and double: the include boilerplate of the
- * per-type headers (fnn_conv_t.h, fnn_pool_t.h, fnn_conv_sums_t.h, fnn_norm_impl.h,
+ * per-type headers (fnn_conv_t.h, fnn_pool_t.h, fnn_reduce8_t.h, fnn_norm_impl.h,
  * fnn_reduce_impl.h, fnn_softmax_impl.h, fnn_loss_t.h) written once.  Usage:
  *
  *     #define FNN_TEMPLATE "fnn_pool_t.h"

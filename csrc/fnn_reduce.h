@@ -281,4 +281,11 @@ static inline float fnn_max_f(const float* x, ptrdiff_t n) {
     return r;
 }
 #endif
+/* Sums with 8 double lanes throughout, for the conv / pool / batchnorm families
+ * (fnn_cv_sum, fnn_cv_moments, fnn_cv_gsums, fnn_cv_dot, ...; _f / _d per input type):
+ * the float sums above fold float lanes blockwise, these keep double lanes and add them
+ * with fnn_tree8.  Batchnorm's statistics and the conv bias / depthwise gradients are
+ * defined by this order; it depends only on n (same results at any thread count). */
+#define FNN_TEMPLATE "fnn_reduce8_t.h"
+#include "fnn_instantiate.h"
 #endif

@@ -117,35 +117,46 @@ fnn_sg_tile(const int mr, const float *xt, ptrdiff_t ldx, const float *b, ptrdif
 
 #endif
 
-typedef void (*fnn_sg_tile_fn)(const float *, ptrdiff_t, const float *, ptrdiff_t, ptrdiff_t,
-                               ptrdiff_t, const float *, float *, ptrdiff_t, int);
-
-/* One specialisation per tile height (mr a compile-time constant: the accumulators stay in
- * registers), and the table of them indexed by height. */
-#define FNN_SG_TILE(n) \
-    static void fnn_sg_tile##n(const float *xt, ptrdiff_t ldx, const float *b, ptrdiff_t ks, \
-                               ptrdiff_t pfd, ptrdiff_t K, const float *bias, float *y, \
-                               ptrdiff_t ldc, int acc) \
-    { fnn_sg_tile(n, xt, ldx, b, ks, pfd, K, bias, y, ldc, acc); }
-FNN_SG_TILE(1) FNN_SG_TILE(2) FNN_SG_TILE(3) FNN_SG_TILE(4) FNN_SG_TILE(5) FNN_SG_TILE(6)
+/* A tile of mr rows: one case per height, so that mr is a compile-time constant in each
+ * inlined copy of fnn_sg_tile (its accumulators stay in registers). */
+static void fnn_sg_tile_rows(int mr, const float *xt, ptrdiff_t ldx, const float *b,
+                             ptrdiff_t ks, ptrdiff_t pfd, ptrdiff_t K, const float *bias,
+                             float *y, ptrdiff_t ldc, int acc)
+{
+    switch (mr) {
+    case 1: fnn_sg_tile(1, xt, ldx, b, ks, pfd, K, bias, y, ldc, acc); return;
+    case 2: fnn_sg_tile(2, xt, ldx, b, ks, pfd, K, bias, y, ldc, acc); return;
+    case 3: fnn_sg_tile(3, xt, ldx, b, ks, pfd, K, bias, y, ldc, acc); return;
+    case 4: fnn_sg_tile(4, xt, ldx, b, ks, pfd, K, bias, y, ldc, acc); return;
+    case 5: fnn_sg_tile(5, xt, ldx, b, ks, pfd, K, bias, y, ldc, acc); return;
+    case 6: fnn_sg_tile(6, xt, ldx, b, ks, pfd, K, bias, y, ldc, acc); return;
 #if FNN_SG_MR > 6
-FNN_SG_TILE(7) FNN_SG_TILE(8) FNN_SG_TILE(9) FNN_SG_TILE(10) FNN_SG_TILE(11) FNN_SG_TILE(12)
-FNN_SG_TILE(13) FNN_SG_TILE(14) FNN_SG_TILE(15) FNN_SG_TILE(16) FNN_SG_TILE(17)
-FNN_SG_TILE(18) FNN_SG_TILE(19) FNN_SG_TILE(20) FNN_SG_TILE(21) FNN_SG_TILE(22)
-FNN_SG_TILE(23) FNN_SG_TILE(24) FNN_SG_TILE(25) FNN_SG_TILE(26) FNN_SG_TILE(27)
-FNN_SG_TILE(28)
+    case 7: fnn_sg_tile(7, xt, ldx, b, ks, pfd, K, bias, y, ldc, acc); return;
+    case 8: fnn_sg_tile(8, xt, ldx, b, ks, pfd, K, bias, y, ldc, acc); return;
+    case 9: fnn_sg_tile(9, xt, ldx, b, ks, pfd, K, bias, y, ldc, acc); return;
+    case 10: fnn_sg_tile(10, xt, ldx, b, ks, pfd, K, bias, y, ldc, acc); return;
+    case 11: fnn_sg_tile(11, xt, ldx, b, ks, pfd, K, bias, y, ldc, acc); return;
+    case 12: fnn_sg_tile(12, xt, ldx, b, ks, pfd, K, bias, y, ldc, acc); return;
+    case 13: fnn_sg_tile(13, xt, ldx, b, ks, pfd, K, bias, y, ldc, acc); return;
+    case 14: fnn_sg_tile(14, xt, ldx, b, ks, pfd, K, bias, y, ldc, acc); return;
+    case 15: fnn_sg_tile(15, xt, ldx, b, ks, pfd, K, bias, y, ldc, acc); return;
+    case 16: fnn_sg_tile(16, xt, ldx, b, ks, pfd, K, bias, y, ldc, acc); return;
+    case 17: fnn_sg_tile(17, xt, ldx, b, ks, pfd, K, bias, y, ldc, acc); return;
+    case 18: fnn_sg_tile(18, xt, ldx, b, ks, pfd, K, bias, y, ldc, acc); return;
+    case 19: fnn_sg_tile(19, xt, ldx, b, ks, pfd, K, bias, y, ldc, acc); return;
+    case 20: fnn_sg_tile(20, xt, ldx, b, ks, pfd, K, bias, y, ldc, acc); return;
+    case 21: fnn_sg_tile(21, xt, ldx, b, ks, pfd, K, bias, y, ldc, acc); return;
+    case 22: fnn_sg_tile(22, xt, ldx, b, ks, pfd, K, bias, y, ldc, acc); return;
+    case 23: fnn_sg_tile(23, xt, ldx, b, ks, pfd, K, bias, y, ldc, acc); return;
+    case 24: fnn_sg_tile(24, xt, ldx, b, ks, pfd, K, bias, y, ldc, acc); return;
+    case 25: fnn_sg_tile(25, xt, ldx, b, ks, pfd, K, bias, y, ldc, acc); return;
+    case 26: fnn_sg_tile(26, xt, ldx, b, ks, pfd, K, bias, y, ldc, acc); return;
+    case 27: fnn_sg_tile(27, xt, ldx, b, ks, pfd, K, bias, y, ldc, acc); return;
+    case 28: fnn_sg_tile(28, xt, ldx, b, ks, pfd, K, bias, y, ldc, acc); return;
 #endif
-#undef FNN_SG_TILE
-
-static const fnn_sg_tile_fn fnn_sg_tiles[FNN_SG_MR + 1] = {
-    NULL, fnn_sg_tile1, fnn_sg_tile2, fnn_sg_tile3, fnn_sg_tile4, fnn_sg_tile5, fnn_sg_tile6,
-#if FNN_SG_MR > 6
-    fnn_sg_tile7, fnn_sg_tile8, fnn_sg_tile9, fnn_sg_tile10, fnn_sg_tile11, fnn_sg_tile12,
-    fnn_sg_tile13, fnn_sg_tile14, fnn_sg_tile15, fnn_sg_tile16, fnn_sg_tile17, fnn_sg_tile18,
-    fnn_sg_tile19, fnn_sg_tile20, fnn_sg_tile21, fnn_sg_tile22, fnn_sg_tile23, fnn_sg_tile24,
-    fnn_sg_tile25, fnn_sg_tile26, fnn_sg_tile27, fnn_sg_tile28,
-#endif
-};
+    default: return;
+    }
+}
 
 /* Row blocks of M: as even as possible, at most FNN_SG_MR rows each (25 rows on AVX2:
  * 5 x 5, not 4 x 6 + 1). */
@@ -170,8 +181,8 @@ static void fnn_sg_chunk_f32(const float *xt, ptrdiff_t ldx, ptrdiff_t M, ptrdif
         ptrdiff_t pfd = p + 1 < p1 ? ps : 0;    /* the next panel's run of the chunk */
         for (int i = 0; i < nb; i++) {
             ptrdiff_t m0 = M * i / nb, m1 = M * (i + 1) / nb;
-            fnn_sg_tiles[m1 - m0](xt + m0, ldx, bp, ks, pfd, kc, bb,
-                                  y + m0 * ldc + p * FNN_SG_NR, ldc, k0 > 0);
+            fnn_sg_tile_rows((int)(m1 - m0), xt + m0, ldx, bp, ks, pfd, kc, bb,
+                             y + m0 * ldc + p * FNN_SG_NR, ldc, k0 > 0);
         }
     }
 }

@@ -1,5 +1,6 @@
-/* The conv family's fixed-order sums, written once for FNN_T = float / double (function names
- * FNN_TNAME(name) = name_f / name_d): included by fnn_conv_sums.h once per type, never on its own.
+/* The 8-double-lane sums (conv / pool / batchnorm families), written once for FNN_T = float /
+ * double (function names FNN_TNAME(name) = name_f / name_d): included by fnn_reduce.h once per
+ * type, never on its own.
  * No include guard on purpose. */
 
 /* sum(x), n contiguous */
@@ -9,7 +10,7 @@ static inline double FNN_TNAME(fnn_cv_sum)(const FNN_T* x, ptrdiff_t n) {
     for (; j + 8 <= n; j += 8)
         for (int k = 0; k < 8; ++k) a[k] += (double)x[j + k];
     for (; j < n; ++j) a[j & 7] += (double)x[j];
-    return fnn_cv_tree(a);
+    return fnn_tree8(a);
 }
 /* *s = sum(x - c), *q = sum((x - c)^2): one pass, shifted by c for accuracy */
 static inline void FNN_TNAME(fnn_cv_moments)(const FNN_T* x, ptrdiff_t n, double c,
@@ -21,7 +22,7 @@ static inline void FNN_TNAME(fnn_cv_moments)(const FNN_T* x, ptrdiff_t n, double
             double d = (double)x[j + k] - c; a[k] += d; b[k] += d * d;
         }
     for (; j < n; ++j) { double d = (double)x[j] - c; a[j & 7] += d; b[j & 7] += d * d; }
-    *s = fnn_cv_tree(a); *q = fnn_cv_tree(b);
+    *s = fnn_tree8(a); *q = fnn_tree8(b);
 }
 /* *s = sum(g), *p = sum(g * (x - c)) */
 static inline void FNN_TNAME(fnn_cv_gsums)(const FNN_T* g, const FNN_T* x, ptrdiff_t n, double c,
@@ -35,7 +36,7 @@ static inline void FNN_TNAME(fnn_cv_gsums)(const FNN_T* g, const FNN_T* x, ptrdi
     for (; j < n; ++j) {
         double gg = (double)g[j]; a[j & 7] += gg; b[j & 7] += gg * ((double)x[j] - c);
     }
-    *s = fnn_cv_tree(a); *p = fnn_cv_tree(b);
+    *s = fnn_tree8(a); *p = fnn_tree8(b);
 }
 /* sum(a[j] * b[j * sb]), j < n */
 static inline double FNN_TNAME(fnn_cv_dot)(const FNN_T* x, const FNN_T* y, ptrdiff_t n, ptrdiff_t sy) {
@@ -49,5 +50,5 @@ static inline double FNN_TNAME(fnn_cv_dot)(const FNN_T* x, const FNN_T* y, ptrdi
             for (int k = 0; k < 8; ++k) a[k] += (double)x[j + k] * (double)y[(j + k) * sy];
     }
     for (; j < n; ++j) a[j & 7] += (double)x[j] * (double)y[j * sy];
-    return fnn_cv_tree(a);
+    return fnn_tree8(a);
 }
