@@ -201,15 +201,18 @@ cdef cnp.ndarray _masked(bint bwd, int leaky, double slope, cnp.ndarray a, cnp.n
     """Forward: out = act(a), mask filled; backward: out = d_x from d_y = a and mask."""
     cdef Py_ssize_t n = cnp.PyArray_SIZE(a)
     cdef int nt = _threads_for(n, GRAIN_MEM)
-    cdef void* pa = cnp.PyArray_DATA(a)
+    cdef int T = F32 if cnp.PyArray_TYPE(a) == cnp.NPY_FLOAT else F64
+    cdef void* pa
     cdef void* po
-    cdef uint8_t* pm = <uint8_t*>cnp.PyArray_DATA(mask)
+    cdef uint8_t* pm
     if out is None:
         out = _empty_like(a)
     if n == 0:
         return out
-    po = cnp.PyArray_DATA(out)
-    if cnp.PyArray_TYPE(a) == cnp.NPY_FLOAT:
+    pa = _data(a, n, T)
+    po = _data(out, n, T)
+    pm = <uint8_t*>_data(mask, (n + 7) // 8, U8)
+    if T == F32:
         with nogil:
             _mask_run(bwd, leaky, slope, <const float*>pa, <float*>po, pm, n, nt)
     else:

@@ -29,12 +29,14 @@ cdef enum:
     F64 = cnp.NPY_FLOAT64
     I64 = cnp.NPY_INT64
     I32 = cnp.NPY_INT32
+    U8 = cnp.NPY_UINT8
     ANY_TYPE = -1
 
 # Py_ssize_t arrays (the same type number as I64 on 64-bit platforms: not in the enum)
 cdef int INTP = cnp.NPY_INTP
 
-_SPAN_TYPES = {<int>F32: "float32", <int>F64: "float64", <int>I64: "int64", <int>I32: "int32"}
+_SPAN_TYPES = {<int>F32: "float32", <int>F64: "float64", <int>I64: "int64", <int>I32: "int32",
+               <int>U8: "uint8"}
 
 
 cdef int _span_check(cnp.ndarray a, Py_ssize_t off, Py_ssize_t n, int typenum,

@@ -80,3 +80,20 @@ def test_kernel_pointers_are_checked_in_the_debug_build_only():
         else:   # release: the bare pointer, nothing checked (the small-call latency path)
             assert mod._kernel_pointer_py(a, 2, 9, F32) is False
             assert mod._kernel_pointer_py(a, 0, 10, F64) is False
+
+
+def test_no_kernel_call_site_takes_a_raw_pointer():
+    """A family's sources hand buffers to kernels only through fnn_span.pxi: a bare
+    ``PyArray_DATA`` in a .pyx is a pointer the debug build cannot check.  (attention's
+    fused-QKV test compares the three buffers' addresses; it hands none of them on.)"""
+    import pathlib
+    csrc = pathlib.Path(__file__).resolve().parents[1] / "csrc"
+    if not csrc.is_dir():
+        pytest.skip("an installed copy without the csrc/ sources")
+    allowed = {"attention.pyx": 3}
+    found = {}
+    for src in sorted(csrc.glob("*.pyx")):
+        n = src.read_text().count("PyArray_DATA(")
+        if n != allowed.get(src.name, 0):
+            found[src.name] = n
+    assert not found, f"raw PyArray_DATA kernel pointers (use _data / _data_at): {found}"
