@@ -3,9 +3,10 @@
 Each op has the three forms of the functional shell (``op``, ``op_fwd``, ``op_bwd``).
 Unary ops take ``out=`` (write the result there; it may be the input itself) and,
 where torch has it, ``inplace=True`` (the result overwrites the input, which is
-returned).  Backward through an in-place forward works: the kernels save the output
-where backward can start from it (relu, leaky_relu with slope >= 0, sigmoid, tanh; and
-elu/selu/celu in place) and keep a copy of the input otherwise.
+returned).  Backward through an in-place forward works: each backend saves what its
+backward starts from and an in-place write cannot spoil (the compiled cpu kernels: a bit
+mask of the positive inputs for relu and leaky_relu; the output for sigmoid, tanh, and
+elu/selu/celu in place; a copy of the input otherwise).
 """
 
 
