@@ -44,12 +44,34 @@ def test_ceiling_is_taken_at_the_rows_size(monkeypatch):
     # a row moving 80 MB of traffic over a 32 MB working set: 40 GB/s achieved is 26% of the
     # in-cache copy, not 129% of a DRAM copy
     case = core.BenchCase("x", "op", "s", make=None, bytes=80e6, working_set=32 << 20)
-    s = bench_cli._fmt_rate(case, 80e6 / 40e9, ceil, 1.0, 31.0)
+    s = bench_cli._fmt_rate(case, 80e6 / 40e9, ceil, 31.0)
     assert "26% of copy at 32 MiB" in s and "129% DRAM copy" in s
     # without working_set the traffic is the size
     case = core.BenchCase("x", "op", "s", make=None, bytes=float(16 << 20))
-    s = bench_cli._fmt_rate(case, (16 << 20) / 40e9, ceil, 1.0, 31.0)
+    s = bench_cli._fmt_rate(case, (16 << 20) / 40e9, ceil, 31.0)
     assert "of copy at 16 MiB" in s
+
+
+def test_gemm_ceiling_is_the_best_sgemm_rate_seen(monkeypatch):
+    """A compute-bound row is measured against the best sgemm rate of the run (measured
+    again after each such row), never against one measurement a busy moment pulled down:
+    a row at 103% of one early sgemm measurement was the symptom."""
+    from fastnn.bench import core
+    rates = iter([100.0, 90.0, 160.0, 120.0])
+    monkeypatch.setattr(core, "sgemm_rate", lambda *a, **k: next(rates))
+    ceil = core.Ceilings(threads=2)
+    assert ceil.gemm() == 100.0 and ceil.gemm() == 100.0          # measured once until refresh
+    assert ceil.gemm(refresh=True) == 100.0                         # 90 is not better
+    assert ceil.gemm(refresh=True) == 160.0
+    assert ceil.gemm(refresh=True) == 160.0                         # 120 is not better
+    case = core.BenchCase("x", "op", "s", make=None, flops=80e9)
+    assert "80.0 GFLOP/s ( 50% sgemm)" in bench_cli._fmt_rate(case, 1.0, ceil, 31.0)
+    row = dict(family="f", op="o", shape="s", fastnn_ms=1.0, reference_ms=None, torch_ms=None,
+               speedup_vs_reference=None, time_ratio_vs_torch=None, gbps=None, gflops=80.0,
+               ceiling_gflops=160.0)
+    res = dict(processor="p", nproc=2, threads=2, torch=None, date="d", copy_gbps=25.0,
+               sgemm_gflops=100.0, rows=[row])
+    assert "80.0 GFLOP/s (50% sgemm)" in bench_cli.markdown(res)
 
 
 def test_markdown_uses_the_rows_ceiling():

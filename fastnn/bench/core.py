@@ -113,6 +113,15 @@ class Ceilings:
         self.threads = threads
         self.min_time = min_time
         self._cache = {}
+        self._gemm = 0.0
+
+    def gemm(self, refresh=False):
+        """The best sgemm rate (GFLOP/s, BLAS on all threads, 2048^3) seen in the run: like a
+        copy, each measurement is a lower bound of the machine's rate, so a compute-bound
+        row is measured against the best one, taken again right after each such row."""
+        if refresh or not self._gemm:
+            self._gemm = max(self._gemm, sgemm_rate())
+        return self._gemm
 
     #: past the last-level cache every size copies at DRAM speed: larger working sets are
     #: measured at this size (a generation row streams gigabytes of weights in all)
