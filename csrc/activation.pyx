@@ -458,3 +458,28 @@ def _math_hook(str name, cnp.ndarray x):
     cdef Py_ssize_t n = cnp.PyArray_SIZE(x)
     fnn_math_apply(_MATH[name], <const float*>_data(x, n, F32), <float*>_data(y, n, F32), n)
     return y
+
+
+# ------------------------------------------------------------------ bench ceiling
+cdef extern from "fnn_stream.h" nogil:
+    void fnn_stream_copy_f(float* y, const float* src, Py_ssize_t n)
+    void fnn_stream_fence()
+
+
+def _stream_copy(cnp.ndarray src, cnp.ndarray out):
+    """out[:] = src with non-temporal stores, one chunk per thread (float32, C-contiguous,
+    same size): the copy `fastnn bench` measures as the ceiling of kernels that stream
+    their outputs (no read-for-ownership of the destination).  Not an op."""
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(src), i0, i1
+    if cnp.PyArray_SIZE(out) != n:
+        raise ValueError("_stream_copy: src and out differ in size")
+    cdef const float* ps = <const float*>_data(src, n, F32)
+    cdef float* po = <float*>_data(out, n, F32)
+    cdef int nt = _threads_for(n, GRAIN_MEM), t
+    with nogil:
+        for t in prange(nt, schedule="static", num_threads=nt):
+            i0 = _chunk(n, nt, t)
+            i1 = _chunk(n, nt, t + 1)
+            fnn_stream_copy_f(po + i0, ps + i0, i1 - i0)
+            fnn_stream_fence()
+    return out

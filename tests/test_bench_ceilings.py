@@ -1,6 +1,17 @@
 """fastnn bench's memory ceilings: each memory-bound row is measured against a copy of its
 own working-set size (a 16 MB input sits in a 32 MB L3; DRAM bandwidth is the wrong
-ceiling for it), the best of memcpy / ufunc copies on 1 and n threads."""
+ceiling for it), the best of memcpy / ufunc copies on 1 and n threads and fastnn's own
+threaded copies (ordinary and non-temporal stores)."""
+
+
+def test_stream_copy_copies():
+    from fastnn.cpu import compiled_modules
+    act = next(m for m in compiled_modules() if m.__name__.endswith(".activation"))
+    a = np.arange(100003, dtype=np.float32)
+    b = np.zeros_like(a)
+    assert act._stream_copy(a, b) is b and np.array_equal(a, b)
+    with pytest.raises(ValueError, match="differ in size"):
+        act._stream_copy(a, b[:-1])
 import numpy as np
 import pytest
 
@@ -9,7 +20,7 @@ from fastnn.bench import core
 
 
 def test_copy_bandwidth_measures_both_kinds_of_copy():
-    for how in ("memcpy", "ufunc", "kernel"):
+    for how in ("memcpy", "ufunc", "kernel", "stream", "inplace"):
         for threads in (1, 2):
             assert core.copy_bandwidth(1 << 20, min_time=0.0, threads=threads, how=how) > 0
 
@@ -30,7 +41,8 @@ def test_ceiling_is_taken_at_the_rows_size(monkeypatch):
     small = ceil.copy_at(16 << 20)
     assert small == pytest.approx(110.0 * 2 ** 0.5)
     assert {(t, h) for _, t, h in calls} == {(1, "memcpy"), (2, "memcpy"), (1, "ufunc"), (2, "ufunc"),
-                                             (2, "kernel")}
+                                             (2, "kernel"), (2, "stream"),
+                                             (2, "inplace")}
     n = len(calls)
     assert ceil.copy_at((16 << 20) + 100) == small and len(calls) == n      # cached per size
     # a refresh measures again and keeps the best rate seen

@@ -66,20 +66,31 @@ def copy_bandwidth(nbytes=256 << 20, min_time=0.3, threads=1, how="memcpy"):
     stores, which keep a cache-sized destination in cache) -- ``threads`` Python threads
     copy one part each (NumPy releases the GIL; one copy runs on one core) -- or
     "kernel" (fastnn's own ``neg``: a copy with a sign flip on ``threads`` OpenMP
-    threads, the kernels' threading without a Python thread pool's start-up)."""
+    threads, the kernels' threading without a Python thread pool's start-up), or
+    "stream" (the same threading with non-temporal stores, as the kernels that stream a
+    large output write it: no read-for-ownership of the destination), or "inplace" (neg
+    into its own input: an optimizer's in-place update moves its bytes this way)."""
     n = max(nbytes // 8, 1024)
     a = np.ones(n, dtype=np.float32)
     b = np.empty_like(a)
     op = np.copyto if how == "memcpy" else (lambda dst, src: np.positive(src, out=dst))
     ex = None
-    if how == "kernel":
+    if how in ("kernel", "stream", "inplace"):
         import fastnn
         from fastnn._backend import backend
-        neg = backend("cpu").neg
+        if how == "kernel":
+            fn = backend("cpu").neg
+        elif how == "inplace":       # a[:] = -a: every line read and written back, no RFO
+            neg = backend("cpu").neg
+            fn = lambda a, b: neg(a, a)  # noqa: E731
+        else:
+            from fastnn.cpu import compiled_modules
+            fn = next(m for m in compiled_modules()
+                      if m.__name__.endswith(".activation"))._stream_copy
         before = fastnn.get_num_threads()
         fastnn.set_num_threads(threads)
         try:
-            t = time_fn(lambda: neg(a, b), min_time=min_time, max_reps=200)
+            t = time_fn(lambda: fn(a, b), min_time=min_time, max_reps=200)
         finally:
             fastnn.set_num_threads(before)
         return 2 * a.nbytes / t / 1e9
@@ -145,6 +156,8 @@ class Ceilings:
                      for t in sorted({1, self.threads})]
             try:
                 rates.append(copy_bandwidth(k, self.min_time, self.threads, "kernel"))
+                rates.append(copy_bandwidth(k, self.min_time, self.threads, "stream"))
+                rates.append(copy_bandwidth(k, self.min_time, self.threads, "inplace"))
             except ImportError:      # the compiled kernels are not built
                 pass
             self._cache[k] = max(rates + [self._cache.get(k, 0.0)])
