@@ -75,7 +75,7 @@ def run(only=None, threads=None, json_path=None, plot_path=None, quick=False, ou
           f"{torch.__version__ if torch else 'not installed'}", file=out)
     print("measuring the machine's ceilings ...", file=sys.stderr, flush=True)
     ceil = Ceilings(threads=n)
-    bw = ceil.copy_at(256 << 20)
+    bw = ceil.copy_at(ceil.DRAM_SIZE)
     gf = ceil.gemm()
     print(f"ceilings: DRAM copy bandwidth {bw:.1f} GB/s (read+write, 256 MiB working set, "
           f"{n} threads), sgemm {gf:.1f} GFLOP/s (measured again after each compute-bound row: a row's "
@@ -135,7 +135,8 @@ def run(only=None, threads=None, json_path=None, plot_path=None, quick=False, ou
         to_s = f"{row['torch_ms']:9.3f}" if t_torch else f"{'-':>9}"
         tr_s = f"{row['time_ratio_vs_torch']:7.2f}x" if t_torch else f"{'-':>8}"
         print(f"{c.family:<10} {c.op:<34} {c.shape:<26} {row['fastnn_ms']:10.3f} {ref_s} {sp_s} "
-              f"{to_s} {tr_s}  {_fmt_rate(c, t_fast, ceil, bw)}", file=out, flush=True)
+              f"{to_s} {tr_s}  {_fmt_rate(c, t_fast, ceil, ceil.copy_at(ceil.DRAM_SIZE))}",
+              file=out, flush=True)
         if tokens:
             print(f"{'':<10} -> {_fmt_tokens(row)}", file=out, flush=True)
         if t_others:
@@ -144,7 +145,8 @@ def run(only=None, threads=None, json_path=None, plot_path=None, quick=False, ou
           f"<= 1.00x means fastnn is at least as fast)  [{time.perf_counter() - t_start:.0f} s]",
           file=out)
     result = dict(version=fastnn.__version__, threads=n, machine=platform.machine(),
-                  processor=_cpu_name(), nproc=os.cpu_count(), copy_gbps=bw, sgemm_gflops=ceil.gemm(),
+                  processor=_cpu_name(), nproc=os.cpu_count(),
+                  copy_gbps=ceil.copy_at(ceil.DRAM_SIZE), sgemm_gflops=ceil.gemm(),
                   torch=None if torch is None else torch.__version__,
                   date=time.strftime("%Y-%m-%d"), rows=rows)
     if json_path:
