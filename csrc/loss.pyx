@@ -111,6 +111,17 @@ cdef void _bwd_rows(bint f32, const void* x, void* dx, const int64_t* tgt, const
                              <const double*>w, eps, lse[i], A[i], s)
 
 
+cdef bint _target_is_prob(cnp.ndarray target) except -1:
+    """True for a probability target (floating), False for class indices (any 8-byte integer
+    type number: int64 is 'l' or 'q' depending on the platform); anything else is refused."""
+    if cnp.PyArray_ISFLOAT(target):
+        return True
+    if cnp.PyArray_ISINTEGER(target) and cnp.PyArray_ITEMSIZE(target) == 8:
+        return False
+    raise TypeError(f"cross_entropy: target must be int64 class indices or floating "
+                    f"probabilities, got {target.dtype}")
+
+
 def cross_entropy(cnp.ndarray x, cnp.ndarray target, object weight, int64_t ignore_index,
                   str reduction, double label_smoothing):
     """cross_entropy(x, target, weight, ignore_index, reduction, label_smoothing) -> (loss, saved).
@@ -120,7 +131,7 @@ def cross_entropy(cnp.ndarray x, cnp.ndarray target, object weight, int64_t igno
     OUT loss: (M,) for reduction "none", else a 0-d array; x's dtype."""
     cdef Py_ssize_t M = x.shape[0], C = x.shape[1], i
     cdef bint f32 = cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT
-    cdef bint prob = cnp.PyArray_TYPE(target) != cnp.NPY_INT64
+    cdef bint prob = _target_is_prob(target)
     cdef cnp.ndarray loss = np.empty(M, np.float64)
     cdef cnp.ndarray lse = np.empty(M, np.float64)
     cdef cnp.ndarray A = np.empty(M, np.float64)
@@ -175,7 +186,7 @@ def cross_entropy_backward(cnp.ndarray d_loss, tuple saved):
     cdef double scale = saved[8]
     cdef Py_ssize_t M = x.shape[0], C = x.shape[1]
     cdef bint f32 = cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT
-    cdef bint prob = cnp.PyArray_TYPE(target) != cnp.NPY_INT64
+    cdef bint prob = _target_is_prob(target)
     cdef cnp.ndarray dx = cnp.PyArray_EMPTY(2, cnp.PyArray_DIMS(x), cnp.PyArray_TYPE(x), 0)
     cdef int T = F32 if f32 else F64
     cdef const void* dl = NULL

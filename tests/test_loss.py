@@ -391,3 +391,22 @@ def test_issue19_names_are_importable():
     assert optim.RMSprop and optim.Adagrad and nn.utils.clip_grad_value_
     for n in ("OneCycleLR", "ReduceLROnPlateau", "LinearLR", "ExponentialLR", "SequentialLR"):
         assert getattr(lr_scheduler, n), n
+
+
+def test_cpu_kernel_takes_either_int64_type_number():
+    """int64 has two type numbers on 64-bit Linux ('l' and 'q'): the compiled shell must read
+    both as class indices, not as probabilities, and refuse other integer widths."""
+    from fastnn._backend import backend
+    cpu = backend("cpu")
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((6, 5)).astype(np.float32)
+    t = np.array([0, 4, 2, 1, 3, 0], np.int64)
+    ref, _ = cpu.cross_entropy(x, t, None, -100, "mean", 0.0)
+    for code in ("q", "l"):
+        tq = t.astype(np.dtype(code))
+        got, saved = cpu.cross_entropy(x, tq, None, -100, "mean", 0.0)
+        assert float(got) == float(ref)
+        dx = cpu.cross_entropy_backward(np.ones((), np.float32), saved)
+        assert dx.shape == x.shape
+    with pytest.raises(TypeError, match="target"):
+        cpu.cross_entropy(x, t.astype(np.int32), None, -100, "mean", 0.0)
