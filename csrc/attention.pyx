@@ -20,8 +20,9 @@
 # results do not depend on the thread count.  With many (b, h) pairs one task owns a
 # whole (b, h) (key blocks outer, query blocks inner: dK/dV tiles stay in cache and dQ
 # accumulates in place); with few pairs (< SERIAL_BH, chosen by shape, never by thread
-# count) dK/dV are computed per (b, h, key block) and dQ per (b, h, query block) in a
-# second pass, which recomputes the tiles but keeps every thread busy.
+# count) each pair's key blocks are dealt to P groups, a task per (pair, group): the task
+# owns its key blocks' dK/dV and adds its dQ into a zeroed per-group partial (L x E per
+# pair), summed in group order afterwards -- every tile is still computed once.
 #
 # A row whose every key is masked gets zero weights (output 0, zero gradients), as
 # torch's scaled_dot_product_attention.  Tile GEMMs run inside OpenMP regions, so the
@@ -116,6 +117,7 @@ OPS = ("scaled_dot_product_attention", "scaled_dot_product_attention_backward",
 
 cdef enum:
     SERIAL_BH = 16    # >= this many (b, h) pairs: one task per pair in backward
+    MAX_KV_GROUPS = 8 # fewer pairs: at most this many key-block groups (tasks) per pair
 
 
 cdef struct Geo:
@@ -439,18 +441,47 @@ cdef void _bwd_tile(const real* q, const real* k, const real* v, const real* do_
                    dq + b * g.dqb + h * E + i0 * g.dqld, <int>g.dqld)
 
 
+cdef inline void _sum_groups(const real* part, Py_ssize_t stride, Py_ssize_t P, real* out,
+                             Py_ssize_t n) noexcept nogil:
+    """out[:n] = part[:n] + part[stride:stride + n] + ... (P terms, in order)."""
+    cdef Py_ssize_t c, j
+    cdef real acc
+    for c in range(n):
+        acc = part[c]
+        for j in range(1, P):
+            acc = acc + part[j * stride + c]
+        out[c] = acc
+
+
+cdef inline Py_ssize_t _kv_groups(const Geo* g) noexcept nogil:
+    """Key-block groups per (b, h) pair in the few-pairs backward: enough tasks for
+    SERIAL_BH-way parallelism, at most one group per key block.  Shape only."""
+    cdef Py_ssize_t BH = g.B * g.H, kmax = g.S, nkb, P
+    if g.causal and kmax > g.L:
+        kmax = g.L
+    nkb = (kmax + g.bk - 1) // g.bk
+    if BH == 0 or BH >= SERIAL_BH or nkb <= 1:
+        return 1
+    P = (SERIAL_BH + BH - 1) // BH
+    if P > MAX_KV_GROUPS:
+        P = MAX_KV_GROUPS               # the partials cost P x the size of dq
+    return P if P < nkb else nkb
+
+
 cdef int _bwd(const real* q, const real* k, const real* v, const real* o, const real* do_,
               const real* lse, real* D, real* dq, real* dk, real* dv, const real* mk,
-              const int64_t* midx, const Geo* g) except -1 nogil:
+              const int64_t* midx, const Geo* g, real* dqp) except -1 nogil:
     cdef Py_ssize_t BH = g.B * g.H, L = g.L, Ev = g.Ev
     cdef Py_ssize_t BQ = g.bq, BK = g.bk
     cdef Py_ssize_t nqb = (g.L + BQ - 1) // BQ
     cdef Py_ssize_t kmax = g.S
     cdef Py_ssize_t nkb, t, bh, i, i0, j0, jend, b, h, istart
     cdef int nt
+    cdef Py_ssize_t P
     cdef real* sb
     cdef real* dp
     cdef real* pd
+    cdef Geo gp = g[0]
     if g.causal and kmax > g.L:
         kmax = g.L                       # keys after the last query are never attended
     cdef int failed = 0
@@ -493,37 +524,45 @@ cdef int _bwd(const real* q, const real* k, const real* v, const real* o, const 
                     j0 = j0 + BK
             free(sb)
     else:
+        # Few (b, h) pairs: each pair's key blocks are dealt round-robin to P groups (P by
+        # shape, _kv_groups); a task (pair, group) owns its key blocks' dK / dV and adds
+        # its dQ contributions to its own zeroed partial dqp[group] (L x E per pair).  One
+        # pass, every tile computed once; the partials are added in group order after.
+        P = _kv_groups(g)
+        gp.dqb = L * g.H * g.E            # partials: [group][b][i][h * E]
+        gp.dqld = g.H * g.E
         with parallel(num_threads=nt):
             sb = <real*>fnn_alloc(3 * BQ * BK, sizeof(real))
             dp = sb + BQ * BK
             pd = dp + BQ * BK
             if sb == NULL:
                 fnn_flag_set(&failed)
-            for t in prange(BH * nkb, schedule="static"):
+            for t in prange(BH * P, schedule="dynamic"):
                 if sb == NULL:
                     continue
-                bh = t // nkb
-                j0 = (t % nkb) * BK
-                i0 = (j0 // BQ) * BQ if g.causal else 0
-                istart = i0
-                while i0 < L:
-                    _bwd_tile(q, k, v, do_, lse, D, dq, dk, dv, mk, midx, g, bh,
-                              i0, j0, 1 if i0 == istart else 2, 0, sb, dp, pd)
-                    i0 = i0 + BQ
-            for t in prange(BH * nqb, schedule="static"):
-                if sb == NULL:
-                    continue
-                bh = t // nqb
-                i0 = (t % nqb) * BQ
-                jend = kmax
-                if g.causal and i0 + BQ < jend:
-                    jend = i0 + BQ
-                j0 = 0
-                while j0 < jend:
-                    _bwd_tile(q, k, v, do_, lse, D, dq, dk, dv, mk, midx, g, bh,
-                              i0, j0, 0, 1 if j0 == 0 else 2, sb, dp, pd)
-                    j0 = j0 + BK
+                bh = t // P
+                j0 = (t % P) * BK
+                while j0 < kmax:
+                    i0 = (j0 // BQ) * BQ if g.causal else 0
+                    istart = i0
+                    while i0 < L:
+                        _bwd_tile(q, k, v, do_, lse, D, dqp + (t % P) * BH * L * g.E, dk, dv,
+                                  mk, midx, &gp, bh, i0, j0, 1 if i0 == istart else 2, 2,
+                                  sb, dp, pd)
+                        i0 = i0 + BQ
+                    j0 = j0 + P * BK
             free(sb)
+        if failed:
+            _raise_nomem(3 * BQ * BK, sizeof(real))
+        # dq[b, i, h] = sum over groups of dqp[group][bh, i], in group order
+        nt = _threads_for(BH * L * g.E * P, 1 << 16)
+        for t in prange(BH * L, nogil=True, schedule="static", num_threads=nt):
+            bh = t // L
+            i = t % L
+            _sum_groups(dqp + (bh // g.H) * gp.dqb + i * gp.dqld + (bh % g.H) * g.E,
+                        BH * L * g.E, P,
+                        dq + (bh // g.H) * g.dqb + (bh % g.H) * g.E + i * g.dqld, g.E)
+        return 0
     if failed:
         _raise_nomem(3 * BQ * BK, sizeof(real))
     return 0
@@ -737,18 +776,25 @@ def scaled_dot_product_attention_backward(cnp.ndarray d_out, tuple saved):
     cdef void* pdq = _data_strided(dq, T)
     cdef void* pdk = _data_strided(dk, T)
     cdef void* pdv = _data_strided(dv, T)
+    # dQ partials of the few-pairs path (_bwd): zeroed, one L x E block per (group, pair)
+    cdef Py_ssize_t nqp = 0
+    if 0 < g.B * g.H < SERIAL_BH and g.L > 0 and g.S > 0:
+        nqp = _kv_groups(&g) * g.B * g.H * g.L * g.E
+    cdef cnp.ndarray dqp = np.zeros(nqp, dtype=q.dtype)
+    cdef void* pqp = _data(dqp, nqp, T)
     with single_threaded_blas():
         if T == F32:
             with nogil:
                 _bwd[float](<const float*>pq, <const float*>pk, <const float*>pv,
                             <const float*>po, <const float*>pdo, <const float*>pl, <float*>pD,
-                            <float*>pdq, <float*>pdk, <float*>pdv, <const float*>pm, pi, &g)
+                            <float*>pdq, <float*>pdk, <float*>pdv, <const float*>pm, pi, &g,
+                            <float*>pqp)
         else:
             with nogil:
                 _bwd[double](<const double*>pq, <const double*>pk, <const double*>pv,
                              <const double*>po, <const double*>pdo, <const double*>pl,
                              <double*>pD, <double*>pdq, <double*>pdk, <double*>pdv,
-                             <const double*>pm, pi, &g)
+                             <const double*>pm, pi, &g, <double*>pqp)
     return dq, dk, dv
 
 
