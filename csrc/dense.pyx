@@ -29,16 +29,6 @@ OPS = ("linear", "linear_backward", "linear_act_infer", "skinny_linear", "pack_l
        "packed_linear_infer")
 
 
-cdef void _fill_bias(real* y, const real* b, Py_ssize_t rows, Py_ssize_t n, int nt) noexcept nogil:
-    cdef Py_ssize_t r
-    if nt == 1:
-        for r in range(rows):
-            memcpy(&y[r * n], b, n * sizeof(real))
-    else:
-        for r in prange(rows, nogil=True, schedule="static", num_threads=nt):
-            memcpy(&y[r * n], b, n * sizeof(real))
-
-
 cdef inline Py_ssize_t _rows(cnp.ndarray x):
     """Product of the leading dims (not x.size // in_features: in_features may be 0)."""
     cdef Py_ssize_t rows = 1
@@ -54,31 +44,45 @@ cdef inline Py_ssize_t _rows(cnp.ndarray x):
 # on the thread count.  So a large GEMM is cut into row blocks of the output whose number
 # depends only on the shape; each block is a single-threaded BLAS call, the blocks run on
 # fastnn's OpenMP threads, and BLAS is held to one thread meanwhile (no stacked pools).
+#
+# Block size: every BLAS call packs the operand all blocks share (B for row blocks) again,
+# a pass over K x N that is not amortised over fewer rows: measured single-threaded on
+# this machine's OpenBLAS (SkylakeX kernels), total time of M = 2048-4096 rows in blocks of
+# m rows vs one call: m = 128 +10-29%, 256 +3-13%, 512 +1-7%, 1024 +0-4%, for K x N from
+# 128 x 384 to 768 x 3072.  So blocks have >= 512 rows (8 blocks for the 4096-row linear,
+# 2 for the GPT demo's 1024 tokens), an even count (balanced on 2 and 4 threads), at most
+# 16 (a 16-thread machine still gets every core on a GEMM of >= 8192 rows).  A C of fewer
+# rows is halved (>= 128 rows each), not cut into 128-row pieces; a C shorter still (the
+# weight gradient of a narrow layer) is cut into column blocks of >= 256 columns (>= 64
+# when that is the only way to get two).
 cdef enum:
-    _MIN_BLOCK_ROWS = 256
-    _MIN_SPLIT_ROWS = 128    # rows of a block when a short C is split in two or three
-    _MIN_BLOCK_COLS = 64
+    _MIN_BLOCK_ROWS = 512
+    _MIN_SPLIT_ROWS = 128    # rows of each half when a short C is halved
+    _MIN_BLOCK_COLS = 256
+    _MIN_SPLIT_COLS = 64
     _MAX_BLOCKS = 16
     _MAX_COL_BLOCKS = 8
     _SERIAL_MACS = 131072    # below this OpenBLAS never threads: call it directly
 
 
+cdef inline Py_ssize_t _even_blocks(Py_ssize_t n, Py_ssize_t size, Py_ssize_t split,
+                                    Py_ssize_t cap) noexcept nogil:
+    """Blocks of >= size along an extent n: an even count when more than one, at most cap;
+    two halves of >= split when whole blocks give fewer than two; else 1."""
+    cdef Py_ssize_t nb = (n // size) & ~1
+    if nb >= 2:
+        return nb if nb < cap else cap
+    return 2 if n >= 2 * split else 1
+
+
 cdef inline int _nblocks(Py_ssize_t M) noexcept nogil:
-    """Row blocks of >= 256 rows, an even count when more than one (balanced on 2 and 4
-    threads), at most 16."""
-    cdef Py_ssize_t nb = M // _MIN_BLOCK_ROWS
-    if nb < 2:
-        return 1
-    nb = nb & ~1
-    return <int>(nb if nb < _MAX_BLOCKS else _MAX_BLOCKS)
+    """Row blocks of a tall C (see above)."""
+    return <int>_even_blocks(M, _MIN_BLOCK_ROWS, _MIN_SPLIT_ROWS, _MAX_BLOCKS)
 
 
 cdef inline void _split(Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, int* bm, int* bn) noexcept nogil:
     """Fixed blocks of C (M x N) for a big GEMM, from the shape alone (so results do not
-    depend on the thread count): row blocks of >= 256 rows; a C with fewer rows (the
-    weight gradient of a narrow layer: M = out_features) in blocks of >= 128 rows, or
-    else in column blocks of >= 64 columns -- so it runs on every thread too."""
-    cdef Py_ssize_t nb
+    depend on the thread count): row blocks when C has >= 256 rows, else column blocks."""
     bm[0] = 1
     bn[0] = 1
     if M * N * K <= _SERIAL_MACS:
@@ -86,23 +90,25 @@ cdef inline void _split(Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, int* bm, int* 
     bm[0] = _nblocks(M)
     if bm[0] >= 2:
         return
-    nb = (M // _MIN_SPLIT_ROWS) & ~1     # an even count: balanced on 2 (and 4) threads
-    if nb >= 2:
-        bm[0] = <int>nb
-        return
-    nb = (N // _MIN_BLOCK_COLS) & ~1
-    if nb >= 2:
-        bn[0] = <int>(nb if nb < _MAX_COL_BLOCKS else _MAX_COL_BLOCKS)
+    bn[0] = <int>_even_blocks(N, _MIN_BLOCK_COLS, _MIN_SPLIT_COLS, _MAX_COL_BLOCKS)
 
 
 cdef void _gemm_blocks(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, real beta,
                        const real* A, Py_ssize_t lda, const real* B, Py_ssize_t ldb,
-                       real* C, Py_ssize_t ldc, int bm, int bn, int nt) noexcept nogil:
+                       real* C, Py_ssize_t ldc, int bm, int bn, int nt,
+                       const real* bias=NULL) noexcept nogil:
     """C[M, N] = op(A) op(B) + beta C in bm x bn fixed blocks of C, each one
-    single-threaded BLAS call, the blocks shared out over ``nt`` threads."""
+    single-threaded BLAS call, the blocks shared out over ``nt`` threads.  With ``bias``
+    (then beta is ignored) each block of C starts as the broadcast bias, filled by the
+    block's thread right before its GEMM (in parallel, and still in cache for it)."""
     cdef int b
-    cdef Py_ssize_t m0, m1, n0, n1
+    cdef Py_ssize_t m0, m1, n0, n1, r
+    if bias != NULL:
+        beta = 1.0
     if bm * bn <= 1:
+        if bias != NULL:
+            for r in range(M):
+                memcpy(&C[r * ldc], bias, N * sizeof(real))
         gemm(ta, tb, <int>M, <int>N, <int>K, <real>1.0, A, <int>lda, B, <int>ldb, beta, C, <int>ldc)
         return
     for b in prange(bm * bn, schedule="static", num_threads=nt):
@@ -110,10 +116,20 @@ cdef void _gemm_blocks(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t 
         m1 = (M * (b // bn + 1)) // bm
         n0 = (N * (b % bn)) // bn
         n1 = (N * (b % bn + 1)) // bn
+        if bias != NULL:
+            for r in range(m0, m1):
+                memcpy(&C[r * ldc + n0], &bias[n0], (n1 - n0) * sizeof(real))
         gemm(ta, tb, <int>(m1 - m0), <int>(n1 - n0), <int>K, <real>1.0,
              (A + m0) if ta else (A + m0 * lda), <int>lda,
              (B + n0 * ldb) if tb else (B + n0), <int>ldb, beta,
              C + m0 * ldc + n0, <int>ldc)
+
+
+def _gemm_split(Py_ssize_t M, Py_ssize_t N, Py_ssize_t K):
+    """(row blocks, column blocks) of a GEMM producing an (M, N) C over depth K (tests)."""
+    cdef int bm, bn
+    _split(M, N, K, &bm, &bn)
+    return bm, bn
 
 
 cdef object _blas_guard(Py_ssize_t M, Py_ssize_t N, Py_ssize_t K):
@@ -148,14 +164,13 @@ cdef void _linear_run(real z, cnp.ndarray x, cnp.ndarray weight, object bias, cn
     cdef real* py = _p(y, rows * n_out, z)
     cdef const real* px = _p(x, rows * n_in, z)
     cdef const real* pw = _p(weight, n_out * n_in, z)
-    cdef real beta = 0.0
+    cdef const real* pb = NULL
     if bias is not None:
-        beta = 1.0
-        _fill_bias(py, <const real*>_p(<cnp.ndarray>bias, n_out, z), rows, n_out, 1)
+        pb = _p(<cnp.ndarray>bias, n_out, z)
     with _blas_guard(rows, n_out, n_in):
         with nogil:
-            _gemm_blocks(False, True, rows, n_out, n_in, beta, px, n_in, pw, n_in, py, n_out,
-                         bm, bn, nt_g)
+            _gemm_blocks(False, True, rows, n_out, n_in, z, px, n_in, pw, n_in, py, n_out,
+                         bm, bn, nt_g, pb)
 
 
 def linear(cnp.ndarray x, cnp.ndarray weight, object bias):
@@ -167,11 +182,7 @@ def linear(cnp.ndarray x, cnp.ndarray weight, object bias):
     cdef Py_ssize_t rows = _rows(x)
     shape = (<object>x).shape[:-1] + (n_out,)
     cdef cnp.ndarray y = np.empty(shape, dtype=x.dtype)
-    # The bias fill / column sum run on one thread (_linear_run, _linear_bwd_run): waking
-    # the OpenMP team right next to BLAS's own thread pool makes the two pools fight for
-    # the cores (spin-waiting workers); measured 2-4x slower GEMMs on a 2-core machine.
-    # They are memory-bound and small next to the GEMM, and their chunking does not
-    # depend on nt.
+    # The bias fill runs inside the GEMM's blocks, each block's on its own thread.
     cdef int bm, bn
     _split(rows, n_out, n_in, &bm, &bn)
     cdef int nmax = fnn_max_threads()
@@ -200,6 +211,9 @@ cdef void _linear_bwd_run(real z, cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, 
             _gemm_blocks(True, False, n_out, n_in, rows, z, pdy, n_out, px, n_in, pdw, n_in,
                          bm_w, bn_w, nt_w)
     if pdb != NULL:
+        # d_bias on one thread: on the team it was no faster for the 4096 x 3072 dy (a
+        # memory-bound pass) and 12-18% slower for the GPT demo's linear fwd+bwd (one more
+        # parallel region, measured on 2 loaded cores)
         with nogil:
             _col_sum(pdy, rows, n_out, pdb, 1, 256)
 
