@@ -156,30 +156,55 @@ cdef inline real* _p(cnp.ndarray a, Py_ssize_t n, real tag) except? NULL:
     return <real*>_data(a, n, F32 if real is float else F64)
 
 
+cdef bint _weight_in_out(cnp.ndarray w) except -1:
+    """True when the (out, in) weight is the transpose of a C-contiguous (in, out) array
+    (GPT-2's Conv1D passes its weight this way, a view: no copy); False when it is
+    C-contiguous itself."""
+    if cnp.PyArray_IS_C_CONTIGUOUS(w):
+        return False
+    if cnp.PyArray_IS_F_CONTIGUOUS(w):
+        return True
+    raise ValueError("linear: the weight must be C-contiguous (out, in) or the transpose "
+                     "of a C-contiguous (in, out) array")
+
+
+cdef inline const real* _pw(cnp.ndarray w, bint w_in_out, real tag) except? NULL:
+    """The weight's data (an F-contiguous one is read whole in its own layout)."""
+    if w_in_out:
+        return <const real*>_data_strided(w, F32 if real is float else F64)
+    return _p(w, cnp.PyArray_SIZE(w), tag)
+
+
 # One body per op for float and double (fused ``real``), specialised at the dispatch:
 # ``if dtype == float32: f[float](...) else: f[double](...)``.
-cdef void _linear_run(real z, cnp.ndarray x, cnp.ndarray weight, object bias, cnp.ndarray y,
-                      Py_ssize_t rows, Py_ssize_t n_in, Py_ssize_t n_out, int bm, int bn,
-                      int nt_g) except *:
+cdef void _linear_run(real z, cnp.ndarray x, cnp.ndarray weight, bint w_in_out, object bias,
+                      cnp.ndarray y, Py_ssize_t rows, Py_ssize_t n_in, Py_ssize_t n_out,
+                      int bm, int bn, int nt_g) except *:
     cdef real* py = _p(y, rows * n_out, z)
     cdef const real* px = _p(x, rows * n_in, z)
-    cdef const real* pw = _p(weight, n_out * n_in, z)
+    cdef const real* pw = _pw(weight, w_in_out, z)
     cdef const real* pb = NULL
     if bias is not None:
         pb = _p(<cnp.ndarray>bias, n_out, z)
     with _blas_guard(rows, n_out, n_in):
         with nogil:
-            _gemm_blocks(False, True, rows, n_out, n_in, z, px, n_in, pw, n_in, py, n_out,
-                         bm, bn, nt_g, pb)
+            if w_in_out:     # y = x Wc, Wc (in, out)
+                _gemm_blocks(False, False, rows, n_out, n_in, z, px, n_in, pw, n_out, py,
+                             n_out, bm, bn, nt_g, pb)
+            else:            # y = x W^T, W (out, in)
+                _gemm_blocks(False, True, rows, n_out, n_in, z, px, n_in, pw, n_in, py,
+                             n_out, bm, bn, nt_g, pb)
 
 
 def linear(cnp.ndarray x, cnp.ndarray weight, object bias):
     """linear(x, weight, bias) -> (y, saved).
 
-    IN  x (..., in) C-contiguous; weight (out, in) C-contiguous, same dtype;
-        bias (out,) or None.   OUT y (..., out)."""
+    IN  x (..., in) C-contiguous; weight (out, in) C-contiguous, or the transpose of a
+        C-contiguous (in, out) array (GPT-2's Conv1D layout, taken without a copy), same
+        dtype; bias (out,) or None.   OUT y (..., out)."""
     cdef Py_ssize_t n_in = weight.shape[1], n_out = weight.shape[0]
     cdef Py_ssize_t rows = _rows(x)
+    cdef bint w_in_out = _weight_in_out(weight)
     shape = (<object>x).shape[:-1] + (n_out,)
     cdef cnp.ndarray y = np.empty(shape, dtype=x.dtype)
     # The bias fill runs inside the GEMM's blocks, each block's on its own thread.
@@ -188,28 +213,36 @@ def linear(cnp.ndarray x, cnp.ndarray weight, object bias):
     cdef int nmax = fnn_max_threads()
     cdef int nt_g = bm * bn if bm * bn < nmax else nmax
     if x.dtype == np.float32:
-        _linear_run(<float>0, x, weight, bias, y, rows, n_in, n_out, bm, bn, nt_g)
+        _linear_run(<float>0, x, weight, w_in_out, bias, y, rows, n_in, n_out, bm, bn, nt_g)
     else:
-        _linear_run(<double>0, x, weight, bias, y, rows, n_in, n_out, bm, bn, nt_g)
+        _linear_run(<double>0, x, weight, w_in_out, bias, y, rows, n_in, n_out, bm, bn, nt_g)
     return y, (x, weight, bias is not None)
 
 
-cdef void _linear_bwd_run(real z, cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, cnp.ndarray dx,
-                          cnp.ndarray dw, object db, Py_ssize_t rows, Py_ssize_t n_in,
-                          Py_ssize_t n_out, int bm_x, int bn_x, int nt_x, int bm_w, int bn_w,
-                          int nt_w) except *:
+cdef void _linear_bwd_run(real z, cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, bint w_in_out,
+                          cnp.ndarray dx, cnp.ndarray dw, object db, Py_ssize_t rows,
+                          Py_ssize_t n_in, Py_ssize_t n_out, int bm_x, int bn_x, int nt_x,
+                          int bm_w, int bn_w, int nt_w) except *:
     cdef const real* pdy = _p(dy, rows * n_out, z)
-    cdef const real* pw = _p(w, n_out * n_in, z)
+    cdef const real* pw = _pw(w, w_in_out, z)
     cdef const real* px = _p(x, rows * n_in, z)
     cdef real* pdx = _p(dx, rows * n_in, z)
     cdef real* pdw = _p(dw, n_out * n_in, z)
     cdef real* pdb = NULL if db is None else _p(<cnp.ndarray>db, n_out, z)
     with _blas_guard(rows, n_out, n_in):
         with nogil:
-            _gemm_blocks(False, False, rows, n_in, n_out, z, pdy, n_out, pw, n_in, pdx, n_in,
-                         bm_x, bn_x, nt_x)
-            _gemm_blocks(True, False, n_out, n_in, rows, z, pdy, n_out, px, n_in, pdw, n_in,
-                         bm_w, bn_w, nt_w)
+            if w_in_out:
+                # dx = dy Wc^T; d_weight in the weight's own layout: dWc (in, out) = x^T dy
+                _gemm_blocks(False, True, rows, n_in, n_out, z, pdy, n_out, pw, n_out, pdx,
+                             n_in, bm_x, bn_x, nt_x)
+                _gemm_blocks(True, False, n_in, n_out, rows, z, px, n_in, pdy, n_out, pdw,
+                             n_out, bm_w, bn_w, nt_w)
+            else:
+                # dx = dy W; dW (out, in) = dy^T x
+                _gemm_blocks(False, False, rows, n_in, n_out, z, pdy, n_out, pw, n_in, pdx,
+                             n_in, bm_x, bn_x, nt_x)
+                _gemm_blocks(True, False, n_out, n_in, rows, z, pdy, n_out, px, n_in, pdw,
+                             n_in, bm_w, bn_w, nt_w)
     if pdb != NULL:
         # d_bias on one thread: on the team it was no faster for the 4096 x 3072 dy (a
         # memory-bound pass) and 12-18% slower for the GPT demo's linear fwd+bwd (one more
@@ -219,27 +252,33 @@ cdef void _linear_bwd_run(real z, cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, 
 
 
 def linear_backward(cnp.ndarray dy, tuple saved):
-    """linear_backward(dy, saved) -> (d_input, d_weight, d_bias or None).  dy C-contiguous."""
+    """linear_backward(dy, saved) -> (d_input, d_weight, d_bias or None).  dy C-contiguous.
+    d_weight has the weight's layout: for a weight given as the transpose of an (in, out)
+    array it is the transpose of a fresh C-contiguous (in, out) array."""
     cdef cnp.ndarray x = saved[0], w = saved[1]
     cdef bint has_bias = saved[2]
     cdef Py_ssize_t n_in = w.shape[1], n_out = w.shape[0]
     cdef Py_ssize_t rows = _rows(x)
+    cdef bint w_in_out = _weight_in_out(w)
     cdef cnp.ndarray dx = np.empty_like(x)
-    cdef cnp.ndarray dw = np.empty_like(w)
+    cdef cnp.ndarray dw = np.empty((n_in, n_out) if w_in_out else (n_out, n_in), dtype=x.dtype)
     cdef cnp.ndarray db = np.empty(n_out, dtype=x.dtype) if has_bias else None
     cdef int bm_x, bn_x, bm_w, bn_w
     _split(rows, n_in, n_out, &bm_x, &bn_x)
-    _split(n_out, n_in, rows, &bm_w, &bn_w)
+    if w_in_out:
+        _split(n_in, n_out, rows, &bm_w, &bn_w)
+    else:
+        _split(n_out, n_in, rows, &bm_w, &bn_w)
     cdef int nmax = fnn_max_threads()
     cdef int nt_x = bm_x * bn_x if bm_x * bn_x < nmax else nmax
     cdef int nt_w = bm_w * bn_w if bm_w * bn_w < nmax else nmax
     if x.dtype == np.float32:
-        _linear_bwd_run(<float>0, dy, x, w, dx, dw, db, rows, n_in, n_out, bm_x, bn_x, nt_x,
-                               bm_w, bn_w, nt_w)
+        _linear_bwd_run(<float>0, dy, x, w, w_in_out, dx, dw, db, rows, n_in, n_out,
+                        bm_x, bn_x, nt_x, bm_w, bn_w, nt_w)
     else:
-        _linear_bwd_run(<double>0, dy, x, w, dx, dw, db, rows, n_in, n_out, bm_x, bn_x, nt_x,
-                                bm_w, bn_w, nt_w)
-    return dx, dw, db
+        _linear_bwd_run(<double>0, dy, x, w, w_in_out, dx, dw, db, rows, n_in, n_out,
+                        bm_x, bn_x, nt_x, bm_w, bn_w, nt_w)
+    return dx, (dw.T if w_in_out else dw), db
 
 
 # ---------------------------------------------------------------- inference: x W^T + b, act
