@@ -93,36 +93,70 @@ cdef inline void _split(Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, int* bm, int* 
     bn[0] = <int>_even_blocks(N, _MIN_BLOCK_COLS, _MIN_SPLIT_COLS, _MAX_COL_BLOCKS)
 
 
+cdef inline void _gemm_block(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K,
+                             real beta, const real* A, Py_ssize_t lda, const real* B,
+                             Py_ssize_t ldb, real* C, Py_ssize_t ldc, int bm, int bn, int b,
+                             const real* bias) noexcept nogil:
+    """Block b (row-major over bm x bn) of C[M, N] = op(A) op(B) + beta C: one
+    single-threaded BLAS call.  With ``bias`` (then beta is ignored) the block of C starts
+    as the broadcast bias, filled right before its GEMM (still in cache for it)."""
+    cdef Py_ssize_t m0 = (M * (b // bn)) // bm
+    cdef Py_ssize_t m1 = (M * (b // bn + 1)) // bm
+    cdef Py_ssize_t n0 = (N * (b % bn)) // bn
+    cdef Py_ssize_t n1 = (N * (b % bn + 1)) // bn
+    cdef Py_ssize_t r
+    if bias != NULL:
+        beta = 1.0
+        for r in range(m0, m1):
+            memcpy(&C[r * ldc + n0], &bias[n0], (n1 - n0) * sizeof(real))
+    gemm(ta, tb, <int>(m1 - m0), <int>(n1 - n0), <int>K, <real>1.0,
+         (A + m0) if ta else (A + m0 * lda), <int>lda,
+         (B + n0 * ldb) if tb else (B + n0), <int>ldb, beta,
+         C + m0 * ldc + n0, <int>ldc)
+
+
+# The blocks are handed out dynamically: which thread runs a block does not change its
+# bits, and a thread that the OS holds off (a loaded machine) then delays only the blocks
+# it took, instead of a fixed half of them.
 cdef void _gemm_blocks(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, real beta,
                        const real* A, Py_ssize_t lda, const real* B, Py_ssize_t ldb,
                        real* C, Py_ssize_t ldc, int bm, int bn, int nt,
                        const real* bias=NULL) noexcept nogil:
-    """C[M, N] = op(A) op(B) + beta C in bm x bn fixed blocks of C, each one
-    single-threaded BLAS call, the blocks shared out over ``nt`` threads.  With ``bias``
-    (then beta is ignored) each block of C starts as the broadcast bias, filled by the
-    block's thread right before its GEMM (in parallel, and still in cache for it)."""
+    """C[M, N] = op(A) op(B) + beta C in bm x bn fixed blocks of C (_gemm_block), shared
+    out over ``nt`` threads."""
     cdef int b
-    cdef Py_ssize_t m0, m1, n0, n1, r
-    if bias != NULL:
-        beta = 1.0
-    if bm * bn <= 1:
-        if bias != NULL:
-            for r in range(M):
-                memcpy(&C[r * ldc], bias, N * sizeof(real))
-        gemm(ta, tb, <int>M, <int>N, <int>K, <real>1.0, A, <int>lda, B, <int>ldb, beta, C, <int>ldc)
+    if bm * bn <= 1 or nt <= 1:
+        for b in range(bm * bn):
+            _gemm_block(ta, tb, M, N, K, beta, A, lda, B, ldb, C, ldc, bm, bn, b, bias)
         return
-    for b in prange(bm * bn, schedule="static", num_threads=nt):
-        m0 = (M * (b // bn)) // bm
-        m1 = (M * (b // bn + 1)) // bm
-        n0 = (N * (b % bn)) // bn
-        n1 = (N * (b % bn + 1)) // bn
-        if bias != NULL:
-            for r in range(m0, m1):
-                memcpy(&C[r * ldc + n0], &bias[n0], (n1 - n0) * sizeof(real))
-        gemm(ta, tb, <int>(m1 - m0), <int>(n1 - n0), <int>K, <real>1.0,
-             (A + m0) if ta else (A + m0 * lda), <int>lda,
-             (B + n0 * ldb) if tb else (B + n0), <int>ldb, beta,
-             C + m0 * ldc + n0, <int>ldc)
+    for b in prange(bm * bn, schedule="dynamic", num_threads=nt):
+        _gemm_block(ta, tb, M, N, K, beta, A, lda, B, ldb, C, ldc, bm, bn, b, bias)
+
+
+cdef void _gemm_blocks2(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K,
+                        const real* A, Py_ssize_t lda, const real* B, Py_ssize_t ldb,
+                        real* C, Py_ssize_t ldc, int bm, int bn,
+                        bint ta2, bint tb2, Py_ssize_t M2, Py_ssize_t N2, Py_ssize_t K2,
+                        const real* A2, Py_ssize_t lda2, const real* B2, Py_ssize_t ldb2,
+                        real* C2, Py_ssize_t ldc2, int bm2, int bn2, int nt) noexcept nogil:
+    """Two independent blocked GEMMs (beta 0) in one parallel region, the blocks of both
+    handed out dynamically (the backward's d_input and d_weight: one fork/join instead of
+    two, and the threads balance over both)."""
+    cdef int b, nb1 = bm * bn, nb = bm * bn + bm2 * bn2
+    if nt <= 1:
+        for b in range(nb):
+            if b < nb1:
+                _gemm_block(ta, tb, M, N, K, 0, A, lda, B, ldb, C, ldc, bm, bn, b, NULL)
+            else:
+                _gemm_block(ta2, tb2, M2, N2, K2, 0, A2, lda2, B2, ldb2, C2, ldc2, bm2, bn2,
+                            b - nb1, NULL)
+        return
+    for b in prange(nb, schedule="dynamic", num_threads=nt):
+        if b < nb1:
+            _gemm_block(ta, tb, M, N, K, 0, A, lda, B, ldb, C, ldc, bm, bn, b, NULL)
+        else:
+            _gemm_block(ta2, tb2, M2, N2, K2, 0, A2, lda2, B2, ldb2, C2, ldc2, bm2, bn2,
+                        b - nb1, NULL)
 
 
 def _gemm_split(Py_ssize_t M, Py_ssize_t N, Py_ssize_t K):
@@ -221,8 +255,8 @@ def linear(cnp.ndarray x, cnp.ndarray weight, object bias):
 
 cdef void _linear_bwd_run(real z, cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, bint w_in_out,
                           cnp.ndarray dx, cnp.ndarray dw, object db, Py_ssize_t rows,
-                          Py_ssize_t n_in, Py_ssize_t n_out, int bm_x, int bn_x, int nt_x,
-                          int bm_w, int bn_w, int nt_w) except *:
+                          Py_ssize_t n_in, Py_ssize_t n_out, int bm_x, int bn_x,
+                          int bm_w, int bn_w, int nt) except *:
     cdef const real* pdy = _p(dy, rows * n_out, z)
     cdef const real* pw = _pw(w, w_in_out, z)
     cdef const real* px = _p(x, rows * n_in, z)
@@ -233,16 +267,16 @@ cdef void _linear_bwd_run(real z, cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, 
         with nogil:
             if w_in_out:
                 # dx = dy Wc^T; d_weight in the weight's own layout: dWc (in, out) = x^T dy
-                _gemm_blocks(False, True, rows, n_in, n_out, z, pdy, n_out, pw, n_out, pdx,
-                             n_in, bm_x, bn_x, nt_x)
-                _gemm_blocks(True, False, n_in, n_out, rows, z, px, n_in, pdy, n_out, pdw,
-                             n_out, bm_w, bn_w, nt_w)
+                _gemm_blocks2(False, True, rows, n_in, n_out, pdy, n_out, pw, n_out, pdx,
+                              n_in, bm_x, bn_x,
+                              True, False, n_in, n_out, rows, px, n_in, pdy, n_out, pdw,
+                              n_out, bm_w, bn_w, nt)
             else:
                 # dx = dy W; dW (out, in) = dy^T x
-                _gemm_blocks(False, False, rows, n_in, n_out, z, pdy, n_out, pw, n_in, pdx,
-                             n_in, bm_x, bn_x, nt_x)
-                _gemm_blocks(True, False, n_out, n_in, rows, z, pdy, n_out, px, n_in, pdw,
-                             n_in, bm_w, bn_w, nt_w)
+                _gemm_blocks2(False, False, rows, n_in, n_out, pdy, n_out, pw, n_in, pdx,
+                              n_in, bm_x, bn_x,
+                              True, False, n_out, n_in, rows, pdy, n_out, px, n_in, pdw,
+                              n_in, bm_w, bn_w, nt)
     if pdb != NULL:
         # d_bias on one thread: on the team it was no faster for the 4096 x 3072 dy (a
         # memory-bound pass) and 12-18% slower for the GPT demo's linear fwd+bwd (one more
@@ -270,14 +304,15 @@ def linear_backward(cnp.ndarray dy, tuple saved):
     else:
         _split(n_out, n_in, rows, &bm_w, &bn_w)
     cdef int nmax = fnn_max_threads()
-    cdef int nt_x = bm_x * bn_x if bm_x * bn_x < nmax else nmax
-    cdef int nt_w = bm_w * bn_w if bm_w * bn_w < nmax else nmax
+    # both GEMMs' blocks in one region; two unsplit (small) products stay on this thread
+    cdef int nb = bm_x * bn_x + bm_w * bn_w
+    cdef int nt = 1 if nb <= 2 else (nb if nb < nmax else nmax)
     if x.dtype == np.float32:
         _linear_bwd_run(<float>0, dy, x, w, w_in_out, dx, dw, db, rows, n_in, n_out,
-                        bm_x, bn_x, nt_x, bm_w, bn_w, nt_w)
+                        bm_x, bn_x, bm_w, bn_w, nt)
     else:
         _linear_bwd_run(<double>0, dy, x, w, w_in_out, dx, dw, db, rows, n_in, n_out,
-                        bm_x, bn_x, nt_x, bm_w, bn_w, nt_w)
+                        bm_x, bn_x, bm_w, bn_w, nt)
     return dx, (dw.T if w_in_out else dw), db
 
 
