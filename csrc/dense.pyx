@@ -1,9 +1,13 @@
 # Dense family: linear (y = x W^T + b) forward and backward.
 #
-# GEMM-bound: the work is three BLAS calls (forward, d_input, d_weight) made with
-# the GIL released, BLAS using fastnn's thread count.  The bias is folded into the
-# forward GEMM (C starts as the broadcast bias, beta = 1); d_bias is a column sum
-# over fixed row chunks, reduced in chunk order, so it is the same at any thread count.
+# GEMM-bound: the work is three GEMMs (forward, d_input, d_weight) made with the GIL
+# released, each cut into fixed blocks of C (from the shape alone) that are single-threaded
+# BLAS calls on fastnn's OpenMP threads (see "blocked GEMM" below); the backward's two
+# GEMMs share one parallel region.  The bias is folded into the forward GEMM (each block
+# of C starts as the broadcast bias, beta = 1); d_bias is a column sum over fixed row
+# chunks, reduced in chunk order, so it is the same at any thread count.  The weight is
+# (out, in) C-contiguous, or the transpose of a C-contiguous (in, out) array (GPT-2's
+# Conv1D layout, read as it is; d_weight then comes back in that layout too).
 cimport cython
 cimport numpy as cnp
 from cython.parallel cimport prange
