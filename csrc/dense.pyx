@@ -1,9 +1,13 @@
 # Dense family: linear (y = x W^T + b) forward and backward.
 #
-# GEMM-bound: the work is three BLAS calls (forward, d_input, d_weight) made with
-# the GIL released, BLAS using fastnn's thread count.  The bias is folded into the
-# forward GEMM (C starts as the broadcast bias, beta = 1); d_bias is a column sum
-# over fixed row chunks, reduced in chunk order, so it is the same at any thread count.
+# GEMM-bound: the work is three GEMMs (forward, d_input, d_weight) made with the GIL
+# released, each cut into fixed blocks of C (from the shape alone) that are single-threaded
+# BLAS calls on fastnn's OpenMP threads (see "blocked GEMM" below); the backward's two
+# GEMMs share one parallel region.  The bias is folded into the forward GEMM (each block
+# of C starts as the broadcast bias, beta = 1); d_bias is a column sum over fixed row
+# chunks, reduced in chunk order, so it is the same at any thread count.  The weight is
+# (out, in) C-contiguous, or the transpose of a C-contiguous (in, out) array (GPT-2's
+# Conv1D layout, read as it is; d_weight then comes back in that layout too).
 cimport cython
 cimport numpy as cnp
 from cython.parallel cimport prange
@@ -29,16 +33,6 @@ OPS = ("linear", "linear_backward", "linear_act_infer", "skinny_linear", "pack_l
        "packed_linear_infer")
 
 
-cdef void _fill_bias(real* y, const real* b, Py_ssize_t rows, Py_ssize_t n, int nt) noexcept nogil:
-    cdef Py_ssize_t r
-    if nt == 1:
-        for r in range(rows):
-            memcpy(&y[r * n], b, n * sizeof(real))
-    else:
-        for r in prange(rows, nogil=True, schedule="static", num_threads=nt):
-            memcpy(&y[r * n], b, n * sizeof(real))
-
-
 cdef inline Py_ssize_t _rows(cnp.ndarray x):
     """Product of the leading dims (not x.size // in_features: in_features may be 0)."""
     cdef Py_ssize_t rows = 1
@@ -54,31 +48,45 @@ cdef inline Py_ssize_t _rows(cnp.ndarray x):
 # on the thread count.  So a large GEMM is cut into row blocks of the output whose number
 # depends only on the shape; each block is a single-threaded BLAS call, the blocks run on
 # fastnn's OpenMP threads, and BLAS is held to one thread meanwhile (no stacked pools).
+#
+# Block size: every BLAS call packs the operand all blocks share (B for row blocks) again,
+# a pass over K x N that is not amortised over fewer rows: measured single-threaded on
+# this machine's OpenBLAS (SkylakeX kernels), total time of M = 2048-4096 rows in blocks of
+# m rows vs one call: m = 128 +10-29%, 256 +3-13%, 512 +1-7%, 1024 +0-4%, for K x N from
+# 128 x 384 to 768 x 3072.  So blocks have >= 512 rows (8 blocks for the 4096-row linear,
+# 2 for the GPT demo's 1024 tokens), an even count (balanced on 2 and 4 threads), at most
+# 16 (a 16-thread machine still gets every core on a GEMM of >= 8192 rows).  A C of fewer
+# rows is halved (>= 128 rows each), not cut into 128-row pieces; a C shorter still (the
+# weight gradient of a narrow layer) is cut into column blocks of >= 256 columns (>= 64
+# when that is the only way to get two).
 cdef enum:
-    _MIN_BLOCK_ROWS = 256
-    _MIN_SPLIT_ROWS = 128    # rows of a block when a short C is split in two or three
-    _MIN_BLOCK_COLS = 64
+    _MIN_BLOCK_ROWS = 512
+    _MIN_SPLIT_ROWS = 128    # rows of each half when a short C is halved
+    _MIN_BLOCK_COLS = 256
+    _MIN_SPLIT_COLS = 64
     _MAX_BLOCKS = 16
     _MAX_COL_BLOCKS = 8
     _SERIAL_MACS = 131072    # below this OpenBLAS never threads: call it directly
 
 
+cdef inline Py_ssize_t _even_blocks(Py_ssize_t n, Py_ssize_t size, Py_ssize_t split,
+                                    Py_ssize_t cap) noexcept nogil:
+    """Blocks of >= size along an extent n: an even count when more than one, at most cap;
+    two halves of >= split when whole blocks give fewer than two; else 1."""
+    cdef Py_ssize_t nb = (n // size) & ~1
+    if nb >= 2:
+        return nb if nb < cap else cap
+    return 2 if n >= 2 * split else 1
+
+
 cdef inline int _nblocks(Py_ssize_t M) noexcept nogil:
-    """Row blocks of >= 256 rows, an even count when more than one (balanced on 2 and 4
-    threads), at most 16."""
-    cdef Py_ssize_t nb = M // _MIN_BLOCK_ROWS
-    if nb < 2:
-        return 1
-    nb = nb & ~1
-    return <int>(nb if nb < _MAX_BLOCKS else _MAX_BLOCKS)
+    """Row blocks of a tall C (see above)."""
+    return <int>_even_blocks(M, _MIN_BLOCK_ROWS, _MIN_SPLIT_ROWS, _MAX_BLOCKS)
 
 
 cdef inline void _split(Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, int* bm, int* bn) noexcept nogil:
     """Fixed blocks of C (M x N) for a big GEMM, from the shape alone (so results do not
-    depend on the thread count): row blocks of >= 256 rows; a C with fewer rows (the
-    weight gradient of a narrow layer: M = out_features) in blocks of >= 128 rows, or
-    else in column blocks of >= 64 columns -- so it runs on every thread too."""
-    cdef Py_ssize_t nb
+    depend on the thread count): row blocks when C has >= 256 rows, else column blocks."""
     bm[0] = 1
     bn[0] = 1
     if M * N * K <= _SERIAL_MACS:
@@ -86,34 +94,80 @@ cdef inline void _split(Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, int* bm, int* 
     bm[0] = _nblocks(M)
     if bm[0] >= 2:
         return
-    nb = (M // _MIN_SPLIT_ROWS) & ~1     # an even count: balanced on 2 (and 4) threads
-    if nb >= 2:
-        bm[0] = <int>nb
-        return
-    nb = (N // _MIN_BLOCK_COLS) & ~1
-    if nb >= 2:
-        bn[0] = <int>(nb if nb < _MAX_COL_BLOCKS else _MAX_COL_BLOCKS)
+    bn[0] = <int>_even_blocks(N, _MIN_BLOCK_COLS, _MIN_SPLIT_COLS, _MAX_COL_BLOCKS)
 
 
+cdef inline void _gemm_block(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K,
+                             real beta, const real* A, Py_ssize_t lda, const real* B,
+                             Py_ssize_t ldb, real* C, Py_ssize_t ldc, int bm, int bn, int b,
+                             const real* bias) noexcept nogil:
+    """Block b (row-major over bm x bn) of C[M, N] = op(A) op(B) + beta C: one
+    single-threaded BLAS call.  With ``bias`` (then beta is ignored) the block of C starts
+    as the broadcast bias, filled right before its GEMM (still in cache for it)."""
+    cdef Py_ssize_t m0 = (M * (b // bn)) // bm
+    cdef Py_ssize_t m1 = (M * (b // bn + 1)) // bm
+    cdef Py_ssize_t n0 = (N * (b % bn)) // bn
+    cdef Py_ssize_t n1 = (N * (b % bn + 1)) // bn
+    cdef Py_ssize_t r
+    if bias != NULL:
+        beta = 1.0
+        for r in range(m0, m1):
+            memcpy(&C[r * ldc + n0], &bias[n0], (n1 - n0) * sizeof(real))
+    gemm(ta, tb, <int>(m1 - m0), <int>(n1 - n0), <int>K, <real>1.0,
+         (A + m0) if ta else (A + m0 * lda), <int>lda,
+         (B + n0 * ldb) if tb else (B + n0), <int>ldb, beta,
+         C + m0 * ldc + n0, <int>ldc)
+
+
+# The blocks are handed out dynamically: which thread runs a block does not change its
+# bits, and a thread that the OS holds off (a loaded machine) then delays only the blocks
+# it took, instead of a fixed half of them.
 cdef void _gemm_blocks(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, real beta,
                        const real* A, Py_ssize_t lda, const real* B, Py_ssize_t ldb,
-                       real* C, Py_ssize_t ldc, int bm, int bn, int nt) noexcept nogil:
-    """C[M, N] = op(A) op(B) + beta C in bm x bn fixed blocks of C, each one
-    single-threaded BLAS call, the blocks shared out over ``nt`` threads."""
+                       real* C, Py_ssize_t ldc, int bm, int bn, int nt,
+                       const real* bias=NULL) noexcept nogil:
+    """C[M, N] = op(A) op(B) + beta C in bm x bn fixed blocks of C (_gemm_block), shared
+    out over ``nt`` threads."""
     cdef int b
-    cdef Py_ssize_t m0, m1, n0, n1
-    if bm * bn <= 1:
-        gemm(ta, tb, <int>M, <int>N, <int>K, <real>1.0, A, <int>lda, B, <int>ldb, beta, C, <int>ldc)
+    if bm * bn <= 1 or nt <= 1:
+        for b in range(bm * bn):
+            _gemm_block(ta, tb, M, N, K, beta, A, lda, B, ldb, C, ldc, bm, bn, b, bias)
         return
-    for b in prange(bm * bn, schedule="static", num_threads=nt):
-        m0 = (M * (b // bn)) // bm
-        m1 = (M * (b // bn + 1)) // bm
-        n0 = (N * (b % bn)) // bn
-        n1 = (N * (b % bn + 1)) // bn
-        gemm(ta, tb, <int>(m1 - m0), <int>(n1 - n0), <int>K, <real>1.0,
-             (A + m0) if ta else (A + m0 * lda), <int>lda,
-             (B + n0 * ldb) if tb else (B + n0), <int>ldb, beta,
-             C + m0 * ldc + n0, <int>ldc)
+    for b in prange(bm * bn, schedule="dynamic", num_threads=nt):
+        _gemm_block(ta, tb, M, N, K, beta, A, lda, B, ldb, C, ldc, bm, bn, b, bias)
+
+
+cdef void _gemm_blocks2(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K,
+                        const real* A, Py_ssize_t lda, const real* B, Py_ssize_t ldb,
+                        real* C, Py_ssize_t ldc, int bm, int bn,
+                        bint ta2, bint tb2, Py_ssize_t M2, Py_ssize_t N2, Py_ssize_t K2,
+                        const real* A2, Py_ssize_t lda2, const real* B2, Py_ssize_t ldb2,
+                        real* C2, Py_ssize_t ldc2, int bm2, int bn2, int nt) noexcept nogil:
+    """Two independent blocked GEMMs (beta 0) in one parallel region, the blocks of both
+    handed out dynamically (the backward's d_input and d_weight: one fork/join instead of
+    two, and the threads balance over both)."""
+    cdef int b, nb1 = bm * bn, nb = bm * bn + bm2 * bn2
+    if nt <= 1:
+        for b in range(nb):
+            if b < nb1:
+                _gemm_block(ta, tb, M, N, K, 0, A, lda, B, ldb, C, ldc, bm, bn, b, NULL)
+            else:
+                _gemm_block(ta2, tb2, M2, N2, K2, 0, A2, lda2, B2, ldb2, C2, ldc2, bm2, bn2,
+                            b - nb1, NULL)
+        return
+    for b in prange(nb, schedule="dynamic", num_threads=nt):
+        if b < nb1:
+            _gemm_block(ta, tb, M, N, K, 0, A, lda, B, ldb, C, ldc, bm, bn, b, NULL)
+        else:
+            _gemm_block(ta2, tb2, M2, N2, K2, 0, A2, lda2, B2, ldb2, C2, ldc2, bm2, bn2,
+                        b - nb1, NULL)
+
+
+def _gemm_split(Py_ssize_t M, Py_ssize_t N, Py_ssize_t K):
+    """(row blocks, column blocks) of a GEMM producing an (M, N) C over depth K (tests)."""
+    cdef int bm, bn
+    _split(M, N, K, &bm, &bn)
+    return bm, bn
 
 
 cdef object _blas_guard(Py_ssize_t M, Py_ssize_t N, Py_ssize_t K):
@@ -140,92 +194,130 @@ cdef inline real* _p(cnp.ndarray a, Py_ssize_t n, real tag) except? NULL:
     return <real*>_data(a, n, F32 if real is float else F64)
 
 
+cdef bint _weight_in_out(cnp.ndarray w) except -1:
+    """True when the (out, in) weight is the transpose of a C-contiguous (in, out) array
+    (GPT-2's Conv1D passes its weight this way, a view: no copy); False when it is
+    C-contiguous itself."""
+    if cnp.PyArray_IS_C_CONTIGUOUS(w):
+        return False
+    if cnp.PyArray_IS_F_CONTIGUOUS(w):
+        return True
+    raise ValueError("linear: the weight must be C-contiguous (out, in) or the transpose "
+                     "of a C-contiguous (in, out) array")
+
+
+cdef inline const real* _pw(cnp.ndarray w, bint w_in_out, real tag) except? NULL:
+    """The weight's data (an F-contiguous one is read whole in its own layout)."""
+    if w_in_out:
+        return <const real*>_data_strided(w, F32 if real is float else F64)
+    return _p(w, cnp.PyArray_SIZE(w), tag)
+
+
 # One body per op for float and double (fused ``real``), specialised at the dispatch:
 # ``if dtype == float32: f[float](...) else: f[double](...)``.
-cdef void _linear_run(real z, cnp.ndarray x, cnp.ndarray weight, object bias, cnp.ndarray y,
-                      Py_ssize_t rows, Py_ssize_t n_in, Py_ssize_t n_out, int bm, int bn,
-                      int nt_g) except *:
+cdef void _linear_run(real z, cnp.ndarray x, cnp.ndarray weight, bint w_in_out, object bias,
+                      cnp.ndarray y, Py_ssize_t rows, Py_ssize_t n_in, Py_ssize_t n_out,
+                      int bm, int bn, int nt_g) except *:
     cdef real* py = _p(y, rows * n_out, z)
     cdef const real* px = _p(x, rows * n_in, z)
-    cdef const real* pw = _p(weight, n_out * n_in, z)
-    cdef real beta = 0.0
+    cdef const real* pw = _pw(weight, w_in_out, z)
+    cdef const real* pb = NULL
     if bias is not None:
-        beta = 1.0
-        _fill_bias(py, <const real*>_p(<cnp.ndarray>bias, n_out, z), rows, n_out, 1)
+        pb = _p(<cnp.ndarray>bias, n_out, z)
     with _blas_guard(rows, n_out, n_in):
         with nogil:
-            _gemm_blocks(False, True, rows, n_out, n_in, beta, px, n_in, pw, n_in, py, n_out,
-                         bm, bn, nt_g)
+            if w_in_out:     # y = x Wc, Wc (in, out)
+                _gemm_blocks(False, False, rows, n_out, n_in, z, px, n_in, pw, n_out, py,
+                             n_out, bm, bn, nt_g, pb)
+            else:            # y = x W^T, W (out, in)
+                _gemm_blocks(False, True, rows, n_out, n_in, z, px, n_in, pw, n_in, py,
+                             n_out, bm, bn, nt_g, pb)
 
 
 def linear(cnp.ndarray x, cnp.ndarray weight, object bias):
     """linear(x, weight, bias) -> (y, saved).
 
-    IN  x (..., in) C-contiguous; weight (out, in) C-contiguous, same dtype;
-        bias (out,) or None.   OUT y (..., out)."""
+    IN  x (..., in) C-contiguous; weight (out, in) C-contiguous, or the transpose of a
+        C-contiguous (in, out) array (GPT-2's Conv1D layout, taken without a copy), same
+        dtype; bias (out,) or None.   OUT y (..., out)."""
     cdef Py_ssize_t n_in = weight.shape[1], n_out = weight.shape[0]
     cdef Py_ssize_t rows = _rows(x)
+    cdef bint w_in_out = _weight_in_out(weight)
     shape = (<object>x).shape[:-1] + (n_out,)
     cdef cnp.ndarray y = np.empty(shape, dtype=x.dtype)
-    # The bias fill / column sum run on one thread (_linear_run, _linear_bwd_run): waking
-    # the OpenMP team right next to BLAS's own thread pool makes the two pools fight for
-    # the cores (spin-waiting workers); measured 2-4x slower GEMMs on a 2-core machine.
-    # They are memory-bound and small next to the GEMM, and their chunking does not
-    # depend on nt.
+    # The bias fill runs inside the GEMM's blocks, each block's on its own thread.
     cdef int bm, bn
     _split(rows, n_out, n_in, &bm, &bn)
     cdef int nmax = fnn_max_threads()
     cdef int nt_g = bm * bn if bm * bn < nmax else nmax
     if x.dtype == np.float32:
-        _linear_run(<float>0, x, weight, bias, y, rows, n_in, n_out, bm, bn, nt_g)
+        _linear_run(<float>0, x, weight, w_in_out, bias, y, rows, n_in, n_out, bm, bn, nt_g)
     else:
-        _linear_run(<double>0, x, weight, bias, y, rows, n_in, n_out, bm, bn, nt_g)
+        _linear_run(<double>0, x, weight, w_in_out, bias, y, rows, n_in, n_out, bm, bn, nt_g)
     return y, (x, weight, bias is not None)
 
 
-cdef void _linear_bwd_run(real z, cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, cnp.ndarray dx,
-                          cnp.ndarray dw, object db, Py_ssize_t rows, Py_ssize_t n_in,
-                          Py_ssize_t n_out, int bm_x, int bn_x, int nt_x, int bm_w, int bn_w,
-                          int nt_w) except *:
+cdef void _linear_bwd_run(real z, cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, bint w_in_out,
+                          cnp.ndarray dx, cnp.ndarray dw, object db, Py_ssize_t rows,
+                          Py_ssize_t n_in, Py_ssize_t n_out, int bm_x, int bn_x,
+                          int bm_w, int bn_w, int nt) except *:
     cdef const real* pdy = _p(dy, rows * n_out, z)
-    cdef const real* pw = _p(w, n_out * n_in, z)
+    cdef const real* pw = _pw(w, w_in_out, z)
     cdef const real* px = _p(x, rows * n_in, z)
     cdef real* pdx = _p(dx, rows * n_in, z)
     cdef real* pdw = _p(dw, n_out * n_in, z)
     cdef real* pdb = NULL if db is None else _p(<cnp.ndarray>db, n_out, z)
     with _blas_guard(rows, n_out, n_in):
         with nogil:
-            _gemm_blocks(False, False, rows, n_in, n_out, z, pdy, n_out, pw, n_in, pdx, n_in,
-                         bm_x, bn_x, nt_x)
-            _gemm_blocks(True, False, n_out, n_in, rows, z, pdy, n_out, px, n_in, pdw, n_in,
-                         bm_w, bn_w, nt_w)
+            if w_in_out:
+                # dx = dy Wc^T; d_weight in the weight's own layout: dWc (in, out) = x^T dy
+                _gemm_blocks2(False, True, rows, n_in, n_out, pdy, n_out, pw, n_out, pdx,
+                              n_in, bm_x, bn_x,
+                              True, False, n_in, n_out, rows, px, n_in, pdy, n_out, pdw,
+                              n_out, bm_w, bn_w, nt)
+            else:
+                # dx = dy W; dW (out, in) = dy^T x
+                _gemm_blocks2(False, False, rows, n_in, n_out, pdy, n_out, pw, n_in, pdx,
+                              n_in, bm_x, bn_x,
+                              True, False, n_out, n_in, rows, pdy, n_out, px, n_in, pdw,
+                              n_in, bm_w, bn_w, nt)
     if pdb != NULL:
+        # d_bias on one thread: on the team it was no faster for the 4096 x 3072 dy (a
+        # memory-bound pass) and 12-18% slower for the GPT demo's linear fwd+bwd (one more
+        # parallel region, measured on 2 loaded cores)
         with nogil:
             _col_sum(pdy, rows, n_out, pdb, 1, 256)
 
 
 def linear_backward(cnp.ndarray dy, tuple saved):
-    """linear_backward(dy, saved) -> (d_input, d_weight, d_bias or None).  dy C-contiguous."""
+    """linear_backward(dy, saved) -> (d_input, d_weight, d_bias or None).  dy C-contiguous.
+    d_weight has the weight's layout: for a weight given as the transpose of an (in, out)
+    array it is the transpose of a fresh C-contiguous (in, out) array."""
     cdef cnp.ndarray x = saved[0], w = saved[1]
     cdef bint has_bias = saved[2]
     cdef Py_ssize_t n_in = w.shape[1], n_out = w.shape[0]
     cdef Py_ssize_t rows = _rows(x)
+    cdef bint w_in_out = _weight_in_out(w)
     cdef cnp.ndarray dx = np.empty_like(x)
-    cdef cnp.ndarray dw = np.empty_like(w)
+    cdef cnp.ndarray dw = np.empty((n_in, n_out) if w_in_out else (n_out, n_in), dtype=x.dtype)
     cdef cnp.ndarray db = np.empty(n_out, dtype=x.dtype) if has_bias else None
     cdef int bm_x, bn_x, bm_w, bn_w
     _split(rows, n_in, n_out, &bm_x, &bn_x)
-    _split(n_out, n_in, rows, &bm_w, &bn_w)
-    cdef int nmax = fnn_max_threads()
-    cdef int nt_x = bm_x * bn_x if bm_x * bn_x < nmax else nmax
-    cdef int nt_w = bm_w * bn_w if bm_w * bn_w < nmax else nmax
-    if x.dtype == np.float32:
-        _linear_bwd_run(<float>0, dy, x, w, dx, dw, db, rows, n_in, n_out, bm_x, bn_x, nt_x,
-                               bm_w, bn_w, nt_w)
+    if w_in_out:
+        _split(n_in, n_out, rows, &bm_w, &bn_w)
     else:
-        _linear_bwd_run(<double>0, dy, x, w, dx, dw, db, rows, n_in, n_out, bm_x, bn_x, nt_x,
-                                bm_w, bn_w, nt_w)
-    return dx, dw, db
+        _split(n_out, n_in, rows, &bm_w, &bn_w)
+    cdef int nmax = fnn_max_threads()
+    # both GEMMs' blocks in one region; two unsplit (small) products stay on this thread
+    cdef int nb = bm_x * bn_x + bm_w * bn_w
+    cdef int nt = 1 if nb <= 2 else (nb if nb < nmax else nmax)
+    if x.dtype == np.float32:
+        _linear_bwd_run(<float>0, dy, x, w, w_in_out, dx, dw, db, rows, n_in, n_out,
+                        bm_x, bn_x, bm_w, bn_w, nt)
+    else:
+        _linear_bwd_run(<double>0, dy, x, w, w_in_out, dx, dw, db, rows, n_in, n_out,
+                        bm_x, bn_x, bm_w, bn_w, nt)
+    return dx, (dw.T if w_in_out else dw), db
 
 
 # ---------------------------------------------------------------- inference: x W^T + b, act

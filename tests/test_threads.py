@@ -98,10 +98,11 @@ def test_same_result_for_any_set_num_threads(op, seed, dtype, restore_threads):
 
 
 @pytest.mark.parametrize("shape", [(1024, 512, 128), (1024, 128, 384), (300, 200, 96),
-                                   (64, 4096, 1000)], ids=str)
+                                   (64, 4096, 1000), (2100, 96, 40), (200, 64, 700)], ids=str)
 def test_linear_gemm_blocks_same_result_for_any_thread_count(shape, restore_threads):
     """The GEMM splits of linear (row blocks, short-C row blocks, column blocks of a
-    narrow layer's weight gradient) depend on the shape only: bit-identical results."""
+    narrow layer's weight gradient; uneven blocks (2100 rows in 4); the bias filled per
+    block) depend on the shape only: bit-identical results."""
     import fastnn.functional as F
     rows, n_in, n_out = shape
     rng = np.random.default_rng(1)
@@ -120,6 +121,26 @@ def test_linear_gemm_blocks_same_result_for_any_thread_count(shape, restore_thre
     y64 = x.astype(np.float64) @ w.T.astype(np.float64) + b
     np.testing.assert_allclose(res[1][0], y64, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(res[1][2], dy.T.astype(np.float64) @ x, rtol=1e-4, atol=1e-2)
+    np.testing.assert_allclose(res[1][1], dy.astype(np.float64) @ w, rtol=1e-4, atol=1e-2)
+    np.testing.assert_allclose(res[1][3], dy.astype(np.float64).sum(0), rtol=1e-5, atol=1e-3)
+
+
+def test_linear_gemm_blocks_rule():
+    """Blocks of >= 512 rows (each single-threaded BLAS call packs the shared operand again:
+    256-row blocks cost 3-13% more than 1024-row ones), an even count, at most 16; a short
+    C in halves, a shorter one in column blocks; small products in one call."""
+    from fastnn.cpu import compiled_modules
+    dense = next(m for m in compiled_modules() if m.__name__.endswith(".dense"))
+    split = dense._gemm_split
+    assert split(4096, 3072, 768) == (8, 1)      # the benchmark's linear (was 16 x 1)
+    assert split(3072, 768, 4096) == (6, 1)      # its weight gradient
+    assert split(1024, 384, 128) == (2, 1)       # the GPT demo's 1024 tokens (was 4 x 1)
+    assert split(65536, 64, 64) == (16, 1)       # capped at 16
+    assert split(2100, 96, 40) == (4, 1)
+    assert split(768, 512, 1024) == (2, 1)       # a short C: halves, not 6 blocks of 128
+    assert split(200, 700, 64) == (1, 2)         # shorter still: column blocks
+    assert split(128, 4096, 1024) == (1, 8)
+    assert split(64, 64, 32) == (1, 1)           # small: one BLAS call
 
 
 # ------------------------------------------------------------------ thread safety

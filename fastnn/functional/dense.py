@@ -1,4 +1,6 @@
 """Dense family: linear."""
+import numpy as np
+
 from .._backend import dispatch, host_backend
 from .._validate import float_array, host_floats, same_dtype
 from ._core import grad_in, make_ctx
@@ -49,7 +51,10 @@ def _fast(x, weight, bias):
     """The host backend when the arguments need no validation beyond one compiled check
     (contiguous native float arrays of one dtype, the shapes fit), else None: the small
     calls' fast path; anything else takes _check, which owns every error message."""
-    if host_floats(x, weight, bias):
+    if host_floats(x, weight, bias) or (
+            # a weight that is the transpose of a C-contiguous (in, out) array (GPT-2's
+            # Conv1D passes its weight so): taken as it is, no copy
+            type(weight) is np.ndarray and weight.ndim == 2 and host_floats(x, weight.T, bias)):
         ws = weight.shape
         if (len(ws) == 2 and x.ndim and x.shape[-1] == ws[1]
                 and (bias is None or bias.shape == (ws[0],))):
