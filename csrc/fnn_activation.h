@@ -36,34 +36,29 @@ static inline double fnn_gauss_cdf_d(double x, double* gauss) {
     return 0.5 * erfc(-x * 0.70710678118654752440);
 }
 
-/* The GELU forward's explicit 16-lane loop (the avx512 build): y = x Phi(x) by fnn_phi16
-   (fnn_math.h: a table-driven piecewise polynomial for |x| < 3.9375, no exp or division),
-   or y = Phi(x) when phi_only (the test hook); the loop's tail by masked loads and stores.
-   Returns how many elements it did: all of them there, none elsewhere (the omp simd loop
-   does the rest). */
-static inline ptrdiff_t fnn_gelu_fwd_vec_f(const float* x, float* y, ptrdiff_t n, int phi_only) {
+/* The GELU forward's explicit 16-lane loop (the avx512 build): fnn_gelu16 (fnn_math.h: a
+   table-driven piecewise polynomial for |x| < 3.9375, no exp or division), the loop's
+   tail by masked loads and stores.  Returns how many elements it did: all of them there,
+   none elsewhere (the omp simd loop does the rest). */
+static inline ptrdiff_t fnn_gelu_fwd_vec_f(const float* x, float* y, ptrdiff_t n) {
 #if defined(FNN_HAVE_AVX512)
-    fnn_phi16_t t;
-    fnn_phi16_load(&t);
-    const __m512 one = _mm512_set1_ps(1.0f);
+    fnn_gelu16_t t;
+    fnn_gelu16_load(&t);
     ptrdiff_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 v = _mm512_loadu_ps(x + i);
-        _mm512_storeu_ps(y + i, _mm512_mul_ps(phi_only ? one : v, fnn_phi16(&t, v)));
-    }
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, fnn_gelu16(&t, _mm512_loadu_ps(x + i)));
     if (i < n) {
         __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
-        __m512 v = _mm512_maskz_loadu_ps(m, x + i);
-        _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(phi_only ? one : v, fnn_phi16(&t, v)));
+        _mm512_mask_storeu_ps(y + i, m, fnn_gelu16(&t, _mm512_maskz_loadu_ps(m, x + i)));
     }
     return n;
 #else
-    (void)x; (void)y; (void)n; (void)phi_only;
+    (void)x; (void)y; (void)n;
     return 0;
 #endif
 }
-static inline ptrdiff_t fnn_gelu_fwd_vec_d(const double* x, double* y, ptrdiff_t n, int phi_only) {
-    (void)x; (void)y; (void)n; (void)phi_only;
+static inline ptrdiff_t fnn_gelu_fwd_vec_d(const double* x, double* y, ptrdiff_t n) {
+    (void)x; (void)y; (void)n;
     return 0;
 }
 
@@ -197,8 +192,9 @@ static void fnn_math_apply(int which, const float* x, float* y, ptrdiff_t n) {
     case 5: for (i = 0; i < n; ++i) { float g; y[i] = fnn_gauss_cdf_f(x[i], &g); } break;
     case 6: for (i = 0; i < n; ++i) { float g; fnn_gauss_cdf_f(x[i], &g); y[i] = g; } break;
     case 8: for (i = 0; i < n; ++i) y[i] = fnn_sigmoidf(x[i]); break;
-    case 9:   /* Phi as the GELU forward computes it: fnn_phi16 where the build has it */
-        for (i = fnn_gelu_fwd_vec_f(x, y, n, 1); i < n; ++i) { float g; y[i] = fnn_gauss_cdf_f(x[i], &g); }
+    case 9:   /* the GELU forward x Phi(x) as the kernel computes it (fnn_gelu16 where the
+                 build has it) */
+        for (i = fnn_gelu_fwd_vec_f(x, y, n); i < n; ++i) { float g; y[i] = x[i] * fnn_gauss_cdf_f(x[i], &g); }
         break;
     case 7:   /* the kernels' form: 16 lanes (AVX-512) or 8 (AVX2) where the build has
                  them, scalar tail */

@@ -51,7 +51,7 @@ static void FNN_ACT_NAME(fnn_act)(int op, const FNN_T* a, const FNN_T* b, FNN_T*
         }
         break; }
     case FNN_GELU_FWD:      /* x Phi(x) */
-        FNN_SIMD for (i = FNN_ACT_NAME(fnn_gelu_fwd_vec)(a, o, n, 0); i < n; ++i) {
+        FNN_SIMD for (i = FNN_ACT_NAME(fnn_gelu_fwd_vec)(a, o, n); i < n; ++i) {
             FNN_T v = a[i], g;
             o[i] = v * FNN_A_CDF(v, &g);
         }

@@ -303,111 +303,104 @@ static inline float fnn_gauss_cdf_f(float x, float* gauss) {
 }
 
 #if defined(FNN_HAVE_AVX512)
-/* Phi(x) on 16 lanes for the GELU forward (the avx512 build).
+/* GELU forward on 16 lanes (the avx512 build), y = x Phi(x).
  *
- * Fast form, for |x| < 4: h(a) = Phi(-a) = erfc(a/sqrt2)/2 on a = |x| in [0, 4) by 32
- * pieces of width 1/8, each a degree-5 polynomial in the piece's centred coordinate
- * c = 8a - (k + 1/2) in [-1/2, 1/2] (relative error ~1.3e-7 fitted, ~3e-7 after float
- * evaluation; fit: weighted least squares on relative error), coefficients picked per lane
- * by vpermt2ps from two registers each (fnn_phi16_tab: row j = c^j's coefficient of the
- * 32 pieces).  8a is exact, k = round(8a - 1/2) comes from the 2^23 shifter (its low 5
- * bits are the piece: vpermt2ps reads only those), so c is exact too and nothing of the
- * argument's rounding reaches h -- no exp, no division: 8 multiply-adds and 6 permutes
- * instead of ~23 multiply-adds and a division.  Phi = h for x < 0 (relative accuracy in
- * the tail kept: no 1 - erf cancellation), 1 - h otherwise.
- * General form, any x (a vector with a lane at |x| >= 4, inf or NaN): fnn_gauss_cdf_f's
- * computation on 16 lanes.  Which form a vector took never matters beyond rounding: both
- * meet tests/test_math.py's bounds on the same grid. */
-static const float fnn_phi16_tab[6][32] __attribute__((aligned(64))) = {
+ * Fast form, for vectors whose 16 lanes all have |x| < 3.9375: with a = |x| and
+ * g(a) = a Phi(-a), y = max(x, 0) - g(a) -- for x < 0, x Phi(x) = -g; for x >= 0,
+ * x Phi(x) = x (1 - Phi(-x)) = x - g -- so no select, no multiply, and no 1 - Phi
+ * cancellation on the negative side.  g on [0, 3.9375) is 32 pieces of width 1/8 centred
+ * at k/8, k = round(8a) = 0..31, each a degree-4 polynomial in c = 8a - k in [-1/2, 1/2]
+ * (weighted least squares on the relative error; piece 0 has no constant term, so
+ * g(0) = 0 and y(-0) = -0); fnn_gelu16_tab row j holds c^j's coefficients of the 32
+ * pieces, and vpermt2ps picks each lane's from two registers.  8a is exact and k comes
+ * from the 2^23 shifter (the low 5 bits of its float are k: all vpermt2ps reads), so c
+ * is exact too: no rounding of the argument reaches g.  5 multiply-adds and 5 permutes,
+ * where the erfcx form below takes ~23 multiply-adds and a division.  Relative error
+ * ~2.3e-7 fitted and evaluated in float (tests/test_math.py: test_gelu_fwd).
+ * General form, any x (a vector with a lane at |x| >= 3.9375, inf or NaN): x Phi(x) with
+ * fnn_gauss_cdf_f's computation on 16 lanes (the same bounds).  Standard-normal-like
+ * inputs take the fast form for all but ~0.1% of vectors. */
+static const float fnn_gelu16_tab[5][32] __attribute__((aligned(64))) = {
   {
-    5.000000000e-01f, 4.502617717e-01f, 4.012936652e-01f, 3.538302481e-01f,
-    3.085375428e-01f, 2.659855187e-01f, 2.266273499e-01f, 1.907869577e-01f,
-    1.586552560e-01f, 1.302945167e-01f, 1.056497768e-01f, 8.456572145e-02f,
-    6.680720299e-02f, 5.208127946e-02f, 4.005915672e-02f, 3.039636090e-02f,
-    2.275013179e-02f, 1.679330692e-02f, 1.222447306e-02f, 8.774475195e-03f,
-    6.209665444e-03f, 4.332448356e-03f, 2.979763318e-03f, 2.020137385e-03f,
-    1.349898055e-03f, 8.890252793e-04f, 5.770250573e-04f, 3.690784506e-04f,
-    2.326290851e-04f, 1.444807276e-04f, 8.841728413e-05f, 5.331234934e-05f
+    0.000000000e+00f, 5.628272146e-02f, 1.003234163e-01f, 1.326863319e-01f,
+    1.542687714e-01f, 1.662409604e-01f, 1.699705124e-01f, 1.669385880e-01f,
+    1.586552560e-01f, 1.465813369e-01f, 1.320622116e-01f, 1.162778661e-01f,
+    1.002108008e-01f, 8.463207632e-02f, 7.010352612e-02f, 5.699317902e-02f,
+    4.550026357e-02f, 3.568577766e-02f, 2.750506438e-02f, 2.083937824e-02f,
+    1.552416291e-02f, 1.137267705e-02f, 8.194348775e-03f, 5.807895213e-03f,
+    4.049694166e-03f, 2.778204158e-03f, 1.875331393e-03f, 1.245639753e-03f,
+    8.142017759e-04f, 5.237426376e-04f, 3.315648064e-04f, 2.065853478e-04f
   },
   {
-    -4.986778647e-02f, -4.947971180e-02f, -4.833351448e-02f, -4.648188502e-02f,
-    -4.400816560e-02f, -4.102012143e-02f, -3.764217719e-02f, -3.400687501e-02f,
-    -3.024633974e-02f, -2.648458071e-02f, -2.283113636e-02f, -1.937653311e-02f,
-    -1.618969999e-02f, -1.331728324e-02f, -1.078466512e-02f, -8.598284796e-03f,
-    -6.748870946e-03f, -5.215123296e-03f, -3.967456520e-03f, -2.971487585e-03f,
-    -2.191037638e-03f, -1.590522705e-03f, -1.136695268e-03f, -7.997650537e-04f,
-    -5.539810518e-04f, -3.777822421e-04f, -2.536310058e-04f, -1.676398533e-04f,
-    -1.090853330e-04f, -6.988269161e-05f, -4.407445886e-05f, -2.736645365e-05f
+    6.250000000e-02f, 5.009776354e-02f, 3.807833791e-02f, 2.679808252e-02f,
+    1.656312309e-02f, 7.610629778e-03f, 9.679840150e-05f, -5.907634273e-03f,
+    -1.041442435e-02f, -1.350833196e-02f, -1.533269417e-02f, -1.607201621e-02f,
+    -1.593365148e-02f, -1.513042953e-02f, -1.386577357e-02f, -1.232224330e-02f,
+    -1.065398008e-02f, -8.982978761e-03f, -7.398722228e-03f, -5.960477050e-03f,
+    -4.701388068e-03f, -3.633567831e-03f, -2.753442619e-03f, -2.046807669e-03f,
+    -1.493205898e-03f, -1.069441088e-03f, -7.521722000e-04f, -5.196492421e-04f,
+    -3.527195367e-04f, -2.352642041e-04f, -1.542266691e-04f, -9.938064613e-05f
   },
   {
-    8.079097829e-14f, 3.865601029e-04f, 7.552109309e-04f, 1.089418889e-03f,
-    1.375254826e-03f, 1.602348057e-03f, 1.764476765e-03f, 1.859750599e-03f,
-    1.890396001e-03f, 1.862196950e-03f, 1.783682383e-03f, 1.665170887e-03f,
-    1.517784433e-03f, 1.352536725e-03f, 1.179572893e-03f, 1.007611630e-03f,
-    8.436090429e-04f, 6.926336791e-04f, 5.579236895e-04f, 4.410802794e-04f,
-    3.423496964e-04f, 2.609451767e-04f, 1.953695173e-04f, 1.437077735e-04f,
-    1.038714327e-04f, 7.378557348e-05f, 5.151877122e-05f, 3.536150689e-05f,
-    2.386239430e-05f, 1.583277663e-05f, 1.032993441e-05f, 6.627799394e-06f
+    -6.233474705e-03f, -6.136648823e-03f, -5.852890201e-03f, -5.401706323e-03f,
+    -4.813394975e-03f, -4.126048181e-03f, -3.381914925e-03f, -2.623577369e-03f,
+    -1.890396466e-03f, -1.215601224e-03f, -6.242895033e-04f, -1.324577461e-04f,
+    2.529626945e-04f, 5.332098808e-04f, 7.161672693e-04f, 8.144839667e-04f,
+    8.436069475e-04f, 8.199541480e-04f, 7.593944902e-04f, 6.761283148e-04f,
+    5.819934886e-04f, 4.861650814e-04f, 3.951789695e-04f, 3.131892299e-04f,
+    2.423668193e-04f, 1.833574788e-04f, 1.357325527e-04f, 9.839054110e-05f,
+    6.988313544e-05f, 4.865886149e-05f, 3.322827979e-05f, 2.226219112e-05f
   },
   {
-    1.298639982e-04f, 1.268400229e-04f, 1.180016770e-04f, 1.040243296e-04f,
-    8.595337567e-05f, 6.509533705e-05f, 4.288653508e-05f, 2.075610064e-05f,
-    -3.006049229e-11f, -1.832023554e-05f, -3.344403740e-05f, -4.494066161e-05f,
-    -5.270080146e-05f, -5.689751924e-05f, -5.792538650e-05f, -5.632821922e-05f,
-    -5.272549606e-05f, -4.774583067e-05f, -4.197337694e-05f, -3.591028508e-05f,
-    -2.995557406e-05f, -2.439887976e-05f, -1.942594463e-05f, -1.513227835e-05f,
-    -1.154128131e-05f, -8.623704161e-06f, -6.316019608e-06f, -4.536166216e-06f,
-    -3.195871386e-06f, -2.209436161e-06f, -1.499286441e-06f, -9.988559668e-07f
+    1.170069908e-08f, 6.410531932e-05f, 1.237688557e-04f, 1.750039810e-04f,
+    2.146693732e-04f, 2.407523280e-04f, 2.525068703e-04f, 2.504381991e-04f,
+    2.361456864e-04f, 2.120567660e-04f, 1.810961840e-04f, 1.463397202e-04f,
+    1.106977215e-04f, 7.666445163e-05f, 4.615262515e-05f, 2.042097003e-05f,
+    8.567941734e-08f, -1.480144147e-05f, -2.463141209e-05f, -3.009717693e-05f,
+    -3.205463508e-05f, -3.140158879e-05f, -2.898428284e-05f, -2.553508057e-05f,
+    -2.163986755e-05f, -1.773026452e-05f, -1.409414381e-05f, -1.089736088e-05f,
+    -8.210752640e-06f, -6.037462299e-06f, -4.337432529e-06f, -3.047314976e-06f
   },
   {
-    -4.254900197e-13f, -1.500678763e-06f, -2.885825324e-06f, -4.052296845e-06f,
-    -4.920026186e-06f, -5.439598226e-06f, -5.595801667e-06f, -5.406904620e-06f,
-    -4.920024367e-06f, -4.203533535e-06f, -3.337774160e-06f, -2.405475016e-06f,
-    -1.483149390e-06f, -6.344222925e-07f, 9.412404012e-08f, 6.745030419e-07f,
-    1.096521942e-06f, 1.365174739e-06f, 1.496914365e-06f, 1.515498411e-06f,
-    1.448011744e-06f, 1.321500804e-06f, 1.160471811e-06f, 9.853246183e-07f,
-    8.116531944e-07f, 6.502447718e-07f, 5.075789886e-07f, 3.866112195e-07f,
-    2.876625445e-07f, 2.092808131e-07f, 1.489842845e-07f, 1.038459203e-07f
-  },
-  {
-    -3.041195100e-07f, -2.922661793e-07f, -2.581782326e-07f, -2.054589032e-07f,
-    -1.396116858e-07f, -6.727212565e-08f, 4.646090179e-09f, 6.979055911e-08f,
-    1.230727662e-07f, 1.611415144e-07f, 1.825806208e-07f, 1.878332796e-07f,
-    1.788916677e-07f, 1.588464897e-07f, 1.313507312e-07f, 1.001162602e-07f,
-    6.849035827e-08f, 3.916083813e-08f, 1.400367378e-08f, -5.936727110e-09f,
-    -2.036185442e-08f, -2.956453926e-08f, -3.424325357e-08f, -3.531804538e-08f,
-    -3.377052948e-08f, -3.052560160e-08f, -2.637195351e-08f, -2.192531134e-08f,
-    -1.762243684e-08f, -1.373754177e-08f, -1.041141573e-08f, -7.685198256e-09f
-  },
+    1.620553121e-05f, 1.567798790e-05f, 1.403528313e-05f, 1.148731189e-05f,
+    8.286156117e-06f, 4.738139069e-06f, 1.164834998e-06f, -2.134873057e-06f,
+    -4.916847047e-06f, -7.013802588e-06f, -8.345306014e-06f, -8.915624676e-06f,
+    -8.801128388e-06f, -8.130851711e-06f, -7.063340036e-06f, -5.764125945e-06f,
+    -4.386515229e-06f, -3.057708227e-06f, -1.871027621e-06f, -8.839576253e-07f,
+    -1.209128442e-07f, 4.207717836e-07f, 7.632375514e-07f, 9.403032664e-07f,
+    9.907066669e-07f, 9.518234378e-07f, 8.577152357e-07f, 7.354062745e-07f,
+    6.051255355e-07f, 4.805186791e-07f, 3.696395083e-07f, 2.762117219e-07f
+  }
 };
+#define FNN_GELU16_CUT 3.9375f
 
-#define FNN_PHI16_CUT 3.9375f
+typedef struct { __m512 lo[5], hi[5]; } fnn_gelu16_t;
 
-typedef struct { __m512 lo[6], hi[6]; } fnn_phi16_t;
-
-static inline void fnn_phi16_load(fnn_phi16_t* t) {
-    for (int j = 0; j < 6; ++j) {
-        t->lo[j] = _mm512_load_ps(fnn_phi16_tab[j]);
-        t->hi[j] = _mm512_load_ps(fnn_phi16_tab[j] + 16);
+static inline void fnn_gelu16_load(fnn_gelu16_t* t) {
+    for (int j = 0; j < 5; ++j) {
+        t->lo[j] = _mm512_load_ps(fnn_gelu16_tab[j]);
+        t->hi[j] = _mm512_load_ps(fnn_gelu16_tab[j] + 16);
     }
 }
 
-/* h(|x|) for |x| < FNN_PHI16_CUT (other lanes: garbage) */
-static inline __m512 fnn_phi16_tail_fast(const fnn_phi16_t* t, __m512 ax) {
+/* x Phi(x) for |x| = ax < FNN_GELU16_CUT (other lanes: garbage) */
+static inline __m512 fnn_gelu16_fast(const fnn_gelu16_t* t, __m512 x, __m512 ax) {
     __m512 sh = _mm512_fmadd_ps(ax, _mm512_set1_ps(8.0f), _mm512_set1_ps(12582912.0f));
     __m512 k8 = _mm512_sub_ps(sh, _mm512_set1_ps(12582912.0f));        /* k = round(8a) */
     __m512 c = _mm512_fmsub_ps(ax, _mm512_set1_ps(8.0f), k8);          /* exact */
     __m512i k = _mm512_castps_si512(sh);
-    __m512 p = _mm512_permutex2var_ps(t->lo[5], k, t->hi[5]);
-    p = _mm512_fmadd_ps(p, c, _mm512_permutex2var_ps(t->lo[4], k, t->hi[4]));
-    p = _mm512_fmadd_ps(p, c, _mm512_permutex2var_ps(t->lo[3], k, t->hi[3]));
-    p = _mm512_fmadd_ps(p, c, _mm512_permutex2var_ps(t->lo[2], k, t->hi[2]));
-    p = _mm512_fmadd_ps(p, c, _mm512_permutex2var_ps(t->lo[1], k, t->hi[1]));
-    return _mm512_fmadd_ps(p, c, _mm512_permutex2var_ps(t->lo[0], k, t->hi[0]));
+    __m512 g = _mm512_permutex2var_ps(t->lo[4], k, t->hi[4]);
+    g = _mm512_fmadd_ps(g, c, _mm512_permutex2var_ps(t->lo[3], k, t->hi[3]));
+    g = _mm512_fmadd_ps(g, c, _mm512_permutex2var_ps(t->lo[2], k, t->hi[2]));
+    g = _mm512_fmadd_ps(g, c, _mm512_permutex2var_ps(t->lo[1], k, t->hi[1]));
+    g = _mm512_fmadd_ps(g, c, _mm512_permutex2var_ps(t->lo[0], k, t->hi[0]));
+    /* max(0, x): for x = -0 vmaxps returns its second operand, x, so y(-0) = -0 - 0 = -0 */
+    return _mm512_sub_ps(_mm512_max_ps(_mm512_setzero_ps(), x), g);
 }
 
-/* h(|x|) for any x: fnn_gauss_cdf_f's erfcx form and exp(-x^2/2), 16 lanes */
-static inline __m512 fnn_phi16_tail_any(__m512 x, __m512 ax) {
+/* Phi(x) for any x: fnn_gauss_cdf_f on 16 lanes (erfcx by s = 1/(1 + |x|/(2 sqrt 2)) and
+   a polynomial in s - 1/2, times exp(-x^2/2); h below 0, 1 - h above, NaN propagates) */
+static inline __m512 fnn_phi16_any(__m512 x, __m512 ax) {
     __m512 s = _mm512_div_ps(_mm512_set1_ps(1.0f),
                              _mm512_fmadd_ps(ax, _mm512_set1_ps(0.35355339059327376f),
                                              _mm512_set1_ps(1.0f)));
@@ -422,20 +415,15 @@ static inline __m512 fnn_phi16_tail_any(__m512 x, __m512 ax) {
     q = _mm512_fmadd_ps(q, u, _mm512_set1_ps(3.435804863e-01f));
     q = _mm512_fmadd_ps(q, u, _mm512_set1_ps(2.553956857e-01f));
     __m512 e = fnn_exp_nonpos_ps16(_mm512_mul_ps(_mm512_mul_ps(x, _mm512_set1_ps(-0.5f)), x));
-    return _mm512_mul_ps(e, _mm512_mul_ps(s, q));
-}
-
-/* Phi(x) from h = Phi(-|x|): h below 0 (NaN: 1 - h = NaN) */
-static inline __m512 fnn_phi16_from_tail(__m512 x, __m512 h) {
+    __m512 h = _mm512_mul_ps(e, _mm512_mul_ps(s, q));
     __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
     return _mm512_mask_blend_ps(neg, _mm512_sub_ps(_mm512_set1_ps(1.0f), h), h);
 }
 
-static inline __m512 fnn_phi16(const fnn_phi16_t* t, __m512 x) {
+static inline __m512 fnn_gelu16(const fnn_gelu16_t* t, __m512 x) {
     __m512 ax = _mm512_abs_ps(x);
-    __mmask16 fast = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(FNN_PHI16_CUT), _CMP_LT_OQ);
-    __m512 h = fast == 0xffff ? fnn_phi16_tail_fast(t, ax) : fnn_phi16_tail_any(x, ax);
-    return fnn_phi16_from_tail(x, h);
+    __mmask16 fast = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(FNN_GELU16_CUT), _CMP_LT_OQ);
+    return fast == 0xffff ? fnn_gelu16_fast(t, x, ax) : _mm512_mul_ps(x, fnn_phi16_any(x, ax));
 }
 #endif
 
