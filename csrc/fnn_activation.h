@@ -57,6 +57,30 @@ static inline ptrdiff_t fnn_gelu_fwd_vec_f(const float* x, float* y, ptrdiff_t n
     return 0;
 #endif
 }
+/* ... and the backward's: d_x = d_y GELU'(x) by fnn_gelu16_grad */
+static inline ptrdiff_t fnn_gelu_bwd_vec_f(const float* dy, const float* x, float* dx, ptrdiff_t n) {
+#if defined(FNN_HAVE_AVX512)
+    fnn_gelu16_grad_t t;
+    fnn_gelu16_grad_load(&t);
+    ptrdiff_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dx + i, _mm512_mul_ps(_mm512_loadu_ps(dy + i),
+                                               fnn_gelu16_grad(&t, _mm512_loadu_ps(x + i))));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        _mm512_mask_storeu_ps(dx + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dy + i),
+                                                       fnn_gelu16_grad(&t, _mm512_maskz_loadu_ps(m, x + i))));
+    }
+    return n;
+#else
+    (void)dy; (void)x; (void)dx; (void)n;
+    return 0;
+#endif
+}
+static inline ptrdiff_t fnn_gelu_bwd_vec_d(const double* dy, const double* x, double* dx, ptrdiff_t n) {
+    (void)dy; (void)x; (void)dx; (void)n;
+    return 0;
+}
 static inline ptrdiff_t fnn_gelu_fwd_vec_d(const double* x, double* y, ptrdiff_t n) {
     (void)x; (void)y; (void)n;
     return 0;
@@ -192,6 +216,20 @@ static void fnn_math_apply(int which, const float* x, float* y, ptrdiff_t n) {
     case 5: for (i = 0; i < n; ++i) { float g; y[i] = fnn_gauss_cdf_f(x[i], &g); } break;
     case 6: for (i = 0; i < n; ++i) { float g; fnn_gauss_cdf_f(x[i], &g); y[i] = g; } break;
     case 8: for (i = 0; i < n; ++i) y[i] = fnn_sigmoidf(x[i]); break;
+    case 10:  /* GELU's derivative as the backward computes it (d_y = 1) */
+        i = 0;
+#if defined(FNN_HAVE_AVX512)
+        {
+            fnn_gelu16_grad_t t;
+            fnn_gelu16_grad_load(&t);
+            for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, fnn_gelu16_grad(&t, _mm512_loadu_ps(x + i)));
+        }
+#endif
+        for (; i < n; ++i) {
+            float g, c = fnn_gauss_cdf_f(x[i], &g);
+            y[i] = c + x[i] * 0.39894228040143267794f * g;
+        }
+        break;
     case 9:   /* the GELU forward x Phi(x) as the kernel computes it (fnn_gelu16 where the
                  build has it) */
         for (i = fnn_gelu_fwd_vec_f(x, y, n); i < n; ++i) { float g; y[i] = x[i] * fnn_gauss_cdf_f(x[i], &g); }

@@ -153,6 +153,41 @@ def test_gelu_fwd(mod):
 
 
 @pytest.mark.parametrize("mod", VARIANTS)
+def test_gelu_grad(mod):
+    """GELU's derivative Phi(x) + x phi(x) as the float backward computes it (the avx512
+    build: a 16-lane table-driven polynomial where every |x| < 3.9375, the general 16-lane
+    form otherwise; elsewhere fnn_gauss_cdf_f's).  It crosses zero at x = -0.7518 (GELU's
+    minimum), so the body is held to an absolute bound and to the error relative to
+    max(|d|, 1e-2); the negative tail past -1.5 to the relative bounds of test_gauss_cdf."""
+    x = np.concatenate([np.linspace(-14, 14, 1_000_003), _LOG[_LOG < 14], -_LOG[_LOG < 14]])
+    x = x.astype(np.float32)
+    x64 = x.astype(np.float64)
+    d = mod._math_hook("gelu_grad", x).astype(np.float64)
+    ref = 0.5 * scipy_special.erfc(-x64 / np.sqrt(2.0)) + x64 * np.exp(-0.5 * x64 * x64) / np.sqrt(2 * np.pi)
+    err = np.abs(d - ref)
+    assert err.max() < 2.5e-7, f"{err.max():.3g} at x={x[np.argmax(err)]!r}"
+    assert (err / np.maximum(np.abs(ref), 1e-2)).max() < 1e-5
+    tail = (x64 <= -1.5) & (np.abs(ref) > 1e-37)
+    rel = err[tail] / np.abs(ref[tail])
+    assert rel[x64[tail] >= -5].max() < 1e-6
+    assert rel.max() < 6e-6
+    s = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1e30, -1e30, 0.5, -0.5, -0.7518, 3.0,
+                  -3.0, 1e-40, -1e-40, 2.0, -2.0, -3.9], np.float32)
+    got = mod._math_hook("gelu_grad", s)
+    with np.errstate(invalid="ignore"):      # +-inf: Phi + inf * 0 = NaN, as the reference
+        want = mod._math_hook("gauss_cdf", s) + s * np.float32(0.3989423) * mod._math_hook("gauss", s)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(got[[3, 4, 5, 6]], np.array([0.5, 0.5, 1, 0], np.float32))
+    small = s.copy()
+    small[:7] = 0.25                    # every lane in the table form's range
+    got = mod._math_hook("gelu_grad", small)
+    s64 = small.astype(np.float64)
+    want = 0.5 * scipy_special.erfc(-s64 / np.sqrt(2.0)) + s64 * np.exp(-0.5 * s64 * s64) / np.sqrt(2 * np.pi)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("mod", VARIANTS)
 def test_exp_nonpos(mod):
     """exp of x - rowmax (softmax, cross-entropy, attention): <= 1.5 ulp down to the
     smallest normal result, 0 below -87.3 (a flushed subnormal), exact at 0 and -inf,
