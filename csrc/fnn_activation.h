@@ -36,6 +36,16 @@ static inline double fnn_gauss_cdf_d(double x, double* gauss) {
     return 0.5 * erfc(-x * 0.70710678118654752440);
 }
 
+/* Elements per thread before the erf GELU wakes another thread (activation.pyx): the
+   16-lane table form costs ~0.2 ns an element, so a team's wake-up (~3 us) pays off only
+   past ~24k elements (measured: 16k 3.8 us on one thread vs 4.6 on two; 32k 7.3 vs 6.1);
+   the other builds' ~0.6 ns an element keep the math ops' 8192. */
+#if defined(FNN_HAVE_AVX512)
+#define FNN_GELU_GRAIN (1 << 14)
+#else
+#define FNN_GELU_GRAIN (1 << 13)
+#endif
+
 /* The GELU forward's explicit 16-lane loop (the avx512 build): fnn_gelu16 (fnn_math.h: a
    table-driven piecewise polynomial for |x| < 3.9375, no exp or division), the loop's
    tail by masked loads and stores.  Returns how many elements it did: all of them there,

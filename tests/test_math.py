@@ -229,3 +229,12 @@ def test_sigmoid(mod):
     s = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -88.0, -1e30, 1e30, 100.0], np.float32)
     np.testing.assert_array_equal(mod._math_hook("sigmoid", s),
                                   np.array([0.5, 0.5, 1, 0, np.nan, 0, 0, 1, 1], np.float32))
+
+
+@pytest.mark.parametrize("mod", VARIANTS)
+def test_gelu_thread_grain(mod):
+    """The erf GELU's 16-lane table form (avx512) is ~3x cheaper an element, so it stays on
+    one thread up to 2 x 16384 elements (a team's wake-up costs more below); the other
+    builds keep the math ops' 8192 a thread."""
+    avx512 = mod.__name__.split(".")[-2] == "avx512"
+    assert mod._gelu_grain() == (1 << 14 if avx512 else 1 << 13)
