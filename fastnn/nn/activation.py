@@ -55,6 +55,14 @@ class _Elementwise(Module):
             parts.append("inplace=True")
         return ", ".join(parts)
 
+    def __call__(self, x):
+        # Module.__call__ on a leaf only calls forward, through *args/**kwargs packing that
+        # costs ~0.3 us a call (the small-call latency, issue #16); one given submodules
+        # takes the general call, which records what they keep
+        if self._modules:
+            return Module.__call__(self, x)
+        return self.forward(x)
+
     def forward(self, x):
         y, ctx = self._fwd(x, *self._args())
         self._keep(ctx)
@@ -163,13 +171,7 @@ class GELU(_Elementwise, op="gelu"):
         self.approximate = approximate
 
     # The small-call latency path (issue #16): forward written out for the one op it runs
-    # (no _args tuple, no star-call), and __call__ straight to it -- Module.__call__ on a
-    # leaf only calls forward, through *args/**kwargs packing that costs ~0.3 us a call.
-    def __call__(self, x):
-        if self._modules:        # someone gave it submodules: the general call records them
-            return Module.__call__(self, x)
-        return self.forward(x)
-
+    # (no _args tuple, no star-call; _Elementwise.__call__ goes straight to it).
     def forward(self, x):
         y, ctx = _gelu_fwd(x, self.approximate)
         if self.training:
