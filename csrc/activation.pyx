@@ -74,6 +74,7 @@ cdef extern from "fnn_activation.h" nogil:
     void fnn_relu_mask_bwd_d(int leaky, double slope, const double* dy, const uint8_t* m,
                              double* dx, Py_ssize_t n)
     void fnn_math_apply(int which, const float* x, float* y, Py_ssize_t n)
+    const int FNN_GELU_GRAIN
 
 OPS = ("relu", "relu_backward",
        "leaky_relu", "leaky_relu_backward",
@@ -391,12 +392,20 @@ def gelu(cnp.ndarray x, str approximate, out):
     """gelu(x, approximate, out) -> (y, saved); approximate 'none' (erf) or 'tanh'."""
     cdef bint ta = approximate == "tanh"
     src = _keep_input(x, out)
-    y = _ew(FNN_GELUT_FWD if ta else FNN_GELU_FWD, x, None, out, GRAIN_MATH)
+    y = _ew(FNN_GELUT_FWD if ta else FNN_GELU_FWD, x, None, out,
+            GRAIN_MATH if ta else FNN_GELU_GRAIN)
     return y, (src, ta)
 
 
 def gelu_backward(cnp.ndarray dy, tuple saved):
-    return _ew(FNN_GELUT_BWD if saved[1] else FNN_GELU_BWD, dy, saved[0], None, GRAIN_MATH)
+    if saved[1]:
+        return _ew(FNN_GELUT_BWD, dy, saved[0], None, GRAIN_MATH)
+    return _ew(FNN_GELU_BWD, dy, saved[0], None, FNN_GELU_GRAIN)
+
+
+def _gelu_grain():
+    """Elements per thread before the erf GELU splits (this build's FNN_GELU_GRAIN)."""
+    return FNN_GELU_GRAIN
 
 
 # ---------------------------------------------------------------- silu
@@ -446,7 +455,8 @@ def neg(cnp.ndarray x, out):
 
 # ---------------------------------------------------------------- test hook
 _MATH = {"exp": 0, "expm1": 1, "tanh": 2, "erf": 3, "log1p": 4, "gauss_cdf": 5, "gauss": 6,
-         "exp_nonpos": 7, "sigmoid": 8}
+         "exp_nonpos": 7, "sigmoid": 8, "gelu": 9,
+         "gelu_grad": 10}
 
 
 def _math_hook(str name, cnp.ndarray x):

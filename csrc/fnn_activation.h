@@ -36,6 +36,66 @@ static inline double fnn_gauss_cdf_d(double x, double* gauss) {
     return 0.5 * erfc(-x * 0.70710678118654752440);
 }
 
+/* Elements per thread before the erf GELU wakes another thread (activation.pyx): the
+   16-lane table form costs ~0.2 ns an element, so a team's wake-up (~3 us) pays off only
+   past ~24k elements (measured: 16k 3.8 us on one thread vs 4.6 on two; 32k 7.3 vs 6.1);
+   the other builds' ~0.6 ns an element keep the math ops' 8192. */
+#if defined(FNN_HAVE_AVX512)
+#define FNN_GELU_GRAIN (1 << 14)
+#else
+#define FNN_GELU_GRAIN (1 << 13)
+#endif
+
+/* The GELU forward's explicit 16-lane loop (the avx512 build): fnn_gelu16 (fnn_math.h: a
+   table-driven piecewise polynomial for |x| < 3.9375, no exp or division), the loop's
+   tail by masked loads and stores.  Returns how many elements it did: all of them there,
+   none elsewhere (the omp simd loop does the rest). */
+static inline ptrdiff_t fnn_gelu_fwd_vec_f(const float* x, float* y, ptrdiff_t n) {
+#if defined(FNN_HAVE_AVX512)
+    fnn_gelu16_t t;
+    fnn_gelu16_load(&t);
+    ptrdiff_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, fnn_gelu16(&t, _mm512_loadu_ps(x + i)));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        _mm512_mask_storeu_ps(y + i, m, fnn_gelu16(&t, _mm512_maskz_loadu_ps(m, x + i)));
+    }
+    return n;
+#else
+    (void)x; (void)y; (void)n;
+    return 0;
+#endif
+}
+/* ... and the backward's: d_x = d_y GELU'(x) by fnn_gelu16_grad */
+static inline ptrdiff_t fnn_gelu_bwd_vec_f(const float* dy, const float* x, float* dx, ptrdiff_t n) {
+#if defined(FNN_HAVE_AVX512)
+    fnn_gelu16_grad_t t;
+    fnn_gelu16_grad_load(&t);
+    ptrdiff_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dx + i, _mm512_mul_ps(_mm512_loadu_ps(dy + i),
+                                               fnn_gelu16_grad(&t, _mm512_loadu_ps(x + i))));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        _mm512_mask_storeu_ps(dx + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dy + i),
+                                                       fnn_gelu16_grad(&t, _mm512_maskz_loadu_ps(m, x + i))));
+    }
+    return n;
+#else
+    (void)dy; (void)x; (void)dx; (void)n;
+    return 0;
+#endif
+}
+static inline ptrdiff_t fnn_gelu_bwd_vec_d(const double* dy, const double* x, double* dx, ptrdiff_t n) {
+    (void)dy; (void)x; (void)dx; (void)n;
+    return 0;
+}
+static inline ptrdiff_t fnn_gelu_fwd_vec_d(const double* x, double* y, ptrdiff_t n) {
+    (void)x; (void)y; (void)n;
+    return 0;
+}
+
 /* float: the vectorisable fnn_math.h functions */
 #define FNN_T float
 #define FNN_ACT_NAME(name) name##_f
@@ -166,6 +226,24 @@ static void fnn_math_apply(int which, const float* x, float* y, ptrdiff_t n) {
     case 5: for (i = 0; i < n; ++i) { float g; y[i] = fnn_gauss_cdf_f(x[i], &g); } break;
     case 6: for (i = 0; i < n; ++i) { float g; fnn_gauss_cdf_f(x[i], &g); y[i] = g; } break;
     case 8: for (i = 0; i < n; ++i) y[i] = fnn_sigmoidf(x[i]); break;
+    case 10:  /* GELU's derivative as the backward computes it (d_y = 1) */
+        i = 0;
+#if defined(FNN_HAVE_AVX512)
+        {
+            fnn_gelu16_grad_t t;
+            fnn_gelu16_grad_load(&t);
+            for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, fnn_gelu16_grad(&t, _mm512_loadu_ps(x + i)));
+        }
+#endif
+        for (; i < n; ++i) {
+            float g, c = fnn_gauss_cdf_f(x[i], &g);
+            y[i] = c + x[i] * 0.39894228040143267794f * g;
+        }
+        break;
+    case 9:   /* the GELU forward x Phi(x) as the kernel computes it (fnn_gelu16 where the
+                 build has it) */
+        for (i = fnn_gelu_fwd_vec_f(x, y, n); i < n; ++i) { float g; y[i] = x[i] * fnn_gauss_cdf_f(x[i], &g); }
+        break;
     case 7:   /* the kernels' form: 16 lanes (AVX-512) or 8 (AVX2) where the build has
                  them, scalar tail */
         i = 0;

@@ -51,14 +51,14 @@ static void FNN_ACT_NAME(fnn_act)(int op, const FNN_T* a, const FNN_T* b, FNN_T*
         }
         break; }
     case FNN_GELU_FWD:      /* x Phi(x) */
-        FNN_SIMD for (i = 0; i < n; ++i) {
+        FNN_SIMD for (i = FNN_ACT_NAME(fnn_gelu_fwd_vec)(a, o, n); i < n; ++i) {
             FNN_T v = a[i], g;
             o[i] = v * FNN_A_CDF(v, &g);
         }
         break;
     case FNN_GELU_BWD: {    /* Phi(x) + x phi(x), phi(x) = exp(-x^2/2) / sqrt(2 pi) */
         const FNN_T c = (FNN_T)0.39894228040143267794;
-        FNN_SIMD for (i = 0; i < n; ++i) {
+        FNN_SIMD for (i = FNN_ACT_NAME(fnn_gelu_bwd_vec)(a, b, o, n); i < n; ++i) {
             FNN_T v = b[i], g;
             FNN_T cdf = FNN_A_CDF(v, &g);
             o[i] = a[i] * (cdf + v * c * g);

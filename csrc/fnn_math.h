@@ -302,4 +302,228 @@ static inline float fnn_gauss_cdf_f(float x, float* gauss) {
     return x < 0.0f ? h : 1.0f - h;
 }
 
+#if defined(FNN_HAVE_AVX512)
+/* GELU forward on 16 lanes (the avx512 build), y = x Phi(x).
+ *
+ * Fast form, for vectors whose 16 lanes all have |x| < 3.9375: with a = |x| and
+ * g(a) = a Phi(-a), y = max(x, 0) - g(a) -- for x < 0, x Phi(x) = -g; for x >= 0,
+ * x Phi(x) = x (1 - Phi(-x)) = x - g -- so no select, no multiply, and no 1 - Phi
+ * cancellation on the negative side.  g on [0, 3.9375) is 32 pieces of width 1/8 centred
+ * at k/8, k = round(8a) = 0..31, each a degree-4 polynomial in c = a - k/8 in
+ * [-1/16, 1/16] (weighted least squares on the relative error; piece 0 has no constant
+ * term, so g(0) = 0 and y(-0) = -0); fnn_gelu16_tab row j holds c^j's coefficients of the
+ * 32 pieces, and vpermt2ps picks each lane's from two registers.  k and c come exactly
+ * from additions (fnn_gelu16_piece): no rounding of the argument reaches g.  4
+ * multiply-adds, 5 permutes and 5 additions, where the erfcx form below takes ~23
+ * multiply-adds and a division.  Relative error ~2.3e-7 fitted and ~3.4e-7 evaluated in
+ * float (tests/test_math.py: test_gelu_fwd).
+ * General form, any x (a vector with a lane at |x| >= 3.9375, inf or NaN): x Phi(x) with
+ * fnn_gauss_cdf_f's computation on 16 lanes (the same bounds).  Standard-normal-like
+ * inputs take the fast form for all but ~0.1% of vectors. */
+static const float fnn_gelu16_tab[5][32] __attribute__((aligned(64))) = {
+  {
+    0.000000000e+00f, 5.628272146e-02f, 1.003234163e-01f, 1.326863319e-01f,
+    1.542687714e-01f, 1.662409604e-01f, 1.699705124e-01f, 1.669385880e-01f,
+    1.586552560e-01f, 1.465813369e-01f, 1.320622116e-01f, 1.162778661e-01f,
+    1.002108008e-01f, 8.463207632e-02f, 7.010352612e-02f, 5.699317902e-02f,
+    4.550026357e-02f, 3.568577766e-02f, 2.750506438e-02f, 2.083937824e-02f,
+    1.552416291e-02f, 1.137267705e-02f, 8.194348775e-03f, 5.807895213e-03f,
+    4.049694166e-03f, 2.778204158e-03f, 1.875331393e-03f, 1.245639753e-03f,
+    8.142017759e-04f, 5.237426376e-04f, 3.315648064e-04f, 2.065853478e-04f
+  },
+  {
+    5.000000000e-01f, 4.007821083e-01f, 3.046267033e-01f, 2.143846601e-01f,
+    1.325049847e-01f, 6.088503823e-02f, 7.743872120e-04f, -4.726107419e-02f,
+    -8.331539482e-02f, -1.080666557e-01f, -1.226615533e-01f, -1.285761297e-01f,
+    -1.274692118e-01f, -1.210434362e-01f, -1.109261885e-01f, -9.857794642e-02f,
+    -8.523184061e-02f, -7.186383009e-02f, -5.918977782e-02f, -4.768381640e-02f,
+    -3.761110455e-02f, -2.906854264e-02f, -2.202754095e-02f, -1.637446135e-02f,
+    -1.194564719e-02f, -8.555528708e-03f, -6.017377600e-03f, -4.157193936e-03f,
+    -2.821756294e-03f, -1.882113633e-03f, -1.233813353e-03f, -7.950451691e-04f
+  },
+  {
+    -3.989423811e-01f, -3.927455246e-01f, -3.745849729e-01f, -3.457092047e-01f,
+    -3.080572784e-01f, -2.640670836e-01f, -2.164425552e-01f, -1.679089516e-01f,
+    -1.209853739e-01f, -7.779847831e-02f, -3.995452821e-02f, -8.477295749e-03f,
+    1.618961245e-02f, 3.412543237e-02f, 4.583470523e-02f, 5.212697387e-02f,
+    5.399084464e-02f, 5.247706547e-02f, 4.860124737e-02f, 4.327221215e-02f,
+    3.724758327e-02f, 3.111456521e-02f, 2.529145405e-02f, 2.004411072e-02f,
+    1.551147643e-02f, 1.173487864e-02f, 8.686883375e-03f, 6.296994630e-03f,
+    4.472520668e-03f, 3.114167135e-03f, 2.126609907e-03f, 1.424780232e-03f
+  },
+  {
+    5.990757927e-06f, 3.282192349e-02f, 6.336965412e-02f, 8.960203826e-02f,
+    1.099107191e-01f, 1.232651919e-01f, 1.292835176e-01f, 1.282243580e-01f,
+    1.209065914e-01f, 1.085730642e-01f, 9.272124618e-02f, 7.492593676e-02f,
+    5.667723343e-02f, 3.925219923e-02f, 2.363014407e-02f, 1.045553666e-02f,
+    4.386786168e-05f, -7.578338031e-03f, -1.261128299e-02f, -1.540975459e-02f,
+    -1.641197316e-02f, -1.607761346e-02f, -1.483995281e-02f, -1.307396125e-02f,
+    -1.107961219e-02f, -9.077895433e-03f, -7.216201629e-03f, -5.579448771e-03f,
+    -4.203905351e-03f, -3.091180697e-03f, -2.220765455e-03f, -1.560225268e-03f
+  },
+  {
+    6.637785584e-02f, 6.421703845e-02f, 5.748851970e-02f, 4.705202952e-02f,
+    3.394009545e-02f, 1.940741763e-02f, 4.771164153e-03f, -8.744440041e-03f,
+    -2.013940550e-02f, -2.872853540e-02f, -3.418237343e-02f, -3.651839867e-02f,
+    -3.604942188e-02f, -3.330396861e-02f, -2.893144079e-02f, -2.360985987e-02f,
+    -1.796716638e-02f, -1.252437290e-02f, -7.663729135e-03f, -3.620690433e-03f,
+    -4.952590098e-04f, 1.723481226e-03f, 3.126221010e-03f, 3.851482179e-03f,
+    4.057934508e-03f, 3.898668801e-03f, 3.513201606e-03f, 3.012224101e-03f,
+    2.478594193e-03f, 1.968204509e-03f, 1.514043426e-03f, 1.131363213e-03f
+  }
+};
+#define FNN_GELU16_CUT 3.9375f
+
+typedef struct { __m512 lo[5], hi[5]; } fnn_gelu16_t;
+
+static inline void fnn_gelu16_load(fnn_gelu16_t* t) {
+    for (int j = 0; j < 5; ++j) {
+        t->lo[j] = _mm512_load_ps(fnn_gelu16_tab[j]);
+        t->hi[j] = _mm512_load_ps(fnn_gelu16_tab[j] + 16);
+    }
+}
+
+/* The piece of a = ax < FNN_GELU16_CUT, k = round(8a) (the vpermt2ps index: its low 5
+   bits), and *c = a - k/8 in [-1/16, 1/16], both exact and all by additions (the add
+   pipes, not the FMA ones): a + 1.5 * 2^20 rounds a to a multiple of 1/8 (the float's
+   spacing there), so its low mantissa bits are k; a - k/8 is exact by Sterbenz.  The
+   tables' row j holds c^j's coefficients, fitted in 8a - k and scaled by 8^j (exact). */
+static inline __m512i fnn_gelu16_piece(__m512 ax, __m512* c) {
+    __m512 sh = _mm512_add_ps(ax, _mm512_set1_ps(1572864.0f));
+    *c = _mm512_sub_ps(ax, _mm512_sub_ps(sh, _mm512_set1_ps(1572864.0f)));
+    return _mm512_castps_si512(sh);
+}
+
+/* x Phi(x) for |x| = ax < FNN_GELU16_CUT (other lanes: garbage) */
+static inline __m512 fnn_gelu16_fast(const fnn_gelu16_t* t, __m512 x, __m512 ax) {
+    __m512 c, g;
+    __m512i k = fnn_gelu16_piece(ax, &c);
+    g = _mm512_permutex2var_ps(t->lo[4], k, t->hi[4]);
+    g = _mm512_fmadd_ps(g, c, _mm512_permutex2var_ps(t->lo[3], k, t->hi[3]));
+    g = _mm512_fmadd_ps(g, c, _mm512_permutex2var_ps(t->lo[2], k, t->hi[2]));
+    g = _mm512_fmadd_ps(g, c, _mm512_permutex2var_ps(t->lo[1], k, t->hi[1]));
+    g = _mm512_fmadd_ps(g, c, _mm512_permutex2var_ps(t->lo[0], k, t->hi[0]));
+    /* max(0, x): for x = -0 vmaxps returns its second operand, x, so y(-0) = -0 - 0 = -0 */
+    return _mm512_sub_ps(_mm512_max_ps(_mm512_setzero_ps(), x), g);
+}
+
+/* Phi(x) for any x, and *gauss = exp(-x^2/2): fnn_gauss_cdf_f on 16 lanes (erfcx by
+   s = 1/(1 + |x|/(2 sqrt 2)) and a polynomial in s - 1/2, times exp(-x^2/2); h below 0,
+   1 - h above, NaN propagates) */
+static inline __m512 fnn_phi16_any(__m512 x, __m512 ax, __m512* gauss) {
+    __m512 s = _mm512_div_ps(_mm512_set1_ps(1.0f),
+                             _mm512_fmadd_ps(ax, _mm512_set1_ps(0.35355339059327376f),
+                                             _mm512_set1_ps(1.0f)));
+    __m512 u = _mm512_sub_ps(s, _mm512_set1_ps(0.5f));
+    __m512 q = _mm512_set1_ps(-2.953769686e-02f);
+    q = _mm512_fmadd_ps(q, u, _mm512_set1_ps(2.415038811e-02f));
+    q = _mm512_fmadd_ps(q, u, _mm512_set1_ps(4.766606300e-02f));
+    q = _mm512_fmadd_ps(q, u, _mm512_set1_ps(-5.149861490e-02f));
+    q = _mm512_fmadd_ps(q, u, _mm512_set1_ps(-8.593443540e-02f));
+    q = _mm512_fmadd_ps(q, u, _mm512_set1_ps(7.287039255e-02f));
+    q = _mm512_fmadd_ps(q, u, _mm512_set1_ps(2.794696353e-01f));
+    q = _mm512_fmadd_ps(q, u, _mm512_set1_ps(3.435804863e-01f));
+    q = _mm512_fmadd_ps(q, u, _mm512_set1_ps(2.553956857e-01f));
+    __m512 e = fnn_exp_nonpos_ps16(_mm512_mul_ps(_mm512_mul_ps(x, _mm512_set1_ps(-0.5f)), x));
+    __m512 h = _mm512_mul_ps(e, _mm512_mul_ps(s, q));
+    *gauss = e;
+    __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
+    return _mm512_mask_blend_ps(neg, _mm512_sub_ps(_mm512_set1_ps(1.0f), h), h);
+}
+
+static inline __m512 fnn_gelu16(const fnn_gelu16_t* t, __m512 x) {
+    __m512 ax = _mm512_abs_ps(x);
+    __mmask16 fast = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(FNN_GELU16_CUT), _CMP_LT_OQ);
+    __m512 e;
+    return fast == 0xffff ? fnn_gelu16_fast(t, x, ax) : _mm512_mul_ps(x, fnn_phi16_any(x, ax, &e));
+}
+
+/* GELU's derivative on 16 lanes (the backward), d = Phi(x) + x phi(x).  Fast form, every
+ * |x| < 3.9375: d/dx of max(x, 0) - g(|x|) is G(a) for x < 0 and 1 - G(a) for x >= 0, with
+ * G(a) = g'(a) = Phi(-a) - a phi(a), by the same 32 pieces (degree 4, fitted on the error
+ * relative to max(|G|, 1e-3): G crosses zero at a = 0.7518, GELU's minimum, where only an
+ * absolute error means anything -- ~4e-8 there, relative ~2.6e-7 elsewhere).  General form:
+ * Phi + x exp(-x^2/2) / sqrt(2 pi) from fnn_phi16_any, as fnn_gauss_cdf_f's users do. */
+static const float fnn_gelu16_dtab[5][32] __attribute__((aligned(64))) = {
+  {
+    5.000000000e-01f, 4.007820785e-01f, 3.046266437e-01f, 2.143845707e-01f,
+    1.325048804e-01f, 6.088492274e-02f, 7.742783055e-04f, -4.726117104e-02f,
+    -8.331546932e-02f, -1.080667078e-01f, -1.226615831e-01f, -1.285761446e-01f,
+    -1.274691969e-01f, -1.210434064e-01f, -1.109261513e-01f, -9.857790172e-02f,
+    -8.523180336e-02f, -7.186378539e-02f, -5.918974429e-02f, -4.768379033e-02f,
+    -3.761108592e-02f, -2.906852774e-02f, -2.202753350e-02f, -1.637445763e-02f,
+    -1.194564719e-02f, -8.555531502e-03f, -6.017381325e-03f, -4.157197662e-03f,
+    -2.821760252e-03f, -1.882117242e-03f, -1.233816496e-03f, -7.950477302e-04f
+  },
+  {
+    -7.978842854e-01f, -7.854901552e-01f, -7.491692305e-01f, -6.914178729e-01f,
+    -6.161142588e-01f, -5.281340480e-01f, -4.328850806e-01f, -3.358180225e-01f,
+    -2.419708967e-01f, -1.555971056e-01f, -7.990916818e-02f, -1.695463993e-02f,
+    3.237925842e-02f, 6.825097650e-02f, 9.166959673e-02f, 1.042541787e-01f,
+    1.079819426e-01f, 1.049543917e-01f, 9.720273316e-02f, 8.654463291e-02f,
+    7.449533045e-02f, 6.222924963e-02f, 5.058298260e-02f, 4.008825496e-02f,
+    3.102296032e-02f, 2.346973680e-02f, 1.737373136e-02f, 1.259394642e-02f,
+    8.944995701e-03f, 6.228291430e-03f, 4.253181163e-03f, 2.849527635e-03f
+  },
+  {
+    7.288262509e-07f, 9.857361019e-02f, 1.903139204e-01f, 2.690871358e-01f,
+    3.300616145e-01f, 3.701423109e-01f, 3.881846368e-01f, 3.849698603e-01f,
+    3.629567921e-01f, 3.258849084e-01f, 2.782547176e-01f, 2.247981876e-01f,
+    1.699919105e-01f, 1.176707372e-01f, 7.077442855e-02f, 3.123604693e-02f,
+    1.222079078e-07f, -2.285675704e-02f, -3.793863580e-02f, -4.631324857e-02f,
+    -4.929818213e-02f, -4.827470332e-02f, -4.454412684e-02f, -3.923213482e-02f,
+    -3.323880211e-02f, -2.722685225e-02f, -2.163788304e-02f, -1.672600955e-02f,
+    -1.259937324e-02f, -9.262209758e-03f, -6.652514916e-03f, -4.672607873e-03f
+  },
+  {
+    2.656696439e-01f, 2.564153373e-01f, 2.296023071e-01f, 1.879533231e-01f,
+    1.356028467e-01f, 7.756091654e-02f, 1.907390915e-02f, -3.492539003e-02f,
+    -8.047977835e-02f, -1.148359329e-01f, -1.366713643e-01f, -1.460493952e-01f,
+    -1.442150921e-01f, -1.332745999e-01f, -1.158197895e-01f, -9.455870837e-02f,
+    -7.200103253e-02f, -5.023090914e-02f, -3.077884577e-02f, -1.458932739e-02f,
+    -2.065488137e-03f, 6.833279040e-03f, 1.246713847e-02f, 1.538827457e-02f,
+    1.622742414e-02f, 1.560499333e-02f, 1.407074742e-02f, 1.207081880e-02f,
+    9.937398136e-03f, 7.894886658e-03f, 6.075994112e-03f, 4.542390816e-03f
+  },
+  {
+    -1.865602972e-04f, -3.691783547e-02f, -6.987383217e-02f, -9.579149634e-02f,
+    -1.123248488e-01f, -1.182808205e-01f, -1.139738262e-01f, -1.011262089e-01f,
+    -8.080714196e-02f, -5.650936067e-02f, -3.102728166e-02f, -6.966917776e-03f,
+    1.360299625e-02f, 2.933068946e-02f, 3.962904587e-02f, 4.460944980e-02f,
+    4.493259639e-02f, 4.161489755e-02f, 3.582841158e-02f, 2.872429602e-02f,
+    2.130142041e-02f, 1.432743855e-02f, 8.310726844e-03f, 3.513649106e-03f,
+    -6.172050234e-06f, -2.340480220e-03f, -3.672921332e-03f, -4.228165373e-03f,
+    -4.232527688e-03f, -3.887786763e-03f, -3.357222304e-03f, -2.767928177e-03f
+  }
+};
+
+typedef struct { __m512 lo[5], hi[5]; } fnn_gelu16_grad_t;
+
+static inline void fnn_gelu16_grad_load(fnn_gelu16_grad_t* t) {
+    for (int j = 0; j < 5; ++j) {
+        t->lo[j] = _mm512_load_ps(fnn_gelu16_dtab[j]);
+        t->hi[j] = _mm512_load_ps(fnn_gelu16_dtab[j] + 16);
+    }
+}
+
+static inline __m512 fnn_gelu16_grad(const fnn_gelu16_grad_t* t, __m512 x) {
+    __m512 ax = _mm512_abs_ps(x);
+    __mmask16 fast = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(FNN_GELU16_CUT), _CMP_LT_OQ);
+    __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
+    if (fast == 0xffff) {
+        __m512 c;
+        __m512i k = fnn_gelu16_piece(ax, &c);
+        __m512 G = _mm512_permutex2var_ps(t->lo[4], k, t->hi[4]);
+        G = _mm512_fmadd_ps(G, c, _mm512_permutex2var_ps(t->lo[3], k, t->hi[3]));
+        G = _mm512_fmadd_ps(G, c, _mm512_permutex2var_ps(t->lo[2], k, t->hi[2]));
+        G = _mm512_fmadd_ps(G, c, _mm512_permutex2var_ps(t->lo[1], k, t->hi[1]));
+        G = _mm512_fmadd_ps(G, c, _mm512_permutex2var_ps(t->lo[0], k, t->hi[0]));
+        return _mm512_mask_blend_ps(neg, _mm512_sub_ps(_mm512_set1_ps(1.0f), G), G);
+    }
+    __m512 e;
+    __m512 cdf = fnn_phi16_any(x, ax, &e);
+    return _mm512_fmadd_ps(_mm512_mul_ps(x, _mm512_set1_ps(0.39894228040143267794f)), e, cdf);
+}
+#endif
+
 #endif

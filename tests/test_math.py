@@ -118,6 +118,76 @@ def test_gauss_cdf(mod):
 
 
 @pytest.mark.parametrize("mod", VARIANTS)
+def test_gelu_fwd(mod):
+    """The float GELU forward x Phi(x) as the kernel computes it (the avx512 build: a
+    16-lane table-driven polynomial for vectors with every |x| < 3.9375, x times the
+    general 16-lane Phi otherwise -- the grid mixes both; elsewhere x times fnn_gauss_cdf_f)
+    is held to test_gauss_cdf's bounds for Phi: relative error < 1e-6 for |x| <= 5, < 6e-6
+    down to results of 1e-37.  The grid's length is not a multiple of 16 (the masked tail),
+    and the special values match x * fnn_gauss_cdf_f's (signed zeros, infinities, NaN)."""
+    x = np.concatenate([np.linspace(-14, 14, 1_000_003), _LOG[_LOG < 14], -_LOG[_LOG < 14]])
+    x = x.astype(np.float32)
+    x64 = x.astype(np.float64)
+    y = mod._math_hook("gelu", x).astype(np.float64)
+    ref = x64 * 0.5 * scipy_special.erfc(-x64 / np.sqrt(2.0))
+    normal = np.abs(ref) > 1e-37
+    rel = np.abs(y - ref)[normal] / np.abs(ref[normal])
+    body = (np.abs(x64) <= 5)[normal]
+    worst = int(np.argmax(rel))
+    assert rel[body].max() < 1e-6, f"{rel[body].max():.3g}"
+    assert rel.max() < 6e-6, f"{rel.max():.3g} at x={x[normal][worst]!r}"
+    assert np.all(np.abs(y[~normal]) <= 1e-37)
+    # zeros, subnormals and small values alone in a vector (the table form), then with
+    # infinities, NaN and huge values (the general form), and in a short tail
+    for s in (np.array([0.0, -0.0, 1e-40, -1e-40, 1e-45, 0.1, -0.1, 3.9, -3.9] * 2, np.float32),
+              np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1e30, -1e30, 20, -20, 1e-40,
+                        -1e-40, 3.9375, -3.9375, 2.0, -2.0, 0.5, -0.5], np.float32),
+              np.array([0.0, -0.0, np.nan, -30.0], np.float32)):
+        got = mod._math_hook("gelu", s)
+        with np.errstate(invalid="ignore"):
+            want = s * mod._math_hook("gauss_cdf", s)          # -inf * 0: NaN, as torch
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+        # (x = 1e-45: x / 2 is a tie between 0 and 1e-45 -- either is 1/2 ulp off)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=2e-45)
+
+
+@pytest.mark.parametrize("mod", VARIANTS)
+def test_gelu_grad(mod):
+    """GELU's derivative Phi(x) + x phi(x) as the float backward computes it (the avx512
+    build: a 16-lane table-driven polynomial where every |x| < 3.9375, the general 16-lane
+    form otherwise; elsewhere fnn_gauss_cdf_f's).  It crosses zero at x = -0.7518 (GELU's
+    minimum), so the body is held to an absolute bound and to the error relative to
+    max(|d|, 1e-2); the negative tail past -1.5 to the relative bounds of test_gauss_cdf."""
+    x = np.concatenate([np.linspace(-14, 14, 1_000_003), _LOG[_LOG < 14], -_LOG[_LOG < 14]])
+    x = x.astype(np.float32)
+    x64 = x.astype(np.float64)
+    d = mod._math_hook("gelu_grad", x).astype(np.float64)
+    ref = 0.5 * scipy_special.erfc(-x64 / np.sqrt(2.0)) + x64 * np.exp(-0.5 * x64 * x64) / np.sqrt(2 * np.pi)
+    err = np.abs(d - ref)
+    assert err.max() < 2.5e-7, f"{err.max():.3g} at x={x[np.argmax(err)]!r}"
+    assert (err / np.maximum(np.abs(ref), 1e-2)).max() < 1e-5
+    tail = (x64 <= -1.5) & (np.abs(ref) > 1e-37)
+    rel = err[tail] / np.abs(ref[tail])
+    assert rel[x64[tail] >= -5].max() < 1e-6
+    assert rel.max() < 6e-6
+    s = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1e30, -1e30, 0.5, -0.5, -0.7518, 3.0,
+                  -3.0, 1e-40, -1e-40, 2.0, -2.0, -3.9], np.float32)
+    got = mod._math_hook("gelu_grad", s)
+    with np.errstate(invalid="ignore"):      # +-inf: Phi + inf * 0 = NaN, as the reference
+        want = mod._math_hook("gauss_cdf", s) + s * np.float32(0.3989423) * mod._math_hook("gauss", s)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(got[[3, 4, 5, 6]], np.array([0.5, 0.5, 1, 0], np.float32))
+    small = s.copy()
+    small[:7] = 0.25                    # every lane in the table form's range
+    got = mod._math_hook("gelu_grad", small)
+    s64 = small.astype(np.float64)
+    want = 0.5 * scipy_special.erfc(-s64 / np.sqrt(2.0)) + s64 * np.exp(-0.5 * s64 * s64) / np.sqrt(2 * np.pi)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("mod", VARIANTS)
 def test_exp_nonpos(mod):
     """exp of x - rowmax (softmax, cross-entropy, attention): <= 1.5 ulp down to the
     smallest normal result, 0 below -87.3 (a flushed subnormal), exact at 0 and -inf,
@@ -159,3 +229,12 @@ def test_sigmoid(mod):
     s = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -88.0, -1e30, 1e30, 100.0], np.float32)
     np.testing.assert_array_equal(mod._math_hook("sigmoid", s),
                                   np.array([0.5, 0.5, 1, 0, np.nan, 0, 0, 1, 1], np.float32))
+
+
+@pytest.mark.parametrize("mod", VARIANTS)
+def test_gelu_thread_grain(mod):
+    """The erf GELU's 16-lane table form (avx512) is ~3x cheaper an element, so it stays on
+    one thread up to 2 x 16384 elements (a team's wake-up costs more below); the other
+    builds keep the math ops' 8192 a thread."""
+    avx512 = mod.__name__.split(".")[-2] == "avx512"
+    assert mod._gelu_grain() == (1 << 14 if avx512 else 1 << 13)

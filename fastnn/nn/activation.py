@@ -4,6 +4,7 @@ import operator
 from .. import functional as F
 from .._validate import bool_arg, int_arg, real
 from ..functional.activation import _elu_check_inplace, _leaky_args
+from ..functional.activation import gelu_fwd as _gelu_fwd
 from . import init
 from .module import Module, Parameter
 
@@ -53,6 +54,14 @@ class _Elementwise(Module):
         if "inplace" in self._fields and self.inplace:
             parts.append("inplace=True")
         return ", ".join(parts)
+
+    def __call__(self, x):
+        # Module.__call__ on a leaf only calls forward, through *args/**kwargs packing that
+        # costs ~0.3 us a call (the small-call latency, issue #16); one given submodules
+        # takes the general call, which records what they keep
+        if self._modules:
+            return Module.__call__(self, x)
+        return self.forward(x)
 
     def forward(self, x):
         y, ctx = self._fwd(x, *self._args())
@@ -160,6 +169,14 @@ class GELU(_Elementwise, op="gelu"):
         if approximate not in ("none", "tanh"):
             raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
         self.approximate = approximate
+
+    # The small-call latency path (issue #16): forward written out for the one op it runs
+    # (no _args tuple, no star-call; _Elementwise.__call__ goes straight to it).
+    def forward(self, x):
+        y, ctx = _gelu_fwd(x, self.approximate)
+        if self.training:
+            self._keep(ctx)
+        return y
 
     def extra_repr(self):
         return f"approximate={self.approximate!r}"
