@@ -252,3 +252,22 @@ def test_activation_module_call_skips_module_dispatch(monkeypatch, x):
     g.inner = nn.Tanh()
     with pytest.raises(AssertionError, match="Module.__call__ ran"):
         g(x)
+
+
+def test_layer_norm_module_call_skips_module_dispatch(monkeypatch, x):
+    """LayerNorm, a leaf, is called like the activations: straight to forward, same
+    results and caches (training and eval); with a submodule, the general call."""
+    from fastnn.nn.module import Module
+    m = nn.LayerNorm(x.shape[-1])
+    want = m(x)
+    dx_want = m.backward(np.ones_like(x))
+
+    def boom(self, *a, **k):
+        raise AssertionError("Module.__call__ ran")
+    monkeypatch.setattr(Module, "__call__", boom)
+    np.testing.assert_array_equal(m(x), want)
+    np.testing.assert_array_equal(m.backward(np.ones_like(x)), dx_want)
+    np.testing.assert_array_equal(m.eval()(x), want)
+    m.inner = nn.Tanh()
+    with pytest.raises(AssertionError, match="Module.__call__ ran"):
+        m(x)
