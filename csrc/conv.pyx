@@ -417,6 +417,7 @@ cdef struct DPlan:
     Py_ssize_t O, OH, OW, Sh, Sw    # output channels and plane; interleave steps of the runs
     Py_ssize_t nrun, ldc            # runs per image; row stride of the run's result
     Py_ssize_t slack                # rows past the last plane the last blocks may read
+    bint yout                       # one run of one row, OW % 16 == 0: results straight into y
 
 
 # per run (one row of the plan's run table): packed-weight offset, tap-offset offset, taps,
@@ -433,6 +434,14 @@ cdef void _direct_image(const float* src, const float* ap, const Py_ssize_t* tof
     cdef float* yr
     cdef const float* cr
     fnn_cv3_pad_tile(src, xp, d.Cs, d.Hs, d.Ws, d.We, d.PR, -d.top, d.left)
+    if d.yout:   # y's rows are whole 16-position blocks: the tiles sum into y, on the bias
+        for o in range(d.O):
+            bo = bias[o] if bias != NULL else 0
+            for k in range(d.OW):
+                y[o * d.OW + k] = bo
+        fnn_cvd_run(ap + runs[0], xp, plane, toff + runs[1], runs[2], d.cg, d.Ct, d.O, y,
+                    d.OW, d.OW)
+        return
     for r in range(d.nrun):
         rr = runs + r * _RUN
         nt = rr[2]; Q = rr[3]; Rc = rr[4]; a = rr[5]; b = rr[6]
@@ -441,9 +450,9 @@ cdef void _direct_image(const float* src, const float* ap, const Py_ssize_t* tof
             bo = bias[o] if bias != NULL else 0
             for k in range(npos):
                 ct[o * d.ldc + k] = bo
-        if nt > 0:
+        if nt > 0:   # positions up to the last row's last column (the rest is dropped)
             fnn_cvd_run(ap + rr[0], xp, plane, toff + rr[1], nt, d.cg, d.Ct, d.O, ct, d.ldc,
-                        Q * d.We)
+                        (Q - 1) * d.We + Rc)
         for o in range(d.O):
             for q in range(Q):
                 yr = y + (o * d.OH + a + d.Sh * q) * d.OW + b
@@ -564,6 +573,7 @@ cdef _tconv_fwd_direct(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray 
     d.O = g.C; d.OH = g.H; d.OW = g.W; d.Sh = g.sh; d.Sw = g.sw
     d.ldc = maxQ * d.We + 16
     d.slack = _slack_rows(d.We, d.We)
+    d.yout = False
     w = <object>weight   # (O, C, kh, kw) of the conv2d: w[o, c, i, j]; x has O channels
     runs, toff, aps = [], [], []
     apo = 0
@@ -583,6 +593,37 @@ cdef _tconv_fwd_direct(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray 
     d.nrun = len(runs)
     ap = np.concatenate(aps) if aps else np.zeros(1, np.float32)
     _run_direct(x, ap, toff or [0], runs, pb, y, &d, g.N * g.O * g.OH * g.OW * g.Cg * g.kh * g.kw)
+
+
+cdef bint _rows_direct_ok(Geo* g):
+    """A one-row conv2d with unit strides (conv1d's (N, C, 1, L) view, and its d_input,
+    the forward of the flipped weights) through the direct kernel: float32 (the caller
+    checks), AVX2 builds, groups 1, output channels a multiple of 4, a kernel wider than
+    one column.  Its input row, zero-padded, is the kernel's plane; the taps are column
+    offsets j*dilation: an implicit GEMM with no im2col and no packing of the input."""
+    return (_DIRECT and FNN_HAVE_CV3 != 0 and g.G == 1 and g.O >= 4 and g.O % 4 == 0
+            and g.H == 1 and g.kh == 1 and g.OH == 1 and g.pt == 0 and g.sh == 1
+            and g.sw == 1 and g.kw > 1 and g.C >= 1)
+
+
+cdef _rows_fwd_direct(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, Geo* g):
+    """y = conv2d(x) for _rows_direct_ok shapes: one run of kW taps over each image's
+    zero-padded row (xp[c, u] = x[c, u - left])."""
+    cdef DPlan d
+    cdef Py_ssize_t reach = g.dw * (g.kw - 1)
+    d.N = g.N; d.Cs = g.C; d.Hs = 1; d.Ws = g.W
+    d.We = g.OW + reach
+    d.top = 0; d.left = g.pl; d.PR = 1
+    d.Ct = g.C; d.cg = g.C
+    d.O = g.O; d.OH = 1; d.OW = g.OW; d.Sh = 1; d.Sw = 1
+    d.nrun = 1
+    d.ldc = (d.We + 15) // 16 * 16
+    d.slack = _slack_rows(reach, d.We)
+    d.yout = g.OW % 16 == 0
+    ap = _pack_direct((<object>weight).reshape(g.O, g.C, g.kw))
+    toff = [j * g.dw for j in range(g.kw)]
+    runs = [[0, 0, g.kw, 1, g.OW, 0, 0, 0]]
+    _run_direct(x, ap, toff, runs, pb, y, &d, g.N * g.O * g.OW * g.C * g.kw)
 
 
 cdef int _fwd_gemm(const real* x, const real* w, const real* wr, const real* b, real* y,
@@ -1088,6 +1129,9 @@ cdef _conv_fwd_call(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, 
         py = <float*>_data(y, _ysize(g), F32)
         with nogil:
             _fwd_cv3(px, pa, <const float*>pb, py, g, nt)
+        return
+    if f32 and _rows_direct_ok(g):
+        _rows_fwd_direct(x, weight, pb, y, g)
         return
     # weights by column tap for the row-im2col path: wr[j, o, c*kH + i] = w[o, c, i, j]
     cdef cnp.ndarray wr = np.ascontiguousarray(

@@ -135,6 +135,106 @@ static inline void fnn_cvd_tile4(const float* restrict A, const float* restrict 
  * window (16 rows of a chunk) and results stay in L1 (with the 16-position block
  * outermost, a many-channel input sweeps one stream per channel every 16 positions).
  * The sum order per output is the same either way (channel blocks in order). */
+#if defined(__AVX512F__)
+/* AVX-512 builds: m x (16*nv) register tiles of zmm accumulators (6 x 64: 24 of the 32
+ * registers, the weight broadcast folded into the FMA), each summing over ALL the
+ * channels of its tap-offset group (up to FNN_CVD_CB at a time) before its results go
+ * back to ct -- the load/store of the accumulators per 16 channels of the AVX2 tile
+ * cost more than its FMAs are worth at 512 bits.  The same products in the same order
+ * per output (ct's value, then channel by channel, taps in list order), so the same bits
+ * as the AVX2 kernel.  Always inlined with constant m and nv, so the accumulator arrays
+ * live in registers. */
+#ifndef FNN_CVD_PC
+#define FNN_CVD_PC 256
+#endif
+#ifndef FNN_CVD_CB
+#define FNN_CVD_CB 64
+#endif
+#define FNN_CVD_AI static inline __attribute__((always_inline))
+FNN_CVD_AI void fnn_cvd_ztile(const float* restrict A, const float* restrict B,
+                              ptrdiff_t plane, const ptrdiff_t* restrict toff, ptrdiff_t nt,
+                              ptrdiff_t nc, float* restrict C, ptrdiff_t ldc, const int m,
+                              const int nv) {
+    __m512 acc[6][4];
+#pragma GCC unroll 6
+    for (int r = 0; r < m; ++r)
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; ++v) acc[r][v] = _mm512_loadu_ps(C + r * ldc + 16 * v);
+    for (ptrdiff_t c = 0; c < nc; ++c, B += plane)
+        for (ptrdiff_t t = 0; t < nt; ++t, A += m) {
+            const float* bp = B + toff[t];
+            __m512 x[4];
+#pragma GCC unroll 4
+            for (int v = 0; v < nv; ++v) x[v] = _mm512_loadu_ps(bp + 16 * v);
+#pragma GCC unroll 6
+            for (int r = 0; r < m; ++r) {
+                __m512 a = _mm512_set1_ps(A[r]);
+#pragma GCC unroll 4
+                for (int v = 0; v < nv; ++v) acc[r][v] = _mm512_fmadd_ps(a, x[v], acc[r][v]);
+            }
+        }
+#pragma GCC unroll 6
+    for (int r = 0; r < m; ++r)
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; ++v) _mm512_storeu_ps(C + r * ldc + 16 * v, acc[r][v]);
+}
+static void fnn_cvd_z64_6(const float* restrict A, const float* restrict B, ptrdiff_t plane,
+                          const ptrdiff_t* restrict toff, ptrdiff_t nt, ptrdiff_t nc,
+                          float* restrict C, ptrdiff_t ldc) {
+    fnn_cvd_ztile(A, B, plane, toff, nt, nc, C, ldc, 6, 4);
+}
+static void fnn_cvd_z64_4(const float* restrict A, const float* restrict B, ptrdiff_t plane,
+                          const ptrdiff_t* restrict toff, ptrdiff_t nt, ptrdiff_t nc,
+                          float* restrict C, ptrdiff_t ldc) {
+    fnn_cvd_ztile(A, B, plane, toff, nt, nc, C, ldc, 4, 4);
+}
+static void fnn_cvd_z16_6(const float* restrict A, const float* restrict B, ptrdiff_t plane,
+                          const ptrdiff_t* restrict toff, ptrdiff_t nt, ptrdiff_t nc,
+                          float* restrict C, ptrdiff_t ldc) {
+    fnn_cvd_ztile(A, B, plane, toff, nt, nc, C, ldc, 6, 1);
+}
+static void fnn_cvd_z16_4(const float* restrict A, const float* restrict B, ptrdiff_t plane,
+                          const ptrdiff_t* restrict toff, ptrdiff_t nt, ptrdiff_t nc,
+                          float* restrict C, ptrdiff_t ldc) {
+    fnn_cvd_ztile(A, B, plane, toff, nt, nc, C, ldc, 4, 1);
+}
+
+/* As the AVX2 fnn_cvd_run below: positions in chunks of FNN_CVD_PC, within a chunk one
+ * (channel block, output block) pair at a time sweeping its 64-position tiles, then
+ * 16-position tiles for the chunk's rest (np rounded up to 16, as there). */
+static inline void fnn_cvd_run(const float* restrict Ap, const float* restrict xp,
+                               ptrdiff_t plane, const ptrdiff_t* restrict toff, ptrdiff_t nt,
+                               ptrdiff_t cg, ptrdiff_t C, ptrdiff_t O, float* restrict ct,
+                               ptrdiff_t ldc, ptrdiff_t np) {
+    ptrdiff_t o6 = fnn_cv3_o6(O), npr = (np + 15) / 16 * 16;
+    for (ptrdiff_t p0 = 0; p0 < npr; p0 += FNN_CVD_PC) {
+        ptrdiff_t p1 = p0 + FNN_CVD_PC < npr ? p0 + FNN_CVD_PC : npr, cb = 0;
+        ptrdiff_t p64 = p0 + (p1 - p0) / 64 * 64;
+        while (cb < C) {
+            ptrdiff_t ge = (cb / cg + 1) * cg, nc, ob = 0, pb;
+            if (ge > C) ge = C;
+            nc = ge - cb < FNN_CVD_CB ? ge - cb : FNN_CVD_CB;
+            const ptrdiff_t* to = toff + (cb / cg) * nt;
+            const float* B = xp + cb * plane;
+            for (; ob < o6; ob += 6) {
+                const float* A = Ap + ob * C * nt + cb * nt * 6;
+                for (pb = p0; pb < p64; pb += 64)
+                    fnn_cvd_z64_6(A, B + pb, plane, to, nt, nc, ct + ob * ldc + pb, ldc);
+                for (; pb < p1; pb += 16)
+                    fnn_cvd_z16_6(A, B + pb, plane, to, nt, nc, ct + ob * ldc + pb, ldc);
+            }
+            for (; ob < O; ob += 4) {
+                const float* A = Ap + ob * C * nt + cb * nt * 4;
+                for (pb = p0; pb < p64; pb += 64)
+                    fnn_cvd_z64_4(A, B + pb, plane, to, nt, nc, ct + ob * ldc + pb, ldc);
+                for (; pb < p1; pb += 16)
+                    fnn_cvd_z16_4(A, B + pb, plane, to, nt, nc, ct + ob * ldc + pb, ldc);
+            }
+            cb += nc;
+        }
+    }
+}
+#else
 #define FNN_CVD_PC 128
 static inline void fnn_cvd_run(const float* restrict Ap, const float* restrict xp,
                                ptrdiff_t plane, const ptrdiff_t* restrict toff, ptrdiff_t nt,
@@ -163,6 +263,8 @@ static inline void fnn_cvd_run(const float* restrict Ap, const float* restrict x
         }
     }
 }
+
+#endif
 
 /* Rows per tile and the padded rows a tile plane holds (the last 16-position block of a
  * tile reads up to 16 + 2 positions past its last row; the d_weight pass's last 8-lane
