@@ -91,6 +91,11 @@ cdef extern from "fnn_conv.h" nogil:
     void fnn_cv3_wgrad_reduce(const float* acc, float* dw, Py_ssize_t C, Py_ssize_t O)
     void fnn_cv3_pad_tile(const float* x, float* xp, Py_ssize_t C, Py_ssize_t H, Py_ssize_t W,
                           Py_ssize_t We, Py_ssize_t PR, Py_ssize_t h0, Py_ssize_t pl)
+    int FNN_HAVE_CVW
+    void fnn_cvw_transpose(const float* x, float* xt, Py_ssize_t C, Py_ssize_t W, Py_ssize_t We,
+                           Py_ssize_t pl)
+    void fnn_cvw_run(const float* dy, Py_ssize_t L, const float* xt, Py_ssize_t C,
+                     const Py_ssize_t* toff, Py_ssize_t nt, Py_ssize_t O, float* dw)
     void fnn_cvd_run(const float* Ap, const float* xp, Py_ssize_t plane, const Py_ssize_t* toff,
                      Py_ssize_t nt, Py_ssize_t cg, Py_ssize_t C, Py_ssize_t O, float* ct,
                      Py_ssize_t ldc, Py_ssize_t npos)
@@ -121,6 +126,7 @@ include "fnn_gemm.pxi"
 
 cdef struct Geo:
     Py_ssize_t N, C, H, W, O, Cg, kh, kw, OH, OW, sh, sw, pt, pl, dh, dw, G
+    bint direct                     # _DIRECT when the geometry was made (for nogil checks)
 
 
 # the element counts of a geometry's arrays: what the kernels' pointers span (fnn_span.pxi)
@@ -713,6 +719,13 @@ cdef inline bint _wgrad_rows_ok(Geo* g, real* dx) noexcept nogil:
     return dx == NULL and g.OH == 1 and _rowcol_ok(g) and not _is_1x1(g)
 
 
+cdef inline bint _wgrad_direct_ok(Geo* g) noexcept nogil:
+    """conv1d's d_weight on the direct kernel (float32, AVX-512 builds): one kernel row,
+    groups 1, input channels a multiple of 16, output channels of 4, up to 64 taps."""
+    return (g.direct and FNN_HAVE_CVW != 0 and g.G == 1 and g.kh == 1 and g.C % 16 == 0
+            and g.O % 4 == 0 and g.kw <= 64)
+
+
 cdef void _wgrad_rows_chunk(const real* x, const real* gy, real* dw_part, Py_ssize_t n0,
                             Py_ssize_t n1, real* buf, Geo* g) noexcept nogil:
     """Images [n0, n1), one output row each: for every column tap j,
@@ -724,6 +737,21 @@ cdef void _wgrad_rows_chunk(const real* x, const real* gy, real* dw_part, Py_ssi
     cdef Py_ssize_t xs = g.C * g.H * g.W, ys = g.O * g.OW, n, gi, j, o, k
     cdef real* Rt = buf
     cdef real* acc = buf + g.C * g.kh * We
+    cdef Py_ssize_t toff[64]
+    if real is float:
+        if _wgrad_direct_ok(g):
+            # AVX-512: the direct kernel on the transposed padded row (fnn_cvw_run)
+            for j in range(g.kw):
+                toff[j] = j * g.dw
+            memset(acc, 0, g.kw * g.O * Kr * sizeof(float))
+            for n in range(n0, n1):
+                fnn_cvw_transpose(x + n * xs, Rt, g.C, g.W, We, g.pl)
+                fnn_cvw_run(gy + n * ys, g.OW, Rt, g.C, toff, g.kw, g.O, acc)
+            for o in range(g.O):
+                for k in range(Kr):
+                    for j in range(g.kw):
+                        dw_part[(o * Kr + k) * g.kw + j] = acc[(j * g.O + o) * Kr + k]
+            return
     for n in range(n0, n1):
         _rowcol(x + n * xs, Rt, g, 0, 1)
         for j in range(g.kw):
@@ -989,6 +1017,7 @@ cdef Geo _geo(tuple xs, tuple ws, tuple stride, tuple padding, tuple dilation,
     g.pt = padding[0]; g.pl = padding[2]
     g.dh = dilation[0]; g.dw = dilation[1]
     g.G = groups
+    g.direct = _DIRECT
     g.OH = (g.H + padding[0] + padding[1] - g.dh * (g.kh - 1) - 1) // g.sh + 1
     g.OW = (g.W + padding[2] + padding[3] - g.dw * (g.kw - 1) - 1) // g.sw + 1
     return g

@@ -234,6 +234,104 @@ static inline void fnn_cvd_run(const float* restrict Ap, const float* restrict x
         }
     }
 }
+
+/* ---- conv1d's d_weight (float32, AVX-512 builds): for every tap t,
+ *   dw[t, o, c] += sum_{p < L} dy[o*L + p] * xt[(p + toff[t])*C + c]
+ * where xt (We x C) is the zero-padded input row transposed (fnn_cvw_transpose): a GEMM
+ * with K = the positions, whose "B" operand, read along c, comes for every tap from the
+ * same transposed copy shifted by whole rows -- one transpose per image instead of
+ * OpenBLAS packing dy and three shifted views of the input per image.  6 x 64 register
+ * tiles (6 output channels broadcast from dy's rows, 64 input channels); the sum per
+ * weight runs over the positions in order, on top of what dw holds.  C % 16 == 0,
+ * O % 4 == 0 (blocks of 6, then 4, as fnn_cv3_o6). */
+#define FNN_HAVE_CVW 1
+FNN_CVD_AI void fnn_cvw_ztile(const float* restrict dy, ptrdiff_t L, ptrdiff_t np,
+                              const float* restrict xt, ptrdiff_t C, float* restrict dw,
+                              const int m, const int nv) {
+    __m512 acc[6][4];
+#pragma GCC unroll 6
+    for (int r = 0; r < m; ++r)
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; ++v) acc[r][v] = _mm512_loadu_ps(dw + r * C + 16 * v);
+    for (ptrdiff_t p = 0; p < np; ++p, xt += C) {
+        __m512 x[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; ++v) x[v] = _mm512_loadu_ps(xt + 16 * v);
+#pragma GCC unroll 6
+        for (int r = 0; r < m; ++r) {
+            __m512 a = _mm512_set1_ps(dy[r * L + p]);
+#pragma GCC unroll 4
+            for (int v = 0; v < nv; ++v) acc[r][v] = _mm512_fmadd_ps(a, x[v], acc[r][v]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < m; ++r)
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; ++v) _mm512_storeu_ps(dw + r * C + 16 * v, acc[r][v]);
+}
+static void fnn_cvw_64_6(const float* restrict dy, ptrdiff_t L, ptrdiff_t np,
+                         const float* restrict xt, ptrdiff_t C, float* restrict dw) {
+    fnn_cvw_ztile(dy, L, np, xt, C, dw, 6, 4);
+}
+static void fnn_cvw_64_4(const float* restrict dy, ptrdiff_t L, ptrdiff_t np,
+                         const float* restrict xt, ptrdiff_t C, float* restrict dw) {
+    fnn_cvw_ztile(dy, L, np, xt, C, dw, 4, 4);
+}
+static void fnn_cvw_16_6(const float* restrict dy, ptrdiff_t L, ptrdiff_t np,
+                         const float* restrict xt, ptrdiff_t C, float* restrict dw) {
+    fnn_cvw_ztile(dy, L, np, xt, C, dw, 6, 1);
+}
+static void fnn_cvw_16_4(const float* restrict dy, ptrdiff_t L, ptrdiff_t np,
+                         const float* restrict xt, ptrdiff_t C, float* restrict dw) {
+    fnn_cvw_ztile(dy, L, np, xt, C, dw, 4, 1);
+}
+
+/* Positions in chunks of FNN_CVW_PC (the chunk's 64 channels of xt, 64 KiB, stay in L2
+ * for every output block and tap); per chunk, channel blocks of 64 (then 16), output
+ * blocks, taps. */
+#define FNN_CVW_PC 256
+/* xt[u*C + c] = x[c*W + u - pl] for u < We, zero outside x: one image's padded row,
+ * transposed in 16 x 16 blocks (C % 16 == 0). */
+static inline void fnn_cvw_transpose(const float* restrict x, float* restrict xt, ptrdiff_t C,
+                                     ptrdiff_t W, ptrdiff_t We, ptrdiff_t pl) {
+    for (ptrdiff_t u0 = 0; u0 < We; u0 += 16) {
+        ptrdiff_t u1 = u0 + 16 < We ? u0 + 16 : We;
+        for (ptrdiff_t c0 = 0; c0 < C; c0 += 16)
+            for (ptrdiff_t u = u0; u < u1; ++u) {
+                ptrdiff_t w = u - pl;
+                float* d = xt + u * C + c0;
+                if (w < 0 || w >= W) {
+                    for (int k = 0; k < 16; ++k) d[k] = 0.f;
+                } else {
+                    const float* sp = x + c0 * W + w;
+                    for (int k = 0; k < 16; ++k) d[k] = sp[k * W];
+                }
+            }
+    }
+}
+static inline void fnn_cvw_run(const float* restrict dy, ptrdiff_t L,
+                               const float* restrict xt, ptrdiff_t C,
+                               const ptrdiff_t* restrict toff, ptrdiff_t nt, ptrdiff_t O,
+                               float* restrict dw) {
+    ptrdiff_t o6 = fnn_cv3_o6(O), c64 = C / 64 * 64;
+    for (ptrdiff_t p0 = 0; p0 < L; p0 += FNN_CVW_PC) {
+        ptrdiff_t np = p0 + FNN_CVW_PC < L ? FNN_CVW_PC : L - p0;
+        for (ptrdiff_t cb = 0; cb < C; cb += (cb < c64 ? 64 : 16))
+            for (ptrdiff_t t = 0; t < nt; ++t) {
+                const float* xb = xt + (p0 + toff[t]) * C + cb;
+                const float* db = dy + p0;
+                float* wb = dw + t * O * C + cb;
+                ptrdiff_t ob = 0;
+                if (cb < c64) {
+                    for (; ob < o6; ob += 6) fnn_cvw_64_6(db + ob * L, L, np, xb, C, wb + ob * C);
+                    for (; ob < O; ob += 4) fnn_cvw_64_4(db + ob * L, L, np, xb, C, wb + ob * C);
+                } else {
+                    for (; ob < o6; ob += 6) fnn_cvw_16_6(db + ob * L, L, np, xb, C, wb + ob * C);
+                    for (; ob < O; ob += 4) fnn_cvw_16_4(db + ob * L, L, np, xb, C, wb + ob * C);
+                }
+            }
+    }
+}
 #else
 #define FNN_CVD_PC 128
 static inline void fnn_cvd_run(const float* restrict Ap, const float* restrict xp,
@@ -409,5 +507,14 @@ static inline void fnn_cv3_wgrad_reduce(const float* acc, float* dw, ptrdiff_t C
 static inline void fnn_cvd_run(const float* Ap, const float* xp, ptrdiff_t plane,
                                const ptrdiff_t* toff, ptrdiff_t nt, ptrdiff_t cg, ptrdiff_t C,
                                ptrdiff_t O, float* ct, ptrdiff_t ldc, ptrdiff_t np) {}
+#endif
+
+/* conv1d's direct d_weight exists in AVX-512 builds only; elsewhere never called */
+#ifndef FNN_HAVE_CVW
+#define FNN_HAVE_CVW 0
+static inline void fnn_cvw_transpose(const float* x, float* xt, ptrdiff_t C, ptrdiff_t W,
+                                     ptrdiff_t We, ptrdiff_t pl) {}
+static inline void fnn_cvw_run(const float* dy, ptrdiff_t L, const float* xt, ptrdiff_t C,
+                               const ptrdiff_t* toff, ptrdiff_t nt, ptrdiff_t O, float* dw) {}
 #endif
 #endif
