@@ -281,3 +281,57 @@ def test_conv_transpose_backward_phase_planes_match_the_reference(geo, dt):
             conv._set_tbwd_limits(1 << 19, 1 << 24)
         for a, e in zip(got, want):
             np.testing.assert_allclose(a, e, rtol=tol, atol=tol * max(1.0, np.abs(e).max()))
+
+
+@pytest.mark.parametrize("geo", [
+    # (N, C, L, O, k, padding, dilation)
+    (3, 32, 64, 12, 3, 1, 1),        # whole 16-position rows: sums straight into y
+    (2, 16, 37, 20, 3, 1, 1),        # ragged row (37 positions), blocks of 6 and 4
+    (2, 48, 100, 8, 5, 2, 2),        # dilation, 64 + 16 channel blocks in d_weight
+    (3, 16, 80, 16, 4, "same", 1),   # even kernel: asymmetric padding
+    (2, 20, 33, 4, 2, 0, 3),         # C % 16 != 0: d_weight stays on the GEMM path
+    (2, 16, 200, 24, 3, 1, 1),       # several position chunks in the forward and d_weight
+])
+def test_conv1d_direct_equals_the_gemm_path_and_torch(geo):
+    """Conv1d's forward, its d_input (the forward of the flipped weights) and (AVX-512
+    builds) its d_weight run on the direct kernels where they apply (float32, groups 1,
+    stride 1, O % 4 == 0); conv._DIRECT = False forces the row-im2col GEMM paths.  Both
+    agree with each other and with torch, and the direct results do not depend on the
+    thread count."""
+    import importlib
+    import fastnn._backend
+    conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
+    N, C, L, O, k, p, d = geo
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((N, C, L)).astype(np.float32)
+    w = rng.standard_normal((O, C, k)).astype(np.float32)
+    b = rng.standard_normal(O).astype(np.float32)
+    old = fastnn.get_num_threads()
+    res = []
+    try:
+        for n in (1, 2, 3):
+            fastnn.set_num_threads(n)
+            y, ctx = F.conv1d_fwd(x, w, b, 1, p, d)
+            dy = np.cos(np.arange(y.size, dtype=np.float32)).reshape(y.shape)
+            res.append((y,) + tuple(F.conv1d_bwd(ctx, dy)))
+        conv._DIRECT = False
+        try:
+            y, ctx = F.conv1d_fwd(x, w, b, 1, p, d)
+            gemm = (y,) + tuple(F.conv1d_bwd(ctx, dy))
+        finally:
+            conv._DIRECT = True
+    finally:
+        fastnn.set_num_threads(old)
+    for r in res[1:]:
+        for a, e in zip(r, res[0]):
+            np.testing.assert_array_equal(a, e)
+    tx = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    tw = torch.tensor(w, dtype=torch.float64, requires_grad=True)
+    tb = torch.tensor(b, dtype=torch.float64, requires_grad=True)
+    ty = torch.nn.functional.conv1d(tx, tw, tb, 1, p, d)
+    ty.backward(torch.tensor(dy, dtype=torch.float64))
+    want = (ty.detach().numpy(), tx.grad.numpy(), tw.grad.numpy(), tb.grad.numpy())
+    for got in (res[0], gemm):
+        for a, e in zip(got, want):
+            assert a.shape == e.shape and a.dtype == np.float32
+            np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())
