@@ -94,8 +94,10 @@ cdef extern from "fnn_conv.h" nogil:
     int FNN_HAVE_CVW
     void fnn_cvw_transpose(const float* x, float* xt, Py_ssize_t C, Py_ssize_t W, Py_ssize_t We,
                            Py_ssize_t pl)
-    void fnn_cvw_run(const float* dy, Py_ssize_t L, const float* xt, Py_ssize_t C,
-                     const Py_ssize_t* toff, Py_ssize_t nt, Py_ssize_t O, float* dw)
+    void fnn_cvw_run(const float* a, Py_ssize_t lda, Py_ssize_t arow, const Py_ssize_t* aoff,
+                     const float* b, Py_ssize_t ldb, Py_ssize_t brow, const Py_ssize_t* boff,
+                     Py_ssize_t nt, Py_ssize_t Q, Py_ssize_t R, Py_ssize_t M, Py_ssize_t Nv,
+                     float* dw)
     void fnn_cvd_run(const float* Ap, const float* xp, Py_ssize_t plane, const Py_ssize_t* toff,
                      Py_ssize_t nt, Py_ssize_t cg, Py_ssize_t C, Py_ssize_t O, float* ct,
                      Py_ssize_t ldc, Py_ssize_t npos)
@@ -424,6 +426,7 @@ cdef struct DPlan:
     Py_ssize_t nrun, ldc            # runs per image; row stride of the run's result
     Py_ssize_t slack                # rows past the last plane the last blocks may read
     bint yout                       # one run of one row, OW % 16 == 0: results straight into y
+    Geo* pg                         # not NULL: xp holds the phase planes of this conv2d's input
 
 
 # per run (one row of the plan's run table): packed-weight offset, tap-offset offset, taps,
@@ -439,7 +442,10 @@ cdef void _direct_image(const float* src, const float* ap, const Py_ssize_t* tof
     cdef float bo
     cdef float* yr
     cdef const float* cr
-    fnn_cv3_pad_tile(src, xp, d.Cs, d.Hs, d.Ws, d.We, d.PR, -d.top, d.left)
+    if d.pg != NULL:
+        _phase_planes(src, xp, d.pg, True)
+    else:
+        fnn_cv3_pad_tile(src, xp, d.Cs, d.Hs, d.Ws, d.We, d.PR, -d.top, d.left)
     if d.yout:   # y's rows are whole 16-position blocks: the tiles sum into y, on the bias
         for o in range(d.O):
             bo = bias[o] if bias != NULL else 0
@@ -580,6 +586,7 @@ cdef _tconv_fwd_direct(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray 
     d.ldc = maxQ * d.We + 16
     d.slack = _slack_rows(d.We, d.We)
     d.yout = False
+    d.pg = NULL
     w = <object>weight   # (O, C, kh, kw) of the conv2d: w[o, c, i, j]; x has O channels
     runs, toff, aps = [], [], []
     apo = 0
@@ -626,6 +633,7 @@ cdef _rows_fwd_direct(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y
     d.ldc = (d.We + 15) // 16 * 16
     d.slack = _slack_rows(reach, d.We)
     d.yout = g.OW % 16 == 0
+    d.pg = NULL
     ap = _pack_direct((<object>weight).reshape(g.O, g.C, g.kw))
     toff = [j * g.dw for j in range(g.kw)]
     runs = [[0, 0, g.kw, 1, g.OW, 0, 0, 0]]
@@ -737,16 +745,19 @@ cdef void _wgrad_rows_chunk(const real* x, const real* gy, real* dw_part, Py_ssi
     cdef Py_ssize_t xs = g.C * g.H * g.W, ys = g.O * g.OW, n, gi, j, o, k
     cdef real* Rt = buf
     cdef real* acc = buf + g.C * g.kh * We
-    cdef Py_ssize_t toff[64]
+    cdef Py_ssize_t aoff[64]
+    cdef Py_ssize_t boff[64]
     if real is float:
         if _wgrad_direct_ok(g):
             # AVX-512: the direct kernel on the transposed padded row (fnn_cvw_run)
             for j in range(g.kw):
-                toff[j] = j * g.dw
+                aoff[j] = 0
+                boff[j] = j * g.dw * g.C
             memset(acc, 0, g.kw * g.O * Kr * sizeof(float))
             for n in range(n0, n1):
                 fnn_cvw_transpose(x + n * xs, Rt, g.C, g.W, We, g.pl)
-                fnn_cvw_run(gy + n * ys, g.OW, Rt, g.C, toff, g.kw, g.O, acc)
+                fnn_cvw_run(gy + n * ys, g.OW, 0, aoff, Rt, g.C, 0, boff, g.kw, 1, g.OW,
+                            g.O, g.C, acc)
             for o in range(g.O):
                 for k in range(Kr):
                     for j in range(g.kw):
@@ -769,6 +780,7 @@ cdef enum:
     _CH_BWD = 0        # conv2d backward: _bwd_chunk (d_input and/or d_weight)
     _CH_WROWS = 1      # conv1d's d_weight alone by column tap: _wgrad_rows_chunk
     _CH_TBWD = 2       # conv_transpose2d backward, one pass: _tbwd_chunk
+    _CH_TWD = 3        # conv_transpose2d's d_weight alone on the direct kernel: _twgrad_chunk
 
 
 cdef inline void _run_chunk(int mode, const real* x, const real* w, const real* gy, real* dx,
@@ -778,6 +790,8 @@ cdef inline void _run_chunk(int mode, const real* x, const real* w, const real* 
         _wgrad_rows_chunk(x, gy, dw, n0, n1, col, g)
     elif mode == _CH_TBWD:
         _tbwd_chunk(x, w, gy, dx, dw, n0, n1, col, g)
+    elif mode == _CH_TWD:
+        _twgrad_chunk(x, gy, dw, n0, n1, col, g)
     else:
         _bwd_chunk(x, w, gy, dx, dw, n0, n1, col, g)
 
@@ -797,6 +811,8 @@ cdef int _chunked(int mode, const real* x, const real* w, const real* gy, real* 
         csize = g.C * g.kh * (g.OW + g.dw * (g.kw - 1)) + g.kw * g.O * g.Cg * g.kh
     elif mode == _CH_TBWD:
         csize = _tbwd_col_size(g)
+    elif mode == _CH_TWD:
+        csize = _twgrad_size(g)
     if nt > 1:
         with parallel(num_threads=nt):
             col = <real*>fnn_alloc(csize * sizeof(real) + 64, 1)
@@ -1072,7 +1088,7 @@ cdef _tbwd_run(real z, cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray x, cnp.nd
     cdef const real* pdy = _typed(dy, _xsize(g), z)
     cdef const real* pw = _typed(weight, _wsize(g), z)
     cdef const real* px = _typed(x, _ysize(g), z)
-    cdef real* pdx = _typed(dx, _ysize(g), z)
+    cdef real* pdx = _typed(dx, _ysize(g), z) if dx is not None else NULL
     cdef real* pp = _typed(part, nch * _wsize(g), z)
     with nogil:
         _chunked(_CH_TBWD, pdy, pw, px, pdx, pp, nch, per, g, nt)
@@ -1353,18 +1369,23 @@ cdef inline void _phase_dims(Geo* g, Py_ssize_t* mlo, Py_ssize_t* nlo, Py_ssize_
     Wp[0] = g.OW + _fdiv((g.kw - 1) * g.dw - g.pl, g.sw) - nlo[0]
 
 
-cdef void _phase_planes(const real* z, real* pl, Geo* g) noexcept nogil:
+cdef void _phase_planes(const real* z, real* pl, Geo* g, bint phase_major) noexcept nogil:
     """pl[c, a, b, u, v] = z[c, sh*(u + mlo) + a, sw*(v + nlo) + b], zero outside z: the
     input (one image) split by row phase a and column phase b (sh*sw planes per channel,
     each Hp x Wp, zero-padded), so every tap of a strided convolution reads a contiguous
-    row segment of one plane -- no strided gather or bounds test per column tile."""
+    row segment of one plane -- no strided gather or bounds test per column tile.
+    phase_major: the planes in (a, b, c) order instead (the direct kernel's channel groups
+    by phase, _tdx_direct)."""
     cdef Py_ssize_t mlo, nlo, Hp, Wp, c, a, b, u, h, v0, v1
     cdef real* d
     _phase_dims(g, &mlo, &nlo, &Hp, &Wp)
     for c in range(g.C):
         for a in range(g.sh):
             for b in range(g.sw):
-                d = pl + ((c * g.sh + a) * g.sw + b) * Hp * Wp
+                if phase_major:
+                    d = pl + ((a * g.sw + b) * g.C + c) * Hp * Wp
+                else:
+                    d = pl + ((c * g.sh + a) * g.sw + b) * Hp * Wp
                 # columns v with 0 <= sw*(v + nlo) + b < W
                 v0 = -nlo if nlo < 0 else 0
                 v1 = (g.W - b + g.sw - 1) // g.sw - nlo
@@ -1436,7 +1457,7 @@ cdef void _tbwd_chunk(const real* z, const real* w, const real* gx, real* y, rea
     cdef bint planes = _tbwd_planes(g) > 0
     for n in range(n0, n1):
         if planes:
-            _phase_planes(z + n * zs, pl, g)
+            _phase_planes(z + n * zs, pl, g, False)
         r0 = 0
         while r0 < g.OH:
             r1 = r0 + R if r0 + R < g.OH else g.OH
@@ -1446,13 +1467,114 @@ cdef void _tbwd_chunk(const real* z, const real* w, const real* gx, real* y, rea
             else:
                 _im2col(z + n * zs, col, g, r0, r1)
             for gi in range(g.G):
-                gemm(False, False, <int>Og, <int>T, <int>Kg, <real>1, w + gi * Og * Kg, <int>Kg,
-                     col + gi * Kg * T, <int>T, <real>0, y + n * ys + gi * Og * P + r0 * g.OW,
-                     <int>P)
+                if y != NULL:
+                    gemm(False, False, <int>Og, <int>T, <int>Kg, <real>1, w + gi * Og * Kg,
+                         <int>Kg, col + gi * Kg * T, <int>T, <real>0,
+                         y + n * ys + gi * Og * P + r0 * g.OW, <int>P)
                 gemm(False, True, <int>Og, <int>Kg, <int>T, <real>1,
                      gx + n * ys + gi * Og * P + r0 * g.OW, <int>P, col + gi * Kg * T, <int>T,
                      <real>(0 if (n == n0 and r0 == 0) else 1), dw_part + gi * Og * Kg, <int>Kg)
             r0 = r1
+
+
+cdef bint _tdx_direct(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray dx, Geo* g):
+    """conv_transpose2d's d_input = the strided conv2d of dy (g: that conv2d) on the direct
+    kernel (float32, AVX2 builds, groups 1, output channels a multiple of 4, the same
+    number of taps in every phase): dy split into sh*sw phase planes per image
+    (_phase_planes, phase-major), each phase a channel group of C planes whose taps read
+    its own planes at fixed offsets -- a stride-1 implicit GEMM over K = C*kh*kw, no
+    column tile.  False where it does not apply (then the fused pass computes both)."""
+    cdef DPlan d
+    cdef Py_ssize_t mlo, nlo, Hp, Wp, a, b, nt = -1, reach = 0
+    if not (g.direct and FNN_HAVE_CV3 != 0 and g.G == 1 and g.O >= 4 and g.O % 4 == 0
+            and (g.sh > 1 or g.sw > 1) and g.N * g.O * g.OH * g.OW > 0):
+        return False
+    rows = _phase_taps(g.kh, g.dh, g.pt, g.sh)
+    cols = _phase_taps(g.kw, g.dw, g.pl, g.sw)
+    for a in range(g.sh):
+        for b in range(g.sw):
+            if nt < 0:
+                nt = len(rows[a]) * len(cols[b])
+            elif nt != len(rows[a]) * len(cols[b]):
+                return False
+    _phase_dims(g, &mlo, &nlo, &Hp, &Wp)
+    if nt <= 0 or g.C * g.sh * g.sw * Hp * Wp > _TBWD_PLANES_MAX:
+        return False
+    w = <object>weight     # (O, C, kh, kw)
+    toff, wds = [], []
+    for a in range(g.sh):
+        for b in range(g.sw):
+            taps = [(i, mi, j, mj) for (i, mi) in rows[a] for (j, mj) in cols[b]]
+            for (i, mi, j, mj) in taps:
+                toff.append((mi - mlo) * Wp + (mj - nlo))
+            wds.append(np.stack([w[:, :, i, j] for (i, mi, j, mj) in taps], axis=-1))
+    reach = max(toff)
+    d.N = g.N; d.Cs = g.C; d.Hs = g.H; d.Ws = g.W
+    d.top = 0; d.left = 0; d.PR = Hp; d.We = Wp
+    d.Ct = g.C * g.sh * g.sw; d.cg = g.C
+    d.O = g.O; d.OH = g.OH; d.OW = g.OW; d.Sh = 1; d.Sw = 1
+    d.nrun = 1
+    d.ldc = (g.OH * Wp + 15) // 16 * 16
+    d.slack = _slack_rows(reach, Wp)
+    d.yout = False
+    d.pg = g
+    ap = _pack_direct(np.concatenate(wds, axis=1))      # (O, phases*C, nt)
+    _run_direct(dy, ap, toff, [[0, 0, nt, g.OH, g.OW, 0, 0, 0]], NULL, dx, &d,
+                g.N * g.O * g.OH * g.OW * g.C * g.kh * g.kw)
+    return True
+
+
+cdef bint _twgrad_ok(Geo* g) noexcept nogil:
+    """conv_transpose2d's d_weight on the direct kernel (AVX-512 builds, float32, groups 1;
+    the kernel's vector columns are x's channels (g.O, a multiple of 16), its broadcast
+    rows dy's (g.C, a multiple of 4); one image's phase planes within the limit)."""
+    return (g.direct and FNN_HAVE_CVW != 0 and g.G == 1 and g.O % 16 == 0 and g.C % 4 == 0
+            and g.kh * g.kw <= 64 and _tbwd_planes(g) > 0)
+
+
+cdef inline Py_ssize_t _twgrad_size(Geo* g) noexcept nogil:
+    """Scratch of _twgrad_chunk: the phase planes, x transposed, the per-tap sums."""
+    return _tbwd_planes(g) + g.OH * g.OW * g.O + g.kh * g.kw * g.C * g.O
+
+
+cdef void _twgrad_chunk(const real* z, const real* gx, real* dw_part, Py_ssize_t n0,
+                        Py_ssize_t n1, real* buf, Geo* g) noexcept nogil:
+    """Images [n0, n1) of conv2d(z)'s d_weight for output gradient gx (conv_transpose2d's
+    d_weight: z = its dy, gx = its x): per image, z's phase planes (phase-major) and gx
+    transposed (positions x channels), then for every tap (i, j)
+    acc[i, j, c, o] += sum_{oh, ow} plane_{phase(i, j)}[c, oh + m_i - mlo, ow + m_j - nlo]
+                                    * gxT[oh*OW + ow, o]  (fnn_cvw_run);
+    moved into dw_part's (O, C, kh, kw) at the end."""
+    cdef Py_ssize_t mlo, nlo, Hp, Wp, i, j, t, c, o, ei, ej, mi, mj, ai, bj, n
+    cdef Py_ssize_t P = g.OH * g.OW, KK = g.kh * g.kw
+    cdef Py_ssize_t zs = g.C * g.H * g.W, ys = g.O * P
+    cdef Py_ssize_t aoff[64]
+    cdef Py_ssize_t boff[64]
+    cdef real* pl = buf
+    cdef real* xt = buf + _tbwd_planes(g)
+    cdef real* acc = xt + P * g.O
+    if real is float:
+        _phase_dims(g, &mlo, &nlo, &Hp, &Wp)
+        for i in range(g.kh):
+            ei = i * g.dh - g.pt
+            mi = _fdiv(ei, g.sh)
+            ai = ei - mi * g.sh
+            for j in range(g.kw):
+                ej = j * g.dw - g.pl
+                mj = _fdiv(ej, g.sw)
+                bj = ej - mj * g.sw
+                aoff[i * g.kw + j] = ((ai * g.sw + bj) * g.C * Hp + (mi - mlo)) * Wp + (mj - nlo)
+                boff[i * g.kw + j] = 0
+        memset(acc, 0, KK * g.C * g.O * sizeof(float))
+        for n in range(n0, n1):
+            _phase_planes(z + n * zs, pl, g, True)
+            fnn_cvw_transpose(gx + n * ys, xt, g.O, P, P, 0)
+            fnn_cvw_run(pl, Hp * Wp, Wp, aoff, xt, g.O, g.OW * g.O, boff, KK, g.OH, g.OW,
+                        g.C, g.O, acc)
+        for o in range(g.O):
+            for c in range(g.C):
+                for t in range(KK):
+                    dw_part[(o * g.C + c) * KK + t] = acc[(t * g.C + c) * g.O + o]
 
 
 cdef tuple _tbwd(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray x, Geo* g):
@@ -1467,11 +1589,24 @@ cdef tuple _tbwd(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray x, Geo* g):
     if nt > nch:
         nt = <int>nch
     cdef bint f32 = dy.dtype == np.float32
+    cdef cnp.ndarray dxg = dx
+    cdef const float* pz
+    cdef const float* pgx
+    cdef float* pp
+    if f32 and _tdx_direct(dy, weight, dx, g):
+        dxg = None      # d_input done: d_weight alone, direct or on the fused pass
+        if _twgrad_ok(g):
+            pz = <const float*>_data(dy, _xsize(g), F32)
+            pgx = <const float*>_data(x, _ysize(g), F32)
+            pp = <float*>_data(part, nch * _wsize(g), F32)
+            with nogil:
+                _chunked(_CH_TWD, pz, NULL, pgx, NULL, pp, nch, per, g, nt)
+            return dx, (part[0] if nch == 1 else _sum_parts(part).astype(dy.dtype))
     with _blas_single() if nt > 1 else _no_context():
         if f32:
-            _tbwd_run(<float>0, dy, weight, x, dx, part, nch, per, g, nt)
+            _tbwd_run(<float>0, dy, weight, x, dxg, part, nch, per, g, nt)
         else:
-            _tbwd_run(<double>0, dy, weight, x, dx, part, nch, per, g, nt)
+            _tbwd_run(<double>0, dy, weight, x, dxg, part, nch, per, g, nt)
     return dx, (part[0] if nch == 1 else _sum_parts(part).astype(dy.dtype))
 
 

@@ -235,63 +235,60 @@ static inline void fnn_cvd_run(const float* restrict Ap, const float* restrict x
     }
 }
 
-/* ---- conv1d's d_weight (float32, AVX-512 builds): for every tap t,
- *   dw[t, o, c] += sum_{p < L} dy[o*L + p] * xt[(p + toff[t])*C + c]
- * where xt (We x C) is the zero-padded input row transposed (fnn_cvw_transpose): a GEMM
- * with K = the positions, whose "B" operand, read along c, comes for every tap from the
- * same transposed copy shifted by whole rows -- one transpose per image instead of
- * OpenBLAS packing dy and three shifted views of the input per image.  6 x 64 register
- * tiles (6 output channels broadcast from dy's rows, 64 input channels); the sum per
- * weight runs over the positions in order, on top of what dw holds.  C % 16 == 0,
- * O % 4 == 0 (blocks of 6, then 4, as fnn_cv3_o6). */
+/* ---- direct d_weight (float32, AVX-512 builds): for every tap t,
+ *   dw[t, m, v] += sum_{q < Q, p < R} a[m*lda + aoff[t] + q*arow + p]
+ *                                     * b[boff[t] + q*brow + p*ldb + v]
+ * a GEMM over the positions (q, p) whose "B" operand is read along v (contiguous) and
+ * whose "A" operand is broadcast.  conv1d: a = dy (m: output channel), b = the zero-padded
+ * input row transposed (fnn_cvw_transpose; v: input channel, boff[t] = tap offset * C):
+ * every tap reads the same transposed copy shifted by whole rows -- one transpose per
+ * image instead of OpenBLAS packing dy and three shifted views of the input.
+ * conv_transpose2d: a = dy's phase planes (m: dy's channel; each tap reads its phase's
+ * planes at its offset), b = x transposed (v: x's channel).  6 x 64 register tiles (6
+ * broadcast rows, 64 vector columns; 4 for the last rows, 16 for the last columns); the
+ * sum per weight runs over the positions in order, on top of what dw holds.
+ * Nv % 16 == 0, M % 4 == 0 (blocks of 6, then 4, as fnn_cv3_o6). */
 #define FNN_HAVE_CVW 1
-FNN_CVD_AI void fnn_cvw_ztile(const float* restrict dy, ptrdiff_t L, ptrdiff_t np,
-                              const float* restrict xt, ptrdiff_t C, float* restrict dw,
+FNN_CVD_AI void fnn_cvw_ztile(const float* restrict a, ptrdiff_t lda, ptrdiff_t arow,
+                              const float* restrict b, ptrdiff_t ldb, ptrdiff_t brow,
+                              ptrdiff_t Q, ptrdiff_t R, float* restrict dw, ptrdiff_t ldw,
                               const int m, const int nv) {
     __m512 acc[6][4];
 #pragma GCC unroll 6
     for (int r = 0; r < m; ++r)
 #pragma GCC unroll 4
-        for (int v = 0; v < nv; ++v) acc[r][v] = _mm512_loadu_ps(dw + r * C + 16 * v);
-    for (ptrdiff_t p = 0; p < np; ++p, xt += C) {
-        __m512 x[4];
+        for (int v = 0; v < nv; ++v) acc[r][v] = _mm512_loadu_ps(dw + r * ldw + 16 * v);
+    for (ptrdiff_t q = 0; q < Q; ++q, a += arow, b += brow) {
+        const float* bp = b;
+        for (ptrdiff_t p = 0; p < R; ++p, bp += ldb) {
+            __m512 x[4];
 #pragma GCC unroll 4
-        for (int v = 0; v < nv; ++v) x[v] = _mm512_loadu_ps(xt + 16 * v);
+            for (int v = 0; v < nv; ++v) x[v] = _mm512_loadu_ps(bp + 16 * v);
 #pragma GCC unroll 6
-        for (int r = 0; r < m; ++r) {
-            __m512 a = _mm512_set1_ps(dy[r * L + p]);
+            for (int r = 0; r < m; ++r) {
+                __m512 s = _mm512_set1_ps(a[r * lda + p]);
 #pragma GCC unroll 4
-            for (int v = 0; v < nv; ++v) acc[r][v] = _mm512_fmadd_ps(a, x[v], acc[r][v]);
+                for (int v = 0; v < nv; ++v) acc[r][v] = _mm512_fmadd_ps(s, x[v], acc[r][v]);
+            }
         }
     }
 #pragma GCC unroll 6
     for (int r = 0; r < m; ++r)
 #pragma GCC unroll 4
-        for (int v = 0; v < nv; ++v) _mm512_storeu_ps(dw + r * C + 16 * v, acc[r][v]);
+        for (int v = 0; v < nv; ++v) _mm512_storeu_ps(dw + r * ldw + 16 * v, acc[r][v]);
 }
-static void fnn_cvw_64_6(const float* restrict dy, ptrdiff_t L, ptrdiff_t np,
-                         const float* restrict xt, ptrdiff_t C, float* restrict dw) {
-    fnn_cvw_ztile(dy, L, np, xt, C, dw, 6, 4);
-}
-static void fnn_cvw_64_4(const float* restrict dy, ptrdiff_t L, ptrdiff_t np,
-                         const float* restrict xt, ptrdiff_t C, float* restrict dw) {
-    fnn_cvw_ztile(dy, L, np, xt, C, dw, 4, 4);
-}
-static void fnn_cvw_16_6(const float* restrict dy, ptrdiff_t L, ptrdiff_t np,
-                         const float* restrict xt, ptrdiff_t C, float* restrict dw) {
-    fnn_cvw_ztile(dy, L, np, xt, C, dw, 6, 1);
-}
-static void fnn_cvw_16_4(const float* restrict dy, ptrdiff_t L, ptrdiff_t np,
-                         const float* restrict xt, ptrdiff_t C, float* restrict dw) {
-    fnn_cvw_ztile(dy, L, np, xt, C, dw, 4, 1);
-}
+#define FNN_CVW_ARGS const float* restrict a, ptrdiff_t lda, ptrdiff_t arow, \
+    const float* restrict b, ptrdiff_t ldb, ptrdiff_t brow, ptrdiff_t Q, ptrdiff_t R, \
+    float* restrict dw, ptrdiff_t ldw
+static void fnn_cvw_64_6(FNN_CVW_ARGS) { fnn_cvw_ztile(a, lda, arow, b, ldb, brow, Q, R, dw, ldw, 6, 4); }
+static void fnn_cvw_64_4(FNN_CVW_ARGS) { fnn_cvw_ztile(a, lda, arow, b, ldb, brow, Q, R, dw, ldw, 4, 4); }
+static void fnn_cvw_16_6(FNN_CVW_ARGS) { fnn_cvw_ztile(a, lda, arow, b, ldb, brow, Q, R, dw, ldw, 6, 1); }
+static void fnn_cvw_16_4(FNN_CVW_ARGS) { fnn_cvw_ztile(a, lda, arow, b, ldb, brow, Q, R, dw, ldw, 4, 1); }
+#undef FNN_CVW_ARGS
 
-/* Positions in chunks of FNN_CVW_PC (the chunk's 64 channels of xt, 64 KiB, stay in L2
- * for every output block and tap); per chunk, channel blocks of 64 (then 16), output
- * blocks, taps. */
-#define FNN_CVW_PC 256
 /* xt[u*C + c] = x[c*W + u - pl] for u < We, zero outside x: one image's padded row,
- * transposed in 16 x 16 blocks (C % 16 == 0). */
+ * transposed in 16 x 16 blocks (C % 16 == 0).  With W == We and pl == 0, any (C, W)
+ * matrix's transpose. */
 static inline void fnn_cvw_transpose(const float* restrict x, float* restrict xt, ptrdiff_t C,
                                      ptrdiff_t W, ptrdiff_t We, ptrdiff_t pl) {
     for (ptrdiff_t u0 = 0; u0 < We; u0 += 16) {
@@ -309,28 +306,40 @@ static inline void fnn_cvw_transpose(const float* restrict x, float* restrict xt
             }
     }
 }
-static inline void fnn_cvw_run(const float* restrict dy, ptrdiff_t L,
-                               const float* restrict xt, ptrdiff_t C,
-                               const ptrdiff_t* restrict toff, ptrdiff_t nt, ptrdiff_t O,
-                               float* restrict dw) {
-    ptrdiff_t o6 = fnn_cv3_o6(O), c64 = C / 64 * 64;
-    for (ptrdiff_t p0 = 0; p0 < L; p0 += FNN_CVW_PC) {
-        ptrdiff_t np = p0 + FNN_CVW_PC < L ? FNN_CVW_PC : L - p0;
-        for (ptrdiff_t cb = 0; cb < C; cb += (cb < c64 ? 64 : 16))
-            for (ptrdiff_t t = 0; t < nt; ++t) {
-                const float* xb = xt + (p0 + toff[t]) * C + cb;
-                const float* db = dy + p0;
-                float* wb = dw + t * O * C + cb;
-                ptrdiff_t ob = 0;
-                if (cb < c64) {
-                    for (; ob < o6; ob += 6) fnn_cvw_64_6(db + ob * L, L, np, xb, C, wb + ob * C);
-                    for (; ob < O; ob += 4) fnn_cvw_64_4(db + ob * L, L, np, xb, C, wb + ob * C);
-                } else {
-                    for (; ob < o6; ob += 6) fnn_cvw_16_6(db + ob * L, L, np, xb, C, wb + ob * C);
-                    for (; ob < O; ob += 4) fnn_cvw_16_4(db + ob * L, L, np, xb, C, wb + ob * C);
+
+/* Positions in chunks of about FNN_CVW_PC (whole rows when Q > 1): the chunk's slice of
+ * b stays in L2 for every row block and tap; per chunk, column blocks of 64 (then 16),
+ * taps, row blocks.  The sum per weight still runs over the positions in order. */
+#define FNN_CVW_PC 256
+static inline void fnn_cvw_run(const float* restrict a, ptrdiff_t lda, ptrdiff_t arow,
+                               const ptrdiff_t* restrict aoff, const float* restrict b,
+                               ptrdiff_t ldb, ptrdiff_t brow, const ptrdiff_t* restrict boff,
+                               ptrdiff_t nt, ptrdiff_t Q, ptrdiff_t R, ptrdiff_t M,
+                               ptrdiff_t Nv, float* restrict dw) {
+    ptrdiff_t m6 = fnn_cv3_o6(M), n64 = Nv / 64 * 64;
+    ptrdiff_t qc = Q > 1 ? (FNN_CVW_PC + R - 1) / R : 1, pc = Q > 1 ? R : FNN_CVW_PC;
+    for (ptrdiff_t q0 = 0; q0 < Q; q0 += qc)
+        for (ptrdiff_t p0 = 0; p0 < R; p0 += pc) {
+            ptrdiff_t nq = q0 + qc < Q ? qc : Q - q0, np = p0 + pc < R ? pc : R - p0;
+            for (ptrdiff_t vb = 0; vb < Nv; vb += (vb < n64 ? 64 : 16))
+                for (ptrdiff_t t = 0; t < nt; ++t) {
+                    const float* ab = a + aoff[t] + q0 * arow + p0;
+                    const float* bb = b + boff[t] + q0 * brow + p0 * ldb + vb;
+                    float* wb = dw + t * M * Nv + vb;
+                    ptrdiff_t mb = 0;
+                    if (vb < n64) {
+                        for (; mb < m6; mb += 6)
+                            fnn_cvw_64_6(ab + mb * lda, lda, arow, bb, ldb, brow, nq, np, wb + mb * Nv, Nv);
+                        for (; mb < M; mb += 4)
+                            fnn_cvw_64_4(ab + mb * lda, lda, arow, bb, ldb, brow, nq, np, wb + mb * Nv, Nv);
+                    } else {
+                        for (; mb < m6; mb += 6)
+                            fnn_cvw_16_6(ab + mb * lda, lda, arow, bb, ldb, brow, nq, np, wb + mb * Nv, Nv);
+                        for (; mb < M; mb += 4)
+                            fnn_cvw_16_4(ab + mb * lda, lda, arow, bb, ldb, brow, nq, np, wb + mb * Nv, Nv);
+                    }
                 }
-            }
-    }
+        }
 }
 #else
 #define FNN_CVD_PC 128
@@ -514,7 +523,9 @@ static inline void fnn_cvd_run(const float* Ap, const float* xp, ptrdiff_t plane
 #define FNN_HAVE_CVW 0
 static inline void fnn_cvw_transpose(const float* x, float* xt, ptrdiff_t C, ptrdiff_t W,
                                      ptrdiff_t We, ptrdiff_t pl) {}
-static inline void fnn_cvw_run(const float* dy, ptrdiff_t L, const float* xt, ptrdiff_t C,
-                               const ptrdiff_t* toff, ptrdiff_t nt, ptrdiff_t O, float* dw) {}
+static inline void fnn_cvw_run(const float* a, ptrdiff_t lda, ptrdiff_t arow,
+                               const ptrdiff_t* aoff, const float* b, ptrdiff_t ldb,
+                               ptrdiff_t brow, const ptrdiff_t* boff, ptrdiff_t nt, ptrdiff_t Q,
+                               ptrdiff_t R, ptrdiff_t M, ptrdiff_t Nv, float* dw) {}
 #endif
 #endif
