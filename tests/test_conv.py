@@ -335,3 +335,55 @@ def test_conv1d_direct_equals_the_gemm_path_and_torch(geo):
         for a, e in zip(got, want):
             assert a.shape == e.shape and a.dtype == np.float32
             np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())
+
+
+@pytest.mark.parametrize("geo", [
+    # (N, Cin, H, W, Cout, k, stride, padding, output_padding)
+    (2, 16, 5, 7, 8, 4, 2, 1, 0),                 # the benchmark's shape class: all direct
+    (3, 32, 4, 5, 12, (4, 2), 2, (1, 0), 1),      # output_padding, 2 taps per phase
+    (2, 8, 6, 6, 4, 4, 2, 1, 0),                  # Cin % 16 != 0: d_weight on the fused pass
+    (2, 16, 3, 4, 4, 6, 3, 2, 0),                 # stride 3, 4 taps per phase
+    (2, 16, 5, 5, 4, 3, 2, 1, 0),                 # phases with 1 and 2 taps: fused pass
+])
+def test_conv_transpose_backward_direct_equals_the_fused_pass(geo):
+    """conv_transpose2d's backward on the direct kernels (float32, groups 1, Cout % 4 == 0,
+    the same number of taps in every phase): d_input over dy's phase planes, and (AVX-512
+    builds, Cin % 16 == 0) d_weight; conv._DIRECT = False forces the fused im2col pass.
+    Both agree with each other and with torch, and do not depend on the thread count."""
+    import importlib
+    import fastnn._backend
+    conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
+    N, C, H, W, O, k, s, p, op = geo
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+    w = rng.standard_normal((C, O) + ((k, k) if isinstance(k, int) else k)).astype(np.float32)
+    b = rng.standard_normal(O).astype(np.float32)
+    old = fastnn.get_num_threads()
+    res = []
+    try:
+        for n in (1, 2, 3):
+            fastnn.set_num_threads(n)
+            y, ctx = F.conv_transpose2d_fwd(x, w, b, s, p, op)
+            dy = np.sin(np.arange(y.size, dtype=np.float32)).reshape(y.shape)
+            res.append(tuple(F.conv_transpose2d_bwd(ctx, dy)))
+        conv._DIRECT = False
+        try:
+            y, ctx = F.conv_transpose2d_fwd(x, w, b, s, p, op)
+            fused = tuple(F.conv_transpose2d_bwd(ctx, dy))
+        finally:
+            conv._DIRECT = True
+    finally:
+        fastnn.set_num_threads(old)
+    for r in res[1:]:
+        for a, e in zip(r, res[0]):
+            np.testing.assert_array_equal(a, e)
+    tx = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    tw = torch.tensor(w, dtype=torch.float64, requires_grad=True)
+    tb = torch.tensor(b, dtype=torch.float64, requires_grad=True)
+    ty = torch.nn.functional.conv_transpose2d(tx, tw, tb, s, p, op)
+    ty.backward(torch.tensor(dy, dtype=torch.float64))
+    want = (tx.grad.numpy(), tw.grad.numpy(), tb.grad.numpy())
+    for got in (res[0], fused):
+        for a, e in zip(got, want):
+            assert a.shape == e.shape and a.dtype == np.float32
+            np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())
