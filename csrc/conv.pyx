@@ -1477,18 +1477,18 @@ cdef void _tbwd_chunk(const real* z, const real* w, const real* gx, real* y, rea
             r0 = r1
 
 
-cdef bint _tdx_direct(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray dx, Geo* g):
+cdef object _tdx_plan(cnp.ndarray weight, Geo* g, DPlan* d):
     """conv_transpose2d's d_input = the strided conv2d of dy (g: that conv2d) on the direct
     kernel (float32, AVX2 builds, groups 1, output channels a multiple of 4, the same
     number of taps in every phase): dy split into sh*sw phase planes per image
     (_phase_planes, phase-major), each phase a channel group of C planes whose taps read
     its own planes at fixed offsets -- a stride-1 implicit GEMM over K = C*kh*kw, no
-    column tile.  False where it does not apply (then the fused pass computes both)."""
-    cdef DPlan d
+    column tile.  Fills d, returns (packed weights, tap offsets, run table), or None
+    where it does not apply (then the fused pass computes both)."""
     cdef Py_ssize_t mlo, nlo, Hp, Wp, a, b, nt = -1, reach = 0
     if not (g.direct and FNN_HAVE_CV3 != 0 and g.G == 1 and g.O >= 4 and g.O % 4 == 0
             and (g.sh > 1 or g.sw > 1) and g.N * g.O * g.OH * g.OW > 0):
-        return False
+        return None
     rows = _phase_taps(g.kh, g.dh, g.pt, g.sh)
     cols = _phase_taps(g.kw, g.dw, g.pl, g.sw)
     for a in range(g.sh):
@@ -1496,10 +1496,10 @@ cdef bint _tdx_direct(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray dx, Geo* g
             if nt < 0:
                 nt = len(rows[a]) * len(cols[b])
             elif nt != len(rows[a]) * len(cols[b]):
-                return False
+                return None
     _phase_dims(g, &mlo, &nlo, &Hp, &Wp)
     if nt <= 0 or g.C * g.sh * g.sw * Hp * Wp > _TBWD_PLANES_MAX:
-        return False
+        return None
     w = <object>weight     # (O, C, kh, kw)
     toff, wds = [], []
     for a in range(g.sh):
@@ -1519,9 +1519,8 @@ cdef bint _tdx_direct(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray dx, Geo* g
     d.yout = False
     d.pg = g
     ap = _pack_direct(np.concatenate(wds, axis=1))      # (O, phases*C, nt)
-    _run_direct(dy, ap, toff, [[0, 0, nt, g.OH, g.OW, 0, 0, 0]], NULL, dx, &d,
-                g.N * g.O * g.OH * g.OW * g.C * g.kh * g.kw)
-    return True
+    return (ap, np.asarray(toff, dtype=np.intp),
+            np.asarray([[0, 0, nt, g.OH, g.OW, 0, 0, 0]], dtype=np.intp))
 
 
 cdef bint _twgrad_ok(Geo* g) noexcept nogil:
@@ -1537,44 +1536,105 @@ cdef inline Py_ssize_t _twgrad_size(Geo* g) noexcept nogil:
     return _tbwd_planes(g) + g.OH * g.OW * g.O + g.kh * g.kw * g.C * g.O
 
 
+cdef void _twgrad_offsets(Geo* g, Py_ssize_t* aoff, Py_ssize_t* boff) noexcept nogil:
+    """Tap t = i*kw + j of the direct d_weight reads phase (a_i, b_j)'s planes (phase-major,
+    Hp x Wp each) shifted by (m_i - mlo, m_j - nlo) (see _phase_dims)."""
+    cdef Py_ssize_t mlo, nlo, Hp, Wp, i, j, ei, ej, mi, mj, ai, bj
+    _phase_dims(g, &mlo, &nlo, &Hp, &Wp)
+    for i in range(g.kh):
+        ei = i * g.dh - g.pt
+        mi = _fdiv(ei, g.sh)
+        ai = ei - mi * g.sh
+        for j in range(g.kw):
+            ej = j * g.dw - g.pl
+            mj = _fdiv(ej, g.sw)
+            bj = ej - mj * g.sw
+            aoff[i * g.kw + j] = ((ai * g.sw + bj) * g.C * Hp + (mi - mlo)) * Wp + (mj - nlo)
+            boff[i * g.kw + j] = 0
+
+
+cdef inline void _twgrad_image(const float* pl, const float* gx, float* xt, float* acc,
+                               const Py_ssize_t* aoff, const Py_ssize_t* boff,
+                               Geo* g) noexcept nogil:
+    """acc[i, j, c, o] += sum_{oh, ow} plane_{phase(i, j)}[c, oh + m_i - mlo, ow + m_j - nlo]
+    * gx[o, oh, ow] for one image (pl: its phase planes, phase-major; xt: scratch for gx
+    transposed to positions x channels)."""
+    cdef Py_ssize_t mlo, nlo, Hp, Wp, P = g.OH * g.OW
+    _phase_dims(g, &mlo, &nlo, &Hp, &Wp)
+    fnn_cvw_transpose(gx, xt, g.O, P, P, 0)
+    fnn_cvw_run(pl, Hp * Wp, Wp, aoff, xt, g.O, g.OW * g.O, boff, g.kh * g.kw, g.OH, g.OW,
+                g.C, g.O, acc)
+
+
+cdef inline void _twgrad_store(const float* acc, float* dw_part, Geo* g) noexcept nogil:
+    """dw_part[o, c, i, j] = acc[i*kw + j, c, o]."""
+    cdef Py_ssize_t o, c, t, KK = g.kh * g.kw
+    for o in range(g.O):
+        for c in range(g.C):
+            for t in range(KK):
+                dw_part[(o * g.C + c) * KK + t] = acc[(t * g.C + c) * g.O + o]
+
+
 cdef void _twgrad_chunk(const real* z, const real* gx, real* dw_part, Py_ssize_t n0,
                         Py_ssize_t n1, real* buf, Geo* g) noexcept nogil:
     """Images [n0, n1) of conv2d(z)'s d_weight for output gradient gx (conv_transpose2d's
-    d_weight: z = its dy, gx = its x): per image, z's phase planes (phase-major) and gx
-    transposed (positions x channels), then for every tap (i, j)
-    acc[i, j, c, o] += sum_{oh, ow} plane_{phase(i, j)}[c, oh + m_i - mlo, ow + m_j - nlo]
-                                    * gxT[oh*OW + ow, o]  (fnn_cvw_run);
-    moved into dw_part's (O, C, kh, kw) at the end."""
-    cdef Py_ssize_t mlo, nlo, Hp, Wp, i, j, t, c, o, ei, ej, mi, mj, ai, bj, n
-    cdef Py_ssize_t P = g.OH * g.OW, KK = g.kh * g.kw
-    cdef Py_ssize_t zs = g.C * g.H * g.W, ys = g.O * P
+    d_weight: z = its dy, gx = its x) on the direct d_weight kernel: per image, z's phase
+    planes (phase-major) and gx transposed, then every tap (_twgrad_image); summed in
+    image order, moved into dw_part's (O, C, kh, kw) at the end."""
+    cdef Py_ssize_t n, P = g.OH * g.OW, zs = g.C * g.H * g.W, ys = g.O * P
     cdef Py_ssize_t aoff[64]
     cdef Py_ssize_t boff[64]
     cdef real* pl = buf
     cdef real* xt = buf + _tbwd_planes(g)
     cdef real* acc = xt + P * g.O
     if real is float:
-        _phase_dims(g, &mlo, &nlo, &Hp, &Wp)
-        for i in range(g.kh):
-            ei = i * g.dh - g.pt
-            mi = _fdiv(ei, g.sh)
-            ai = ei - mi * g.sh
-            for j in range(g.kw):
-                ej = j * g.dw - g.pl
-                mj = _fdiv(ej, g.sw)
-                bj = ej - mj * g.sw
-                aoff[i * g.kw + j] = ((ai * g.sw + bj) * g.C * Hp + (mi - mlo)) * Wp + (mj - nlo)
-                boff[i * g.kw + j] = 0
-        memset(acc, 0, KK * g.C * g.O * sizeof(float))
+        _twgrad_offsets(g, aoff, boff)
+        memset(acc, 0, g.kh * g.kw * g.C * g.O * sizeof(float))
         for n in range(n0, n1):
             _phase_planes(z + n * zs, pl, g, True)
-            fnn_cvw_transpose(gx + n * ys, xt, g.O, P, P, 0)
-            fnn_cvw_run(pl, Hp * Wp, Wp, aoff, xt, g.O, g.OW * g.O, boff, KK, g.OH, g.OW,
-                        g.C, g.O, acc)
-        for o in range(g.O):
-            for c in range(g.C):
-                for t in range(KK):
-                    dw_part[(o * g.C + c) * KK + t] = acc[(t * g.C + c) * g.O + o]
+            _twgrad_image(pl, gx + n * ys, xt, acc, aoff, boff, g)
+        _twgrad_store(acc, dw_part, g)
+
+
+cdef int _tboth(const float* z, const float* gx, float* y, float* part, const float* ap,
+                const Py_ssize_t* toff, const Py_ssize_t* runs, DPlan* d, Py_ssize_t nch,
+                Py_ssize_t per, Geo* g, int nt) except -1 nogil:
+    """conv_transpose2d's backward with both gradients on the direct kernels, sharing each
+    image's phase planes: per fixed chunk of images (partial ch of d_weight, added in chunk
+    order by the caller), per image: the planes and d_input (_direct_image), then d_weight
+    (_twgrad_image) from the same planes."""
+    cdef Py_ssize_t ch, n, n0, n1, P = g.OH * g.OW, KK = g.kh * g.kw
+    cdef Py_ssize_t zs = g.C * g.H * g.W, ys = g.O * P, wsz = g.O * g.C * KK
+    cdef Py_ssize_t xsz = (d.Ct * d.PR + d.slack) * d.We + 64, csz = d.O * d.ldc + 64
+    cdef Py_ssize_t tsz = P * g.O + KK * g.C * g.O + 64
+    cdef Py_ssize_t aoff[64]
+    cdef Py_ssize_t boff[64]
+    cdef float* buf = NULL
+    cdef int failed = 0
+    _twgrad_offsets(g, aoff, boff)
+    with nogil, parallel(num_threads=nt):
+        buf = <float*>fnn_alloc(xsz + csz + tsz, sizeof(float))
+        if buf == NULL:
+            fnn_flag_set(&failed)
+        else:   # the over-read past the last plane: finite values, never used
+            memset(buf + d.Ct * d.PR * d.We, 0, (d.slack * d.We + 64) * sizeof(float))
+        for ch in prange(nch, schedule="dynamic", chunksize=1):
+            if buf == NULL:
+                continue
+            n0 = ch * per
+            n1 = n0 + per
+            if n1 > g.N:
+                n1 = g.N
+            memset(buf + xsz + csz + P * g.O, 0, KK * g.C * g.O * sizeof(float))
+            for n in range(n0, n1):
+                _direct_image(z + n * zs, ap, toff, runs, NULL, y + n * ys, buf, buf + xsz, d)
+                _twgrad_image(buf, gx + n * ys, buf + xsz + csz, buf + xsz + csz + P * g.O,
+                              aoff, boff, g)
+            _twgrad_store(buf + xsz + csz + P * g.O, part + ch * wsz, g)
+        free(buf)
+    if failed:
+        _raise_nomem(xsz + csz + tsz, sizeof(float))
+    return 0
 
 
 cdef tuple _tbwd(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray x, Geo* g):
@@ -1585,23 +1645,38 @@ cdef tuple _tbwd(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray x, Geo* g):
     nch = (g.N + per - 1) // per
     cdef cnp.ndarray dx = np.empty((g.N, g.O, g.OH, g.OW), dtype=dy.dtype)
     cdef cnp.ndarray part = np.empty((nch,) + (<object>weight).shape, dtype=dy.dtype)
+    cdef const float* pz
+    cdef const float* pgx
+    cdef float* pdx
+    cdef float* pp
+    cdef const float* pa
+    cdef const Py_ssize_t* pt
+    cdef const Py_ssize_t* pr
     cdef int nt = _threads_for(g.N * g.O * g.OH * g.OW * g.Cg * g.kh * g.kw, 1 << 18)
     if nt > nch:
         nt = <int>nch
     cdef bint f32 = dy.dtype == np.float32
     cdef cnp.ndarray dxg = dx
-    cdef const float* pz
-    cdef const float* pgx
-    cdef float* pp
-    if f32 and _tdx_direct(dy, weight, dx, g):
-        dxg = None      # d_input done: d_weight alone, direct or on the fused pass
+    cdef cnp.ndarray ap, toff, runs
+    cdef DPlan d
+    plan = _tdx_plan(weight, g, &d) if f32 else None
+    if plan is not None:
+        ap, toff, runs = plan
         if _twgrad_ok(g):
+            # both on the direct kernels, one pass sharing each image's phase planes
             pz = <const float*>_data(dy, _xsize(g), F32)
             pgx = <const float*>_data(x, _ysize(g), F32)
+            pdx = <float*>_data(dx, _ysize(g), F32)
             pp = <float*>_data(part, nch * _wsize(g), F32)
+            pa = <const float*>_data(ap, cnp.PyArray_SIZE(ap), F32)
+            pt = <const Py_ssize_t*>_data(toff, cnp.PyArray_SIZE(toff), INTP)
+            pr = <const Py_ssize_t*>_data(runs, _RUN, INTP)
             with nogil:
-                _chunked(_CH_TWD, pz, NULL, pgx, NULL, pp, nch, per, g, nt)
+                _tboth(pz, pgx, pdx, pp, pa, pt, pr, &d, nch, per, g, nt)
             return dx, (part[0] if nch == 1 else _sum_parts(part).astype(dy.dtype))
+        # d_input on the direct kernel; d_weight alone on the fused pass
+        _run_direct(dy, ap, toff, runs, NULL, dx, &d, g.N * g.O * g.OH * g.OW * g.C * g.kh * g.kw)
+        dxg = None
     with _blas_single() if nt > 1 else _no_context():
         if f32:
             _tbwd_run(<float>0, dy, weight, x, dxg, part, nch, per, g, nt)
