@@ -611,10 +611,12 @@ cdef _tconv_fwd_direct(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray 
 cdef bint _rows_direct_ok(Geo* g):
     """A one-row conv2d with unit strides (conv1d's (N, C, 1, L) view, and its d_input,
     the forward of the flipped weights) through the direct kernel: float32 (the caller
-    checks), AVX2 builds, groups 1, output channels a multiple of 4, a kernel wider than
-    one column.  Its input row, zero-padded, is the kernel's plane; the taps are column
-    offsets j*dilation: an implicit GEMM with no im2col and no packing of the input."""
-    return (_DIRECT and FNN_HAVE_CV3 != 0 and g.G == 1 and g.O >= 4 and g.O % 4 == 0
+    checks), AVX-512 builds (FNN_HAVE_CVW: the 6 x 64 zmm tiles; the AVX2 tiles measured
+    slower than OpenBLAS here), groups 1, output channels a multiple of 4, a kernel wider
+    than one column.  Its input row, zero-padded, is the kernel's plane; the taps are
+    column offsets j*dilation: an implicit GEMM with no im2col and no packing of the
+    input."""
+    return (_DIRECT and FNN_HAVE_CVW != 0 and g.G == 1 and g.O >= 4 and g.O % 4 == 0
             and g.H == 1 and g.kh == 1 and g.OH == 1 and g.pt == 0 and g.sh == 1
             and g.sw == 1 and g.kw > 1 and g.C >= 1)
 
@@ -780,7 +782,6 @@ cdef enum:
     _CH_BWD = 0        # conv2d backward: _bwd_chunk (d_input and/or d_weight)
     _CH_WROWS = 1      # conv1d's d_weight alone by column tap: _wgrad_rows_chunk
     _CH_TBWD = 2       # conv_transpose2d backward, one pass: _tbwd_chunk
-    _CH_TWD = 3        # conv_transpose2d's d_weight alone on the direct kernel: _twgrad_chunk
 
 
 cdef inline void _run_chunk(int mode, const real* x, const real* w, const real* gy, real* dx,
@@ -790,8 +791,6 @@ cdef inline void _run_chunk(int mode, const real* x, const real* w, const real* 
         _wgrad_rows_chunk(x, gy, dw, n0, n1, col, g)
     elif mode == _CH_TBWD:
         _tbwd_chunk(x, w, gy, dx, dw, n0, n1, col, g)
-    elif mode == _CH_TWD:
-        _twgrad_chunk(x, gy, dw, n0, n1, col, g)
     else:
         _bwd_chunk(x, w, gy, dx, dw, n0, n1, col, g)
 
@@ -811,8 +810,6 @@ cdef int _chunked(int mode, const real* x, const real* w, const real* gy, real* 
         csize = g.C * g.kh * (g.OW + g.dw * (g.kw - 1)) + g.kw * g.O * g.Cg * g.kh
     elif mode == _CH_TBWD:
         csize = _tbwd_col_size(g)
-    elif mode == _CH_TWD:
-        csize = _twgrad_size(g)
     if nt > 1:
         with parallel(num_threads=nt):
             col = <real*>fnn_alloc(csize * sizeof(real) + 64, 1)
@@ -1479,14 +1476,15 @@ cdef void _tbwd_chunk(const real* z, const real* w, const real* gx, real* y, rea
 
 cdef object _tdx_plan(cnp.ndarray weight, Geo* g, DPlan* d):
     """conv_transpose2d's d_input = the strided conv2d of dy (g: that conv2d) on the direct
-    kernel (float32, AVX2 builds, groups 1, output channels a multiple of 4, the same
-    number of taps in every phase): dy split into sh*sw phase planes per image
+    kernel (float32, AVX-512 builds -- on the AVX2 tiles the fused im2col pass measured
+    faster --, groups 1, output channels a multiple of 4, the same number of taps in
+    every phase): dy split into sh*sw phase planes per image
     (_phase_planes, phase-major), each phase a channel group of C planes whose taps read
     its own planes at fixed offsets -- a stride-1 implicit GEMM over K = C*kh*kw, no
     column tile.  Fills d, returns (packed weights, tap offsets, run table), or None
     where it does not apply (then the fused pass computes both)."""
     cdef Py_ssize_t mlo, nlo, Hp, Wp, a, b, nt = -1, reach = 0
-    if not (g.direct and FNN_HAVE_CV3 != 0 and g.G == 1 and g.O >= 4 and g.O % 4 == 0
+    if not (g.direct and FNN_HAVE_CVW != 0 and g.G == 1 and g.O >= 4 and g.O % 4 == 0
             and (g.sh > 1 or g.sw > 1) and g.N * g.O * g.OH * g.OW > 0):
         return None
     rows = _phase_taps(g.kh, g.dh, g.pt, g.sh)
@@ -1531,11 +1529,6 @@ cdef bint _twgrad_ok(Geo* g) noexcept nogil:
             and g.kh * g.kw <= 64 and _tbwd_planes(g) > 0)
 
 
-cdef inline Py_ssize_t _twgrad_size(Geo* g) noexcept nogil:
-    """Scratch of _twgrad_chunk: the phase planes, x transposed, the per-tap sums."""
-    return _tbwd_planes(g) + g.OH * g.OW * g.O + g.kh * g.kw * g.C * g.O
-
-
 cdef void _twgrad_offsets(Geo* g, Py_ssize_t* aoff, Py_ssize_t* boff) noexcept nogil:
     """Tap t = i*kw + j of the direct d_weight reads phase (a_i, b_j)'s planes (phase-major,
     Hp x Wp each) shifted by (m_i - mlo, m_j - nlo) (see _phase_dims)."""
@@ -1573,27 +1566,6 @@ cdef inline void _twgrad_store(const float* acc, float* dw_part, Geo* g) noexcep
         for c in range(g.C):
             for t in range(KK):
                 dw_part[(o * g.C + c) * KK + t] = acc[(t * g.C + c) * g.O + o]
-
-
-cdef void _twgrad_chunk(const real* z, const real* gx, real* dw_part, Py_ssize_t n0,
-                        Py_ssize_t n1, real* buf, Geo* g) noexcept nogil:
-    """Images [n0, n1) of conv2d(z)'s d_weight for output gradient gx (conv_transpose2d's
-    d_weight: z = its dy, gx = its x) on the direct d_weight kernel: per image, z's phase
-    planes (phase-major) and gx transposed, then every tap (_twgrad_image); summed in
-    image order, moved into dw_part's (O, C, kh, kw) at the end."""
-    cdef Py_ssize_t n, P = g.OH * g.OW, zs = g.C * g.H * g.W, ys = g.O * P
-    cdef Py_ssize_t aoff[64]
-    cdef Py_ssize_t boff[64]
-    cdef real* pl = buf
-    cdef real* xt = buf + _tbwd_planes(g)
-    cdef real* acc = xt + P * g.O
-    if real is float:
-        _twgrad_offsets(g, aoff, boff)
-        memset(acc, 0, g.kh * g.kw * g.C * g.O * sizeof(float))
-        for n in range(n0, n1):
-            _phase_planes(z + n * zs, pl, g, True)
-            _twgrad_image(pl, gx + n * ys, xt, acc, aoff, boff, g)
-        _twgrad_store(acc, dw_part, g)
 
 
 cdef int _tboth(const float* z, const float* gx, float* y, float* part, const float* ap,
