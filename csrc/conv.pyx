@@ -22,6 +22,17 @@
 #     b + s*r), each a stride-1 correlation of the input with the taps of that phase, run
 #     on the same direct kernel with a tap-offset list (fnn_cvd_run) -- no d_col GEMM,
 #     col2im scatter or zeroing pass.  16x64x28x28 -> 32 k4 s2 p1, one thread: 16 -> 13 ms.
+#   * AVX-512 builds (session 6): the tap-list kernel runs 6 x 64 zmm tiles summing over
+#     all channels before storing (same products, same order: same bits as the AVX2
+#     tiles), and more goes through it -- conv1d (the (N, C, 1, L) view, stride 1, groups
+#     1) forward and d_input, summing straight into y when L % 16 == 0, no row im2col or
+#     OpenBLAS packing; conv1d's d_weight on a direct d_weight kernel (fnn_cvw_run: dy
+#     broadcast against the padded input row transposed once per image, every tap a
+#     row-shifted read of it); conv_transpose2d's backward in one pass per image chunk
+#     sharing each image's phase planes of dy (phase-major): d_input on the tap-list
+#     kernel (one channel group per phase) and d_weight on fnn_cvw_run (the planes
+#     broadcast against x transposed).  32x256x1024 -> 256 k3, one thread: forward 139 ->
+#     122 ms, backward 284 -> 250 ms; 16x64x28x28 -> 32 k4 s2 p1: backward 22.6 -> 18.2 ms.
 #   * backward with stride 1: d_input is the forward convolution of dy with the flipped,
 #     transposed weights (padding dilation*(k-1) - padding), so it runs on the forward
 #     kernels above instead of d_col GEMM + col2im.
