@@ -387,3 +387,52 @@ def test_conv_transpose_backward_direct_equals_the_fused_pass(geo):
         for a, e in zip(got, want):
             assert a.shape == e.shape and a.dtype == np.float32
             np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())
+
+
+@pytest.mark.parametrize("case", ["conv1d", "conv_transpose2d"])
+def test_direct_paths_fail_allocations_cleanly(case):
+    """Fault injection (fnn_alloc.h's countdown) on the direct paths of this module --
+    conv1d's forward / d_input / d_weight and conv_transpose2d's one-pass direct
+    backward (_tboth), 2 threads: every scratch allocation failing in turn raises
+    MemoryError, and with no failure injected the result is the undisturbed one."""
+    import importlib
+    import fastnn._backend
+    conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
+    rng = np.random.default_rng(3)
+    if case == "conv1d":
+        x = rng.standard_normal((4, 32, 48)).astype(np.float32)
+        w = rng.standard_normal((8, 32, 3)).astype(np.float32)
+
+        def run():
+            y, ctx = F.conv1d_fwd(x, w, None, 1, 1)
+            return (y,) + tuple(F.conv1d_bwd(ctx, np.cos(y)))
+    else:
+        x = rng.standard_normal((4, 16, 6, 6)).astype(np.float32)
+        w = rng.standard_normal((16, 8, 4, 4)).astype(np.float32)
+
+        def run():
+            y, ctx = F.conv_transpose2d_fwd(x, w, None, 2, 1)
+            return (y,) + tuple(F.conv_transpose2d_bwd(ctx, np.cos(y)))
+    old = fastnn.get_num_threads()
+    fastnn.set_num_threads(2)
+    try:
+        want = run()
+        sites = 0
+        for k in range(40):
+            conv._fail_allocation(k)
+            raised = False
+            try:
+                run()
+            except MemoryError:
+                raised = True
+            fired = conv._fail_allocation(-1) < 0
+            if not fired:
+                break
+            assert raised, f"allocation {k} failed and no MemoryError"
+            sites += 1
+        assert sites > 0
+        for a, e in zip(run(), want):
+            np.testing.assert_array_equal(a, e)
+    finally:
+        conv._fail_allocation(-1)
+        fastnn.set_num_threads(old)
