@@ -109,6 +109,10 @@ cdef extern from "fnn_conv.h" nogil:
                      const float* b, Py_ssize_t ldb, Py_ssize_t brow, const Py_ssize_t* boff,
                      Py_ssize_t nt, Py_ssize_t Q, Py_ssize_t R, Py_ssize_t M, Py_ssize_t Nv,
                      float* dw)
+    void fnn_cvd_run_init(const float* Ap, const float* xp, Py_ssize_t plane,
+                          const Py_ssize_t* toff, Py_ssize_t nt, Py_ssize_t cg, Py_ssize_t C,
+                          Py_ssize_t O, float* ct, Py_ssize_t ldc, Py_ssize_t npos,
+                          const float* bias)
     void fnn_cvd_run(const float* Ap, const float* xp, Py_ssize_t plane, const Py_ssize_t* toff,
                      Py_ssize_t nt, Py_ssize_t cg, Py_ssize_t C, Py_ssize_t O, float* ct,
                      Py_ssize_t ldc, Py_ssize_t npos)
@@ -438,6 +442,7 @@ cdef struct DPlan:
     Py_ssize_t slack                # rows past the last plane the last blocks may read
     bint yout                       # one run of one row, OW % 16 == 0: results straight into y
     Geo* pg                         # not NULL: xp holds the phase planes of this conv2d's input
+    const float* zeros              # d.O zeros (the bias of a yout plan without one)
 
 
 # per run (one row of the plan's run table): packed-weight offset, tap-offset offset, taps,
@@ -458,12 +463,8 @@ cdef void _direct_image(const float* src, const float* ap, const Py_ssize_t* tof
     else:
         fnn_cv3_pad_tile(src, xp, d.Cs, d.Hs, d.Ws, d.We, d.PR, -d.top, d.left)
     if d.yout:   # y's rows are whole 16-position blocks: the tiles sum into y, on the bias
-        for o in range(d.O):
-            bo = bias[o] if bias != NULL else 0
-            for k in range(d.OW):
-                y[o * d.OW + k] = bo
-        fnn_cvd_run(ap + runs[0], xp, plane, toff + runs[1], runs[2], d.cg, d.Ct, d.O, y,
-                    d.OW, d.OW)
+        fnn_cvd_run_init(ap + runs[0], xp, plane, toff + runs[1], runs[2], d.cg, d.Ct, d.O,
+                         y, d.OW, d.OW, bias if bias != NULL else d.zeros)
         return
     for r in range(d.nrun):
         rr = runs + r * _RUN
@@ -598,6 +599,7 @@ cdef _tconv_fwd_direct(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray 
     d.slack = _slack_rows(d.We, d.We)
     d.yout = False
     d.pg = NULL
+    d.zeros = NULL
     w = <object>weight   # (O, C, kh, kw) of the conv2d: w[o, c, i, j]; x has O channels
     runs, toff, aps = [], [], []
     apo = 0
@@ -647,6 +649,8 @@ cdef _rows_fwd_direct(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y
     d.slack = _slack_rows(reach, d.We)
     d.yout = g.OW % 16 == 0
     d.pg = NULL
+    zeros = np.zeros(g.O, dtype=np.float32)
+    d.zeros = <const float*>_data(zeros, g.O, F32)
     ap = _pack_direct((<object>weight).reshape(g.O, g.C, g.kw))
     toff = [j * g.dw for j in range(g.kw)]
     runs = [[0, 0, g.kw, 1, g.OW, 0, 0, 0]]
@@ -1527,6 +1531,7 @@ cdef object _tdx_plan(cnp.ndarray weight, Geo* g, DPlan* d):
     d.slack = _slack_rows(reach, Wp)
     d.yout = False
     d.pg = g
+    d.zeros = NULL
     ap = _pack_direct(np.concatenate(wds, axis=1))      # (O, phases*C, nt)
     return (ap, np.asarray(toff, dtype=np.intp),
             np.asarray([[0, 0, nt, g.OH, g.OW, 0, 0, 0]], dtype=np.intp))

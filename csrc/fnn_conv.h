@@ -154,13 +154,14 @@ static inline void fnn_cvd_tile4(const float* restrict A, const float* restrict 
 #define FNN_CVD_AI static inline __attribute__((always_inline))
 FNN_CVD_AI void fnn_cvd_ztile(const float* restrict A, const float* restrict B,
                               ptrdiff_t plane, const ptrdiff_t* restrict toff, ptrdiff_t nt,
-                              ptrdiff_t nc, float* restrict C, ptrdiff_t ldc, const int m,
-                              const int nv) {
+                              ptrdiff_t nc, float* restrict C, ptrdiff_t ldc,
+                              const float* restrict init, const int m, const int nv) {
     __m512 acc[6][4];
 #pragma GCC unroll 6
     for (int r = 0; r < m; ++r)
 #pragma GCC unroll 4
-        for (int v = 0; v < nv; ++v) acc[r][v] = _mm512_loadu_ps(C + r * ldc + 16 * v);
+        for (int v = 0; v < nv; ++v)
+            acc[r][v] = init ? _mm512_set1_ps(init[r]) : _mm512_loadu_ps(C + r * ldc + 16 * v);
     for (ptrdiff_t c = 0; c < nc; ++c, B += plane)
         for (ptrdiff_t t = 0; t < nt; ++t, A += m) {
             const float* bp = B + toff[t];
@@ -181,32 +182,34 @@ FNN_CVD_AI void fnn_cvd_ztile(const float* restrict A, const float* restrict B,
 }
 static void fnn_cvd_z64_6(const float* restrict A, const float* restrict B, ptrdiff_t plane,
                           const ptrdiff_t* restrict toff, ptrdiff_t nt, ptrdiff_t nc,
-                          float* restrict C, ptrdiff_t ldc) {
-    fnn_cvd_ztile(A, B, plane, toff, nt, nc, C, ldc, 6, 4);
+                          float* restrict C, ptrdiff_t ldc, const float* restrict init) {
+    fnn_cvd_ztile(A, B, plane, toff, nt, nc, C, ldc, init, 6, 4);
 }
 static void fnn_cvd_z64_4(const float* restrict A, const float* restrict B, ptrdiff_t plane,
                           const ptrdiff_t* restrict toff, ptrdiff_t nt, ptrdiff_t nc,
-                          float* restrict C, ptrdiff_t ldc) {
-    fnn_cvd_ztile(A, B, plane, toff, nt, nc, C, ldc, 4, 4);
+                          float* restrict C, ptrdiff_t ldc, const float* restrict init) {
+    fnn_cvd_ztile(A, B, plane, toff, nt, nc, C, ldc, init, 4, 4);
 }
 static void fnn_cvd_z16_6(const float* restrict A, const float* restrict B, ptrdiff_t plane,
                           const ptrdiff_t* restrict toff, ptrdiff_t nt, ptrdiff_t nc,
-                          float* restrict C, ptrdiff_t ldc) {
-    fnn_cvd_ztile(A, B, plane, toff, nt, nc, C, ldc, 6, 1);
+                          float* restrict C, ptrdiff_t ldc, const float* restrict init) {
+    fnn_cvd_ztile(A, B, plane, toff, nt, nc, C, ldc, init, 6, 1);
 }
 static void fnn_cvd_z16_4(const float* restrict A, const float* restrict B, ptrdiff_t plane,
                           const ptrdiff_t* restrict toff, ptrdiff_t nt, ptrdiff_t nc,
-                          float* restrict C, ptrdiff_t ldc) {
-    fnn_cvd_ztile(A, B, plane, toff, nt, nc, C, ldc, 4, 1);
+                          float* restrict C, ptrdiff_t ldc, const float* restrict init) {
+    fnn_cvd_ztile(A, B, plane, toff, nt, nc, C, ldc, init, 4, 1);
 }
 
 /* As the AVX2 fnn_cvd_run below: positions in chunks of FNN_CVD_PC, within a chunk one
  * (channel block, output block) pair at a time sweeping its 64-position tiles, then
- * 16-position tiles for the chunk's rest (np rounded up to 16, as there). */
-static inline void fnn_cvd_run(const float* restrict Ap, const float* restrict xp,
-                               ptrdiff_t plane, const ptrdiff_t* restrict toff, ptrdiff_t nt,
-                               ptrdiff_t cg, ptrdiff_t C, ptrdiff_t O, float* restrict ct,
-                               ptrdiff_t ldc, ptrdiff_t np) {
+ * 16-position tiles for the chunk's rest (np rounded up to 16, as there).
+ * fnn_cvd_run_init: the same sums started from bias[o] instead of ct's values (ct is
+ * only written: one pass less over it). */
+static inline void fnn_cvd_run_(const float* restrict Ap, const float* restrict xp,
+                                ptrdiff_t plane, const ptrdiff_t* restrict toff, ptrdiff_t nt,
+                                ptrdiff_t cg, ptrdiff_t C, ptrdiff_t O, float* restrict ct,
+                                ptrdiff_t ldc, ptrdiff_t np, const float* restrict bias) {
     ptrdiff_t o6 = fnn_cv3_o6(O), npr = (np + 15) / 16 * 16;
     for (ptrdiff_t p0 = 0; p0 < npr; p0 += FNN_CVD_PC) {
         ptrdiff_t p1 = p0 + FNN_CVD_PC < npr ? p0 + FNN_CVD_PC : npr, cb = 0;
@@ -217,23 +220,40 @@ static inline void fnn_cvd_run(const float* restrict Ap, const float* restrict x
             nc = ge - cb < FNN_CVD_CB ? ge - cb : FNN_CVD_CB;
             const ptrdiff_t* to = toff + (cb / cg) * nt;
             const float* B = xp + cb * plane;
+            const float* bi = bias && cb == 0 ? bias : NULL;
             for (; ob < o6; ob += 6) {
                 const float* A = Ap + ob * C * nt + cb * nt * 6;
+                const float* ib = bi ? bi + ob : NULL;
                 for (pb = p0; pb < p64; pb += 64)
-                    fnn_cvd_z64_6(A, B + pb, plane, to, nt, nc, ct + ob * ldc + pb, ldc);
+                    fnn_cvd_z64_6(A, B + pb, plane, to, nt, nc, ct + ob * ldc + pb, ldc, ib);
                 for (; pb < p1; pb += 16)
-                    fnn_cvd_z16_6(A, B + pb, plane, to, nt, nc, ct + ob * ldc + pb, ldc);
+                    fnn_cvd_z16_6(A, B + pb, plane, to, nt, nc, ct + ob * ldc + pb, ldc, ib);
             }
             for (; ob < O; ob += 4) {
                 const float* A = Ap + ob * C * nt + cb * nt * 4;
+                const float* ib = bi ? bi + ob : NULL;
                 for (pb = p0; pb < p64; pb += 64)
-                    fnn_cvd_z64_4(A, B + pb, plane, to, nt, nc, ct + ob * ldc + pb, ldc);
+                    fnn_cvd_z64_4(A, B + pb, plane, to, nt, nc, ct + ob * ldc + pb, ldc, ib);
                 for (; pb < p1; pb += 16)
-                    fnn_cvd_z16_4(A, B + pb, plane, to, nt, nc, ct + ob * ldc + pb, ldc);
+                    fnn_cvd_z16_4(A, B + pb, plane, to, nt, nc, ct + ob * ldc + pb, ldc, ib);
             }
             cb += nc;
         }
     }
+}
+
+static inline void fnn_cvd_run(const float* restrict Ap, const float* restrict xp,
+                               ptrdiff_t plane, const ptrdiff_t* restrict toff, ptrdiff_t nt,
+                               ptrdiff_t cg, ptrdiff_t C, ptrdiff_t O, float* restrict ct,
+                               ptrdiff_t ldc, ptrdiff_t np) {
+    fnn_cvd_run_(Ap, xp, plane, toff, nt, cg, C, O, ct, ldc, np, NULL);
+}
+static inline void fnn_cvd_run_init(const float* restrict Ap, const float* restrict xp,
+                                    ptrdiff_t plane, const ptrdiff_t* restrict toff,
+                                    ptrdiff_t nt, ptrdiff_t cg, ptrdiff_t C, ptrdiff_t O,
+                                    float* restrict ct, ptrdiff_t ldc, ptrdiff_t np,
+                                    const float* restrict bias) {
+    fnn_cvd_run_(Ap, xp, plane, toff, nt, cg, C, O, ct, ldc, np, bias);
 }
 
 /* ---- direct d_weight (float32, AVX-512 builds): for every tap t,
@@ -522,6 +542,16 @@ static inline void fnn_cvd_run(const float* Ap, const float* xp, ptrdiff_t plane
 /* conv1d's direct d_weight exists in AVX-512 builds only; elsewhere never called */
 #ifndef FNN_HAVE_CVW
 #define FNN_HAVE_CVW 0
+/* ct[o, p] = bias[o] for p < np rounded up to 16, then fnn_cvd_run */
+static inline void fnn_cvd_run_init(const float* Ap, const float* xp, ptrdiff_t plane,
+                                    const ptrdiff_t* toff, ptrdiff_t nt, ptrdiff_t cg,
+                                    ptrdiff_t C, ptrdiff_t O, float* ct, ptrdiff_t ldc,
+                                    ptrdiff_t np, const float* bias) {
+    ptrdiff_t npr = (np + 15) / 16 * 16;
+    for (ptrdiff_t o = 0; o < O; ++o)
+        for (ptrdiff_t p = 0; p < npr; ++p) ct[o * ldc + p] = bias[o];
+    fnn_cvd_run(Ap, xp, plane, toff, nt, cg, C, O, ct, ldc, np);
+}
 static inline void fnn_cvw_transpose(const float* x, float* xt, ptrdiff_t C, ptrdiff_t W,
                                      ptrdiff_t We, ptrdiff_t pl) {}
 static inline void fnn_cvw_run(const float* a, ptrdiff_t lda, ptrdiff_t arow,
