@@ -470,13 +470,14 @@ cdef void _direct_image(const float* src, const float* ap, const Py_ssize_t* tof
         rr = runs + r * _RUN
         nt = rr[2]; Q = rr[3]; Rc = rr[4]; a = rr[5]; b = rr[6]
         npos = (Q * d.We + 15) // 16 * 16
-        for o in range(d.O):
-            bo = bias[o] if bias != NULL else 0
-            for k in range(npos):
-                ct[o * d.ldc + k] = bo
         if nt > 0:   # positions up to the last row's last column (the rest is dropped)
-            fnn_cvd_run(ap + rr[0], xp, plane, toff + rr[1], nt, d.cg, d.Ct, d.O, ct, d.ldc,
-                        (Q - 1) * d.We + Rc)
+            fnn_cvd_run_init(ap + rr[0], xp, plane, toff + rr[1], nt, d.cg, d.Ct, d.O, ct,
+                             d.ldc, (Q - 1) * d.We + Rc, bias if bias != NULL else d.zeros)
+        else:
+            for o in range(d.O):
+                bo = bias[o] if bias != NULL else 0
+                for k in range(npos):
+                    ct[o * d.ldc + k] = bo
         for o in range(d.O):
             for q in range(Q):
                 yr = y + (o * d.OH + a + d.Sh * q) * d.OW + b
@@ -599,7 +600,8 @@ cdef _tconv_fwd_direct(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray 
     d.slack = _slack_rows(d.We, d.We)
     d.yout = False
     d.pg = NULL
-    d.zeros = NULL
+    zeros = np.zeros(d.O, dtype=np.float32)
+    d.zeros = <const float*>_data(zeros, d.O, F32)
     w = <object>weight   # (O, C, kh, kw) of the conv2d: w[o, c, i, j]; x has O channels
     runs, toff, aps = [], [], []
     apo = 0
@@ -1531,10 +1533,11 @@ cdef object _tdx_plan(cnp.ndarray weight, Geo* g, DPlan* d):
     d.slack = _slack_rows(reach, Wp)
     d.yout = False
     d.pg = g
-    d.zeros = NULL
+    zeros = np.zeros(d.O, dtype=np.float32)
+    d.zeros = <const float*>_data(zeros, d.O, F32)
     ap = _pack_direct(np.concatenate(wds, axis=1))      # (O, phases*C, nt)
     return (ap, np.asarray(toff, dtype=np.intp),
-            np.asarray([[0, 0, nt, g.OH, g.OW, 0, 0, 0]], dtype=np.intp))
+            np.asarray([[0, 0, nt, g.OH, g.OW, 0, 0, 0]], dtype=np.intp), zeros)
 
 
 cdef bint _twgrad_ok(Geo* g) noexcept nogil:
@@ -1649,7 +1652,7 @@ cdef tuple _tbwd(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray x, Geo* g):
     cdef DPlan d
     plan = _tdx_plan(weight, g, &d) if f32 else None
     if plan is not None:
-        ap, toff, runs = plan
+        ap, toff, runs, zeros = plan    # zeros: d.zeros' array, alive while d is used
         if _twgrad_ok(g):
             # both on the direct kernels, one pass sharing each image's phase planes
             pz = <const float*>_data(dy, _xsize(g), F32)
