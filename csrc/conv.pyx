@@ -32,7 +32,7 @@
 #     sharing each image's phase planes of dy (phase-major): d_input on the tap-list
 #     kernel (one channel group per phase) and d_weight on fnn_cvw_run (the planes
 #     broadcast against x transposed).  32x256x1024 -> 256 k3, one thread: forward 139 ->
-#     122 ms, backward 284 -> 250 ms; 16x64x28x28 -> 32 k4 s2 p1: backward 22.6 -> 18.2 ms.
+#     119 ms, backward 284 -> 250 ms; 16x64x28x28 -> 32 k4 s2 p1: backward 22.6 -> 18.9 ms.
 #   * backward with stride 1: d_input is the forward convolution of dy with the flipped,
 #     transposed weights (padding dilation*(k-1) - padding), so it runs on the forward
 #     kernels above instead of d_col GEMM + col2im.
