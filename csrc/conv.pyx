@@ -623,6 +623,20 @@ cdef _tconv_fwd_direct(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray 
     _run_direct(x, ap, toff or [0], runs, pb, y, &d, g.N * g.O * g.OH * g.OW * g.Cg * g.kh * g.kw)
 
 
+# the direct conv1d keeps one image's padded row (C x We) and, for rows that are not whole
+# 16-position blocks, its result (O x We) per thread: up to this many elements each (64 MiB
+# of float32); longer rows take the row-im2col GEMM path, whose tiles are bounded
+cdef Py_ssize_t _ROW_PLANE_MAX = 1 << 24
+
+
+def _set_row_plane_max(Py_ssize_t n):
+    """Tests: the direct conv1d's row size limit (elements); returns the previous one."""
+    global _ROW_PLANE_MAX
+    old = _ROW_PLANE_MAX
+    _ROW_PLANE_MAX = n
+    return old
+
+
 cdef bint _rows_direct_ok(Geo* g):
     """A one-row conv2d with unit strides (conv1d's (N, C, 1, L) view, and its d_input,
     the forward of the flipped weights) through the direct kernel: float32 (the caller
@@ -631,9 +645,11 @@ cdef bint _rows_direct_ok(Geo* g):
     than one column.  Its input row, zero-padded, is the kernel's plane; the taps are
     column offsets j*dilation: an implicit GEMM with no im2col and no packing of the
     input."""
+    cdef Py_ssize_t We = g.OW + g.dw * (g.kw - 1)
     return (_DIRECT and FNN_HAVE_CVW != 0 and g.G == 1 and g.O >= 4 and g.O % 4 == 0
             and g.H == 1 and g.kh == 1 and g.OH == 1 and g.pt == 0 and g.sh == 1
-            and g.sw == 1 and g.kw > 1 and g.C >= 1)
+            and g.sw == 1 and g.kw > 1 and g.C >= 1
+            and g.C * We <= _ROW_PLANE_MAX and g.O * We <= _ROW_PLANE_MAX)
 
 
 cdef _rows_fwd_direct(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, Geo* g):
@@ -647,9 +663,9 @@ cdef _rows_fwd_direct(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y
     d.Ct = g.C; d.cg = g.C
     d.O = g.O; d.OH = 1; d.OW = g.OW; d.Sh = 1; d.Sw = 1
     d.nrun = 1
-    d.ldc = (d.We + 15) // 16 * 16
-    d.slack = _slack_rows(reach, d.We)
     d.yout = g.OW % 16 == 0
+    d.ldc = 0 if d.yout else (d.We + 15) // 16 * 16     # yout: no result buffer
+    d.slack = _slack_rows(reach, d.We)
     d.pg = NULL
     zeros = np.zeros(g.O, dtype=np.float32)
     d.zeros = <const float*>_data(zeros, g.O, F32)

@@ -283,6 +283,7 @@ def test_conv_transpose_backward_phase_planes_match_the_reference(geo, dt):
             np.testing.assert_allclose(a, e, rtol=tol, atol=tol * max(1.0, np.abs(e).max()))
 
 
+@pytest.mark.parametrize("row_limit", [None, 64])
 @pytest.mark.parametrize("geo", [
     # (N, C, L, O, k, padding, dilation)
     (3, 32, 64, 12, 3, 1, 1),        # whole 16-position rows: sums straight into y
@@ -292,7 +293,7 @@ def test_conv_transpose_backward_phase_planes_match_the_reference(geo, dt):
     (2, 20, 33, 4, 2, 0, 3),         # C % 16 != 0: d_weight stays on the GEMM path
     (2, 16, 200, 24, 3, 1, 1),       # several position chunks in the forward and d_weight
 ])
-def test_conv1d_direct_equals_the_gemm_path_and_torch(geo):
+def test_conv1d_direct_equals_the_gemm_path_and_torch(geo, row_limit):
     """Conv1d's forward, its d_input (the forward of the flipped weights) and (AVX-512
     builds) its d_weight run on the direct kernels where they apply (float32, groups 1,
     stride 1, O % 4 == 0); conv._DIRECT = False forces the row-im2col GEMM paths.  Both
@@ -308,6 +309,9 @@ def test_conv1d_direct_equals_the_gemm_path_and_torch(geo):
     b = rng.standard_normal(O).astype(np.float32)
     old = fastnn.get_num_threads()
     res = []
+    # row_limit: rows longer than it (elements of C x We) take the GEMM path (the
+    # direct kernel keeps a whole padded row per thread); d_weight stays direct
+    old_limit = conv._set_row_plane_max(row_limit) if row_limit else None
     try:
         for n in (1, 2, 3):
             fastnn.set_num_threads(n)
@@ -322,6 +326,8 @@ def test_conv1d_direct_equals_the_gemm_path_and_torch(geo):
             conv._DIRECT = True
     finally:
         fastnn.set_num_threads(old)
+        if old_limit is not None:
+            conv._set_row_plane_max(old_limit)
     for r in res[1:]:
         for a, e in zip(r, res[0]):
             np.testing.assert_array_equal(a, e)
