@@ -483,8 +483,7 @@ cdef void _direct_image(const float* src, const float* ap, const Py_ssize_t* tof
                 yr = y + (o * d.OH + a + d.Sh * q) * d.OW + b
                 cr = ct + o * d.ldc + q * d.We
                 if d.Sw == 1:
-                    for c in range(Rc):
-                        yr[c] = cr[c]
+                    memcpy(yr, cr, Rc * sizeof(float))
                 else:
                     for c in range(Rc):
                         yr[c * d.Sw] = cr[c]
@@ -1597,9 +1596,9 @@ cdef inline void _twgrad_image(const float* pl, const float* gx, float* xt, floa
 cdef inline void _twgrad_store(const float* acc, float* dw_part, Geo* g) noexcept nogil:
     """dw_part[o, c, i, j] = acc[i*kw + j, c, o]."""
     cdef Py_ssize_t o, c, t, KK = g.kh * g.kw
-    for o in range(g.O):
+    for t in range(KK):      # acc read in order (the strided side is the stores)
         for c in range(g.C):
-            for t in range(KK):
+            for o in range(g.O):
                 dw_part[(o * g.C + c) * KK + t] = acc[(t * g.C + c) * g.O + o]
 
 
