@@ -310,10 +310,43 @@ static void fnn_cvw_16_4(FNN_CVW_ARGS) { fnn_cvw_ztile(a, lda, arow, b, ldb, bro
 /* xt[u*C + c] = x[c*W + u - pl] for u < We, zero outside x: one image's padded row,
  * transposed in 16 x 16 blocks (C % 16 == 0).  With W == We and pl == 0, any (C, W)
  * matrix's transpose. */
+/* 16 x 16 block in registers: d[k*ldd + j] = s[j*lds + k] */
+static inline void fnn_cvw_t16(const float* restrict s, ptrdiff_t lds, float* restrict d,
+                               ptrdiff_t ldd) {
+    __m512 r[16], t[16];
+    for (int j = 0; j < 16; ++j) r[j] = _mm512_loadu_ps(s + j * lds);
+    for (int j = 0; j < 16; j += 2) {     /* pairs of rows: 32-bit interleave */
+        t[j] = _mm512_unpacklo_ps(r[j], r[j + 1]);
+        t[j + 1] = _mm512_unpackhi_ps(r[j], r[j + 1]);
+    }
+    for (int j = 0; j < 16; j += 4) {     /* 64-bit interleave */
+        r[j] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[j]), _mm512_castps_pd(t[j + 2])));
+        r[j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[j]), _mm512_castps_pd(t[j + 2])));
+        r[j + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[j + 1]), _mm512_castps_pd(t[j + 3])));
+        r[j + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[j + 1]), _mm512_castps_pd(t[j + 3])));
+    }
+    /* r[4g + q] holds, in each 128-bit lane L, column 4L + q of rows 4g..4g+3 */
+    for (int q = 0; q < 4; ++q) {
+        __m512 a = _mm512_shuffle_f32x4(r[q], r[4 + q], 0x88);       /* lanes 0,2 | 0,2 */
+        __m512 b = _mm512_shuffle_f32x4(r[q], r[4 + q], 0xdd);       /* lanes 1,3 | 1,3 */
+        __m512 c = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0x88);
+        __m512 e = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0xdd);
+        /* columns q (lane 0), 8+q (lane 2) -> a, c; 4+q, 12+q -> b, e */
+        _mm512_storeu_ps(d + q * ldd, _mm512_shuffle_f32x4(a, c, 0x88));
+        _mm512_storeu_ps(d + (8 + q) * ldd, _mm512_shuffle_f32x4(a, c, 0xdd));
+        _mm512_storeu_ps(d + (4 + q) * ldd, _mm512_shuffle_f32x4(b, e, 0x88));
+        _mm512_storeu_ps(d + (12 + q) * ldd, _mm512_shuffle_f32x4(b, e, 0xdd));
+    }
+}
 static inline void fnn_cvw_transpose(const float* restrict x, float* restrict xt, ptrdiff_t C,
                                      ptrdiff_t W, ptrdiff_t We, ptrdiff_t pl) {
     for (ptrdiff_t u0 = 0; u0 < We; u0 += 16) {
         ptrdiff_t u1 = u0 + 16 < We ? u0 + 16 : We;
+        if (u1 - u0 == 16 && u0 - pl >= 0 && u1 - pl <= W) {   /* a whole block inside x */
+            for (ptrdiff_t c0 = 0; c0 < C; c0 += 16)
+                fnn_cvw_t16(x + c0 * W + u0 - pl, W, xt + u0 * C + c0, C);
+            continue;
+        }
         for (ptrdiff_t c0 = 0; c0 < C; c0 += 16)
             for (ptrdiff_t u = u0; u < u1; ++u) {
                 ptrdiff_t w = u - pl;
