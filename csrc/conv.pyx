@@ -109,6 +109,8 @@ cdef extern from "fnn_conv.h" nogil:
                      const float* b, Py_ssize_t ldb, Py_ssize_t brow, const Py_ssize_t* boff,
                      Py_ssize_t nt, Py_ssize_t Q, Py_ssize_t R, Py_ssize_t M, Py_ssize_t Nv,
                      float* dw)
+    void fnn_cv_interleave2(const float* a, const float* b, float* y, Py_ssize_t na,
+                            Py_ssize_t nb)
     void fnn_cvd_run_init(const float* Ap, const float* xp, Py_ssize_t plane,
                           const Py_ssize_t* toff, Py_ssize_t nt, Py_ssize_t cg, Py_ssize_t C,
                           Py_ssize_t O, float* ct, Py_ssize_t ldc, Py_ssize_t npos,
@@ -450,12 +452,30 @@ cdef struct DPlan:
 DEF _RUN = 8
 
 
+cdef inline void _direct_run(const float* ap, const Py_ssize_t* toff, const Py_ssize_t* rr,
+                             const float* bias, const float* xp, float* ct,
+                             DPlan* d) noexcept nogil:
+    """One run of the plan into ct (bias, then its taps' sums)."""
+    cdef Py_ssize_t nt = rr[2], Q = rr[3], Rc = rr[4], o, k
+    cdef Py_ssize_t npos = (Q * d.We + 15) // 16 * 16
+    cdef float bo
+    if nt > 0:   # positions up to the last row's last column (the rest is dropped)
+        fnn_cvd_run_init(ap + rr[0], xp, d.PR * d.We, toff + rr[1], nt, d.cg, d.Ct, d.O, ct,
+                         d.ldc, (Q - 1) * d.We + Rc, bias if bias != NULL else d.zeros)
+    else:
+        for o in range(d.O):
+            bo = bias[o] if bias != NULL else 0
+            for k in range(npos):
+                ct[o * d.ldc + k] = bo
+
+
 cdef void _direct_image(const float* src, const float* ap, const Py_ssize_t* toff,
                         const Py_ssize_t* runs, const float* bias, float* y, float* xp,
                         float* ct, DPlan* d) noexcept nogil:
-    cdef Py_ssize_t plane = d.PR * d.We, r, o, q, c, nt, Q, Rc, a, b, npos, k
+    cdef Py_ssize_t plane = d.PR * d.We, r, o, q, c, nt, Q, Rc, a, b
     cdef const Py_ssize_t* rr
-    cdef float bo
+    cdef const Py_ssize_t* r2
+    cdef float* ct2 = ct + d.O * d.ldc    # the second run of a column-phase pair (Sw == 2)
     cdef float* yr
     cdef const float* cr
     if d.pg != NULL:
@@ -466,18 +486,24 @@ cdef void _direct_image(const float* src, const float* ap, const Py_ssize_t* tof
         fnn_cvd_run_init(ap + runs[0], xp, plane, toff + runs[1], runs[2], d.cg, d.Ct, d.O,
                          y, d.OW, d.OW, bias if bias != NULL else d.zeros)
         return
-    for r in range(d.nrun):
+    r = 0
+    while r < d.nrun:
         rr = runs + r * _RUN
         nt = rr[2]; Q = rr[3]; Rc = rr[4]; a = rr[5]; b = rr[6]
-        npos = (Q * d.We + 15) // 16 * 16
-        if nt > 0:   # positions up to the last row's last column (the rest is dropped)
-            fnn_cvd_run_init(ap + rr[0], xp, plane, toff + rr[1], nt, d.cg, d.Ct, d.O, ct,
-                             d.ldc, (Q - 1) * d.We + Rc, bias if bias != NULL else d.zeros)
-        else:
+        _direct_run(ap, toff, rr, bias, xp, ct, d)
+        r2 = rr + _RUN
+        if (d.Sw == 2 and r + 1 < d.nrun and b == 0 and r2[5] == a and r2[6] == 1
+                and r2[3] == Q):
+            # column phases 0 and 1 of the same rows: interleaved into whole y rows
+            # (one pass over y instead of two stride-2 ones)
+            _direct_run(ap, toff, r2, bias, xp, ct2, d)
             for o in range(d.O):
-                bo = bias[o] if bias != NULL else 0
-                for k in range(npos):
-                    ct[o * d.ldc + k] = bo
+                for q in range(Q):
+                    fnn_cv_interleave2(ct + o * d.ldc + q * d.We, ct2 + o * d.ldc + q * d.We,
+                                       y + (o * d.OH + a + d.Sh * q) * d.OW, Rc, r2[4])
+            r += 2
+            continue
+        r += 1
         for o in range(d.O):
             for q in range(Q):
                 yr = y + (o * d.OH + a + d.Sh * q) * d.OW + b
@@ -494,7 +520,8 @@ cdef int _direct(const float* src, const float* ap, const Py_ssize_t* toff,
                  int nt) except -1 nogil:
     """Every image through the plan (images spread over nt threads; each image's result
     depends on nothing else, so the bits do not depend on the thread count)."""
-    cdef Py_ssize_t n, xsz = (d.Ct * d.PR + d.slack) * d.We + 64, csz = d.O * d.ldc + 64
+    cdef Py_ssize_t n, xsz = (d.Ct * d.PR + d.slack) * d.We + 64
+    cdef Py_ssize_t csz = (2 if d.Sw == 2 else 1) * d.O * d.ldc + 64   # _direct_image
     cdef Py_ssize_t ss = d.Cs * d.Hs * d.Ws, ys = d.O * d.OH * d.OW
     cdef float* xp = NULL
     cdef float* ct = NULL

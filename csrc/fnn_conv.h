@@ -40,6 +40,15 @@ static inline void fnn_cv3_pad_tile(const float* restrict x, float* restrict xp,
         }
 }
 
+/* y[2i] = a[i] (i < na), y[2i + 1] = b[i] (i < nb), nb in {na - 1, na}: two column phases
+ * of a stride-2 output row merged (vectorised: the loop's stores are contiguous). */
+static inline void fnn_cv_interleave2(const float* restrict a, const float* restrict b,
+                                      float* restrict y, ptrdiff_t na, ptrdiff_t nb) {
+    ptrdiff_t i;
+    for (i = 0; i < nb; ++i) { y[2 * i] = a[i]; y[2 * i + 1] = b[i]; }
+    for (; i < na; ++i) y[2 * i] = a[i];
+}
+
 /* ---- direct convolutions, float32, AVX2 + FMA (csrc/conv.pyx).
  * Implicit GEMMs with no packing of the input: the image is copied once (tile by tile of
  * output rows for the 3x3 kernel) into zero-padded planes of width We, and output

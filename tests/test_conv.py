@@ -217,6 +217,7 @@ def test_conv2d_backward_needs_forward():
     (1, 4, 4, 4, 4, 4, 2, 1, 0, 2),      # dilation 2: one phase has no tap (bias only)
     (1, 4, 3, 3, 4, 1, 3, 0, 0, 1),      # 1x1 kernel, stride 3: 8 of 9 phases empty
     (2, 64, 12, 12, 32, 4, 2, 1, 0, 1),  # several 16-channel blocks, 6- and 4-row tiles
+    (2, 8, 5, 5, 8, 3, 2, 1, 0, 1),      # odd output width: column phases of 5 and 4 merged
 ])
 def test_conv_transpose_direct_forward_equals_the_gemm_path(geo):
     """conv_transpose2d's forward by output phase on the direct kernel (float32, AVX2
