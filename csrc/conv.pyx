@@ -22,6 +22,17 @@
 #     b + s*r), each a stride-1 correlation of the input with the taps of that phase, run
 #     on the same direct kernel with a tap-offset list (fnn_cvd_run) -- no d_col GEMM,
 #     col2im scatter or zeroing pass.  16x64x28x28 -> 32 k4 s2 p1, one thread: 16 -> 13 ms.
+#   * AVX-512 builds (session 6): the tap-list kernel runs 6 x 64 zmm tiles summing over
+#     all channels before storing (same products, same order: same bits as the AVX2
+#     tiles), and more goes through it -- conv1d (the (N, C, 1, L) view, stride 1, groups
+#     1) forward and d_input, summing straight into y when L % 16 == 0, no row im2col or
+#     OpenBLAS packing; conv1d's d_weight on a direct d_weight kernel (fnn_cvw_run: dy
+#     broadcast against the padded input row transposed once per image, every tap a
+#     row-shifted read of it); conv_transpose2d's backward in one pass per image chunk
+#     sharing each image's phase planes of dy (phase-major): d_input on the tap-list
+#     kernel (one channel group per phase) and d_weight on fnn_cvw_run (the planes
+#     broadcast against x transposed).  32x256x1024 -> 256 k3, one thread: forward 139 ->
+#     119 ms, backward 284 -> 250 ms; 16x64x28x28 -> 32 k4 s2 p1: backward 22.6 -> 18.9 ms.
 #   * backward with stride 1: d_input is the forward convolution of dy with the flipped,
 #     transposed weights (padding dilation*(k-1) - padding), so it runs on the forward
 #     kernels above instead of d_col GEMM + col2im.
@@ -91,6 +102,19 @@ cdef extern from "fnn_conv.h" nogil:
     void fnn_cv3_wgrad_reduce(const float* acc, float* dw, Py_ssize_t C, Py_ssize_t O)
     void fnn_cv3_pad_tile(const float* x, float* xp, Py_ssize_t C, Py_ssize_t H, Py_ssize_t W,
                           Py_ssize_t We, Py_ssize_t PR, Py_ssize_t h0, Py_ssize_t pl)
+    int FNN_HAVE_CVW
+    void fnn_cvw_transpose(const float* x, float* xt, Py_ssize_t C, Py_ssize_t W, Py_ssize_t We,
+                           Py_ssize_t pl)
+    void fnn_cvw_run(const float* a, Py_ssize_t lda, Py_ssize_t arow, const Py_ssize_t* aoff,
+                     const float* b, Py_ssize_t ldb, Py_ssize_t brow, const Py_ssize_t* boff,
+                     Py_ssize_t nt, Py_ssize_t Q, Py_ssize_t R, Py_ssize_t M, Py_ssize_t Nv,
+                     float* dw)
+    void fnn_cv_interleave2(const float* a, const float* b, float* y, Py_ssize_t na,
+                            Py_ssize_t nb)
+    void fnn_cvd_run_init(const float* Ap, const float* xp, Py_ssize_t plane,
+                          const Py_ssize_t* toff, Py_ssize_t nt, Py_ssize_t cg, Py_ssize_t C,
+                          Py_ssize_t O, float* ct, Py_ssize_t ldc, Py_ssize_t npos,
+                          const float* bias)
     void fnn_cvd_run(const float* Ap, const float* xp, Py_ssize_t plane, const Py_ssize_t* toff,
                      Py_ssize_t nt, Py_ssize_t cg, Py_ssize_t C, Py_ssize_t O, float* ct,
                      Py_ssize_t ldc, Py_ssize_t npos)
@@ -121,6 +145,7 @@ include "fnn_gemm.pxi"
 
 cdef struct Geo:
     Py_ssize_t N, C, H, W, O, Cg, kh, kw, OH, OW, sh, sw, pt, pl, dh, dw, G
+    bint direct                     # _DIRECT when the geometry was made (for nogil checks)
 
 
 # the element counts of a geometry's arrays: what the kernels' pointers span (fnn_span.pxi)
@@ -417,6 +442,9 @@ cdef struct DPlan:
     Py_ssize_t O, OH, OW, Sh, Sw    # output channels and plane; interleave steps of the runs
     Py_ssize_t nrun, ldc            # runs per image; row stride of the run's result
     Py_ssize_t slack                # rows past the last plane the last blocks may read
+    bint yout                       # one run of one row, OW % 16 == 0: results straight into y
+    Geo* pg                         # not NULL: xp holds the phase planes of this conv2d's input
+    const float* zeros              # d.O zeros (the bias of a yout plan without one)
 
 
 # per run (one row of the plan's run table): packed-weight offset, tap-offset offset, taps,
@@ -424,33 +452,64 @@ cdef struct DPlan:
 DEF _RUN = 8
 
 
-cdef void _direct_image(const float* src, const float* ap, const Py_ssize_t* toff,
-                        const Py_ssize_t* runs, const float* bias, float* y, float* xp,
-                        float* ct, DPlan* d) noexcept nogil:
-    cdef Py_ssize_t plane = d.PR * d.We, r, o, q, c, nt, Q, Rc, a, b, npos, k
-    cdef const Py_ssize_t* rr
+cdef inline void _direct_run(const float* ap, const Py_ssize_t* toff, const Py_ssize_t* rr,
+                             const float* bias, const float* xp, float* ct,
+                             DPlan* d) noexcept nogil:
+    """One run of the plan into ct (bias, then its taps' sums)."""
+    cdef Py_ssize_t nt = rr[2], Q = rr[3], Rc = rr[4], o, k
+    cdef Py_ssize_t npos = (Q * d.We + 15) // 16 * 16
     cdef float bo
-    cdef float* yr
-    cdef const float* cr
-    fnn_cv3_pad_tile(src, xp, d.Cs, d.Hs, d.Ws, d.We, d.PR, -d.top, d.left)
-    for r in range(d.nrun):
-        rr = runs + r * _RUN
-        nt = rr[2]; Q = rr[3]; Rc = rr[4]; a = rr[5]; b = rr[6]
-        npos = (Q * d.We + 15) // 16 * 16
+    if nt > 0:   # positions up to the last row's last column (the rest is dropped)
+        fnn_cvd_run_init(ap + rr[0], xp, d.PR * d.We, toff + rr[1], nt, d.cg, d.Ct, d.O, ct,
+                         d.ldc, (Q - 1) * d.We + Rc, bias if bias != NULL else d.zeros)
+    else:
         for o in range(d.O):
             bo = bias[o] if bias != NULL else 0
             for k in range(npos):
                 ct[o * d.ldc + k] = bo
-        if nt > 0:
-            fnn_cvd_run(ap + rr[0], xp, plane, toff + rr[1], nt, d.cg, d.Ct, d.O, ct, d.ldc,
-                        Q * d.We)
+
+
+cdef void _direct_image(const float* src, const float* ap, const Py_ssize_t* toff,
+                        const Py_ssize_t* runs, const float* bias, float* y, float* xp,
+                        float* ct, DPlan* d) noexcept nogil:
+    cdef Py_ssize_t plane = d.PR * d.We, r, o, q, c, nt, Q, Rc, a, b
+    cdef const Py_ssize_t* rr
+    cdef const Py_ssize_t* r2
+    cdef float* ct2 = ct + d.O * d.ldc    # the second run of a column-phase pair (Sw == 2)
+    cdef float* yr
+    cdef const float* cr
+    if d.pg != NULL:
+        _phase_planes(src, xp, d.pg, True)
+    else:
+        fnn_cv3_pad_tile(src, xp, d.Cs, d.Hs, d.Ws, d.We, d.PR, -d.top, d.left)
+    if d.yout:   # y's rows are whole 16-position blocks: the tiles sum into y, on the bias
+        fnn_cvd_run_init(ap + runs[0], xp, plane, toff + runs[1], runs[2], d.cg, d.Ct, d.O,
+                         y, d.OW, d.OW, bias if bias != NULL else d.zeros)
+        return
+    r = 0
+    while r < d.nrun:
+        rr = runs + r * _RUN
+        nt = rr[2]; Q = rr[3]; Rc = rr[4]; a = rr[5]; b = rr[6]
+        _direct_run(ap, toff, rr, bias, xp, ct, d)
+        r2 = rr + _RUN
+        if (d.Sw == 2 and r + 1 < d.nrun and b == 0 and r2[5] == a and r2[6] == 1
+                and r2[3] == Q):
+            # column phases 0 and 1 of the same rows: interleaved into whole y rows
+            # (one pass over y instead of two stride-2 ones)
+            _direct_run(ap, toff, r2, bias, xp, ct2, d)
+            for o in range(d.O):
+                for q in range(Q):
+                    fnn_cv_interleave2(ct + o * d.ldc + q * d.We, ct2 + o * d.ldc + q * d.We,
+                                       y + (o * d.OH + a + d.Sh * q) * d.OW, Rc, r2[4])
+            r += 2
+            continue
+        r += 1
         for o in range(d.O):
             for q in range(Q):
                 yr = y + (o * d.OH + a + d.Sh * q) * d.OW + b
                 cr = ct + o * d.ldc + q * d.We
                 if d.Sw == 1:
-                    for c in range(Rc):
-                        yr[c] = cr[c]
+                    memcpy(yr, cr, Rc * sizeof(float))
                 else:
                     for c in range(Rc):
                         yr[c * d.Sw] = cr[c]
@@ -461,7 +520,8 @@ cdef int _direct(const float* src, const float* ap, const Py_ssize_t* toff,
                  int nt) except -1 nogil:
     """Every image through the plan (images spread over nt threads; each image's result
     depends on nothing else, so the bits do not depend on the thread count)."""
-    cdef Py_ssize_t n, xsz = (d.Ct * d.PR + d.slack) * d.We + 64, csz = d.O * d.ldc + 64
+    cdef Py_ssize_t n, xsz = (d.Ct * d.PR + d.slack) * d.We + 64
+    cdef Py_ssize_t csz = (2 if d.Sw == 2 else 1) * d.O * d.ldc + 64   # _direct_image
     cdef Py_ssize_t ss = d.Cs * d.Hs * d.Ws, ys = d.O * d.OH * d.OW
     cdef float* xp = NULL
     cdef float* ct = NULL
@@ -564,6 +624,10 @@ cdef _tconv_fwd_direct(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray 
     d.O = g.C; d.OH = g.H; d.OW = g.W; d.Sh = g.sh; d.Sw = g.sw
     d.ldc = maxQ * d.We + 16
     d.slack = _slack_rows(d.We, d.We)
+    d.yout = False
+    d.pg = NULL
+    zeros = np.zeros(d.O, dtype=np.float32)
+    d.zeros = <const float*>_data(zeros, d.O, F32)
     w = <object>weight   # (O, C, kh, kw) of the conv2d: w[o, c, i, j]; x has O channels
     runs, toff, aps = [], [], []
     apo = 0
@@ -583,6 +647,58 @@ cdef _tconv_fwd_direct(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray 
     d.nrun = len(runs)
     ap = np.concatenate(aps) if aps else np.zeros(1, np.float32)
     _run_direct(x, ap, toff or [0], runs, pb, y, &d, g.N * g.O * g.OH * g.OW * g.Cg * g.kh * g.kw)
+
+
+# the direct conv1d keeps one image's padded row (C x We) and, for rows that are not whole
+# 16-position blocks, its result (O x We) per thread: up to this many elements each (64 MiB
+# of float32); longer rows take the row-im2col GEMM path, whose tiles are bounded
+cdef Py_ssize_t _ROW_PLANE_MAX = 1 << 24
+
+
+def _set_row_plane_max(Py_ssize_t n):
+    """Tests: the direct conv1d's row size limit (elements); returns the previous one."""
+    global _ROW_PLANE_MAX
+    old = _ROW_PLANE_MAX
+    _ROW_PLANE_MAX = n
+    return old
+
+
+cdef bint _rows_direct_ok(Geo* g):
+    """A one-row conv2d with unit strides (conv1d's (N, C, 1, L) view, and its d_input,
+    the forward of the flipped weights) through the direct kernel: float32 (the caller
+    checks), AVX-512 builds (FNN_HAVE_CVW: the 6 x 64 zmm tiles; the AVX2 tiles measured
+    slower than OpenBLAS here), groups 1, output channels a multiple of 4, a kernel wider
+    than one column.  Its input row, zero-padded, is the kernel's plane; the taps are
+    column offsets j*dilation: an implicit GEMM with no im2col and no packing of the
+    input."""
+    cdef Py_ssize_t We = g.OW + g.dw * (g.kw - 1)
+    return (_DIRECT and FNN_HAVE_CVW != 0 and g.G == 1 and g.O >= 4 and g.O % 4 == 0
+            and g.H == 1 and g.kh == 1 and g.OH == 1 and g.pt == 0 and g.sh == 1
+            and g.sw == 1 and g.kw > 1 and g.C >= 1
+            and g.C * We <= _ROW_PLANE_MAX and g.O * We <= _ROW_PLANE_MAX)
+
+
+cdef _rows_fwd_direct(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, Geo* g):
+    """y = conv2d(x) for _rows_direct_ok shapes: one run of kW taps over each image's
+    zero-padded row (xp[c, u] = x[c, u - left])."""
+    cdef DPlan d
+    cdef Py_ssize_t reach = g.dw * (g.kw - 1)
+    d.N = g.N; d.Cs = g.C; d.Hs = 1; d.Ws = g.W
+    d.We = g.OW + reach
+    d.top = 0; d.left = g.pl; d.PR = 1
+    d.Ct = g.C; d.cg = g.C
+    d.O = g.O; d.OH = 1; d.OW = g.OW; d.Sh = 1; d.Sw = 1
+    d.nrun = 1
+    d.yout = g.OW % 16 == 0
+    d.ldc = 0 if d.yout else (d.We + 15) // 16 * 16     # yout: no result buffer
+    d.slack = _slack_rows(reach, d.We)
+    d.pg = NULL
+    zeros = np.zeros(g.O, dtype=np.float32)
+    d.zeros = <const float*>_data(zeros, g.O, F32)
+    ap = _pack_direct((<object>weight).reshape(g.O, g.C, g.kw))
+    toff = [j * g.dw for j in range(g.kw)]
+    runs = [[0, 0, g.kw, 1, g.OW, 0, 0, 0]]
+    _run_direct(x, ap, toff, runs, pb, y, &d, g.N * g.O * g.OW * g.C * g.kw)
 
 
 cdef int _fwd_gemm(const real* x, const real* w, const real* wr, const real* b, real* y,
@@ -672,6 +788,13 @@ cdef inline bint _wgrad_rows_ok(Geo* g, real* dx) noexcept nogil:
     return dx == NULL and g.OH == 1 and _rowcol_ok(g) and not _is_1x1(g)
 
 
+cdef inline bint _wgrad_direct_ok(Geo* g) noexcept nogil:
+    """conv1d's d_weight on the direct kernel (float32, AVX-512 builds): one kernel row,
+    groups 1, input channels a multiple of 16, output channels of 4, up to 64 taps."""
+    return (g.direct and FNN_HAVE_CVW != 0 and g.G == 1 and g.kh == 1 and g.C % 16 == 0
+            and g.O % 4 == 0 and g.kw <= 64)
+
+
 cdef void _wgrad_rows_chunk(const real* x, const real* gy, real* dw_part, Py_ssize_t n0,
                             Py_ssize_t n1, real* buf, Geo* g) noexcept nogil:
     """Images [n0, n1), one output row each: for every column tap j,
@@ -683,6 +806,24 @@ cdef void _wgrad_rows_chunk(const real* x, const real* gy, real* dw_part, Py_ssi
     cdef Py_ssize_t xs = g.C * g.H * g.W, ys = g.O * g.OW, n, gi, j, o, k
     cdef real* Rt = buf
     cdef real* acc = buf + g.C * g.kh * We
+    cdef Py_ssize_t aoff[64]
+    cdef Py_ssize_t boff[64]
+    if real is float:
+        if _wgrad_direct_ok(g):
+            # AVX-512: the direct kernel on the transposed padded row (fnn_cvw_run)
+            for j in range(g.kw):
+                aoff[j] = 0
+                boff[j] = j * g.dw * g.C
+            memset(acc, 0, g.kw * g.O * Kr * sizeof(float))
+            for n in range(n0, n1):
+                fnn_cvw_transpose(x + n * xs, Rt, g.C, g.W, We, g.pl)
+                fnn_cvw_run(gy + n * ys, g.OW, 0, aoff, Rt, g.C, 0, boff, g.kw, 1, g.OW,
+                            g.O, g.C, acc)
+            for o in range(g.O):
+                for k in range(Kr):
+                    for j in range(g.kw):
+                        dw_part[(o * Kr + k) * g.kw + j] = acc[(j * g.O + o) * Kr + k]
+            return
     for n in range(n0, n1):
         _rowcol(x + n * xs, Rt, g, 0, 1)
         for j in range(g.kw):
@@ -948,6 +1089,7 @@ cdef Geo _geo(tuple xs, tuple ws, tuple stride, tuple padding, tuple dilation,
     g.pt = padding[0]; g.pl = padding[2]
     g.dh = dilation[0]; g.dw = dilation[1]
     g.G = groups
+    g.direct = _DIRECT
     g.OH = (g.H + padding[0] + padding[1] - g.dh * (g.kh - 1) - 1) // g.sh + 1
     g.OW = (g.W + padding[2] + padding[3] - g.dw * (g.kw - 1) - 1) // g.sw + 1
     return g
@@ -1002,7 +1144,7 @@ cdef _tbwd_run(real z, cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray x, cnp.nd
     cdef const real* pdy = _typed(dy, _xsize(g), z)
     cdef const real* pw = _typed(weight, _wsize(g), z)
     cdef const real* px = _typed(x, _ysize(g), z)
-    cdef real* pdx = _typed(dx, _ysize(g), z)
+    cdef real* pdx = _typed(dx, _ysize(g), z) if dx is not None else NULL
     cdef real* pp = _typed(part, nch * _wsize(g), z)
     with nogil:
         _chunked(_CH_TBWD, pdy, pw, px, pdx, pp, nch, per, g, nt)
@@ -1088,6 +1230,9 @@ cdef _conv_fwd_call(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, 
         py = <float*>_data(y, _ysize(g), F32)
         with nogil:
             _fwd_cv3(px, pa, <const float*>pb, py, g, nt)
+        return
+    if f32 and _rows_direct_ok(g):
+        _rows_fwd_direct(x, weight, pb, y, g)
         return
     # weights by column tap for the row-im2col path: wr[j, o, c*kH + i] = w[o, c, i, j]
     cdef cnp.ndarray wr = np.ascontiguousarray(
@@ -1280,18 +1425,23 @@ cdef inline void _phase_dims(Geo* g, Py_ssize_t* mlo, Py_ssize_t* nlo, Py_ssize_
     Wp[0] = g.OW + _fdiv((g.kw - 1) * g.dw - g.pl, g.sw) - nlo[0]
 
 
-cdef void _phase_planes(const real* z, real* pl, Geo* g) noexcept nogil:
+cdef void _phase_planes(const real* z, real* pl, Geo* g, bint phase_major) noexcept nogil:
     """pl[c, a, b, u, v] = z[c, sh*(u + mlo) + a, sw*(v + nlo) + b], zero outside z: the
     input (one image) split by row phase a and column phase b (sh*sw planes per channel,
     each Hp x Wp, zero-padded), so every tap of a strided convolution reads a contiguous
-    row segment of one plane -- no strided gather or bounds test per column tile."""
+    row segment of one plane -- no strided gather or bounds test per column tile.
+    phase_major: the planes in (a, b, c) order instead (the direct kernel's channel groups
+    by phase, _tdx_direct)."""
     cdef Py_ssize_t mlo, nlo, Hp, Wp, c, a, b, u, h, v0, v1
     cdef real* d
     _phase_dims(g, &mlo, &nlo, &Hp, &Wp)
     for c in range(g.C):
         for a in range(g.sh):
             for b in range(g.sw):
-                d = pl + ((c * g.sh + a) * g.sw + b) * Hp * Wp
+                if phase_major:
+                    d = pl + ((a * g.sw + b) * g.C + c) * Hp * Wp
+                else:
+                    d = pl + ((c * g.sh + a) * g.sw + b) * Hp * Wp
                 # columns v with 0 <= sw*(v + nlo) + b < W
                 v0 = -nlo if nlo < 0 else 0
                 v1 = (g.W - b + g.sw - 1) // g.sw - nlo
@@ -1363,7 +1513,7 @@ cdef void _tbwd_chunk(const real* z, const real* w, const real* gx, real* y, rea
     cdef bint planes = _tbwd_planes(g) > 0
     for n in range(n0, n1):
         if planes:
-            _phase_planes(z + n * zs, pl, g)
+            _phase_planes(z + n * zs, pl, g, False)
         r0 = 0
         while r0 < g.OH:
             r1 = r0 + R if r0 + R < g.OH else g.OH
@@ -1373,13 +1523,151 @@ cdef void _tbwd_chunk(const real* z, const real* w, const real* gx, real* y, rea
             else:
                 _im2col(z + n * zs, col, g, r0, r1)
             for gi in range(g.G):
-                gemm(False, False, <int>Og, <int>T, <int>Kg, <real>1, w + gi * Og * Kg, <int>Kg,
-                     col + gi * Kg * T, <int>T, <real>0, y + n * ys + gi * Og * P + r0 * g.OW,
-                     <int>P)
+                if y != NULL:
+                    gemm(False, False, <int>Og, <int>T, <int>Kg, <real>1, w + gi * Og * Kg,
+                         <int>Kg, col + gi * Kg * T, <int>T, <real>0,
+                         y + n * ys + gi * Og * P + r0 * g.OW, <int>P)
                 gemm(False, True, <int>Og, <int>Kg, <int>T, <real>1,
                      gx + n * ys + gi * Og * P + r0 * g.OW, <int>P, col + gi * Kg * T, <int>T,
                      <real>(0 if (n == n0 and r0 == 0) else 1), dw_part + gi * Og * Kg, <int>Kg)
             r0 = r1
+
+
+cdef object _tdx_plan(cnp.ndarray weight, Geo* g, DPlan* d):
+    """conv_transpose2d's d_input = the strided conv2d of dy (g: that conv2d) on the direct
+    kernel (float32, AVX-512 builds -- on the AVX2 tiles the fused im2col pass measured
+    faster --, groups 1, output channels a multiple of 4, the same number of taps in
+    every phase): dy split into sh*sw phase planes per image
+    (_phase_planes, phase-major), each phase a channel group of C planes whose taps read
+    its own planes at fixed offsets -- a stride-1 implicit GEMM over K = C*kh*kw, no
+    column tile.  Fills d, returns (packed weights, tap offsets, run table), or None
+    where it does not apply (then the fused pass computes both)."""
+    cdef Py_ssize_t mlo, nlo, Hp, Wp, a, b, nt = -1, reach = 0
+    if not (g.direct and FNN_HAVE_CVW != 0 and g.G == 1 and g.O >= 4 and g.O % 4 == 0
+            and (g.sh > 1 or g.sw > 1) and g.N * g.O * g.OH * g.OW > 0):
+        return None
+    rows = _phase_taps(g.kh, g.dh, g.pt, g.sh)
+    cols = _phase_taps(g.kw, g.dw, g.pl, g.sw)
+    for a in range(g.sh):
+        for b in range(g.sw):
+            if nt < 0:
+                nt = len(rows[a]) * len(cols[b])
+            elif nt != len(rows[a]) * len(cols[b]):
+                return None
+    _phase_dims(g, &mlo, &nlo, &Hp, &Wp)
+    if nt <= 0 or g.C * g.sh * g.sw * Hp * Wp > _TBWD_PLANES_MAX:
+        return None
+    w = <object>weight     # (O, C, kh, kw)
+    toff, wds = [], []
+    for a in range(g.sh):
+        for b in range(g.sw):
+            taps = [(i, mi, j, mj) for (i, mi) in rows[a] for (j, mj) in cols[b]]
+            for (i, mi, j, mj) in taps:
+                toff.append((mi - mlo) * Wp + (mj - nlo))
+            wds.append(np.stack([w[:, :, i, j] for (i, mi, j, mj) in taps], axis=-1))
+    reach = max(toff)
+    d.N = g.N; d.Cs = g.C; d.Hs = g.H; d.Ws = g.W
+    d.top = 0; d.left = 0; d.PR = Hp; d.We = Wp
+    d.Ct = g.C * g.sh * g.sw; d.cg = g.C
+    d.O = g.O; d.OH = g.OH; d.OW = g.OW; d.Sh = 1; d.Sw = 1
+    d.nrun = 1
+    d.ldc = (g.OH * Wp + 15) // 16 * 16
+    d.slack = _slack_rows(reach, Wp)
+    d.yout = False
+    d.pg = g
+    zeros = np.zeros(d.O, dtype=np.float32)
+    d.zeros = <const float*>_data(zeros, d.O, F32)
+    ap = _pack_direct(np.concatenate(wds, axis=1))      # (O, phases*C, nt)
+    return (ap, np.asarray(toff, dtype=np.intp),
+            np.asarray([[0, 0, nt, g.OH, g.OW, 0, 0, 0]], dtype=np.intp), zeros)
+
+
+cdef bint _twgrad_ok(Geo* g) noexcept nogil:
+    """conv_transpose2d's d_weight on the direct kernel (AVX-512 builds, float32, groups 1;
+    the kernel's vector columns are x's channels (g.O, a multiple of 16), its broadcast
+    rows dy's (g.C, a multiple of 4); one image's phase planes within the limit)."""
+    return (g.direct and FNN_HAVE_CVW != 0 and g.G == 1 and g.O % 16 == 0 and g.C % 4 == 0
+            and g.kh * g.kw <= 64 and _tbwd_planes(g) > 0)
+
+
+cdef void _twgrad_offsets(Geo* g, Py_ssize_t* aoff, Py_ssize_t* boff) noexcept nogil:
+    """Tap t = i*kw + j of the direct d_weight reads phase (a_i, b_j)'s planes (phase-major,
+    Hp x Wp each) shifted by (m_i - mlo, m_j - nlo) (see _phase_dims)."""
+    cdef Py_ssize_t mlo, nlo, Hp, Wp, i, j, ei, ej, mi, mj, ai, bj
+    _phase_dims(g, &mlo, &nlo, &Hp, &Wp)
+    for i in range(g.kh):
+        ei = i * g.dh - g.pt
+        mi = _fdiv(ei, g.sh)
+        ai = ei - mi * g.sh
+        for j in range(g.kw):
+            ej = j * g.dw - g.pl
+            mj = _fdiv(ej, g.sw)
+            bj = ej - mj * g.sw
+            aoff[i * g.kw + j] = ((ai * g.sw + bj) * g.C * Hp + (mi - mlo)) * Wp + (mj - nlo)
+            boff[i * g.kw + j] = 0
+
+
+cdef inline void _twgrad_image(const float* pl, const float* gx, float* xt, float* acc,
+                               const Py_ssize_t* aoff, const Py_ssize_t* boff,
+                               Geo* g) noexcept nogil:
+    """acc[i, j, c, o] += sum_{oh, ow} plane_{phase(i, j)}[c, oh + m_i - mlo, ow + m_j - nlo]
+    * gx[o, oh, ow] for one image (pl: its phase planes, phase-major; xt: scratch for gx
+    transposed to positions x channels)."""
+    cdef Py_ssize_t mlo, nlo, Hp, Wp, P = g.OH * g.OW
+    _phase_dims(g, &mlo, &nlo, &Hp, &Wp)
+    fnn_cvw_transpose(gx, xt, g.O, P, P, 0)
+    fnn_cvw_run(pl, Hp * Wp, Wp, aoff, xt, g.O, g.OW * g.O, boff, g.kh * g.kw, g.OH, g.OW,
+                g.C, g.O, acc)
+
+
+cdef inline void _twgrad_store(const float* acc, float* dw_part, Geo* g) noexcept nogil:
+    """dw_part[o, c, i, j] = acc[i*kw + j, c, o]."""
+    cdef Py_ssize_t o, c, t, KK = g.kh * g.kw
+    for t in range(KK):      # acc read in order (the strided side is the stores)
+        for c in range(g.C):
+            for o in range(g.O):
+                dw_part[(o * g.C + c) * KK + t] = acc[(t * g.C + c) * g.O + o]
+
+
+cdef int _tboth(const float* z, const float* gx, float* y, float* part, const float* ap,
+                const Py_ssize_t* toff, const Py_ssize_t* runs, DPlan* d, Py_ssize_t nch,
+                Py_ssize_t per, Geo* g, int nt) except -1 nogil:
+    """conv_transpose2d's backward with both gradients on the direct kernels, sharing each
+    image's phase planes: per fixed chunk of images (partial ch of d_weight, added in chunk
+    order by the caller), per image: the planes and d_input (_direct_image), then d_weight
+    (_twgrad_image) from the same planes."""
+    cdef Py_ssize_t ch, n, n0, n1, P = g.OH * g.OW, KK = g.kh * g.kw
+    cdef Py_ssize_t zs = g.C * g.H * g.W, ys = g.O * P, wsz = g.O * g.C * KK
+    cdef Py_ssize_t xsz = (d.Ct * d.PR + d.slack) * d.We + 64, csz = d.O * d.ldc + 64
+    cdef Py_ssize_t tsz = P * g.O + KK * g.C * g.O + 64
+    cdef Py_ssize_t aoff[64]
+    cdef Py_ssize_t boff[64]
+    cdef float* buf = NULL
+    cdef int failed = 0
+    _twgrad_offsets(g, aoff, boff)
+    with nogil, parallel(num_threads=nt):
+        buf = <float*>fnn_alloc(xsz + csz + tsz, sizeof(float))
+        if buf == NULL:
+            fnn_flag_set(&failed)
+        else:   # the over-read past the last plane: finite values, never used
+            memset(buf + d.Ct * d.PR * d.We, 0, (d.slack * d.We + 64) * sizeof(float))
+        for ch in prange(nch, schedule="dynamic", chunksize=1):
+            if buf == NULL:
+                continue
+            n0 = ch * per
+            n1 = n0 + per
+            if n1 > g.N:
+                n1 = g.N
+            memset(buf + xsz + csz + P * g.O, 0, KK * g.C * g.O * sizeof(float))
+            for n in range(n0, n1):
+                _direct_image(z + n * zs, ap, toff, runs, NULL, y + n * ys, buf, buf + xsz, d)
+                _twgrad_image(buf, gx + n * ys, buf + xsz + csz, buf + xsz + csz + P * g.O,
+                              aoff, boff, g)
+            _twgrad_store(buf + xsz + csz + P * g.O, part + ch * wsz, g)
+        free(buf)
+    if failed:
+        _raise_nomem(xsz + csz + tsz, sizeof(float))
+    return 0
 
 
 cdef tuple _tbwd(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray x, Geo* g):
@@ -1390,15 +1678,43 @@ cdef tuple _tbwd(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray x, Geo* g):
     nch = (g.N + per - 1) // per
     cdef cnp.ndarray dx = np.empty((g.N, g.O, g.OH, g.OW), dtype=dy.dtype)
     cdef cnp.ndarray part = np.empty((nch,) + (<object>weight).shape, dtype=dy.dtype)
+    cdef const float* pz
+    cdef const float* pgx
+    cdef float* pdx
+    cdef float* pp
+    cdef const float* pa
+    cdef const Py_ssize_t* pt
+    cdef const Py_ssize_t* pr
     cdef int nt = _threads_for(g.N * g.O * g.OH * g.OW * g.Cg * g.kh * g.kw, 1 << 18)
     if nt > nch:
         nt = <int>nch
     cdef bint f32 = dy.dtype == np.float32
+    cdef cnp.ndarray dxg = dx
+    cdef cnp.ndarray ap, toff, runs
+    cdef DPlan d
+    plan = _tdx_plan(weight, g, &d) if f32 else None
+    if plan is not None:
+        ap, toff, runs, zeros = plan    # zeros: d.zeros' array, alive while d is used
+        if _twgrad_ok(g):
+            # both on the direct kernels, one pass sharing each image's phase planes
+            pz = <const float*>_data(dy, _xsize(g), F32)
+            pgx = <const float*>_data(x, _ysize(g), F32)
+            pdx = <float*>_data(dx, _ysize(g), F32)
+            pp = <float*>_data(part, nch * _wsize(g), F32)
+            pa = <const float*>_data(ap, cnp.PyArray_SIZE(ap), F32)
+            pt = <const Py_ssize_t*>_data(toff, cnp.PyArray_SIZE(toff), INTP)
+            pr = <const Py_ssize_t*>_data(runs, _RUN, INTP)
+            with nogil:
+                _tboth(pz, pgx, pdx, pp, pa, pt, pr, &d, nch, per, g, nt)
+            return dx, (part[0] if nch == 1 else _sum_parts(part).astype(dy.dtype))
+        # d_input on the direct kernel; d_weight alone on the fused pass
+        _run_direct(dy, ap, toff, runs, NULL, dx, &d, g.N * g.O * g.OH * g.OW * g.C * g.kh * g.kw)
+        dxg = None
     with _blas_single() if nt > 1 else _no_context():
         if f32:
-            _tbwd_run(<float>0, dy, weight, x, dx, part, nch, per, g, nt)
+            _tbwd_run(<float>0, dy, weight, x, dxg, part, nch, per, g, nt)
         else:
-            _tbwd_run(<double>0, dy, weight, x, dx, part, nch, per, g, nt)
+            _tbwd_run(<double>0, dy, weight, x, dxg, part, nch, per, g, nt)
     return dx, (part[0] if nch == 1 else _sum_parts(part).astype(dy.dtype))
 
 

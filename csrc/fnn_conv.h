@@ -5,7 +5,8 @@
  *   - float32, AVX2 + FMA builds: the direct convolutions -- the 3x3 stride-1 kernel and
  *     its d_weight, and the tap-list kernel (conv_transpose2d's output phases) -- with
  *     6 x 16 register tiles (6 output channels x 16 positions, 12 accumulators; 4 x 16
- *     for the last output channels).
+ *     for the last output channels); AVX-512 builds: 6 x 64 zmm tiles, and the direct
+ *     d_weight kernel (fnn_cvw_run) of conv1d and conv_transpose2d.
  * The conv family's sums are in fnn_reduce.h (fnn_cv_*), pooling in fnn_pool.h, the window
  * arithmetic the conv and pool families share in fnn_window.pxi. */
 #ifndef FNN_CONV_H
@@ -37,6 +38,15 @@ static inline void fnn_cv3_pad_tile(const float* restrict x, float* restrict xp,
             for (b = c0; b < c1; ++b) d[b] = sr[b];
             for (b = c1; b < We; ++b) d[b] = 0.f;
         }
+}
+
+/* y[2i] = a[i] (i < na), y[2i + 1] = b[i] (i < nb), nb in {na - 1, na}: two column phases
+ * of a stride-2 output row merged (vectorised: the loop's stores are contiguous). */
+static inline void fnn_cv_interleave2(const float* restrict a, const float* restrict b,
+                                      float* restrict y, ptrdiff_t na, ptrdiff_t nb) {
+    ptrdiff_t i;
+    for (i = 0; i < nb; ++i) { y[2 * i] = a[i]; y[2 * i + 1] = b[i]; }
+    for (; i < na; ++i) y[2 * i] = a[i];
 }
 
 /* ---- direct convolutions, float32, AVX2 + FMA (csrc/conv.pyx).
@@ -135,6 +145,267 @@ static inline void fnn_cvd_tile4(const float* restrict A, const float* restrict 
  * window (16 rows of a chunk) and results stay in L1 (with the 16-position block
  * outermost, a many-channel input sweeps one stream per channel every 16 positions).
  * The sum order per output is the same either way (channel blocks in order). */
+#if defined(__AVX512F__)
+/* AVX-512 builds: m x (16*nv) register tiles of zmm accumulators (6 x 64: 24 of the 32
+ * registers, the weight broadcast folded into the FMA), each summing over up to
+ * FNN_CVD_CB channels of its tap-offset group before its results go back to ct (the
+ * AVX2 tile stores and reloads them every 16; 32, 64 and 256 measured within 1% of each
+ * other on a 256-channel conv1d image; 6 x 64 ran 107-113 GFLOP/s of this core's 116
+ * FMA peak, the AVX2 6 x 16 tile ~70).  The same products in the same order
+ * per output (ct's value, then channel by channel, taps in list order), so the same bits
+ * as the AVX2 kernel.  Always inlined with constant m and nv, so the accumulator arrays
+ * live in registers. */
+#ifndef FNN_CVD_PC
+#define FNN_CVD_PC 256
+#endif
+#ifndef FNN_CVD_CB
+#define FNN_CVD_CB 64
+#endif
+#define FNN_CVD_AI static inline __attribute__((always_inline))
+FNN_CVD_AI void fnn_cvd_ztile(const float* restrict A, const float* restrict B,
+                              ptrdiff_t plane, const ptrdiff_t* restrict toff, ptrdiff_t nt,
+                              ptrdiff_t nc, float* restrict C, ptrdiff_t ldc,
+                              const float* restrict init, const int m, const int nv) {
+    __m512 acc[6][4];
+#pragma GCC unroll 6
+    for (int r = 0; r < m; ++r)
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; ++v)
+            acc[r][v] = init ? _mm512_set1_ps(init[r]) : _mm512_loadu_ps(C + r * ldc + 16 * v);
+    for (ptrdiff_t c = 0; c < nc; ++c, B += plane)
+        for (ptrdiff_t t = 0; t < nt; ++t, A += m) {
+            const float* bp = B + toff[t];
+            __m512 x[4];
+#pragma GCC unroll 4
+            for (int v = 0; v < nv; ++v) x[v] = _mm512_loadu_ps(bp + 16 * v);
+#pragma GCC unroll 6
+            for (int r = 0; r < m; ++r) {
+                __m512 a = _mm512_set1_ps(A[r]);
+#pragma GCC unroll 4
+                for (int v = 0; v < nv; ++v) acc[r][v] = _mm512_fmadd_ps(a, x[v], acc[r][v]);
+            }
+        }
+#pragma GCC unroll 6
+    for (int r = 0; r < m; ++r)
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; ++v) _mm512_storeu_ps(C + r * ldc + 16 * v, acc[r][v]);
+}
+static void fnn_cvd_z64_6(const float* restrict A, const float* restrict B, ptrdiff_t plane,
+                          const ptrdiff_t* restrict toff, ptrdiff_t nt, ptrdiff_t nc,
+                          float* restrict C, ptrdiff_t ldc, const float* restrict init) {
+    fnn_cvd_ztile(A, B, plane, toff, nt, nc, C, ldc, init, 6, 4);
+}
+static void fnn_cvd_z64_4(const float* restrict A, const float* restrict B, ptrdiff_t plane,
+                          const ptrdiff_t* restrict toff, ptrdiff_t nt, ptrdiff_t nc,
+                          float* restrict C, ptrdiff_t ldc, const float* restrict init) {
+    fnn_cvd_ztile(A, B, plane, toff, nt, nc, C, ldc, init, 4, 4);
+}
+static void fnn_cvd_z16_6(const float* restrict A, const float* restrict B, ptrdiff_t plane,
+                          const ptrdiff_t* restrict toff, ptrdiff_t nt, ptrdiff_t nc,
+                          float* restrict C, ptrdiff_t ldc, const float* restrict init) {
+    fnn_cvd_ztile(A, B, plane, toff, nt, nc, C, ldc, init, 6, 1);
+}
+static void fnn_cvd_z16_4(const float* restrict A, const float* restrict B, ptrdiff_t plane,
+                          const ptrdiff_t* restrict toff, ptrdiff_t nt, ptrdiff_t nc,
+                          float* restrict C, ptrdiff_t ldc, const float* restrict init) {
+    fnn_cvd_ztile(A, B, plane, toff, nt, nc, C, ldc, init, 4, 1);
+}
+
+/* As the AVX2 fnn_cvd_run below: positions in chunks of FNN_CVD_PC, within a chunk one
+ * (channel block, output block) pair at a time sweeping its 64-position tiles, then
+ * 16-position tiles for the chunk's rest (np rounded up to 16, as there).
+ * fnn_cvd_run_init: the same sums started from bias[o] instead of ct's values (ct is
+ * only written: one pass less over it). */
+static inline void fnn_cvd_run_(const float* restrict Ap, const float* restrict xp,
+                                ptrdiff_t plane, const ptrdiff_t* restrict toff, ptrdiff_t nt,
+                                ptrdiff_t cg, ptrdiff_t C, ptrdiff_t O, float* restrict ct,
+                                ptrdiff_t ldc, ptrdiff_t np, const float* restrict bias) {
+    ptrdiff_t o6 = fnn_cv3_o6(O), npr = (np + 15) / 16 * 16;
+    for (ptrdiff_t p0 = 0; p0 < npr; p0 += FNN_CVD_PC) {
+        ptrdiff_t p1 = p0 + FNN_CVD_PC < npr ? p0 + FNN_CVD_PC : npr, cb = 0;
+        ptrdiff_t p64 = p0 + (p1 - p0) / 64 * 64;
+        while (cb < C) {
+            ptrdiff_t ge = (cb / cg + 1) * cg, nc, ob = 0, pb;
+            if (ge > C) ge = C;
+            nc = ge - cb < FNN_CVD_CB ? ge - cb : FNN_CVD_CB;
+            const ptrdiff_t* to = toff + (cb / cg) * nt;
+            const float* B = xp + cb * plane;
+            const float* bi = bias && cb == 0 ? bias : NULL;
+            for (; ob < o6; ob += 6) {
+                const float* A = Ap + ob * C * nt + cb * nt * 6;
+                const float* ib = bi ? bi + ob : NULL;
+                for (pb = p0; pb < p64; pb += 64)
+                    fnn_cvd_z64_6(A, B + pb, plane, to, nt, nc, ct + ob * ldc + pb, ldc, ib);
+                for (; pb < p1; pb += 16)
+                    fnn_cvd_z16_6(A, B + pb, plane, to, nt, nc, ct + ob * ldc + pb, ldc, ib);
+            }
+            for (; ob < O; ob += 4) {
+                const float* A = Ap + ob * C * nt + cb * nt * 4;
+                const float* ib = bi ? bi + ob : NULL;
+                for (pb = p0; pb < p64; pb += 64)
+                    fnn_cvd_z64_4(A, B + pb, plane, to, nt, nc, ct + ob * ldc + pb, ldc, ib);
+                for (; pb < p1; pb += 16)
+                    fnn_cvd_z16_4(A, B + pb, plane, to, nt, nc, ct + ob * ldc + pb, ldc, ib);
+            }
+            cb += nc;
+        }
+    }
+}
+
+static inline void fnn_cvd_run(const float* restrict Ap, const float* restrict xp,
+                               ptrdiff_t plane, const ptrdiff_t* restrict toff, ptrdiff_t nt,
+                               ptrdiff_t cg, ptrdiff_t C, ptrdiff_t O, float* restrict ct,
+                               ptrdiff_t ldc, ptrdiff_t np) {
+    fnn_cvd_run_(Ap, xp, plane, toff, nt, cg, C, O, ct, ldc, np, NULL);
+}
+static inline void fnn_cvd_run_init(const float* restrict Ap, const float* restrict xp,
+                                    ptrdiff_t plane, const ptrdiff_t* restrict toff,
+                                    ptrdiff_t nt, ptrdiff_t cg, ptrdiff_t C, ptrdiff_t O,
+                                    float* restrict ct, ptrdiff_t ldc, ptrdiff_t np,
+                                    const float* restrict bias) {
+    fnn_cvd_run_(Ap, xp, plane, toff, nt, cg, C, O, ct, ldc, np, bias);
+}
+
+/* ---- direct d_weight (float32, AVX-512 builds): for every tap t,
+ *   dw[t, m, v] += sum_{q < Q, p < R} a[m*lda + aoff[t] + q*arow + p]
+ *                                     * b[boff[t] + q*brow + p*ldb + v]
+ * a GEMM over the positions (q, p) whose "B" operand is read along v (contiguous) and
+ * whose "A" operand is broadcast.  conv1d: a = dy (m: output channel), b = the zero-padded
+ * input row transposed (fnn_cvw_transpose; v: input channel, boff[t] = tap offset * C):
+ * every tap reads the same transposed copy shifted by whole rows -- one transpose per
+ * image instead of OpenBLAS packing dy and three shifted views of the input.
+ * conv_transpose2d: a = dy's phase planes (m: dy's channel; each tap reads its phase's
+ * planes at its offset), b = x transposed (v: x's channel).  6 x 64 register tiles (6
+ * broadcast rows, 64 vector columns; 4 for the last rows, 16 for the last columns); the
+ * sum per weight runs over the positions in order, on top of what dw holds.
+ * Nv % 16 == 0, M % 4 == 0 (blocks of 6, then 4, as fnn_cv3_o6). */
+#define FNN_HAVE_CVW 1
+FNN_CVD_AI void fnn_cvw_ztile(const float* restrict a, ptrdiff_t lda, ptrdiff_t arow,
+                              const float* restrict b, ptrdiff_t ldb, ptrdiff_t brow,
+                              ptrdiff_t Q, ptrdiff_t R, float* restrict dw, ptrdiff_t ldw,
+                              const int m, const int nv) {
+    __m512 acc[6][4];
+#pragma GCC unroll 6
+    for (int r = 0; r < m; ++r)
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; ++v) acc[r][v] = _mm512_loadu_ps(dw + r * ldw + 16 * v);
+    for (ptrdiff_t q = 0; q < Q; ++q, a += arow, b += brow) {
+        const float* bp = b;
+        for (ptrdiff_t p = 0; p < R; ++p, bp += ldb) {
+            __m512 x[4];
+#pragma GCC unroll 4
+            for (int v = 0; v < nv; ++v) x[v] = _mm512_loadu_ps(bp + 16 * v);
+#pragma GCC unroll 6
+            for (int r = 0; r < m; ++r) {
+                __m512 s = _mm512_set1_ps(a[r * lda + p]);
+#pragma GCC unroll 4
+                for (int v = 0; v < nv; ++v) acc[r][v] = _mm512_fmadd_ps(s, x[v], acc[r][v]);
+            }
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < m; ++r)
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; ++v) _mm512_storeu_ps(dw + r * ldw + 16 * v, acc[r][v]);
+}
+#define FNN_CVW_ARGS const float* restrict a, ptrdiff_t lda, ptrdiff_t arow, \
+    const float* restrict b, ptrdiff_t ldb, ptrdiff_t brow, ptrdiff_t Q, ptrdiff_t R, \
+    float* restrict dw, ptrdiff_t ldw
+static void fnn_cvw_64_6(FNN_CVW_ARGS) { fnn_cvw_ztile(a, lda, arow, b, ldb, brow, Q, R, dw, ldw, 6, 4); }
+static void fnn_cvw_64_4(FNN_CVW_ARGS) { fnn_cvw_ztile(a, lda, arow, b, ldb, brow, Q, R, dw, ldw, 4, 4); }
+static void fnn_cvw_16_6(FNN_CVW_ARGS) { fnn_cvw_ztile(a, lda, arow, b, ldb, brow, Q, R, dw, ldw, 6, 1); }
+static void fnn_cvw_16_4(FNN_CVW_ARGS) { fnn_cvw_ztile(a, lda, arow, b, ldb, brow, Q, R, dw, ldw, 4, 1); }
+#undef FNN_CVW_ARGS
+
+/* xt[u*C + c] = x[c*W + u - pl] for u < We, zero outside x: one image's padded row,
+ * transposed in 16 x 16 blocks (C % 16 == 0).  With W == We and pl == 0, any (C, W)
+ * matrix's transpose. */
+/* 16 x 16 block in registers: d[k*ldd + j] = s[j*lds + k] */
+static inline void fnn_cvw_t16(const float* restrict s, ptrdiff_t lds, float* restrict d,
+                               ptrdiff_t ldd) {
+    __m512 r[16], t[16];
+    for (int j = 0; j < 16; ++j) r[j] = _mm512_loadu_ps(s + j * lds);
+    for (int j = 0; j < 16; j += 2) {     /* pairs of rows: 32-bit interleave */
+        t[j] = _mm512_unpacklo_ps(r[j], r[j + 1]);
+        t[j + 1] = _mm512_unpackhi_ps(r[j], r[j + 1]);
+    }
+    for (int j = 0; j < 16; j += 4) {     /* 64-bit interleave */
+        r[j] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[j]), _mm512_castps_pd(t[j + 2])));
+        r[j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[j]), _mm512_castps_pd(t[j + 2])));
+        r[j + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[j + 1]), _mm512_castps_pd(t[j + 3])));
+        r[j + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[j + 1]), _mm512_castps_pd(t[j + 3])));
+    }
+    /* r[4g + q] holds, in each 128-bit lane L, column 4L + q of rows 4g..4g+3 */
+    for (int q = 0; q < 4; ++q) {
+        __m512 a = _mm512_shuffle_f32x4(r[q], r[4 + q], 0x88);       /* lanes 0,2 | 0,2 */
+        __m512 b = _mm512_shuffle_f32x4(r[q], r[4 + q], 0xdd);       /* lanes 1,3 | 1,3 */
+        __m512 c = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0x88);
+        __m512 e = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0xdd);
+        /* columns q (lane 0), 8+q (lane 2) -> a, c; 4+q, 12+q -> b, e */
+        _mm512_storeu_ps(d + q * ldd, _mm512_shuffle_f32x4(a, c, 0x88));
+        _mm512_storeu_ps(d + (8 + q) * ldd, _mm512_shuffle_f32x4(a, c, 0xdd));
+        _mm512_storeu_ps(d + (4 + q) * ldd, _mm512_shuffle_f32x4(b, e, 0x88));
+        _mm512_storeu_ps(d + (12 + q) * ldd, _mm512_shuffle_f32x4(b, e, 0xdd));
+    }
+}
+static inline void fnn_cvw_transpose(const float* restrict x, float* restrict xt, ptrdiff_t C,
+                                     ptrdiff_t W, ptrdiff_t We, ptrdiff_t pl) {
+    for (ptrdiff_t u0 = 0; u0 < We; u0 += 16) {
+        ptrdiff_t u1 = u0 + 16 < We ? u0 + 16 : We;
+        if (u1 - u0 == 16 && u0 - pl >= 0 && u1 - pl <= W) {   /* a whole block inside x */
+            for (ptrdiff_t c0 = 0; c0 < C; c0 += 16)
+                fnn_cvw_t16(x + c0 * W + u0 - pl, W, xt + u0 * C + c0, C);
+            continue;
+        }
+        for (ptrdiff_t c0 = 0; c0 < C; c0 += 16)
+            for (ptrdiff_t u = u0; u < u1; ++u) {
+                ptrdiff_t w = u - pl;
+                float* d = xt + u * C + c0;
+                if (w < 0 || w >= W) {
+                    for (int k = 0; k < 16; ++k) d[k] = 0.f;
+                } else {
+                    const float* sp = x + c0 * W + w;
+                    for (int k = 0; k < 16; ++k) d[k] = sp[k * W];
+                }
+            }
+    }
+}
+
+/* Positions in chunks of about FNN_CVW_PC (whole rows when Q > 1): the chunk's slice of
+ * b stays in L2 for every row block and tap; per chunk, column blocks of 64 (then 16),
+ * taps, row blocks.  The sum per weight still runs over the positions in order. */
+#define FNN_CVW_PC 256
+static inline void fnn_cvw_run(const float* restrict a, ptrdiff_t lda, ptrdiff_t arow,
+                               const ptrdiff_t* restrict aoff, const float* restrict b,
+                               ptrdiff_t ldb, ptrdiff_t brow, const ptrdiff_t* restrict boff,
+                               ptrdiff_t nt, ptrdiff_t Q, ptrdiff_t R, ptrdiff_t M,
+                               ptrdiff_t Nv, float* restrict dw) {
+    ptrdiff_t m6 = fnn_cv3_o6(M), n64 = Nv / 64 * 64;
+    ptrdiff_t qc = Q > 1 ? (FNN_CVW_PC + R - 1) / R : 1, pc = Q > 1 ? R : FNN_CVW_PC;
+    for (ptrdiff_t q0 = 0; q0 < Q; q0 += qc)
+        for (ptrdiff_t p0 = 0; p0 < R; p0 += pc) {
+            ptrdiff_t nq = q0 + qc < Q ? qc : Q - q0, np = p0 + pc < R ? pc : R - p0;
+            for (ptrdiff_t vb = 0; vb < Nv; vb += (vb < n64 ? 64 : 16))
+                for (ptrdiff_t t = 0; t < nt; ++t) {
+                    const float* ab = a + aoff[t] + q0 * arow + p0;
+                    const float* bb = b + boff[t] + q0 * brow + p0 * ldb + vb;
+                    float* wb = dw + t * M * Nv + vb;
+                    ptrdiff_t mb = 0;
+                    if (vb < n64) {
+                        for (; mb < m6; mb += 6)
+                            fnn_cvw_64_6(ab + mb * lda, lda, arow, bb, ldb, brow, nq, np, wb + mb * Nv, Nv);
+                        for (; mb < M; mb += 4)
+                            fnn_cvw_64_4(ab + mb * lda, lda, arow, bb, ldb, brow, nq, np, wb + mb * Nv, Nv);
+                    } else {
+                        for (; mb < m6; mb += 6)
+                            fnn_cvw_16_6(ab + mb * lda, lda, arow, bb, ldb, brow, nq, np, wb + mb * Nv, Nv);
+                        for (; mb < M; mb += 4)
+                            fnn_cvw_16_4(ab + mb * lda, lda, arow, bb, ldb, brow, nq, np, wb + mb * Nv, Nv);
+                    }
+                }
+        }
+}
+#else
 #define FNN_CVD_PC 128
 static inline void fnn_cvd_run(const float* restrict Ap, const float* restrict xp,
                                ptrdiff_t plane, const ptrdiff_t* restrict toff, ptrdiff_t nt,
@@ -163,6 +434,8 @@ static inline void fnn_cvd_run(const float* restrict Ap, const float* restrict x
         }
     }
 }
+
+#endif
 
 /* Rows per tile and the padded rows a tile plane holds (the last 16-position block of a
  * tile reads up to 16 + 2 positions past its last row; the d_weight pass's last 8-lane
@@ -307,5 +580,26 @@ static inline void fnn_cv3_wgrad_reduce(const float* acc, float* dw, ptrdiff_t C
 static inline void fnn_cvd_run(const float* Ap, const float* xp, ptrdiff_t plane,
                                const ptrdiff_t* toff, ptrdiff_t nt, ptrdiff_t cg, ptrdiff_t C,
                                ptrdiff_t O, float* ct, ptrdiff_t ldc, ptrdiff_t np) {}
+#endif
+
+/* conv1d's direct d_weight exists in AVX-512 builds only; elsewhere never called */
+#ifndef FNN_HAVE_CVW
+#define FNN_HAVE_CVW 0
+/* ct[o, p] = bias[o] for p < np rounded up to 16, then fnn_cvd_run */
+static inline void fnn_cvd_run_init(const float* Ap, const float* xp, ptrdiff_t plane,
+                                    const ptrdiff_t* toff, ptrdiff_t nt, ptrdiff_t cg,
+                                    ptrdiff_t C, ptrdiff_t O, float* ct, ptrdiff_t ldc,
+                                    ptrdiff_t np, const float* bias) {
+    ptrdiff_t npr = (np + 15) / 16 * 16;
+    for (ptrdiff_t o = 0; o < O; ++o)
+        for (ptrdiff_t p = 0; p < npr; ++p) ct[o * ldc + p] = bias[o];
+    fnn_cvd_run(Ap, xp, plane, toff, nt, cg, C, O, ct, ldc, np);
+}
+static inline void fnn_cvw_transpose(const float* x, float* xt, ptrdiff_t C, ptrdiff_t W,
+                                     ptrdiff_t We, ptrdiff_t pl) {}
+static inline void fnn_cvw_run(const float* a, ptrdiff_t lda, ptrdiff_t arow,
+                               const ptrdiff_t* aoff, const float* b, ptrdiff_t ldb,
+                               ptrdiff_t brow, const ptrdiff_t* boff, ptrdiff_t nt, ptrdiff_t Q,
+                               ptrdiff_t R, ptrdiff_t M, ptrdiff_t Nv, float* dw) {}
 #endif
 #endif

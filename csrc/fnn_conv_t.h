@@ -128,6 +128,7 @@ static inline void FNN_CV_FN(fnn_im2col_row)(FNN_CV_T* d, const FNN_CV_T* src, p
     ptrdiff_t o;
     for (o = 0; o < o0; ++o) d[o] = 0;
     if (s == 1) { for (o = o0; o < o1; ++o) d[o] = src[o]; }
+    else if (s == 2) { for (o = o0; o < o1; ++o) d[o] = src[o * 2]; }  /* vectorised */
     else { for (o = o0; o < o1; ++o) d[o] = src[o * s]; }
     for (o = o1; o < n; ++o) d[o] = 0;
 }

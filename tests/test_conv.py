@@ -217,6 +217,7 @@ def test_conv2d_backward_needs_forward():
     (1, 4, 4, 4, 4, 4, 2, 1, 0, 2),      # dilation 2: one phase has no tap (bias only)
     (1, 4, 3, 3, 4, 1, 3, 0, 0, 1),      # 1x1 kernel, stride 3: 8 of 9 phases empty
     (2, 64, 12, 12, 32, 4, 2, 1, 0, 1),  # several 16-channel blocks, 6- and 4-row tiles
+    (2, 8, 5, 5, 8, 3, 2, 1, 0, 1),      # odd output width: column phases of 5 and 4 merged
 ])
 def test_conv_transpose_direct_forward_equals_the_gemm_path(geo):
     """conv_transpose2d's forward by output phase on the direct kernel (float32, AVX2
@@ -281,3 +282,164 @@ def test_conv_transpose_backward_phase_planes_match_the_reference(geo, dt):
             conv._set_tbwd_limits(1 << 19, 1 << 24)
         for a, e in zip(got, want):
             np.testing.assert_allclose(a, e, rtol=tol, atol=tol * max(1.0, np.abs(e).max()))
+
+
+@pytest.mark.parametrize("row_limit", [None, 64])
+@pytest.mark.parametrize("geo", [
+    # (N, C, L, O, k, padding, dilation)
+    (3, 32, 64, 12, 3, 1, 1),        # whole 16-position rows: sums straight into y
+    (2, 16, 37, 20, 3, 1, 1),        # ragged row (37 positions), blocks of 6 and 4
+    (2, 48, 100, 8, 5, 2, 2),        # dilation, 64 + 16 channel blocks in d_weight
+    (3, 16, 80, 16, 4, "same", 1),   # even kernel: asymmetric padding
+    (2, 20, 33, 4, 2, 0, 3),         # C % 16 != 0: d_weight stays on the GEMM path
+    (2, 16, 200, 24, 3, 1, 1),       # several position chunks in the forward and d_weight
+])
+def test_conv1d_direct_equals_the_gemm_path_and_torch(geo, row_limit):
+    """Conv1d's forward, its d_input (the forward of the flipped weights) and (AVX-512
+    builds) its d_weight run on the direct kernels where they apply (float32, groups 1,
+    stride 1, O % 4 == 0); conv._DIRECT = False forces the row-im2col GEMM paths.  Both
+    agree with each other and with torch, and the direct results do not depend on the
+    thread count."""
+    import importlib
+    import fastnn._backend
+    conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
+    N, C, L, O, k, p, d = geo
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((N, C, L)).astype(np.float32)
+    w = rng.standard_normal((O, C, k)).astype(np.float32)
+    b = rng.standard_normal(O).astype(np.float32)
+    old = fastnn.get_num_threads()
+    res = []
+    # row_limit: rows longer than it (elements of C x We) take the GEMM path (the
+    # direct kernel keeps a whole padded row per thread); d_weight stays direct
+    old_limit = conv._set_row_plane_max(row_limit) if row_limit else None
+    try:
+        for n in (1, 2, 3):
+            fastnn.set_num_threads(n)
+            y, ctx = F.conv1d_fwd(x, w, b, 1, p, d)
+            dy = np.cos(np.arange(y.size, dtype=np.float32)).reshape(y.shape)
+            res.append((y,) + tuple(F.conv1d_bwd(ctx, dy)))
+        conv._DIRECT = False
+        try:
+            y, ctx = F.conv1d_fwd(x, w, b, 1, p, d)
+            gemm = (y,) + tuple(F.conv1d_bwd(ctx, dy))
+        finally:
+            conv._DIRECT = True
+    finally:
+        fastnn.set_num_threads(old)
+        if old_limit is not None:
+            conv._set_row_plane_max(old_limit)
+    for r in res[1:]:
+        for a, e in zip(r, res[0]):
+            np.testing.assert_array_equal(a, e)
+    tx = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    tw = torch.tensor(w, dtype=torch.float64, requires_grad=True)
+    tb = torch.tensor(b, dtype=torch.float64, requires_grad=True)
+    ty = torch.nn.functional.conv1d(tx, tw, tb, 1, p, d)
+    ty.backward(torch.tensor(dy, dtype=torch.float64))
+    want = (ty.detach().numpy(), tx.grad.numpy(), tw.grad.numpy(), tb.grad.numpy())
+    for got in (res[0], gemm):
+        for a, e in zip(got, want):
+            assert a.shape == e.shape and a.dtype == np.float32
+            np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())
+
+
+@pytest.mark.parametrize("geo", [
+    # (N, Cin, H, W, Cout, k, stride, padding, output_padding)
+    (2, 16, 5, 7, 8, 4, 2, 1, 0),                 # the benchmark's shape class: all direct
+    (3, 32, 4, 5, 12, (4, 2), 2, (1, 0), 1),      # output_padding, 2 taps per phase
+    (2, 8, 6, 6, 4, 4, 2, 1, 0),                  # Cin % 16 != 0: d_weight on the fused pass
+    (2, 16, 3, 4, 4, 6, 3, 2, 0),                 # stride 3, 4 taps per phase
+    (2, 16, 5, 5, 4, 3, 2, 1, 0),                 # phases with 1 and 2 taps: fused pass
+])
+def test_conv_transpose_backward_direct_equals_the_fused_pass(geo):
+    """conv_transpose2d's backward on the direct kernels (float32, groups 1, Cout % 4 == 0,
+    the same number of taps in every phase): d_input over dy's phase planes, and (AVX-512
+    builds, Cin % 16 == 0) d_weight; conv._DIRECT = False forces the fused im2col pass.
+    Both agree with each other and with torch, and do not depend on the thread count."""
+    import importlib
+    import fastnn._backend
+    conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
+    N, C, H, W, O, k, s, p, op = geo
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+    w = rng.standard_normal((C, O) + ((k, k) if isinstance(k, int) else k)).astype(np.float32)
+    b = rng.standard_normal(O).astype(np.float32)
+    old = fastnn.get_num_threads()
+    res = []
+    try:
+        for n in (1, 2, 3):
+            fastnn.set_num_threads(n)
+            y, ctx = F.conv_transpose2d_fwd(x, w, b, s, p, op)
+            dy = np.sin(np.arange(y.size, dtype=np.float32)).reshape(y.shape)
+            res.append(tuple(F.conv_transpose2d_bwd(ctx, dy)))
+        conv._DIRECT = False
+        try:
+            y, ctx = F.conv_transpose2d_fwd(x, w, b, s, p, op)
+            fused = tuple(F.conv_transpose2d_bwd(ctx, dy))
+        finally:
+            conv._DIRECT = True
+    finally:
+        fastnn.set_num_threads(old)
+    for r in res[1:]:
+        for a, e in zip(r, res[0]):
+            np.testing.assert_array_equal(a, e)
+    tx = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    tw = torch.tensor(w, dtype=torch.float64, requires_grad=True)
+    tb = torch.tensor(b, dtype=torch.float64, requires_grad=True)
+    ty = torch.nn.functional.conv_transpose2d(tx, tw, tb, s, p, op)
+    ty.backward(torch.tensor(dy, dtype=torch.float64))
+    want = (tx.grad.numpy(), tw.grad.numpy(), tb.grad.numpy())
+    for got in (res[0], fused):
+        for a, e in zip(got, want):
+            assert a.shape == e.shape and a.dtype == np.float32
+            np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())
+
+
+@pytest.mark.parametrize("case", ["conv1d", "conv_transpose2d"])
+def test_direct_paths_fail_allocations_cleanly(case):
+    """Fault injection (fnn_alloc.h's countdown) on the direct paths of this module --
+    conv1d's forward / d_input / d_weight and conv_transpose2d's one-pass direct
+    backward (_tboth), 2 threads: every scratch allocation failing in turn raises
+    MemoryError, and with no failure injected the result is the undisturbed one."""
+    import importlib
+    import fastnn._backend
+    conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
+    rng = np.random.default_rng(3)
+    if case == "conv1d":
+        x = rng.standard_normal((4, 32, 48)).astype(np.float32)
+        w = rng.standard_normal((8, 32, 3)).astype(np.float32)
+
+        def run():
+            y, ctx = F.conv1d_fwd(x, w, None, 1, 1)
+            return (y,) + tuple(F.conv1d_bwd(ctx, np.cos(y)))
+    else:
+        x = rng.standard_normal((4, 16, 6, 6)).astype(np.float32)
+        w = rng.standard_normal((16, 8, 4, 4)).astype(np.float32)
+
+        def run():
+            y, ctx = F.conv_transpose2d_fwd(x, w, None, 2, 1)
+            return (y,) + tuple(F.conv_transpose2d_bwd(ctx, np.cos(y)))
+    old = fastnn.get_num_threads()
+    fastnn.set_num_threads(2)
+    try:
+        want = run()
+        sites = 0
+        for k in range(40):
+            conv._fail_allocation(k)
+            raised = False
+            try:
+                run()
+            except MemoryError:
+                raised = True
+            fired = conv._fail_allocation(-1) < 0
+            if not fired:
+                break
+            assert raised, f"allocation {k} failed and no MemoryError"
+            sites += 1
+        assert sites > 0
+        for a, e in zip(run(), want):
+            np.testing.assert_array_equal(a, e)
+    finally:
+        conv._fail_allocation(-1)
+        fastnn.set_num_threads(old)
