@@ -368,8 +368,16 @@ cdef int _small_gemm(const float* x, const float* B, bint packed, const float* b
     cdef _SGJob job
     cdef float* xt = NULL
     if nt > 1 and FNN_SG_POOL:
-        # whole row blocks when there are enough of them (each chunk transposes its x)
-        bn = 1 if bm >= 2 * nt else (2 * nt if 2 * nt < P else P)
+        # whole row blocks when there are enough of them (each chunk transposes its x);
+        # one row block (x transposed once for all): 4 nt panel ranges, so that a worker
+        # that starts late or is preempted holds back at most an eighth of the product
+        # (two threads) while the caller runs the rest
+        if bm >= 2 * nt:
+            bn = 1
+        elif bm == 1:
+            bn = 4 * nt if 4 * nt < P else P
+        else:
+            bn = 2 * nt if 2 * nt < P else P
         if bm == 1:
             xt = <float*>fnn_alloc(M * K, sizeof(float))
             if xt == NULL:

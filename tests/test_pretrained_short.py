@@ -91,3 +91,26 @@ def test_short_varlen_attention_non_finite():
     assert np.isnan(got[0, :6, :16]).all()
     np.testing.assert_allclose(got[0, 6:], want[0, 6:], rtol=2e-5, atol=2e-6)
     np.testing.assert_allclose(got[0, :6, 16:], want[0, :6, 16:], rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("M", [1, 15, 16, 17, 25, 33, 64])
+@pytest.mark.parametrize("K,N", [(384, 1152), (1536, 384), (40, 1000), (17, 4096)])
+def test_packed_linear_one_row_block_any_thread_count(M, K, N, restore_threads):
+    """One row block on several threads: x is transposed once (in 16 x 16 register blocks
+    on AVX-512, partial blocks at both edges) and the panels shared out in 4 ranges per
+    thread; the same bits at 1, 2 and 3 threads, and the float64 product within float32
+    rounding."""
+    rng = np.random.default_rng(M * 31 + K)
+    cpu = backend("cpu").ops
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    w = rng.standard_normal((N, K)).astype(np.float32)
+    b = rng.standard_normal(N).astype(np.float32)
+    pk = cpu["pack_linear_weight"](w, False)
+    want = x.astype(np.float64) @ w.T.astype(np.float64) + b
+    outs = []
+    for n in (1, 2, 3):
+        fastnn.set_num_threads(n)
+        outs.append(cpu["packed_linear_infer"](x, pk, N, b, "none"))
+    np.testing.assert_allclose(outs[0], want, rtol=1e-4, atol=1e-4 * np.sqrt(K))
+    for o in outs[1:]:
+        np.testing.assert_array_equal(o, outs[0])
