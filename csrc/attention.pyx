@@ -859,7 +859,10 @@ def varlen_attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object q_start
     cdef cnp.ndarray[int64_t, ndim=1] kl = np.ascontiguousarray(k_len, dtype=np.int64)
     shape = (g.L, g.B, num_heads * g.Ev) if seq_first else (g.B, g.L, num_heads * g.Ev)
     # ranges do not overlap (checked by the caller): all rows covered when the lengths add up
-    cdef bint covered = int(ql.sum()) == g.B * g.L
+    cdef Py_ssize_t nq_total = 0, r
+    for r in range(ql.shape[0]):
+        nq_total += ql[r]
+    cdef bint covered = nq_total == g.B * g.L
     cdef const void* pq
     cdef const void* pk
     cdef const void* pv

@@ -7,11 +7,14 @@
  * Per (sequence, head): the keys are transposed onto the stack, scaled (kt[e][j] = scale *
  * k[j][e], j padded with zeros to a multiple of 16), so a query row's scores are one
  * axpy per feature over <= 4 vectors kept in registers; softmax over the row (<= 64 terms
- * <= 1: the sum in float on AVX-512, in double in the plain C form); the output row is the probability-weighted sum of value
- * rows in key order, then times 1 / sum.  No reduction across vector lanes: every score
- * and every output element is one sum in a fixed order, whatever the vector width or
- * the thread count.  A NaN score makes its row NaN; a range without keys, or a row whose
- * scores are all -inf, gives zeros (the tiled path's conventions). */
+ * <= 1: the sum in float on AVX-512, in double in the plain C form); the output row is
+ * the probability-weighted sum of value rows, then times 1 / sum.  No reduction across
+ * vector lanes: every score and every output element is summed in an order fixed by the
+ * shapes alone, whatever the thread count (on AVX-512 a score is four partial sums over
+ * the features mod 4 and an output two over even and odd keys, added at the end: more
+ * independent FMA chains for rows of ~25 keys).  A NaN score makes its row NaN; a range
+ * without keys, or a row whose scores are all -inf, gives zeros (the tiled path's
+ * conventions). */
 #ifndef FNN_ATTN_SHORT_H
 #define FNN_ATTN_SHORT_H
 #include <stddef.h>
@@ -31,15 +34,31 @@ static inline __attribute__((always_inline)) void
 fnn_ats_row512(int nv, int nc, const float *q, const float *kt, ptrdiff_t E,
                const float *v, ptrdiff_t vld, ptrdiff_t Lk, float *out, float *s)
 {
-    __m512 a[4], o[8];
+    __m512 a[4], a1[4], a2[4], a3[4], o[8], o1[8];
+    ptrdiff_t e = 0, j;
+    /* four partial sums per score vector (features e mod 4, added at the end): four
+     * times the independent FMA chains of one row (latency, not throughput, bound) */
     for (int u = 0; u < nv; u++)
-        a[u] = _mm512_setzero_ps();
-    for (ptrdiff_t e = 0; e < E; e++) {
+        a[u] = a1[u] = a2[u] = a3[u] = _mm512_setzero_ps();
+    for (; e + 4 <= E; e += 4) {
+        const __m512 b0 = _mm512_set1_ps(q[e]), b1 = _mm512_set1_ps(q[e + 1]);
+        const __m512 b2 = _mm512_set1_ps(q[e + 2]), b3 = _mm512_set1_ps(q[e + 3]);
+        const float *kr = kt + e * FNN_ATS_LMAX;
+        for (int u = 0; u < nv; u++) {
+            a[u] = _mm512_fmadd_ps(b0, _mm512_load_ps(kr + 16 * u), a[u]);
+            a1[u] = _mm512_fmadd_ps(b1, _mm512_load_ps(kr + FNN_ATS_LMAX + 16 * u), a1[u]);
+            a2[u] = _mm512_fmadd_ps(b2, _mm512_load_ps(kr + 2 * FNN_ATS_LMAX + 16 * u), a2[u]);
+            a3[u] = _mm512_fmadd_ps(b3, _mm512_load_ps(kr + 3 * FNN_ATS_LMAX + 16 * u), a3[u]);
+        }
+    }
+    for (; e < E; e++) {
         const __m512 b = _mm512_set1_ps(q[e]);
         const float *kr = kt + e * FNN_ATS_LMAX;
         for (int u = 0; u < nv; u++)
             a[u] = _mm512_fmadd_ps(b, _mm512_load_ps(kr + 16 * u), a[u]);
     }
+    for (int u = 0; u < nv; u++)
+        a[u] = _mm512_add_ps(_mm512_add_ps(a[u], a1[u]), _mm512_add_ps(a2[u], a3[u]));
     __m512 mx = _mm512_set1_ps(-INFINITY);
     __mmask16 nan = 0;
     for (int u = 0; u < nv; u++) {
@@ -64,16 +83,24 @@ fnn_ats_row512(int nv, int nc, const float *q, const float *kt, ptrdiff_t E,
     }
     const float inv = 1.0f / _mm512_reduce_add_ps(sum);
     for (int c = 0; c < nc; c++)
-        o[c] = _mm512_setzero_ps();
-    for (ptrdiff_t j = 0; j < Lk; j++) {
-        const __m512 p = _mm512_set1_ps(s[j]);
+        o[c] = o1[c] = _mm512_setzero_ps();
+    for (j = 0; j + 2 <= Lk; j += 2) {       /* even and odd keys: two chains per vector */
+        const __m512 p0 = _mm512_set1_ps(s[j]), p1 = _mm512_set1_ps(s[j + 1]);
+        const float *vr = v + j * vld;
+        for (int c = 0; c < nc; c++) {
+            o[c] = _mm512_fmadd_ps(p0, _mm512_loadu_ps(vr + 16 * c), o[c]);
+            o1[c] = _mm512_fmadd_ps(p1, _mm512_loadu_ps(vr + vld + 16 * c), o1[c]);
+        }
+    }
+    if (j < Lk) {
+        const __m512 p0 = _mm512_set1_ps(s[j]);
         const float *vr = v + j * vld;
         for (int c = 0; c < nc; c++)
-            o[c] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vr + 16 * c), o[c]);
+            o[c] = _mm512_fmadd_ps(p0, _mm512_loadu_ps(vr + 16 * c), o[c]);
     }
     const __m512 vi = _mm512_set1_ps(inv);
     for (int c = 0; c < nc; c++)
-        _mm512_storeu_ps(out + 16 * c, _mm512_mul_ps(o[c], vi));
+        _mm512_storeu_ps(out + 16 * c, _mm512_mul_ps(_mm512_add_ps(o[c], o1[c]), vi));
 }
 
 #define FNN_ATS_NV(nc)                                                                   \
