@@ -356,8 +356,9 @@ cdef int _small_gemm(const float* x, const float* B, bint packed, const float* b
                      int nt) noexcept nogil:
     """y (M, N) = act(x B + bias) -> 0, or -1 when out of memory.  Row blocks of _SG_MC
     rows (from the shape alone); on one thread they run in turn.  With the pool: the row
-    blocks, or when there are fewer than 2 nt, each one's panels in 2 nt ranges, claimed by
-    whichever thread is free (a single row block reads x transposed once for all); else (no pool) an OpenMP loop over the row
+    blocks, or when there are fewer than 2 nt, each one's panels in 2 nt ranges (4 nt for a
+    single row block, which reads x transposed once for all), claimed by whichever thread
+    is free; else (no pool) an OpenMP loop over the row
     blocks times 1 or 2 panel ranges -- two when there are fewer than four row blocks, so a
     short product still runs on two threads.  Each output is one tile's sum in k order:
     the same bits at any thread count."""
