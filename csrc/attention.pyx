@@ -851,6 +851,43 @@ cdef int _varlen_fwd(const real* q, const real* k, const real* v, real* o,
     return 0
 
 
+cdef extern from "fnn_attn_short.h" nogil:
+    enum:
+        FNN_ATS_LMAX
+        FNN_ATS_EMAX
+    void fnn_ats_head_f32(const float* q, Py_ssize_t qld, const float* k, Py_ssize_t kld,
+                          const float* v, Py_ssize_t vld, float* out, Py_ssize_t old,
+                          Py_ssize_t Lq, Py_ssize_t Lk, Py_ssize_t E, Py_ssize_t Ev,
+                          float scale)
+
+
+cdef void _varlen_short(const float* q, const float* k, const float* v, float* o,
+                        const int64_t* qs, const int64_t* ql, const int64_t* ks,
+                        const int64_t* kl, Py_ssize_t nb, const Geo* g, int nt) noexcept nogil:
+    """Every (sequence, head) of a varlen call whose key ranges fit fnn_attn_short.h (no
+    BLAS, no allocation; each task writes its own output rows: the same bits at any
+    thread count)."""
+    cdef Py_ssize_t t, b, h, H = g.H
+    if nt <= 1:
+        for t in range(nb * H):
+            b = t // H
+            h = t % H
+            fnn_ats_head_f32(q + b * g.qb + qs[b] * g.qld + h * g.E, g.qld,
+                             k + b * g.kb + ks[b] * g.kld + h * g.E, g.kld,
+                             v + b * g.vb + ks[b] * g.vld + h * g.Ev, g.vld,
+                             o + b * g.ob + qs[b] * g.old + h * g.Ev, g.old,
+                             ql[b], kl[b], g.E, g.Ev, <float>g.scale)
+        return
+    for t in prange(nb * H, schedule="dynamic", num_threads=nt):
+        b = t // H
+        h = t % H
+        fnn_ats_head_f32(q + b * g.qb + qs[b] * g.qld + h * g.E, g.qld,
+                         k + b * g.kb + ks[b] * g.kld + h * g.E, g.kld,
+                         v + b * g.vb + ks[b] * g.vld + h * g.Ev, g.vld,
+                         o + b * g.ob + qs[b] * g.old + h * g.Ev, g.old,
+                         ql[b], kl[b], g.E, g.Ev, <float>g.scale)
+
+
 def varlen_attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object q_start,
                      object q_len, object k_start, object k_len, int num_heads,
                      bint seq_first, bint is_causal, double scale):
@@ -868,15 +905,41 @@ def varlen_attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object q_start
     cdef cnp.ndarray[int64_t, ndim=1] kl = np.ascontiguousarray(k_len, dtype=np.int64)
     shape = (g.L, g.B, num_heads * g.Ev) if seq_first else (g.B, g.L, num_heads * g.Ev)
     # ranges do not overlap (checked by the caller): all rows covered when the lengths add up
-    cdef bint covered = int(ql.sum()) == g.B * g.L
+    cdef Py_ssize_t nq_total = 0, r
+    for r in range(ql.shape[0]):
+        nq_total += ql[r]
+    cdef bint covered = nq_total == g.B * g.L
+    cdef const void* pq
+    cdef const void* pk
+    cdef const void* pv
+    cdef void* po
     cdef cnp.ndarray out = (np.empty if covered else np.zeros)(shape, dtype=q.dtype)
     # tasks (b, h, first query row), longest key range first
     cdef Py_ssize_t nb = ql.shape[0], i, j, h, n, ntask = 0, maxlen = 0, work = 0
+    cdef Py_ssize_t maxk = 0
     for i in range(nb):
         ntask += (ql[i] + g.fbq - 1) // g.fbq * num_heads
         maxlen = ql[i] if ql[i] > maxlen else maxlen
+        maxk = kl[i] if kl[i] > maxk else maxk
         work += ql[i] * (kl[i] + 1)
     if ntask == 0:
+        return out
+    cdef int nt
+    if q.dtype == np.float32 and not is_causal and maxk <= FNN_ATS_LMAX \
+            and g.E <= FNN_ATS_EMAX and g.Ev <= FNN_ATS_EMAX:
+        # short key ranges (a sentence): fnn_attn_short.h, plain loops per (sequence,
+        # head); one thread below ~1M multiply-adds (a 25-token sentence's 6 heads are
+        # ~5 us: waking a team would cost as much)
+        nt = _threads_for(work * num_heads * (g.E + g.Ev), 1 << 20)
+        if nt > nb * num_heads:
+            nt = <int>(nb * num_heads)
+        pq = _data_strided(q, F32)
+        pk = _data_strided(k, F32)
+        pv = _data_strided(v, F32)
+        po = _data(out, g.B * g.L * g.H * g.Ev, F32)
+        with nogil:
+            _varlen_short(<const float*>pq, <const float*>pk, <const float*>pv, <float*>po,
+                          &qs[0], &ql[0], &ks[0], &kl[0], nb, &g, nt)
         return out
     cdef cnp.ndarray[int64_t, ndim=1] order = np.argsort(-(kl * np.minimum(ql, g.fbq)),
                                                          kind="stable").astype(np.int64)
@@ -891,14 +954,14 @@ def varlen_attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object q_start
                 tasks[n, 2] = j
                 n += 1
                 j += g.fbq
-    cdef int nt = _threads_for(work * num_heads * (g.E + g.Ev + 1), 1 << 18)
+    nt = _threads_for(work * num_heads * (g.E + g.Ev + 1), 1 << 18)
     if nt > ntask:
         nt = <int>ntask
     cdef int T = F32 if q.dtype == np.float32 else F64
-    cdef const void* pq = _data_strided(q, T)
-    cdef const void* pk = _data_strided(k, T)
-    cdef const void* pv = _data_strided(v, T)
-    cdef void* po = _data(out, g.B * g.L * g.H * g.Ev, T)
+    pq = _data_strided(q, T)
+    pk = _data_strided(k, T)
+    pv = _data_strided(v, T)
+    po = _data(out, g.B * g.L * g.H * g.Ev, T)
     with single_threaded_blas():
         if T == F32:
             with nogil:

@@ -448,8 +448,9 @@ cdef int _small_gemm(const float* x, const float* B, bint packed, const float* b
                      int nt) noexcept nogil:
     """y (M, N) = act(x B + bias) -> 0, or -1 when out of memory.  Row blocks of _SG_MC
     rows (from the shape alone); on one thread they run in turn.  With the pool: the row
-    blocks, or when there are fewer than 2 nt, each one's panels in 2 nt ranges, claimed by
-    whichever thread is free (a single row block reads x transposed once for all); else (no pool) an OpenMP loop over the row
+    blocks, or when there are fewer than 2 nt, each one's panels in 2 nt ranges (4 nt for a
+    single row block, which reads x transposed once for all), claimed by whichever thread
+    is free; else (no pool) an OpenMP loop over the row
     blocks times 1 or 2 panel ranges -- two when there are fewer than four row blocks, so a
     short product still runs on two threads.  Each output is one tile's sum in k order:
     the same bits at any thread count."""
@@ -460,8 +461,16 @@ cdef int _small_gemm(const float* x, const float* B, bint packed, const float* b
     cdef _SGJob job
     cdef float* xt = NULL
     if nt > 1 and FNN_SG_POOL:
-        # whole row blocks when there are enough of them (each chunk transposes its x)
-        bn = 1 if bm >= 2 * nt else (2 * nt if 2 * nt < P else P)
+        # whole row blocks when there are enough of them (each chunk transposes its x);
+        # one row block (x transposed once for all): 4 nt panel ranges, so that a worker
+        # that starts late or is preempted holds back at most an eighth of the product
+        # (two threads) while the caller runs the rest
+        if bm >= 2 * nt:
+            bn = 1
+        elif bm == 1:
+            bn = 4 * nt if 4 * nt < P else P
+        else:
+            bn = 2 * nt if 2 * nt < P else P
         if bm == 1:
             xt = <float*>fnn_alloc(M * K, sizeof(float))
             if xt == NULL:

@@ -228,12 +228,63 @@ static void fnn_sg_panels_f32(const float *x, const float *xt_full, ptrdiff_t M,
     }
 }
 
+#if defined(__AVX512F__)
+/* 16 x 16 block of x (rows m0.., columns k0..; nr <= 16 rows, the rest read as 0) ->
+ * xt[k0 + j][m0 .. m0 + nr) for j < nk (nk <= 16 columns): in registers, two rounds of
+ * in-lane shuffles and two of 128-bit lane shuffles (a scalar transpose of a 25 x 1536
+ * activation, one element per cycle, was ~10% of the GEMM after it on two threads). */
+static inline void fnn_sg_tr16(const float *x, ptrdiff_t K, int nr, int nk, float *xt,
+                               ptrdiff_t M)
+{
+    __m512 r[16], t[16];
+    const __mmask16 km = nk >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nk) - 1u);
+    const __mmask16 mm = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1u);
+    for (int i = 0; i < 16; i++)
+        r[i] = i < nr ? _mm512_maskz_loadu_ps(km, x + i * K) : _mm512_setzero_ps();
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    /* r[4 g + c] now holds, in 128-bit lane l, x[4 g + 0..3][4 l + c]; gather lane l of
+     * the four groups into output row 4 l + c */
+    for (int c = 0; c < 4; c++) {
+        t[c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);        /* g0 l0, g0 l2, g1 l0, g1 l2 */
+        t[4 + c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xdd);    /* g0 l1, g0 l3, g1 l1, g1 l3 */
+        t[8 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
+        t[12 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xdd);
+    }
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);          /* lane 0: column c */
+        r[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xdd);      /* lane 2: column 8 + c */
+        r[4 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);  /* lane 1: column 4 + c */
+        r[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xdd); /* lane 3: column 12 + c */
+    }
+    for (int j = 0; j < nk; j++)
+        _mm512_mask_storeu_ps(xt + j * M, mm, r[j]);
+}
+#endif
+
 /* x (M, K) row-major -> xt (K, M). */
 static void fnn_sg_transpose_f32(const float *x, ptrdiff_t M, ptrdiff_t K, float *xt)
 {
+#if defined(__AVX512F__)
+    for (ptrdiff_t m0 = 0; m0 < M; m0 += 16) {
+        int nr = M - m0 < 16 ? (int)(M - m0) : 16;
+        for (ptrdiff_t k0 = 0; k0 < K; k0 += 16)
+            fnn_sg_tr16(x + m0 * K + k0, K, nr, K - k0 < 16 ? (int)(K - k0) : 16,
+                        xt + k0 * M + m0, M);
+    }
+#else
     for (ptrdiff_t m = 0; m < M; m++)
         for (ptrdiff_t k = 0; k < K; k++)
             xt[k * M + m] = x[m * K + k];
+#endif
 }
 
 /* y[:, n0:n1] for the columns past the whole panels of a row-major (K, N) B: plain sums. */
@@ -324,6 +375,12 @@ typedef void (*fnn_sg_job_fn)(void *arg, int chunk);
 #define FNN_SG_SPIN 20000        /* pause loops a worker spins before sleeping: ~0.1 ms */
 #define FNN_SG_STALL_NS 300000   /* a wait this long for a claimed chunk: a preempted worker */
 #define FNN_SG_BACKOFF 16        /* jobs then run on the caller alone (a spurious stall costs little) */
+#define FNN_SG_BACKOFF_MAX 1024  /* ... doubled after each stall up to this, halved after each
+                                    job shared without one: a stall costs the caller up to a
+                                    time slice of the OS, and under sustained oversubscription
+                                    (other processes on both cores) a fixed 16 let one in every
+                                    ~17 GEMMs wait one out (2 threads measured 1.7-2.3x slower
+                                    than 1 on MiniLM's GEMMs at load 4-5 on 2 cores) */
 #if defined(__x86_64__) || defined(__i386__)
 #define fnn_sg_relax() __builtin_ia32_pause()
 #else
@@ -343,8 +400,9 @@ static struct {
     unsigned long long ticket;   /* job generation << 32 | next chunk */
     int done;                    /* chunks finished in the current job */
     int backoff;                 /* jobs left to run serially after a stall */
+    int next_backoff;            /* the backoff the next stall sets */
 } fnn_sg_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
-                 PTHREAD_COND_INITIALIZER, 0, 0, 0, NULL, NULL, 0, 0, 0, 0};
+                 PTHREAD_COND_INITIALIZER, 0, 0, 0, NULL, NULL, 0, 0, 0, 0, FNN_SG_BACKOFF};
 
 static inline long long fnn_sg_now_ns(void)
 {
@@ -380,6 +438,7 @@ static void fnn_sg_pool_atfork_child(void)
     fnn_sg_pool.started = 0;
     fnn_sg_pool.sleepers = 0;
     fnn_sg_pool.backoff = 0;
+    fnn_sg_pool.next_backoff = FNN_SG_BACKOFF;
 }
 
 static void *fnn_sg_worker(void *idp)
@@ -468,6 +527,7 @@ static void fnn_sg_pool_run(fnn_sg_job_fn fn, void *arg, int nchunks, int nt)
          * past twice the caller's own time per chunk on top of FNN_SG_STALL_NS. */
         long long stall = FNN_SG_STALL_NS + (ran > 0 ? 2 * (fnn_sg_now_ns() - ts) / ran : 0);
         long long t0 = 0;
+        int stalled = 0;
         for (int i = 0; __atomic_load_n(&fnn_sg_pool.done, __ATOMIC_ACQUIRE) < nchunks; i++) {
             if (i < 4096) {
                 fnn_sg_relax();
@@ -476,9 +536,15 @@ static void fnn_sg_pool_run(fnn_sg_job_fn fn, void *arg, int nchunks, int nt)
             if (i == 4096)
                 t0 = fnn_sg_now_ns();
             sched_yield();
-            if (fnn_sg_pool.backoff == 0 && fnn_sg_now_ns() - t0 > stall)
-                fnn_sg_pool.backoff = FNN_SG_BACKOFF;
+            if (!stalled && fnn_sg_now_ns() - t0 > stall) {
+                stalled = 1;
+                fnn_sg_pool.backoff = fnn_sg_pool.next_backoff;
+                if (fnn_sg_pool.next_backoff < FNN_SG_BACKOFF_MAX)
+                    fnn_sg_pool.next_backoff *= 2;
+            }
         }
+        if (!stalled && fnn_sg_pool.next_backoff > FNN_SG_BACKOFF)
+            fnn_sg_pool.next_backoff /= 2;
     }
     pthread_mutex_unlock(&fnn_sg_pool.submit);
 }
