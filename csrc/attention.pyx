@@ -861,31 +861,31 @@ cdef extern from "fnn_attn_short.h" nogil:
                           float scale)
 
 
+cdef inline void _short_task(const float* q, const float* k, const float* v, float* o,
+                             const int64_t* qs, const int64_t* ql, const int64_t* ks,
+                             const int64_t* kl, const Geo* g, Py_ssize_t t) noexcept nogil:
+    """Task t = b * H + h of _varlen_short: sequence b, head h."""
+    cdef Py_ssize_t b = t // g.H, h = t % g.H
+    fnn_ats_head_f32(q + b * g.qb + qs[b] * g.qld + h * g.E, g.qld,
+                     k + b * g.kb + ks[b] * g.kld + h * g.E, g.kld,
+                     v + b * g.vb + ks[b] * g.vld + h * g.Ev, g.vld,
+                     o + b * g.ob + qs[b] * g.old + h * g.Ev, g.old,
+                     ql[b], kl[b], g.E, g.Ev, <float>g.scale)
+
+
 cdef void _varlen_short(const float* q, const float* k, const float* v, float* o,
                         const int64_t* qs, const int64_t* ql, const int64_t* ks,
                         const int64_t* kl, Py_ssize_t nb, const Geo* g, int nt) noexcept nogil:
     """Every (sequence, head) of a varlen call whose key ranges fit fnn_attn_short.h (no
     BLAS, no allocation; each task writes its own output rows: the same bits at any
     thread count)."""
-    cdef Py_ssize_t t, b, h, H = g.H
+    cdef Py_ssize_t t
     if nt <= 1:
-        for t in range(nb * H):
-            b = t // H
-            h = t % H
-            fnn_ats_head_f32(q + b * g.qb + qs[b] * g.qld + h * g.E, g.qld,
-                             k + b * g.kb + ks[b] * g.kld + h * g.E, g.kld,
-                             v + b * g.vb + ks[b] * g.vld + h * g.Ev, g.vld,
-                             o + b * g.ob + qs[b] * g.old + h * g.Ev, g.old,
-                             ql[b], kl[b], g.E, g.Ev, <float>g.scale)
+        for t in range(nb * g.H):
+            _short_task(q, k, v, o, qs, ql, ks, kl, g, t)
         return
-    for t in prange(nb * H, schedule="dynamic", num_threads=nt):
-        b = t // H
-        h = t % H
-        fnn_ats_head_f32(q + b * g.qb + qs[b] * g.qld + h * g.E, g.qld,
-                         k + b * g.kb + ks[b] * g.kld + h * g.E, g.kld,
-                         v + b * g.vb + ks[b] * g.vld + h * g.Ev, g.vld,
-                         o + b * g.ob + qs[b] * g.old + h * g.Ev, g.old,
-                         ql[b], kl[b], g.E, g.Ev, <float>g.scale)
+    for t in prange(nb * g.H, schedule="dynamic", num_threads=nt):
+        _short_task(q, k, v, o, qs, ql, ks, kl, g, t)
 
 
 def varlen_attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object q_start,
