@@ -64,6 +64,7 @@ cdef enum:
     _MIN_SPLIT_ROWS = 128    # rows of each half when a short C is halved
     _MIN_BLOCK_COLS = 256
     _MIN_SPLIT_COLS = 64
+    _SKINNY_ROWS = 64        # at most this many rows: column blocks of >= 64 columns
     _MAX_BLOCKS = 16
     _MAX_COL_BLOCKS = 8
     _SERIAL_MACS = 131072    # below this OpenBLAS never threads: call it directly
@@ -93,6 +94,13 @@ cdef inline void _split(Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, int* bm, int* 
         return
     bm[0] = _nblocks(M)
     if bm[0] >= 2:
+        return
+    if M <= _SKINNY_ROWS:
+        # a skinny C (a few rows: small-batch calls, the (8, 768) latency row): blocks of
+        # >= 64 columns.  Packing is no reason for wide blocks here -- A is a few rows and
+        # B is packed once in all -- while OpenBLAS's unpacked small-matrix kernel takes
+        # blocks this small: 8 x 768 x 768 in 8 blocks 55 us, in 2 blocks 200 us (2 threads)
+        bn[0] = <int>_even_blocks(N, _MIN_SPLIT_COLS, _MIN_SPLIT_COLS, _MAX_COL_BLOCKS)
         return
     bn[0] = <int>_even_blocks(N, _MIN_BLOCK_COLS, _MIN_SPLIT_COLS, _MAX_COL_BLOCKS)
 

@@ -141,6 +141,8 @@ def test_linear_gemm_blocks_rule():
     assert split(200, 700, 64) == (1, 2)         # shorter still: column blocks
     assert split(128, 4096, 1024) == (1, 8)
     assert split(64, 64, 32) == (1, 1)           # small: one BLAS call
+    assert split(8, 768, 768) == (1, 8)          # skinny: narrow blocks (unpacked kernel)
+    assert split(64, 3072, 768) == (1, 8)
 
 
 # ------------------------------------------------------------------ thread safety
