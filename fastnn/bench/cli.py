@@ -51,7 +51,7 @@ def _fmt_rate(case, t, ceil, dram):
     if case.bytes:
         r = case.bytes / t / 1e9
         ws = case.working_set or case.bytes
-        c = ceil.copy_at(ws)
+        c = ceil.copy_at(ws, inplace=case.inplace)
         return (f"{r:7.1f} GB/s ({100 * r / c:3.0f}% of copy at {_fmt_size(ceil.size_class(ws))}"
                 f"; {100 * r / dram:.0f}% DRAM copy)")
     return ""
@@ -117,7 +117,7 @@ def run(only=None, threads=None, json_path=None, plot_path=None, quick=False, ou
                 over = c.flops / t_fast / 1e9 > ceil.gemm(refresh=True)
             elif c.bytes:
                 over = c.bytes / t_fast / 1e9 > ceil.copy_at(c.working_set or c.bytes,
-                                                             refresh=True)
+                                                             refresh=True, inplace=c.inplace)
             else:
                 over = False
             if not over:
@@ -130,7 +130,8 @@ def run(only=None, threads=None, json_path=None, plot_path=None, quick=False, ou
                    speedup_vs_reference=None if t_ref is None else t_ref / t_fast,
                    time_ratio_vs_torch=None if t_torch is None else t_fast / t_torch,
                    gbps=None if not c.bytes else c.bytes / t_fast / 1e9,
-                   ceiling_gbps=None if not c.bytes or c.flops else ceil.copy_at(c.working_set or c.bytes),
+                   ceiling_gbps=(None if not c.bytes or c.flops
+                                 else ceil.copy_at(c.working_set or c.bytes, inplace=c.inplace)),
                    gflops=None if not c.flops else c.flops / t_fast / 1e9,
                    ceiling_gflops=ceil.gemm() if c.flops else None,
                    above_ceiling=bool(over))

@@ -54,8 +54,8 @@ def _adamw(shapes, label):
             fns["torch"] = topt.step
         return fns
 
-    return BenchCase("optim", "AdamW step", label, make, bytes=n * 4 * 7.0, min_time=0.5,
-                     max_reps=20)
+    return BenchCase("optim", "AdamW step", label, make, bytes=n * 4 * 7.0, inplace=True,
+                     min_time=0.5, max_reps=20)
 
 
 def cases():
