@@ -502,6 +502,16 @@ cdef int _small_gemm(const float* x, const float* B, bint packed, const float* b
         return 0
     if nt > bm * bn:
         nt = <int>(bm * bn)
+    if nt <= 1 and bm == 1 and packed:
+        # one row block on one thread: x transposed once, so that the packed weight is
+        # read as one stream (fnn_sg_panels_f32)
+        xt = <float*>fnn_alloc(M * K, sizeof(float))
+        if xt == NULL:
+            return -1
+        fnn_sg_transpose_f32(x, M, K, xt)
+        _small_part(x, xt, B, packed, bias, y, M, N, K, act, 0, P)
+        free(xt)
+        return 0
     if nt <= 1:
         for i in range(bm):
             m0 = M * i // bm

@@ -19,6 +19,7 @@
 
 #define FNN_SG_NR 16      /* columns per panel */
 #define FNN_SG_XT 8192    /* floats of the transposed x chunk on the stack (32 KiB) */
+#define FNN_SG_PFD 4096   /* prefetch distance in a packed weight's stream: 16 KiB */
 #define FNN_SG_XM 64      /* rows of x per chunk, at most: k per chunk 256 up to 32 rows,
                              else 128 (a panel's run of a chunk: 16 or 8 KiB, kept in L1) */
 
@@ -204,6 +205,29 @@ static void fnn_sg_panels_f32(const float *x, const float *xt_full, ptrdiff_t M,
                               float *y, ptrdiff_t ldc, ptrdiff_t p0, ptrdiff_t p1)
 {
     float xt[FNN_SG_XT] __attribute__((aligned(64)));
+    if (xt_full != NULL && ks == FNN_SG_NR) {
+        /* packed panels: panel after panel, each over all of k, so that a range of panels
+         * is one contiguous stream (chunk after chunk, panel after panel it was runs of
+         * 16 KiB spaced a panel apart, which the hardware prefetchers follow badly), the
+         * next lines prefetched FNN_SG_PFD floats ahead in that stream.  x transposed is
+         * read from L1/L2 once per panel.  Each output is the same sum in the same order. */
+        ptrdiff_t kcap = fnn_sg_kcap(M < FNN_SG_XM ? M : FNN_SG_XM);
+        int nb = fnn_sg_row_blocks(M);
+        for (ptrdiff_t p = p0; p < p1; p++) {
+            const float *bb = bias ? bias + p * FNN_SG_NR : NULL;
+            for (ptrdiff_t k0 = 0; k0 < K; k0 += kcap) {
+                ptrdiff_t kc = K - k0 < kcap ? K - k0 : kcap;
+                const float *bp = B + p * ps + k0 * ks;
+                for (int i = 0; i < nb; i++) {
+                    ptrdiff_t m0 = M * i / nb, m1 = M * (i + 1) / nb;
+                    fnn_sg_tile_rows((int)(m1 - m0), xt_full + k0 * M + m0, M, bp, ks,
+                                     FNN_SG_PFD, kc, k0 + kc == K ? bb : NULL,
+                                     y + m0 * ldc + p * FNN_SG_NR, ldc, k0 > 0);
+                }
+            }
+        }
+        return;
+    }
     if (xt_full != NULL) {
         ptrdiff_t kcap = fnn_sg_kcap(M < FNN_SG_XM ? M : FNN_SG_XM);
         for (ptrdiff_t k0 = 0; k0 < K; k0 += kcap) {

@@ -468,9 +468,11 @@ def _dense_module():
     return next(m for m in compiled_modules() if m.__name__.rsplit(".", 1)[-1] == "dense")
 
 
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("M", [25, 150])
-def test_small_gemm_allocation_failure_raises_memory_error(M):
-    """The shared transposed x of a one-row-block product on 2 threads (fnn_alloc): an
+def test_small_gemm_allocation_failure_raises_memory_error(M, threads):
+    """The transposed x of a one-row-block product (fnn_alloc; shared by the pool's
+    threads, and on one thread made so that the packed weight is read as one stream): an
     injected failure is a MemoryError, and the next call gives the undisturbed result."""
     rng = np.random.default_rng(5)
     cpu = backend("cpu")
@@ -480,7 +482,7 @@ def test_small_gemm_allocation_failure_raises_memory_error(M):
     dense = _dense_module()
     n0 = fastnn.get_num_threads()
     try:
-        fastnn.set_num_threads(2)
+        fastnn.set_num_threads(threads)
         fired = []
         for call in (lambda: cpu.packed_linear_infer(x, pk, 1152, None, "gelu"),
                      lambda: cpu.linear_act_infer(x, w, None, "gelu")):
@@ -499,8 +501,12 @@ def test_small_gemm_allocation_failure_raises_memory_error(M):
     finally:
         dense._fail_allocation(-1)
         fastnn.set_num_threads(n0)
-    # the pool (Linux + OpenMP) shares x transposed once for a single row block (M <= 96)
-    assert all(fired) == (dense.SMALL_GEMM_POOL and M <= 96), fired
+    # a single row block (M <= 96) has x transposed once: shared by the pool (Linux +
+    # OpenMP) on 2 threads; on one thread for the packed weight only
+    if threads == 2:
+        assert all(fired) == (dense.SMALL_GEMM_POOL and M <= 96), fired
+    else:
+        assert fired == [M <= 96, False], fired
 
 
 def test_small_gemm_pool_from_two_python_threads_and_a_fork():
