@@ -33,6 +33,7 @@ from cython.parallel cimport prange, parallel
 from libc.math cimport exp, log, INFINITY, NAN
 from libc.stdint cimport uint32_t, uint64_t, int64_t, uintptr_t
 from libc.stdlib cimport free
+from cpython.pycapsule cimport PyCapsule_GetPointer
 from libc.string cimport memset
 
 from fnn_blas cimport gemm as _scipy_gemm, real
@@ -873,16 +874,64 @@ cdef inline void _short_task(const float* q, const float* k, const float* v, flo
                      ql[b], kl[b], g.E, g.Ev, <float>g.scale)
 
 
+ctypedef void (*_job_fn)(void* arg, int chunk) noexcept nogil
+ctypedef void (*_pool_fn)(_job_fn fn, void* arg, int nchunks, int nt) noexcept nogil
+# The dense family's thread pool (fnn_smallgemm.h: the caller and spinning workers claim
+# chunks; no barrier waits for a sleeping thread), shared so that one process has one such
+# pool: a sentence's attention runs between its GEMMs, while the GEMM pool's worker still
+# spins on the other core -- an OpenMP team would have to take that core from it.  NULL
+# where the pool is not built (then OpenMP, from a larger size).
+cdef _pool_fn _sg_pool = NULL
+try:
+    from .dense import SG_POOL_RUN as _cap
+except ImportError:
+    _cap = None
+if _cap is not None:
+    _sg_pool = <_pool_fn>PyCapsule_GetPointer(_cap, b"fastnn.sg_pool_run")
+SHORT_ATTENTION_POOL = _sg_pool != NULL
+
+
+ctypedef struct _ShortJob:
+    const float* q
+    const float* k
+    const float* v
+    float* o
+    const int64_t* qs
+    const int64_t* ql
+    const int64_t* ks
+    const int64_t* kl
+    const Geo* g
+
+
+cdef void _short_job(void* arg, int t) noexcept nogil:
+    cdef _ShortJob* j = <_ShortJob*>arg
+    _short_task(j.q, j.k, j.v, j.o, j.qs, j.ql, j.ks, j.kl, j.g, t)
+
+
 cdef void _varlen_short(const float* q, const float* k, const float* v, float* o,
                         const int64_t* qs, const int64_t* ql, const int64_t* ks,
                         const int64_t* kl, Py_ssize_t nb, const Geo* g, int nt) noexcept nogil:
     """Every (sequence, head) of a varlen call whose key ranges fit fnn_attn_short.h (no
     BLAS, no allocation; each task writes its own output rows: the same bits at any
-    thread count)."""
+    thread count).  On the dense pool when there is one (tasks claimed one at a time),
+    else an OpenMP loop."""
     cdef Py_ssize_t t
+    cdef _ShortJob job
     if nt <= 1:
         for t in range(nb * g.H):
             _short_task(q, k, v, o, qs, ql, ks, kl, g, t)
+        return
+    if _sg_pool != NULL and nb * g.H < (1 << 30):
+        job.q = q
+        job.k = k
+        job.v = v
+        job.o = o
+        job.qs = qs
+        job.ql = ql
+        job.ks = ks
+        job.kl = kl
+        job.g = g
+        _sg_pool(_short_job, &job, <int>(nb * g.H), nt)
         return
     for t in prange(nb * g.H, schedule="dynamic", num_threads=nt):
         _short_task(q, k, v, o, qs, ql, ks, kl, g, t)
@@ -928,9 +977,11 @@ def varlen_attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object q_start
     if q.dtype == np.float32 and not is_causal and maxk <= FNN_ATS_LMAX \
             and g.E <= FNN_ATS_EMAX and g.Ev <= FNN_ATS_EMAX:
         # short key ranges (a sentence): fnn_attn_short.h, plain loops per (sequence,
-        # head); one thread below ~1M multiply-adds (a 25-token sentence's 6 heads are
-        # ~5 us: waking a team would cost as much)
-        nt = _threads_for(work * num_heads * (g.E + g.Ev), 1 << 20)
+        # head).  The pool's worker is already spinning between a sentence's GEMMs: two
+        # threads from ~130k multiply-adds (a 12-token sentence; one head of a 25-token
+        # one is ~2 us).  An OpenMP team costs a wake-up: one thread below ~2M.
+        nt = _threads_for(work * num_heads * (g.E + g.Ev),
+                          (1 << 16) if _sg_pool != NULL else (1 << 20))
         if nt > nb * num_heads:
             nt = <int>(nb * num_heads)
         pq = _data_strided(q, F32)

@@ -12,6 +12,7 @@ cimport cython
 cimport numpy as cnp
 from cython.parallel cimport prange
 from libc.stdlib cimport free
+from cpython.pycapsule cimport PyCapsule_New
 from libc.string cimport memcpy, memset
 
 from libc.stdint cimport int64_t, uintptr_t
@@ -409,6 +410,11 @@ _SG_MAX_ROWS = 64
 _SG_MIN_MACS = 1 << 24
 _SG_POOL_MACS = 1 << 20
 SMALL_GEMM_POOL = bool(FNN_SG_POOL)     # the pool is built in (Linux with OpenMP)
+# The pool's entry point for the other families' short jobs (a sentence's attention heads):
+# one pool per process, so that a job of another family never finds the cores taken by
+# this pool's spinning worker.  attention.pyx takes it at import (fnn_sg_job_fn jobs).
+SG_POOL_RUN = PyCapsule_New(<void*>fnn_sg_pool_run, b"fastnn.sg_pool_run", NULL) \
+    if FNN_SG_POOL else None
 
 
 cdef void _small_part(const float* x, const float* xt, const float* B, bint packed,

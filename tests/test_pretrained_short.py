@@ -80,6 +80,38 @@ def test_short_varlen_attention_same_bits_any_thread_count(restore_threads):
         np.testing.assert_array_equal(o, outs[0])
 
 
+def test_short_varlen_attention_one_sentence_on_the_gemm_pool(restore_threads):
+    """One sentence's heads (batch 1) run on the dense family's thread pool where it is
+    built (one pool per process: attention between a sentence's GEMMs finds its worker
+    spinning, not an OpenMP team that would need that core): the same bits on 1 and 2
+    threads, also from two Python threads at once (one finds the pool busy and runs alone)."""
+    import threading
+    from fastnn.cpu import compiled_modules
+    mods = {m.__name__.rsplit(".", 1)[-1]: m for m in compiled_modules()}
+    assert mods["attention"].SHORT_ATTENTION_POOL == mods["dense"].SMALL_GEMM_POOL
+    rng = np.random.default_rng(8)
+    lens = np.array([25])
+    q, k, v = _qkv(rng, 25, 12, 32, 32)
+    z = np.zeros(1, np.int64)
+    fastnn.set_num_threads(1)
+    want, ref = _both(q, k, v, z, lens, z, lens, 12)
+    np.testing.assert_allclose(want, ref, rtol=2e-5, atol=2e-6)
+    fastnn.set_num_threads(2)
+    np.testing.assert_array_equal(_both(q, k, v, z, lens, z, lens, 12)[0], want)
+    got = [None, None]
+
+    def run(i):
+        got[i] = [_both(q, k, v, z, lens, z, lens, 12)[0] for _ in range(50)]
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    for g in got:
+        for o in g:
+            np.testing.assert_array_equal(o, want)
+
+
 def test_short_varlen_attention_non_finite():
     """A NaN input makes its rows NaN (as torch); other sequences are untouched."""
     rng = np.random.default_rng(6)
