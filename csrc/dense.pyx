@@ -448,13 +448,27 @@ ctypedef struct _SGJob:
     int act
 
 
+cdef inline Py_ssize_t _guided(Py_ssize_t P, Py_ssize_t q, Py_ssize_t n) noexcept nogil:
+    """First panel of range q of n when range i holds ~ (n - i) shares of P panels."""
+    return P * (q * n - q * (q - 1) // 2) // (n * (n + 1) // 2)
+
+
 cdef void _sg_job_chunk(void* arg, int c) noexcept nogil:
-    """Chunk c of a pooled small GEMM: row block c // bn, panel range c % bn."""
+    """Chunk c of a pooled small GEMM: row block c // bn, panel range c % bn.  A single row
+    block's ranges shrink (guided): they are claimed in order, so the last to finish is a
+    small one and the other thread waits less at the end of every GEMM."""
     cdef _SGJob* j = <_SGJob*>arg
     cdef Py_ssize_t i = c // j.bn, q = c % j.bn
     cdef Py_ssize_t m0 = j.M * i // j.bm, m1 = j.M * (i + 1) // j.bm
+    cdef Py_ssize_t p0, p1
+    if j.bm == 1:
+        p0 = _guided(j.P, q, j.bn)
+        p1 = _guided(j.P, q + 1, j.bn)
+    else:
+        p0 = j.P * q // j.bn
+        p1 = j.P * (q + 1) // j.bn
     _small_part(j.x + m0 * j.K, j.xt, j.B, j.packed, j.bias, j.y + m0 * j.N, m1 - m0, j.N,
-                j.K, j.act, j.P * q // j.bn, j.P * (q + 1) // j.bn)
+                j.K, j.act, p0, p1)
 
 
 cdef int _small_gemm(const float* x, const float* B, bint packed, const float* bias,
