@@ -243,3 +243,24 @@ def run_case(case, backend, args, kwargs, d_out, seed=0):
         if case.bwd is not None and d_out is not None:
             grads = case.bwd(ctx, d_dev)
     return to_host(out), to_host(grads)
+
+
+def in_python_threads(fn, n=2):
+    """[fn() results of thread i] for n Python threads started together (each calls fn
+    once); an exception in a thread is raised here."""
+    import threading
+    out, errs = [None] * n, []
+
+    def run(i):
+        try:
+            out[i] = fn()
+        except BaseException as e:      # re-raised in the caller
+            errs.append(e)
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    if errs:
+        raise errs[0]
+    return out

@@ -14,6 +14,7 @@ import fastnn
 import fastnn.functional as F
 from fastnn._backend import backend
 from fastnn.models import BertEncoder, SentenceEncoder
+from harness import in_python_threads
 
 TINY = dict(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
             intermediate_size=48, max_position_embeddings=24, type_vocab_size=2)
@@ -512,7 +513,6 @@ def test_small_gemm_allocation_failure_raises_memory_error(M, threads):
 def test_small_gemm_pool_from_two_python_threads_and_a_fork():
     """Batch-1 sized products on 2 threads from two Python threads at once (one gets the
     pool, the other runs alone) and in a forked child: the bits of the 1-thread run."""
-    import threading
     rng = np.random.default_rng(6)
     cpu = backend("cpu")
     pks = [(cpu.pack_linear_weight(rng.standard_normal((k, n)).astype(np.float32), True), n, k)
@@ -528,16 +528,7 @@ def test_small_gemm_pool_from_two_python_threads_and_a_fork():
         fastnn.set_num_threads(1)
         want = run()
         fastnn.set_num_threads(2)
-        got = [None, None]
-
-        def worker(i):
-            got[i] = [run() for _ in range(20)]
-        ts = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-        for g in got:
+        for g in in_python_threads(lambda: [run() for _ in range(20)]):
             for r in g:
                 for a, b in zip(r, want):
                     np.testing.assert_array_equal(a, b)

@@ -7,6 +7,7 @@ import pytest
 import fastnn
 import fastnn.functional as F
 from fastnn._backend import backend
+from harness import in_python_threads
 
 
 @pytest.fixture
@@ -85,7 +86,6 @@ def test_short_varlen_attention_one_sentence_on_the_gemm_pool(restore_threads):
     built (one pool per process: attention between a sentence's GEMMs finds its worker
     spinning, not an OpenMP team that would need that core): the same bits on 1 and 2
     threads, also from two Python threads at once (one finds the pool busy and runs alone)."""
-    import threading
     from fastnn.cpu import compiled_modules
     mods = {m.__name__.rsplit(".", 1)[-1]: m for m in compiled_modules()}
     assert mods["attention"].SHORT_ATTENTION_POOL == mods["dense"].SMALL_GEMM_POOL
@@ -98,16 +98,8 @@ def test_short_varlen_attention_one_sentence_on_the_gemm_pool(restore_threads):
     np.testing.assert_allclose(want, ref, rtol=2e-5, atol=2e-6)
     fastnn.set_num_threads(2)
     np.testing.assert_array_equal(_both(q, k, v, z, lens, z, lens, 12)[0], want)
-    got = [None, None]
-
-    def run(i):
-        got[i] = [_both(q, k, v, z, lens, z, lens, 12)[0] for _ in range(50)]
-    ts = [threading.Thread(target=run, args=(i,)) for i in range(2)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    for g in got:
+    for g in in_python_threads(lambda: [_both(q, k, v, z, lens, z, lens, 12)[0]
+                                        for _ in range(50)]):
         for o in g:
             np.testing.assert_array_equal(o, want)
 
