@@ -100,6 +100,12 @@ cdef extern from "fnn_conv.h" nogil:
                              Py_ssize_t W, Py_ssize_t O, Py_ssize_t OH, Py_ssize_t OW,
                              Py_ssize_t pt, Py_ssize_t pl, float* xp, float* dyp)
     void fnn_cv3_wgrad_reduce(const float* acc, float* dw, Py_ssize_t C, Py_ssize_t O)
+    void fnn_wg_dims(Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t* th, Py_ssize_t* tw, Py_ssize_t* We,
+                     Py_ssize_t* PH, Py_ssize_t* ldv)
+    void fnn_wg_image(const float* x, const float* U, const float* bias, float* y, Py_ssize_t C,
+                      Py_ssize_t H, Py_ssize_t W, Py_ssize_t O, Py_ssize_t OH, Py_ssize_t OW,
+                      Py_ssize_t pt, Py_ssize_t pl, float* xp, float* V, float* M,
+                      const float* zeros)
     void fnn_cv3_pad_tile(const float* x, float* xp, Py_ssize_t C, Py_ssize_t H, Py_ssize_t W,
                           Py_ssize_t We, Py_ssize_t PR, Py_ssize_t h0, Py_ssize_t pl)
     int FNN_HAVE_CVW
@@ -431,6 +437,71 @@ cdef int _wgrad_cv3(const float* x, const float* gy, float* part, Py_ssize_t nch
         free(acc)
     if failed:
         _raise_nomem(xsz + dsz + asz, sizeof(float))
+    return 0
+
+
+# ---------------------------------------------------------------- Winograd F(2x2, 3x3)
+_WINOGRAD = True    # the 3x3 stride-1 forward (and d_input) on Winograd; tests compare both
+# the padded image a thread keeps (C x PH x We floats): larger images take the direct kernel
+cdef Py_ssize_t _WG_PLANE_MAX = 1 << 24
+
+
+cdef bint _wg_ok(Geo* g):
+    """Winograd F(2x2, 3x3) for a _cv3_ok geometry: AVX-512 builds (FNN_HAVE_CVW: its GEMMs
+    are the 6 x 64 zmm tiles), the padded image within _WG_PLANE_MAX."""
+    cdef Py_ssize_t th, tw, We, PH, ldv
+    if not (_WINOGRAD and FNN_HAVE_CVW != 0 and _cv3_ok(g)):
+        return False
+    fnn_wg_dims(g.OH, g.OW, &th, &tw, &We, &PH, &ldv)
+    return g.C * PH * We <= _WG_PLANE_MAX
+
+
+cdef object _pack_wg(object weight):
+    """U[a*4 + b] = (G w G^T)[o, c, a, b] (computed in double), each (O, C) matrix packed
+    for the tap-list kernel (one tap): blocks of 6 output channels (then 4) at (c, r)."""
+    cdef Py_ssize_t O = weight.shape[0], C = weight.shape[1], o6 = fnn_cv3_o6(weight.shape[0])
+    G = np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]])
+    u = np.matmul(np.matmul(G, np.asarray(weight, np.float64)), G.T)     # (O, C, 4, 4)
+    u = u.reshape(O, C, 16).transpose(2, 0, 1)                           # (16, O, C)
+    parts = []
+    if o6 > 0:
+        parts.append(u[:, :o6].reshape(16, o6 // 6, 6, C).transpose(0, 1, 3, 2).reshape(16, -1))
+    if O > o6:
+        parts.append(u[:, o6:].reshape(16, (O - o6) // 4, 4, C).transpose(0, 1, 3, 2).reshape(16, -1))
+    return np.ascontiguousarray(np.concatenate(parts, axis=1), dtype=np.float32)
+
+
+cdef int _fwd_wg(const float* x, const float* U, const float* b, const float* zeros, float* y,
+                 Geo* g, int nt) except -1 nogil:
+    """Every image through fnn_wg_image (images over nt threads; an image's result depends
+    on nothing else)."""
+    cdef Py_ssize_t n, th, tw, We, PH, ldv
+    fnn_wg_dims(g.OH, g.OW, &th, &tw, &We, &PH, &ldv)
+    cdef Py_ssize_t xsz = g.C * PH * We + 64, vsz = 16 * g.C * ldv + 64
+    cdef Py_ssize_t msz = 16 * g.O * ldv + 64
+    cdef Py_ssize_t xs = g.C * g.H * g.W, ys = g.O * g.OH * g.OW
+    cdef float* xp = NULL
+    cdef float* V = NULL
+    cdef float* M = NULL
+    cdef int failed = 0
+    with nogil, parallel(num_threads=nt):
+        xp = <float*>fnn_alloc(xsz, sizeof(float))
+        V = <float*>fnn_alloc(vsz, sizeof(float))
+        M = <float*>fnn_alloc(msz, sizeof(float))
+        if xp == NULL or V == NULL or M == NULL:
+            fnn_flag_set(&failed)
+        else:   # lanes past a chunk's last tile are computed and dropped: keep them finite
+            memset(V, 0, vsz * sizeof(float))
+            memset(M, 0, msz * sizeof(float))
+        for n in prange(g.N, schedule="dynamic", chunksize=1):
+            if xp != NULL and V != NULL and M != NULL:
+                fnn_wg_image(x + n * xs, U, b, y + n * ys, g.C, g.H, g.W, g.O, g.OH, g.OW,
+                             g.pt, g.pl, xp, V, M, zeros)
+        free(xp)
+        free(V)
+        free(M)
+    if failed:
+        _raise_nomem(xsz + vsz + msz, sizeof(float))
     return 0
 
 
@@ -1220,7 +1291,18 @@ cdef _conv_fwd_call(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, 
     cdef cnp.ndarray ap
     cdef const float* px
     cdef const float* pa
+    cdef const float* pz
     cdef float* py
+    if f32 and _wg_ok(g):
+        ap = _pack_wg(weight)
+        zeros = np.zeros(g.O, dtype=np.float32)
+        px = <const float*>_data(x, _xsize(g), F32)
+        pa = <const float*>_data(ap, 16 * g.O * g.C, F32)
+        pz = <const float*>_data(zeros, g.O, F32)
+        py = <float*>_data(y, _ysize(g), F32)
+        with nogil:
+            _fwd_wg(px, pa, <const float*>pb if pb != NULL else pz, pz, py, g, nt)
+        return
     if f32 and _cv3_ok(g):
         # weights packed for the direct kernel, by blocks of 6 then 4 output channels:
         # block [o0, o0 + m) holds w[o0 + r, c, i, j] at (c, i*3 + j, r)
