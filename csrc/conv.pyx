@@ -106,6 +106,9 @@ cdef extern from "fnn_conv.h" nogil:
                       Py_ssize_t H, Py_ssize_t W, Py_ssize_t O, Py_ssize_t OH, Py_ssize_t OW,
                       Py_ssize_t pt, Py_ssize_t pl, float* xp, float* V, float* M,
                       const float* zeros)
+    void fnn_wg_wgrad_image(const float* x, const float* dy, float* dU, Py_ssize_t C, Py_ssize_t H,
+                            Py_ssize_t W, Py_ssize_t O, Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t pt,
+                            Py_ssize_t pl, float* xp, float* V, float* D, float* Dt)
     void fnn_cv3_pad_tile(const float* x, float* xp, Py_ssize_t C, Py_ssize_t H, Py_ssize_t W,
                           Py_ssize_t We, Py_ssize_t PR, Py_ssize_t h0, Py_ssize_t pl)
     int FNN_HAVE_CVW
@@ -503,6 +506,63 @@ cdef int _fwd_wg(const float* x, const float* U, const float* b, const float* ze
     if failed:
         _raise_nomem(xsz + vsz + msz, sizeof(float))
     return 0
+
+
+cdef bint _wg_wgrad_ok(Geo* g, Py_ssize_t nch):
+    """d_weight on the Winograd transforms (fnn_wg_wgrad_image): a _wg_ok geometry with
+    input channels of 4 and output channels of 16 (fnn_cvw_run's blocks), the 16 x C x O
+    partials of the nch chunks within 64 MiB."""
+    return (_wg_ok(g) and g.C % 4 == 0 and g.O % 16 == 0
+            and nch * 16 * g.C * g.O * 4 <= (64 << 20))
+
+
+cdef int _wgrad_wg(const float* x, const float* gy, float* part, Py_ssize_t nch, Py_ssize_t per,
+                   Geo* g, int nt) except -1 nogil:
+    """Chunk ch sums dU over images [ch*per, ...) (image order) into part[ch] (16 x C x O,
+    zeroed by the caller)."""
+    cdef Py_ssize_t ch, n, n1, th, tw, We, PH, ldv
+    fnn_wg_dims(g.OH, g.OW, &th, &tw, &We, &PH, &ldv)
+    cdef Py_ssize_t xsz = g.C * PH * We + 64, vsz = 16 * g.C * ldv + 64
+    cdef Py_ssize_t dsz = 16 * g.O * ldv + 64, usz = 16 * g.C * g.O
+    cdef Py_ssize_t xs = g.C * g.H * g.W, ys = g.O * g.OH * g.OW
+    cdef float* xp = NULL
+    cdef float* V = NULL
+    cdef float* D = NULL
+    cdef float* Dt = NULL
+    cdef int failed = 0
+    with nogil, parallel(num_threads=nt):
+        xp = <float*>fnn_alloc(xsz, sizeof(float))
+        V = <float*>fnn_alloc(vsz, sizeof(float))
+        D = <float*>fnn_alloc(dsz, sizeof(float))
+        Dt = <float*>fnn_alloc(dsz, sizeof(float))
+        if xp == NULL or V == NULL or D == NULL or Dt == NULL:
+            fnn_flag_set(&failed)
+        else:   # lanes past a chunk's last tile are transformed and never summed
+            memset(V, 0, vsz * sizeof(float))
+            memset(D, 0, dsz * sizeof(float))
+        for ch in prange(nch, schedule="dynamic", chunksize=1):
+            if xp == NULL or V == NULL or D == NULL or Dt == NULL:
+                continue
+            n1 = ch * per + per
+            if n1 > g.N:
+                n1 = g.N
+            for n in range(ch * per, n1):
+                fnn_wg_wgrad_image(x + n * xs, gy + n * ys, part + ch * usz, g.C, g.H, g.W,
+                                   g.O, g.OH, g.OW, g.pt, g.pl, xp, V, D, Dt)
+        free(xp)
+        free(V)
+        free(D)
+        free(Dt)
+    if failed:
+        _raise_nomem(xsz + vsz + 2 * dsz, sizeof(float))
+    return 0
+
+
+cdef object _unpack_wg_grad(object du, Py_ssize_t O, Py_ssize_t C):
+    """dw = G^T dU G (double) from the summed partials du (16, C, O)."""
+    G = np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]])
+    u = np.asarray(du, np.float64).reshape(4, 4, C, O).transpose(3, 2, 0, 1)   # (O, C, 4, 4)
+    return np.matmul(np.matmul(G.T, u), G)
 
 
 # ---------------------------------------------------------------- direct kernels, any taps
@@ -1364,6 +1424,7 @@ cdef tuple _grads(object x_or_none, tuple x_shape, cnp.ndarray weight, cnp.ndarr
     cdef const float* px
     cdef const float* pdy
     cdef float* ppart
+    wg_dw = None
     if want_dx or _depthwise(&g):
         dx = np.empty(x_shape, dtype=dy.dtype)
     # d_input alone reads no input: anything of the right dtype stands in for it (the
@@ -1404,6 +1465,14 @@ cdef tuple _grads(object x_or_none, tuple x_shape, cnp.ndarray weight, cnp.ndarr
         # the direct d_weight keeps 8 lanes per weight per thread: not for huge layers
         if not want_dw and tdx:
             pass
+        elif want_dw and f32 and tdx and _wg_wgrad_ok(&g, nch):
+            part = np.zeros((nch, 16, g.C, g.O), dtype=np.float32)
+            px = <const float*>_data(x, _xsize(&g), F32)
+            pdy = <const float*>_data(dy, _ysize(&g), F32)
+            ppart = <float*>_data(part, nch * 16 * g.C * g.O, F32)
+            with nogil:
+                _wgrad_wg(px, pdy, ppart, nch, per, &g, nt)
+            wg_dw = _unpack_wg_grad(_sum_parts(part), g.O, g.C).astype(dy.dtype)
         elif want_dw and f32 and tdx and _cv3_ok(&g) and g.O * g.C * 72 * 4 <= (16 << 20):
             px = <const float*>_data(x, _xsize(&g), F32)
             pdy = <const float*>_data(dy, _ysize(&g), F32)
@@ -1415,7 +1484,9 @@ cdef tuple _grads(object x_or_none, tuple x_shape, cnp.ndarray weight, cnp.ndarr
                 _conv_bwd_call(x, weight, dy, None if tdx else dx, part, nch, per, &g, nt, f32)
         else:
             _conv_bwd_call(x, weight, dy, None if tdx else dx, part, nch, per, &g, nt, f32)
-        if want_dw:
+        if wg_dw is not None:
+            dw = wg_dw
+        elif want_dw:
             dw = part[0] if nch == 1 else _sum_parts(part).astype(dy.dtype)
     if has_bias:
         db = _bias_grad(dy) if pdb != NULL else _sum_parts(dbp).astype(dy.dtype)

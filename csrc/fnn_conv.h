@@ -532,6 +532,81 @@ static inline void fnn_wg_image(const float* restrict x, const float* restrict U
         fnn_wg_out(M, ldv, O, bias, OH, OW, tw, t0, t1, y);
     }
 }
+
+/* d_weight on the same transforms: with Z = U . V the pre-output of a tile (y = A^T Z A),
+ * dU[xi] = sum over tiles of (A dy A^T)[xi] * V[xi] and dw = G^T dU G (the caller does
+ * the last step, in double, after summing the partials).  Per chunk of tiles: V as the
+ * forward (fnn_wg_in), the output gradient's transform D[xi, o, p] (dy's 2 x 2 tiles, zero
+ * past OH / OW), D transposed by 16 x 16 blocks into Dt[xi, p, o], and per xi the GEMM
+ * dU[xi, c, o] += sum_p V[xi, c, p] Dt[xi, p, o] on fnn_cvw_run (16 taps; C % 4 == 0,
+ * O % 16 == 0).  The sum per weight runs over the chunks' tiles in order. */
+static inline void fnn_wg_dy(const float* restrict dy, ptrdiff_t O, ptrdiff_t OH, ptrdiff_t OW,
+                             ptrdiff_t tw, ptrdiff_t t0, ptrdiff_t t1, float* restrict D,
+                             ptrdiff_t ldv) {
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    for (ptrdiff_t ty = t0 / tw; ty * tw < t1; ++ty) {
+        ptrdiff_t xa = t0 - ty * tw > 0 ? t0 - ty * tw : 0;
+        ptrdiff_t xb = t1 - ty * tw < tw ? t1 - ty * tw : tw;
+        for (ptrdiff_t tx = xa; tx < xb; tx += 16) {
+            ptrdiff_t nl = xb - tx < 16 ? xb - tx : 16, p = ty * tw + tx - t0;
+            ptrdiff_t nc = OW - 2 * tx < 2 * nl ? OW - 2 * tx : 2 * nl;
+            __mmask16 mlo = (__mmask16)(nc >= 16 ? 0xffffu : (1u << nc) - 1);
+            __mmask16 mhi = (__mmask16)(nc <= 16 ? 0u : nc >= 32 ? 0xffffu : (1u << (nc - 16)) - 1);
+            int two = 2 * ty + 1 < OH;
+            const ptrdiff_t xs = O * ldv;
+            for (ptrdiff_t o = 0; o < O; ++o) {
+                const float* g = dy + (o * OH + 2 * ty) * OW + 2 * tx;
+                __m512 l = _mm512_maskz_loadu_ps(mlo, g), h = _mm512_maskz_loadu_ps(mhi, g + 16);
+                __m512 g00 = _mm512_permutex2var_ps(l, ev, h), g01 = _mm512_permutex2var_ps(l, od, h);
+                __m512 g10 = _mm512_setzero_ps(), g11 = _mm512_setzero_ps();
+                if (two) {
+                    l = _mm512_maskz_loadu_ps(mlo, g + OW); h = _mm512_maskz_loadu_ps(mhi, g + OW + 16);
+                    g10 = _mm512_permutex2var_ps(l, ev, h); g11 = _mm512_permutex2var_ps(l, od, h);
+                }
+                /* rows: A g = [g0; g0 + g1; g0 - g1; -g1] */
+                __m512 r[4][2];
+                r[0][0] = g00; r[0][1] = g01;
+                r[1][0] = _mm512_add_ps(g00, g10); r[1][1] = _mm512_add_ps(g01, g11);
+                r[2][0] = _mm512_sub_ps(g00, g10); r[2][1] = _mm512_sub_ps(g01, g11);
+                r[3][0] = _mm512_sub_ps(_mm512_setzero_ps(), g10);
+                r[3][1] = _mm512_sub_ps(_mm512_setzero_ps(), g11);
+                float* d = D + o * ldv + p;
+                for (int a = 0; a < 4; ++a) {   /* columns: [r0, r0 + r1, r0 - r1, -r1] */
+                    _mm512_storeu_ps(d + (4 * a) * xs, r[a][0]);
+                    _mm512_storeu_ps(d + (4 * a + 1) * xs, _mm512_add_ps(r[a][0], r[a][1]));
+                    _mm512_storeu_ps(d + (4 * a + 2) * xs, _mm512_sub_ps(r[a][0], r[a][1]));
+                    _mm512_storeu_ps(d + (4 * a + 3) * xs, _mm512_sub_ps(_mm512_setzero_ps(), r[a][1]));
+                }
+            }
+        }
+    }
+}
+
+/* One image's dU added into dU (16 x C x O); scratch as the forward plus D (16*O*ldv, may
+ * be the forward's M) and Dt (16*ldv*O).  Lanes of D past a chunk's last tile are garbage
+ * (full-vector stores): the GEMM reads positions < n only. */
+static inline void fnn_wg_wgrad_image(const float* restrict x, const float* restrict dy,
+                                      float* restrict dU, ptrdiff_t C, ptrdiff_t H, ptrdiff_t W,
+                                      ptrdiff_t O, ptrdiff_t OH, ptrdiff_t OW, ptrdiff_t pt,
+                                      ptrdiff_t pl, float* restrict xp, float* restrict V,
+                                      float* restrict D, float* restrict Dt) {
+    ptrdiff_t th, tw, We, PH, ldv, T, aoff[16], boff[16];
+    fnn_wg_dims(OH, OW, &th, &tw, &We, &PH, &ldv);
+    T = th * tw;
+    for (int k = 0; k < 16; ++k) { aoff[k] = k * C * ldv; boff[k] = k * ldv * O; }
+    fnn_cv3_pad_tile(x, xp, C, H, W, We, PH, -pt, pl);
+    for (ptrdiff_t t0 = 0; t0 < T; t0 += FNN_WG_TB) {
+        ptrdiff_t t1 = t0 + FNN_WG_TB < T ? t0 + FNN_WG_TB : T, n = t1 - t0;
+        fnn_wg_in(xp, C, PH, We, tw, t0, t1, V, ldv);
+        fnn_wg_dy(dy, O, OH, OW, tw, t0, t1, D, ldv);
+        for (int k = 0; k < 16; ++k)
+            for (ptrdiff_t p0 = 0; p0 < n; p0 += 16)
+                for (ptrdiff_t o0 = 0; o0 < O; o0 += 16)
+                    fnn_cvw_t16(D + (k * O + o0) * ldv + p0, ldv, Dt + (k * ldv + p0) * O + o0, O);
+        fnn_cvw_run(V, ldv, 0, aoff, Dt, O, 0, boff, 16, 1, n, C, O, dU);
+    }
+}
 #else
 #define FNN_CVD_PC 128
 static inline void fnn_cvd_run(const float* restrict Ap, const float* restrict xp,
@@ -736,5 +811,9 @@ static inline void fnn_wg_image(const float* x, const float* U, const float* bia
                                 ptrdiff_t C, ptrdiff_t H, ptrdiff_t W, ptrdiff_t O, ptrdiff_t OH,
                                 ptrdiff_t OW, ptrdiff_t pt, ptrdiff_t pl, float* xp, float* V,
                                 float* M, const float* zeros) {}
+static inline void fnn_wg_wgrad_image(const float* x, const float* dy, float* dU, ptrdiff_t C,
+                                      ptrdiff_t H, ptrdiff_t W, ptrdiff_t O, ptrdiff_t OH,
+                                      ptrdiff_t OW, ptrdiff_t pt, ptrdiff_t pl, float* xp,
+                                      float* V, float* D, float* Dt) {}
 #endif
 #endif
