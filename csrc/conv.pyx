@@ -449,6 +449,19 @@ _WINOGRAD = True    # the 3x3 stride-1 forward (and d_input) on Winograd; tests 
 cdef Py_ssize_t _WG_PLANE_MAX = 1 << 24
 
 
+def _set_wg_plane_max(Py_ssize_t n):
+    """Tests: the Winograd path's padded-image size limit (elements); returns the previous one."""
+    global _WG_PLANE_MAX
+    old = _WG_PLANE_MAX
+    _WG_PLANE_MAX = n
+    return old
+
+
+def _winograd_built():
+    """Whether this build has the Winograd 3x3 path (AVX-512 builds)."""
+    return FNN_HAVE_CVW != 0
+
+
 cdef bint _wg_ok(Geo* g):
     """Winograd F(2x2, 3x3) for a _cv3_ok geometry: AVX-512 builds (FNN_HAVE_CVW: its GEMMs
     are the 6 x 64 zmm tiles), the padded image within _WG_PLANE_MAX."""
