@@ -845,6 +845,40 @@ cdef _rows_fwd_direct(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y
     _run_direct(x, ap, toff, runs, pb, y, &d, g.N * g.O * g.OW * g.C * g.kw)
 
 
+cdef bint _taps_direct_ok(Geo* g):
+    """Any other stride-1 conv2d (not 1x1; e.g. 5x5, dilated 3x3, 1x3 / 3x1) through the
+    tap-list kernel: float32 (the caller checks), AVX-512 builds (the 6 x 64 zmm tiles),
+    groups 1, output channels a multiple of 4.  One run of kH*kW taps over each image's
+    zero-padded planes, tap (i, j) at offset i*dH*We + j*dW; each thread keeps one padded
+    image and its result (O x OH*We), each within _ROW_PLANE_MAX elements."""
+    cdef Py_ssize_t We = g.OW + g.dw * (g.kw - 1), PR = g.OH + g.dh * (g.kh - 1)
+    return (_DIRECT and FNN_HAVE_CVW != 0 and g.G == 1 and g.O >= 4 and g.O % 4 == 0
+            and g.sh == 1 and g.sw == 1 and not _is_1x1(g) and g.C >= 1
+            and g.C * PR * We <= _ROW_PLANE_MAX and g.O * (g.OH * We + 16) <= _ROW_PLANE_MAX)
+
+
+cdef _taps_fwd_direct(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, Geo* g):
+    """y = conv2d(x) for _taps_direct_ok shapes (xp[c, a, b] = x[c, a - pt, b - pl])."""
+    cdef DPlan d
+    cdef Py_ssize_t reach = g.dw * (g.kw - 1)
+    d.N = g.N; d.Cs = g.C; d.Hs = g.H; d.Ws = g.W
+    d.We = g.OW + reach
+    d.top = g.pt; d.left = g.pl; d.PR = g.OH + g.dh * (g.kh - 1)
+    d.Ct = g.C; d.cg = g.C
+    d.O = g.O; d.OH = g.OH; d.OW = g.OW; d.Sh = 1; d.Sw = 1
+    d.nrun = 1
+    d.yout = False
+    d.ldc = (g.OH * d.We + 15) // 16 * 16
+    d.slack = _slack_rows(reach, d.We)
+    d.pg = NULL
+    zeros = np.zeros(g.O, dtype=np.float32)
+    d.zeros = <const float*>_data(zeros, g.O, F32)
+    ap = _pack_direct((<object>weight).reshape(g.O, g.C, g.kh * g.kw))
+    toff = [i * g.dh * d.We + j * g.dw for i in range(g.kh) for j in range(g.kw)]
+    runs = [[0, 0, g.kh * g.kw, g.OH, g.OW, 0, 0, 0]]
+    _run_direct(x, ap, toff, runs, pb, y, &d, g.N * g.O * g.OH * g.OW * g.C * g.kh * g.kw)
+
+
 cdef int _fwd_gemm(const real* x, const real* w, const real* wr, const real* b, real* y,
                    Geo* g, int nt) except -1 nogil:
     cdef Py_ssize_t n, csize = g.C * g.kh * g.kw * _tile_rows(g) * g.OW
@@ -981,10 +1015,59 @@ cdef void _wgrad_rows_chunk(const real* x, const real* gy, real* dw_part, Py_ssi
                 dw_part[(o * Kr + k) * g.kw + j] = acc[(j * g.O + o) * Kr + k]
 
 
+cdef inline bint _wgrad_taps_ok(Geo* g, real* dx) noexcept nogil:
+    """d_weight alone of another stride-1 conv2d (not 1x1, more than one output row) on the
+    direct d_weight kernel (float32, AVX-512 builds): groups 1, input channels of 16,
+    output channels of 4, up to 64 taps, the padded image within _ROW_PLANE_MAX."""
+    cdef Py_ssize_t We = g.OW + g.dw * (g.kw - 1), PR = g.OH + g.dh * (g.kh - 1)
+    return (dx == NULL and g.direct and FNN_HAVE_CVW != 0 and g.G == 1 and g.sh == 1
+            and g.sw == 1 and not _is_1x1(g) and g.OH > 1 and g.C % 16 == 0
+            and g.O % 4 == 0 and g.kh * g.kw <= 64 and g.C * PR * We <= _ROW_PLANE_MAX)
+
+
+cdef inline Py_ssize_t _wgrad_taps_size(Geo* g) noexcept nogil:
+    cdef Py_ssize_t We = g.OW + g.dw * (g.kw - 1), PR = g.OH + g.dh * (g.kh - 1)
+    return 2 * g.C * PR * We + 64 + g.kh * g.kw * g.O * g.C
+
+
+cdef void _wgrad_taps_chunk(const real* x, const real* gy, real* dw_part, Py_ssize_t n0,
+                            Py_ssize_t n1, real* buf, Geo* g) noexcept nogil:
+    """Images [n0, n1): each image zero-padded (C x PR*We), transposed to (PR*We) x C, and
+    fnn_cvw_run sums dy (broadcast) against it for every tap (i, j) -- a shift by
+    i*dH*We + j*dW positions; the taps' sums (kH*kW, O, C) land in dw_part (O, C, kH, kW)."""
+    cdef Py_ssize_t We = g.OW + g.dw * (g.kw - 1), PR = g.OH + g.dh * (g.kh - 1)
+    cdef Py_ssize_t nt = g.kh * g.kw, xs = g.C * g.H * g.W, ys = g.O * g.OH * g.OW
+    cdef Py_ssize_t n, i, j, o, c, P = PR * We
+    cdef Py_ssize_t aoff[64]
+    cdef Py_ssize_t boff[64]
+    cdef float* xp
+    cdef float* xt
+    cdef float* acc
+    if real is float:
+        xp = buf
+        xt = buf + g.C * P + 32
+        acc = xt + P * g.C + 32
+        for i in range(g.kh):
+            for j in range(g.kw):
+                aoff[i * g.kw + j] = 0
+                boff[i * g.kw + j] = (i * g.dh * We + j * g.dw) * g.C
+        memset(acc, 0, nt * g.O * g.C * sizeof(float))
+        for n in range(n0, n1):
+            fnn_cv3_pad_tile(x + n * xs, xp, g.C, g.H, g.W, We, PR, -g.pt, g.pl)
+            fnn_cvw_transpose(xp, xt, g.C, P, P, 0)
+            fnn_cvw_run(gy + n * ys, g.OH * g.OW, g.OW, aoff, xt, g.C, We * g.C, boff, nt,
+                        g.OH, g.OW, g.O, g.C, acc)
+        for o in range(g.O):
+            for c in range(g.C):
+                for i in range(nt):
+                    dw_part[(o * g.C + c) * nt + i] = acc[(i * g.O + o) * g.C + c]
+
+
 cdef enum:
     _CH_BWD = 0        # conv2d backward: _bwd_chunk (d_input and/or d_weight)
     _CH_WROWS = 1      # conv1d's d_weight alone by column tap: _wgrad_rows_chunk
     _CH_TBWD = 2       # conv_transpose2d backward, one pass: _tbwd_chunk
+    _CH_WTAPS = 3      # stride-1 conv2d's d_weight alone, direct: _wgrad_taps_chunk
 
 
 cdef inline void _run_chunk(int mode, const real* x, const real* w, const real* gy, real* dx,
@@ -992,6 +1075,8 @@ cdef inline void _run_chunk(int mode, const real* x, const real* w, const real* 
                             Geo* g) noexcept nogil:
     if mode == _CH_WROWS:
         _wgrad_rows_chunk(x, gy, dw, n0, n1, col, g)
+    elif mode == _CH_WTAPS:
+        _wgrad_taps_chunk(x, gy, dw, n0, n1, col, g)
     elif mode == _CH_TBWD:
         _tbwd_chunk(x, w, gy, dx, dw, n0, n1, col, g)
     else:
@@ -1013,6 +1098,8 @@ cdef int _chunked(int mode, const real* x, const real* w, const real* gy, real* 
         csize = g.C * g.kh * (g.OW + g.dw * (g.kw - 1)) + g.kw * g.O * g.Cg * g.kh
     elif mode == _CH_TBWD:
         csize = _tbwd_col_size(g)
+    elif mode == _CH_WTAPS:
+        csize = _wgrad_taps_size(g)
     if nt > 1:
         with parallel(num_threads=nt):
             col = <real*>fnn_alloc(csize * sizeof(real) + 64, 1)
@@ -1046,6 +1133,9 @@ cdef int _chunked(int mode, const real* x, const real* w, const real* gy, real* 
 cdef int _bwd_gemm(const real* x, const real* w, const real* gy, real* dx, real* dw_part,
                    Py_ssize_t nch, Py_ssize_t per, Geo* g, int nt) except -1 nogil:
     cdef int mode = _CH_WROWS if dw_part != NULL and _wgrad_rows_ok(g, dx) else _CH_BWD
+    if real is float:
+        if mode == _CH_BWD and dw_part != NULL and _wgrad_taps_ok(g, dx):
+            mode = _CH_WTAPS
     return _chunked(mode, x, w, gy, dx, dw_part, nch, per, g, nt)
 
 
@@ -1388,6 +1478,9 @@ cdef _conv_fwd_call(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, 
         return
     if f32 and _rows_direct_ok(g):
         _rows_fwd_direct(x, weight, pb, y, g)
+        return
+    if f32 and _taps_direct_ok(g):
+        _taps_fwd_direct(x, weight, pb, y, g)
         return
     # weights by column tap for the row-im2col path: wr[j, o, c*kH + i] = w[o, c, i, j]
     cdef cnp.ndarray wr = np.ascontiguousarray(
