@@ -33,6 +33,18 @@
 #     kernel (one channel group per phase) and d_weight on fnn_cvw_run (the planes
 #     broadcast against x transposed).  32x256x1024 -> 256 k3, one thread: forward 139 ->
 #     119 ms, backward 284 -> 250 ms; 16x64x28x28 -> 32 k4 s2 p1: backward 22.6 -> 18.9 ms.
+#   * AVX-512 builds (session 7): conv2d 3x3 stride 1 (groups 1, O % 4 == 0) on Winograd
+#     F(2x2, 3x3) (fnn_wg_* in fnn_conv.h): per image the input zero-padded once, then
+#     chunks of 64 2x2 output tiles -- the input transform (16 tiles per vector), 16 GEMMs
+#     (one per transform position) on the tap-list kernel's 6 x 64 tiles, the output
+#     transform + bias straight into y: 16 products per tile and channel pair instead of
+#     36.  d_input (the forward of the flipped weights) runs on it too, and d_weight
+#     (C % 4 == 0, O % 16 == 0) on the same transforms: dU[xi] = sum over tiles of
+#     (A dy A^T)[xi] * V[xi] on fnn_cvw_run, dw = G^T dU G in double after the chunk
+#     partials.  16x64x56x56 -> 64, one thread: forward 36.8 -> 22.5 ms, fwd+bwd 114 ->
+#     71 ms (torch 35 / 113).  Other stride-1 conv2d (5x5, dilated, 1x3 / 3x1, ...): forward
+#     and d_input as one run of kH*kW taps on the tap-list kernel over the padded image,
+#     d_weight (C % 16 == 0) on fnn_cvw_run against the padded image transposed.
 #   * backward with stride 1: d_input is the forward convolution of dy with the flipped,
 #     transposed weights (padding dilation*(k-1) - padding), so it runs on the forward
 #     kernels above instead of d_col GEMM + col2im.

@@ -6,7 +6,8 @@
  *     its d_weight, and the tap-list kernel (conv_transpose2d's output phases) -- with
  *     6 x 16 register tiles (6 output channels x 16 positions, 12 accumulators; 4 x 16
  *     for the last output channels); AVX-512 builds: 6 x 64 zmm tiles, and the direct
- *     d_weight kernel (fnn_cvw_run) of conv1d and conv_transpose2d.
+ *     d_weight kernel (fnn_cvw_run) of conv1d, conv_transpose2d and stride-1 conv2d,
+ *     and Winograd F(2x2, 3x3) (fnn_wg_*) for the 3x3 stride-1 conv2d.
  * The conv family's sums are in fnn_reduce.h (fnn_cv_*), pooling in fnn_pool.h, the window
  * arithmetic the conv and pool families share in fnn_window.pxi. */
 #ifndef FNN_CONV_H
