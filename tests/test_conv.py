@@ -592,3 +592,25 @@ def test_conv2d_stride1_taps_direct_equals_the_gemm_path_and_torch(geo, plane_li
         for a, e in zip(got, want):
             assert a.shape == e.shape and a.dtype == np.float32
             np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())
+
+
+def test_bench_conv3x3_rows_count_the_arithmetic_done():
+    """fastnn bench's conv2d 3x3 rows (16x64x56x56 -> 64) count the multiply-adds the
+    loaded kernels do: Winograd F(2x2, 3x3)'s 16 per 2 x 2 tile and channel pair where it
+    runs (AVX-512 builds), the direct 9 per output and channel pair elsewhere -- so the
+    row's share of sgemm never counts work that was not done."""
+    import importlib
+    import fastnn._backend
+    from fastnn.bench import conv as bench_conv
+    conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
+    rows = {c.op: c for c in bench_conv.cases() if c.op.startswith("conv2d 3x3")}
+    direct = 2.0 * 16 * 64 * 56 * 56 * 64 * 9
+    wino = 2.0 * 16 * 64 * 64 * 16 * 28 * 28
+    want = wino if conv._winograd_built() else direct
+    assert rows["conv2d 3x3 fwd"].flops == want
+    assert rows["conv2d 3x3 fwd+bwd"].flops == 3 * want
+    conv._WINOGRAD = False
+    try:
+        assert bench_conv.cases()[0].flops == direct
+    finally:
+        conv._WINOGRAD = True
