@@ -33,6 +33,18 @@
 #     kernel (one channel group per phase) and d_weight on fnn_cvw_run (the planes
 #     broadcast against x transposed).  32x256x1024 -> 256 k3, one thread: forward 139 ->
 #     119 ms, backward 284 -> 250 ms; 16x64x28x28 -> 32 k4 s2 p1: backward 22.6 -> 18.9 ms.
+#   * AVX-512 builds (session 7): conv2d 3x3 stride 1 (groups 1, O % 4 == 0) on Winograd
+#     F(2x2, 3x3) (fnn_wg_* in fnn_conv.h): per image the input zero-padded once, then
+#     chunks of 64 2x2 output tiles -- the input transform (16 tiles per vector), 16 GEMMs
+#     (one per transform position) on the tap-list kernel's 6 x 64 tiles, the output
+#     transform + bias straight into y: 16 products per tile and channel pair instead of
+#     36.  d_input (the forward of the flipped weights) runs on it too, and d_weight
+#     (C % 4 == 0, O % 16 == 0) on the same transforms: dU[xi] = sum over tiles of
+#     (A dy A^T)[xi] * V[xi] on fnn_cvw_run, dw = G^T dU G in double after the chunk
+#     partials.  16x64x56x56 -> 64, one thread: forward 36.8 -> 22.5 ms, fwd+bwd 114 ->
+#     71 ms (torch 35 / 113).  Other stride-1 conv2d (5x5, dilated, 1x3 / 3x1, ...): forward
+#     and d_input as one run of kH*kW taps on the tap-list kernel over the padded image,
+#     d_weight (C % 16 == 0) on fnn_cvw_run against the padded image transposed.
 #   * backward with stride 1: d_input is the forward convolution of dy with the flipped,
 #     transposed weights (padding dilation*(k-1) - padding), so it runs on the forward
 #     kernels above instead of d_col GEMM + col2im.
@@ -100,6 +112,15 @@ cdef extern from "fnn_conv.h" nogil:
                              Py_ssize_t W, Py_ssize_t O, Py_ssize_t OH, Py_ssize_t OW,
                              Py_ssize_t pt, Py_ssize_t pl, float* xp, float* dyp)
     void fnn_cv3_wgrad_reduce(const float* acc, float* dw, Py_ssize_t C, Py_ssize_t O)
+    void fnn_wg_dims(Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t* th, Py_ssize_t* tw, Py_ssize_t* We,
+                     Py_ssize_t* PH, Py_ssize_t* ldv)
+    void fnn_wg_image(const float* x, const float* U, const float* bias, float* y, Py_ssize_t C,
+                      Py_ssize_t H, Py_ssize_t W, Py_ssize_t O, Py_ssize_t OH, Py_ssize_t OW,
+                      Py_ssize_t pt, Py_ssize_t pl, float* xp, float* V, float* M,
+                      const float* zeros)
+    void fnn_wg_wgrad_image(const float* x, const float* dy, float* dU, Py_ssize_t C, Py_ssize_t H,
+                            Py_ssize_t W, Py_ssize_t O, Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t pt,
+                            Py_ssize_t pl, float* xp, float* V, float* D, float* Dt)
     void fnn_cv3_pad_tile(const float* x, float* xp, Py_ssize_t C, Py_ssize_t H, Py_ssize_t W,
                           Py_ssize_t We, Py_ssize_t PR, Py_ssize_t h0, Py_ssize_t pl)
     int FNN_HAVE_CVW
@@ -434,6 +455,141 @@ cdef int _wgrad_cv3(const float* x, const float* gy, float* part, Py_ssize_t nch
     return 0
 
 
+# ---------------------------------------------------------------- Winograd F(2x2, 3x3)
+_WINOGRAD = True    # the 3x3 stride-1 forward (and d_input) on Winograd; tests compare both
+# the padded image a thread keeps (C x PH x We floats): larger images take the direct kernel
+cdef Py_ssize_t _WG_PLANE_MAX = 1 << 24
+
+
+def _set_wg_plane_max(Py_ssize_t n):
+    """Tests: the Winograd path's padded-image size limit (elements); returns the previous one."""
+    global _WG_PLANE_MAX
+    old = _WG_PLANE_MAX
+    _WG_PLANE_MAX = n
+    return old
+
+
+def _winograd_built():
+    """Whether this build has the Winograd 3x3 path (AVX-512 builds)."""
+    return FNN_HAVE_CVW != 0
+
+
+cdef bint _wg_ok(Geo* g):
+    """Winograd F(2x2, 3x3) for a _cv3_ok geometry: AVX-512 builds (FNN_HAVE_CVW: its GEMMs
+    are the 6 x 64 zmm tiles), the padded image within _WG_PLANE_MAX."""
+    cdef Py_ssize_t th, tw, We, PH, ldv
+    if not (_WINOGRAD and FNN_HAVE_CVW != 0 and _cv3_ok(g)):
+        return False
+    fnn_wg_dims(g.OH, g.OW, &th, &tw, &We, &PH, &ldv)
+    return g.C * PH * We <= _WG_PLANE_MAX
+
+
+cdef object _pack_wg(object weight):
+    """U[a*4 + b] = (G w G^T)[o, c, a, b] (computed in double), each (O, C) matrix packed
+    for the tap-list kernel (one tap): blocks of 6 output channels (then 4) at (c, r)."""
+    cdef Py_ssize_t O = weight.shape[0], C = weight.shape[1], o6 = fnn_cv3_o6(weight.shape[0])
+    G = np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]])
+    u = np.matmul(np.matmul(G, np.asarray(weight, np.float64)), G.T)     # (O, C, 4, 4)
+    u = u.reshape(O, C, 16).transpose(2, 0, 1)                           # (16, O, C)
+    parts = []
+    if o6 > 0:
+        parts.append(u[:, :o6].reshape(16, o6 // 6, 6, C).transpose(0, 1, 3, 2).reshape(16, -1))
+    if O > o6:
+        parts.append(u[:, o6:].reshape(16, (O - o6) // 4, 4, C).transpose(0, 1, 3, 2).reshape(16, -1))
+    return np.ascontiguousarray(np.concatenate(parts, axis=1), dtype=np.float32)
+
+
+cdef int _fwd_wg(const float* x, const float* U, const float* b, const float* zeros, float* y,
+                 Geo* g, int nt) except -1 nogil:
+    """Every image through fnn_wg_image (images over nt threads; an image's result depends
+    on nothing else)."""
+    cdef Py_ssize_t n, th, tw, We, PH, ldv
+    fnn_wg_dims(g.OH, g.OW, &th, &tw, &We, &PH, &ldv)
+    cdef Py_ssize_t xsz = g.C * PH * We + 64, vsz = 16 * g.C * ldv + 64
+    cdef Py_ssize_t msz = 16 * g.O * ldv + 64
+    cdef Py_ssize_t xs = g.C * g.H * g.W, ys = g.O * g.OH * g.OW
+    cdef float* xp = NULL
+    cdef float* V = NULL
+    cdef float* M = NULL
+    cdef int failed = 0
+    with nogil, parallel(num_threads=nt):
+        xp = <float*>fnn_alloc(xsz, sizeof(float))
+        V = <float*>fnn_alloc(vsz, sizeof(float))
+        M = <float*>fnn_alloc(msz, sizeof(float))
+        if xp == NULL or V == NULL or M == NULL:
+            fnn_flag_set(&failed)
+        else:   # lanes past a chunk's last tile are computed and dropped: keep them finite
+            memset(V, 0, vsz * sizeof(float))
+            memset(M, 0, msz * sizeof(float))
+        for n in prange(g.N, schedule="dynamic", chunksize=1):
+            if xp != NULL and V != NULL and M != NULL:
+                fnn_wg_image(x + n * xs, U, b, y + n * ys, g.C, g.H, g.W, g.O, g.OH, g.OW,
+                             g.pt, g.pl, xp, V, M, zeros)
+        free(xp)
+        free(V)
+        free(M)
+    if failed:
+        _raise_nomem(xsz + vsz + msz, sizeof(float))
+    return 0
+
+
+cdef bint _wg_wgrad_ok(Geo* g, Py_ssize_t nch):
+    """d_weight on the Winograd transforms (fnn_wg_wgrad_image): a _wg_ok geometry with
+    input channels of 4 and output channels of 16 (fnn_cvw_run's blocks), the 16 x C x O
+    partials of the nch chunks within 64 MiB."""
+    return (_wg_ok(g) and g.C % 4 == 0 and g.O % 16 == 0
+            and nch * 16 * g.C * g.O * 4 <= (64 << 20))
+
+
+cdef int _wgrad_wg(const float* x, const float* gy, float* part, Py_ssize_t nch, Py_ssize_t per,
+                   Geo* g, int nt) except -1 nogil:
+    """Chunk ch sums dU over images [ch*per, ...) (image order) into part[ch] (16 x C x O,
+    zeroed by the caller)."""
+    cdef Py_ssize_t ch, n, n1, th, tw, We, PH, ldv
+    fnn_wg_dims(g.OH, g.OW, &th, &tw, &We, &PH, &ldv)
+    cdef Py_ssize_t xsz = g.C * PH * We + 64, vsz = 16 * g.C * ldv + 64
+    cdef Py_ssize_t dsz = 16 * g.O * ldv + 64, usz = 16 * g.C * g.O
+    cdef Py_ssize_t xs = g.C * g.H * g.W, ys = g.O * g.OH * g.OW
+    cdef float* xp = NULL
+    cdef float* V = NULL
+    cdef float* D = NULL
+    cdef float* Dt = NULL
+    cdef int failed = 0
+    with nogil, parallel(num_threads=nt):
+        xp = <float*>fnn_alloc(xsz, sizeof(float))
+        V = <float*>fnn_alloc(vsz, sizeof(float))
+        D = <float*>fnn_alloc(dsz, sizeof(float))
+        Dt = <float*>fnn_alloc(dsz, sizeof(float))
+        if xp == NULL or V == NULL or D == NULL or Dt == NULL:
+            fnn_flag_set(&failed)
+        else:   # lanes past a chunk's last tile are transformed and never summed
+            memset(V, 0, vsz * sizeof(float))
+            memset(D, 0, dsz * sizeof(float))
+        for ch in prange(nch, schedule="dynamic", chunksize=1):
+            if xp == NULL or V == NULL or D == NULL or Dt == NULL:
+                continue
+            n1 = ch * per + per
+            if n1 > g.N:
+                n1 = g.N
+            for n in range(ch * per, n1):
+                fnn_wg_wgrad_image(x + n * xs, gy + n * ys, part + ch * usz, g.C, g.H, g.W,
+                                   g.O, g.OH, g.OW, g.pt, g.pl, xp, V, D, Dt)
+        free(xp)
+        free(V)
+        free(D)
+        free(Dt)
+    if failed:
+        _raise_nomem(xsz + vsz + 2 * dsz, sizeof(float))
+    return 0
+
+
+cdef object _unpack_wg_grad(object du, Py_ssize_t O, Py_ssize_t C):
+    """dw = G^T dU G (double) from the summed partials du (16, C, O)."""
+    G = np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]])
+    u = np.asarray(du, np.float64).reshape(4, 4, C, O).transpose(3, 2, 0, 1)   # (O, C, 4, 4)
+    return np.matmul(np.matmul(G.T, u), G)
+
+
 # ---------------------------------------------------------------- direct kernels, any taps
 cdef struct DPlan:
     Py_ssize_t N, Cs, Hs, Ws        # source images: channels, rows, columns (x, or dy)
@@ -701,6 +857,40 @@ cdef _rows_fwd_direct(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y
     _run_direct(x, ap, toff, runs, pb, y, &d, g.N * g.O * g.OW * g.C * g.kw)
 
 
+cdef bint _taps_direct_ok(Geo* g):
+    """Any other stride-1 conv2d (not 1x1; e.g. 5x5, dilated 3x3, 1x3 / 3x1) through the
+    tap-list kernel: float32 (the caller checks), AVX-512 builds (the 6 x 64 zmm tiles),
+    groups 1, output channels a multiple of 4.  One run of kH*kW taps over each image's
+    zero-padded planes, tap (i, j) at offset i*dH*We + j*dW; each thread keeps one padded
+    image and its result (O x OH*We), each within _ROW_PLANE_MAX elements."""
+    cdef Py_ssize_t We = g.OW + g.dw * (g.kw - 1), PR = g.OH + g.dh * (g.kh - 1)
+    return (_DIRECT and FNN_HAVE_CVW != 0 and g.G == 1 and g.O >= 4 and g.O % 4 == 0
+            and g.sh == 1 and g.sw == 1 and not _is_1x1(g) and g.C >= 1
+            and g.C * PR * We <= _ROW_PLANE_MAX and g.O * (g.OH * We + 16) <= _ROW_PLANE_MAX)
+
+
+cdef _taps_fwd_direct(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, Geo* g):
+    """y = conv2d(x) for _taps_direct_ok shapes (xp[c, a, b] = x[c, a - pt, b - pl])."""
+    cdef DPlan d
+    cdef Py_ssize_t reach = g.dw * (g.kw - 1)
+    d.N = g.N; d.Cs = g.C; d.Hs = g.H; d.Ws = g.W
+    d.We = g.OW + reach
+    d.top = g.pt; d.left = g.pl; d.PR = g.OH + g.dh * (g.kh - 1)
+    d.Ct = g.C; d.cg = g.C
+    d.O = g.O; d.OH = g.OH; d.OW = g.OW; d.Sh = 1; d.Sw = 1
+    d.nrun = 1
+    d.yout = False
+    d.ldc = (g.OH * d.We + 15) // 16 * 16
+    d.slack = _slack_rows(reach, d.We)
+    d.pg = NULL
+    zeros = np.zeros(g.O, dtype=np.float32)
+    d.zeros = <const float*>_data(zeros, g.O, F32)
+    ap = _pack_direct((<object>weight).reshape(g.O, g.C, g.kh * g.kw))
+    toff = [i * g.dh * d.We + j * g.dw for i in range(g.kh) for j in range(g.kw)]
+    runs = [[0, 0, g.kh * g.kw, g.OH, g.OW, 0, 0, 0]]
+    _run_direct(x, ap, toff, runs, pb, y, &d, g.N * g.O * g.OH * g.OW * g.C * g.kh * g.kw)
+
+
 cdef int _fwd_gemm(const real* x, const real* w, const real* wr, const real* b, real* y,
                    Geo* g, int nt) except -1 nogil:
     cdef Py_ssize_t n, csize = g.C * g.kh * g.kw * _tile_rows(g) * g.OW
@@ -837,10 +1027,59 @@ cdef void _wgrad_rows_chunk(const real* x, const real* gy, real* dw_part, Py_ssi
                 dw_part[(o * Kr + k) * g.kw + j] = acc[(j * g.O + o) * Kr + k]
 
 
+cdef inline bint _wgrad_taps_ok(Geo* g, real* dx) noexcept nogil:
+    """d_weight alone of another stride-1 conv2d (not 1x1, more than one output row) on the
+    direct d_weight kernel (float32, AVX-512 builds): groups 1, input channels of 16,
+    output channels of 4, up to 64 taps, the padded image within _ROW_PLANE_MAX."""
+    cdef Py_ssize_t We = g.OW + g.dw * (g.kw - 1), PR = g.OH + g.dh * (g.kh - 1)
+    return (dx == NULL and g.direct and FNN_HAVE_CVW != 0 and g.G == 1 and g.sh == 1
+            and g.sw == 1 and not _is_1x1(g) and g.OH > 1 and g.C % 16 == 0
+            and g.O % 4 == 0 and g.kh * g.kw <= 64 and g.C * PR * We <= _ROW_PLANE_MAX)
+
+
+cdef inline Py_ssize_t _wgrad_taps_size(Geo* g) noexcept nogil:
+    cdef Py_ssize_t We = g.OW + g.dw * (g.kw - 1), PR = g.OH + g.dh * (g.kh - 1)
+    return 2 * g.C * PR * We + 64 + g.kh * g.kw * g.O * g.C
+
+
+cdef void _wgrad_taps_chunk(const real* x, const real* gy, real* dw_part, Py_ssize_t n0,
+                            Py_ssize_t n1, real* buf, Geo* g) noexcept nogil:
+    """Images [n0, n1): each image zero-padded (C x PR*We), transposed to (PR*We) x C, and
+    fnn_cvw_run sums dy (broadcast) against it for every tap (i, j) -- a shift by
+    i*dH*We + j*dW positions; the taps' sums (kH*kW, O, C) land in dw_part (O, C, kH, kW)."""
+    cdef Py_ssize_t We = g.OW + g.dw * (g.kw - 1), PR = g.OH + g.dh * (g.kh - 1)
+    cdef Py_ssize_t nt = g.kh * g.kw, xs = g.C * g.H * g.W, ys = g.O * g.OH * g.OW
+    cdef Py_ssize_t n, i, j, o, c, P = PR * We
+    cdef Py_ssize_t aoff[64]
+    cdef Py_ssize_t boff[64]
+    cdef float* xp
+    cdef float* xt
+    cdef float* acc
+    if real is float:
+        xp = buf
+        xt = buf + g.C * P + 32
+        acc = xt + P * g.C + 32
+        for i in range(g.kh):
+            for j in range(g.kw):
+                aoff[i * g.kw + j] = 0
+                boff[i * g.kw + j] = (i * g.dh * We + j * g.dw) * g.C
+        memset(acc, 0, nt * g.O * g.C * sizeof(float))
+        for n in range(n0, n1):
+            fnn_cv3_pad_tile(x + n * xs, xp, g.C, g.H, g.W, We, PR, -g.pt, g.pl)
+            fnn_cvw_transpose(xp, xt, g.C, P, P, 0)
+            fnn_cvw_run(gy + n * ys, g.OH * g.OW, g.OW, aoff, xt, g.C, We * g.C, boff, nt,
+                        g.OH, g.OW, g.O, g.C, acc)
+        for o in range(g.O):
+            for c in range(g.C):
+                for i in range(nt):
+                    dw_part[(o * g.C + c) * nt + i] = acc[(i * g.O + o) * g.C + c]
+
+
 cdef enum:
     _CH_BWD = 0        # conv2d backward: _bwd_chunk (d_input and/or d_weight)
     _CH_WROWS = 1      # conv1d's d_weight alone by column tap: _wgrad_rows_chunk
     _CH_TBWD = 2       # conv_transpose2d backward, one pass: _tbwd_chunk
+    _CH_WTAPS = 3      # stride-1 conv2d's d_weight alone, direct: _wgrad_taps_chunk
 
 
 cdef inline void _run_chunk(int mode, const real* x, const real* w, const real* gy, real* dx,
@@ -848,6 +1087,8 @@ cdef inline void _run_chunk(int mode, const real* x, const real* w, const real* 
                             Geo* g) noexcept nogil:
     if mode == _CH_WROWS:
         _wgrad_rows_chunk(x, gy, dw, n0, n1, col, g)
+    elif mode == _CH_WTAPS:
+        _wgrad_taps_chunk(x, gy, dw, n0, n1, col, g)
     elif mode == _CH_TBWD:
         _tbwd_chunk(x, w, gy, dx, dw, n0, n1, col, g)
     else:
@@ -869,6 +1110,8 @@ cdef int _chunked(int mode, const real* x, const real* w, const real* gy, real* 
         csize = g.C * g.kh * (g.OW + g.dw * (g.kw - 1)) + g.kw * g.O * g.Cg * g.kh
     elif mode == _CH_TBWD:
         csize = _tbwd_col_size(g)
+    elif mode == _CH_WTAPS:
+        csize = _wgrad_taps_size(g)
     if nt > 1:
         with parallel(num_threads=nt):
             col = <real*>fnn_alloc(csize * sizeof(real) + 64, 1)
@@ -902,6 +1145,9 @@ cdef int _chunked(int mode, const real* x, const real* w, const real* gy, real* 
 cdef int _bwd_gemm(const real* x, const real* w, const real* gy, real* dx, real* dw_part,
                    Py_ssize_t nch, Py_ssize_t per, Geo* g, int nt) except -1 nogil:
     cdef int mode = _CH_WROWS if dw_part != NULL and _wgrad_rows_ok(g, dx) else _CH_BWD
+    if real is float:
+        if mode == _CH_BWD and dw_part != NULL and _wgrad_taps_ok(g, dx):
+            mode = _CH_WTAPS
     return _chunked(mode, x, w, gy, dx, dw_part, nch, per, g, nt)
 
 
@@ -1220,7 +1466,18 @@ cdef _conv_fwd_call(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, 
     cdef cnp.ndarray ap
     cdef const float* px
     cdef const float* pa
+    cdef const float* pz
     cdef float* py
+    if f32 and _wg_ok(g):
+        ap = _pack_wg(weight)
+        zeros = np.zeros(g.O, dtype=np.float32)
+        px = <const float*>_data(x, _xsize(g), F32)
+        pa = <const float*>_data(ap, 16 * g.O * g.C, F32)
+        pz = <const float*>_data(zeros, g.O, F32)
+        py = <float*>_data(y, _ysize(g), F32)
+        with nogil:
+            _fwd_wg(px, pa, <const float*>pb if pb != NULL else pz, pz, py, g, nt)
+        return
     if f32 and _cv3_ok(g):
         # weights packed for the direct kernel, by blocks of 6 then 4 output channels:
         # block [o0, o0 + m) holds w[o0 + r, c, i, j] at (c, i*3 + j, r)
@@ -1233,6 +1490,9 @@ cdef _conv_fwd_call(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, 
         return
     if f32 and _rows_direct_ok(g):
         _rows_fwd_direct(x, weight, pb, y, g)
+        return
+    if f32 and _taps_direct_ok(g):
+        _taps_fwd_direct(x, weight, pb, y, g)
         return
     # weights by column tap for the row-im2col path: wr[j, o, c*kH + i] = w[o, c, i, j]
     cdef cnp.ndarray wr = np.ascontiguousarray(
@@ -1282,6 +1542,7 @@ cdef tuple _grads(object x_or_none, tuple x_shape, cnp.ndarray weight, cnp.ndarr
     cdef const float* px
     cdef const float* pdy
     cdef float* ppart
+    wg_dw = None
     if want_dx or _depthwise(&g):
         dx = np.empty(x_shape, dtype=dy.dtype)
     # d_input alone reads no input: anything of the right dtype stands in for it (the
@@ -1322,6 +1583,14 @@ cdef tuple _grads(object x_or_none, tuple x_shape, cnp.ndarray weight, cnp.ndarr
         # the direct d_weight keeps 8 lanes per weight per thread: not for huge layers
         if not want_dw and tdx:
             pass
+        elif want_dw and f32 and tdx and _wg_wgrad_ok(&g, nch):
+            part = np.zeros((nch, 16, g.C, g.O), dtype=np.float32)
+            px = <const float*>_data(x, _xsize(&g), F32)
+            pdy = <const float*>_data(dy, _ysize(&g), F32)
+            ppart = <float*>_data(part, nch * 16 * g.C * g.O, F32)
+            with nogil:
+                _wgrad_wg(px, pdy, ppart, nch, per, &g, nt)
+            wg_dw = _unpack_wg_grad(_sum_parts(part), g.O, g.C).astype(dy.dtype)
         elif want_dw and f32 and tdx and _cv3_ok(&g) and g.O * g.C * 72 * 4 <= (16 << 20):
             px = <const float*>_data(x, _xsize(&g), F32)
             pdy = <const float*>_data(dy, _ysize(&g), F32)
@@ -1333,7 +1602,9 @@ cdef tuple _grads(object x_or_none, tuple x_shape, cnp.ndarray weight, cnp.ndarr
                 _conv_bwd_call(x, weight, dy, None if tdx else dx, part, nch, per, &g, nt, f32)
         else:
             _conv_bwd_call(x, weight, dy, None if tdx else dx, part, nch, per, &g, nt, f32)
-        if want_dw:
+        if wg_dw is not None:
+            dw = wg_dw
+        elif want_dw:
             dw = part[0] if nch == 1 else _sum_parts(part).astype(dy.dtype)
     if has_bias:
         db = _bias_grad(dy) if pdb != NULL else _sum_parts(dbp).astype(dy.dtype)

@@ -6,7 +6,8 @@
  *     its d_weight, and the tap-list kernel (conv_transpose2d's output phases) -- with
  *     6 x 16 register tiles (6 output channels x 16 positions, 12 accumulators; 4 x 16
  *     for the last output channels); AVX-512 builds: 6 x 64 zmm tiles, and the direct
- *     d_weight kernel (fnn_cvw_run) of conv1d and conv_transpose2d.
+ *     d_weight kernel (fnn_cvw_run) of conv1d, conv_transpose2d and stride-1 conv2d,
+ *     and Winograd F(2x2, 3x3) (fnn_wg_*) for the 3x3 stride-1 conv2d.
  * The conv family's sums are in fnn_reduce.h (fnn_cv_*), pooling in fnn_pool.h, the window
  * arithmetic the conv and pool families share in fnn_window.pxi. */
 #ifndef FNN_CONV_H
@@ -405,6 +406,208 @@ static inline void fnn_cvw_run(const float* restrict a, ptrdiff_t lda, ptrdiff_t
                 }
         }
 }
+
+/* ---- Winograd F(2x2, 3x3) for the 3x3 stride-1 conv2d (float32, AVX-512 builds).
+ * Each 2 x 2 output tile is A^T [(G g G^T) . (B^T d B)] A over its 4 x 4 input patch d:
+ * per tile 16 products per (input, output channel) instead of 36.  Per image: the input
+ * zero-padded once (fnn_cv3_pad_tile, rows from -pt, columns from -pl), then chunks of
+ * FNN_WG_TB tiles (row-major over the th x tw tile grid): the input transform of every
+ * channel into V[xi, c, p] (16 planes), 16 GEMMs M[xi] = U[xi] V[xi] on the tap-list
+ * kernel (one tap, C channels; U[xi] = (G g G^T)[xi] packed as fnn_cvd_run wants, done by
+ * the caller), and the output transform (+ bias) into y.  Transforms run 16 tiles of a
+ * tile row per vector (even / odd columns split and merged by permutes).  Every sum's
+ * order is fixed by the shapes: the same bits at any thread count.
+ * Scratch: xp C*PH*We, V 16*C*ldv, M 16*O*ldv floats (fnn_wg_dims). */
+#define FNN_WG_TB 64
+static inline void fnn_wg_dims(ptrdiff_t OH, ptrdiff_t OW, ptrdiff_t* th, ptrdiff_t* tw,
+                               ptrdiff_t* We, ptrdiff_t* PH, ptrdiff_t* ldv) {
+    *th = (OH + 1) / 2; *tw = (OW + 1) / 2;
+    *We = 2 * ((*tw + 15) / 16 * 16) + 4;   /* the last 16-tile vector's loads stay in a row */
+    *PH = 2 * *th + 2;
+    *ldv = FNN_WG_TB + 16;                  /* a 16-lane load from the last tile stays in */
+}
+
+/* input transform of tiles [t0, t1) of one image into V (positions t - t0) */
+static inline void fnn_wg_in(const float* restrict xp, ptrdiff_t C, ptrdiff_t PH, ptrdiff_t We,
+                             ptrdiff_t tw, ptrdiff_t t0, ptrdiff_t t1, float* restrict V,
+                             ptrdiff_t ldv) {
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    for (ptrdiff_t ty = t0 / tw; ty * tw < t1; ++ty) {
+        ptrdiff_t xa = t0 - ty * tw > 0 ? t0 - ty * tw : 0;
+        ptrdiff_t xb = t1 - ty * tw < tw ? t1 - ty * tw : tw;
+        for (ptrdiff_t tx = xa; tx < xb; tx += 16) {
+            ptrdiff_t nl = xb - tx < 16 ? xb - tx : 16, p = ty * tw + tx - t0;
+            __mmask16 mk = (__mmask16)((1u << nl) - 1);
+            for (ptrdiff_t c = 0; c < C; ++c) {
+                const float* base = xp + (c * PH + 2 * ty) * We + 2 * tx;
+                __m512 e[4][4];
+                for (int a = 0; a < 4; ++a) {
+                    const float* r = base + a * We;
+                    __m512 l0 = _mm512_loadu_ps(r), h0 = _mm512_loadu_ps(r + 16);
+                    __m512 l2 = _mm512_loadu_ps(r + 2), h2 = _mm512_loadu_ps(r + 18);
+                    __m512 d0 = _mm512_permutex2var_ps(l0, ev, h0);
+                    __m512 d1 = _mm512_permutex2var_ps(l0, od, h0);
+                    __m512 d2 = _mm512_permutex2var_ps(l2, ev, h2);
+                    __m512 d3 = _mm512_permutex2var_ps(l2, od, h2);
+                    e[a][0] = _mm512_sub_ps(d0, d2);
+                    e[a][1] = _mm512_add_ps(d1, d2);
+                    e[a][2] = _mm512_sub_ps(d2, d1);
+                    e[a][3] = _mm512_sub_ps(d1, d3);
+                }
+                float* v = V + c * ldv + p;
+                const ptrdiff_t xs = C * ldv;   /* one xi plane */
+                for (int b = 0; b < 4; ++b) {
+                    _mm512_mask_storeu_ps(v + (0 + b) * xs, mk, _mm512_sub_ps(e[0][b], e[2][b]));
+                    _mm512_mask_storeu_ps(v + (4 + b) * xs, mk, _mm512_add_ps(e[1][b], e[2][b]));
+                    _mm512_mask_storeu_ps(v + (8 + b) * xs, mk, _mm512_sub_ps(e[2][b], e[1][b]));
+                    _mm512_mask_storeu_ps(v + (12 + b) * xs, mk, _mm512_sub_ps(e[1][b], e[3][b]));
+                }
+            }
+        }
+    }
+}
+
+/* output transform of tiles [t0, t1) from M (positions t - t0), bias added, into y */
+static inline void fnn_wg_out(const float* restrict M, ptrdiff_t ldv, ptrdiff_t O,
+                              const float* restrict bias, ptrdiff_t OH, ptrdiff_t OW,
+                              ptrdiff_t tw, ptrdiff_t t0, ptrdiff_t t1, float* restrict y) {
+    const __m512i il = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i ih = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    for (ptrdiff_t ty = t0 / tw; ty * tw < t1; ++ty) {
+        ptrdiff_t xa = t0 - ty * tw > 0 ? t0 - ty * tw : 0;
+        ptrdiff_t xb = t1 - ty * tw < tw ? t1 - ty * tw : tw;
+        for (ptrdiff_t tx = xa; tx < xb; tx += 16) {
+            ptrdiff_t nl = xb - tx < 16 ? xb - tx : 16, p = ty * tw + tx - t0;
+            ptrdiff_t nc = OW - 2 * tx < 2 * nl ? OW - 2 * tx : 2 * nl;   /* columns written */
+            __mmask16 mlo = (__mmask16)(nc >= 16 ? 0xffffu : (1u << nc) - 1);
+            __mmask16 mhi = (__mmask16)(nc <= 16 ? 0u : nc >= 32 ? 0xffffu : (1u << (nc - 16)) - 1);
+            int two = 2 * ty + 1 < OH;
+            for (ptrdiff_t o = 0; o < O; ++o) {
+                const float* m = M + o * ldv + p;
+                const ptrdiff_t xs = O * ldv;
+                __m512 s0[4], s1[4];
+                for (int a = 0; a < 4; ++a) {
+                    __m512 m0 = _mm512_loadu_ps(m + (4 * a) * xs);
+                    __m512 m1 = _mm512_loadu_ps(m + (4 * a + 1) * xs);
+                    __m512 m2 = _mm512_loadu_ps(m + (4 * a + 2) * xs);
+                    __m512 m3 = _mm512_loadu_ps(m + (4 * a + 3) * xs);
+                    s0[a] = _mm512_add_ps(_mm512_add_ps(m0, m1), m2);
+                    s1[a] = _mm512_sub_ps(_mm512_sub_ps(m1, m2), m3);
+                }
+                __m512 bv = _mm512_set1_ps(bias[o]);
+                __m512 y00 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(s0[0], s0[1]), s0[2]), bv);
+                __m512 y01 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(s1[0], s1[1]), s1[2]), bv);
+                float* yr = y + (o * OH + 2 * ty) * OW + 2 * tx;
+                _mm512_mask_storeu_ps(yr, mlo, _mm512_permutex2var_ps(y00, il, y01));
+                _mm512_mask_storeu_ps(yr + 16, mhi, _mm512_permutex2var_ps(y00, ih, y01));
+                if (two) {
+                    __m512 y10 = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(s0[1], s0[2]), s0[3]), bv);
+                    __m512 y11 = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(s1[1], s1[2]), s1[3]), bv);
+                    _mm512_mask_storeu_ps(yr + OW, mlo, _mm512_permutex2var_ps(y10, il, y11));
+                    _mm512_mask_storeu_ps(yr + OW + 16, mhi, _mm512_permutex2var_ps(y10, ih, y11));
+                }
+            }
+        }
+    }
+}
+
+/* One image: x (C, H, W) -> y (O, OH, OW); U: 16 packed (O x C) matrices; bias: O values
+ * (zeros when the layer has none); scratch as fnn_wg_dims. */
+static inline void fnn_wg_image(const float* restrict x, const float* restrict U,
+                                const float* restrict bias, float* restrict y, ptrdiff_t C,
+                                ptrdiff_t H, ptrdiff_t W, ptrdiff_t O, ptrdiff_t OH,
+                                ptrdiff_t OW, ptrdiff_t pt, ptrdiff_t pl, float* restrict xp,
+                                float* restrict V, float* restrict M, const float* restrict zeros) {
+    ptrdiff_t th, tw, We, PH, ldv, T;
+    const ptrdiff_t toff[1] = {0};
+    fnn_wg_dims(OH, OW, &th, &tw, &We, &PH, &ldv);
+    T = th * tw;
+    fnn_cv3_pad_tile(x, xp, C, H, W, We, PH, -pt, pl);
+    for (ptrdiff_t t0 = 0; t0 < T; t0 += FNN_WG_TB) {
+        ptrdiff_t t1 = t0 + FNN_WG_TB < T ? t0 + FNN_WG_TB : T;
+        fnn_wg_in(xp, C, PH, We, tw, t0, t1, V, ldv);
+        for (int k = 0; k < 16; ++k)
+            fnn_cvd_run_(U + k * O * C, V + k * C * ldv, ldv, toff, 1, C, C, O, M + k * O * ldv,
+                         ldv, t1 - t0, zeros);
+        fnn_wg_out(M, ldv, O, bias, OH, OW, tw, t0, t1, y);
+    }
+}
+
+/* d_weight on the same transforms: with Z = U . V the pre-output of a tile (y = A^T Z A),
+ * dU[xi] = sum over tiles of (A dy A^T)[xi] * V[xi] and dw = G^T dU G (the caller does
+ * the last step, in double, after summing the partials).  Per chunk of tiles: V as the
+ * forward (fnn_wg_in), the output gradient's transform D[xi, o, p] (dy's 2 x 2 tiles, zero
+ * past OH / OW), D transposed by 16 x 16 blocks into Dt[xi, p, o], and per xi the GEMM
+ * dU[xi, c, o] += sum_p V[xi, c, p] Dt[xi, p, o] on fnn_cvw_run (16 taps; C % 4 == 0,
+ * O % 16 == 0).  The sum per weight runs over the chunks' tiles in order. */
+static inline void fnn_wg_dy(const float* restrict dy, ptrdiff_t O, ptrdiff_t OH, ptrdiff_t OW,
+                             ptrdiff_t tw, ptrdiff_t t0, ptrdiff_t t1, float* restrict D,
+                             ptrdiff_t ldv) {
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    for (ptrdiff_t ty = t0 / tw; ty * tw < t1; ++ty) {
+        ptrdiff_t xa = t0 - ty * tw > 0 ? t0 - ty * tw : 0;
+        ptrdiff_t xb = t1 - ty * tw < tw ? t1 - ty * tw : tw;
+        for (ptrdiff_t tx = xa; tx < xb; tx += 16) {
+            ptrdiff_t nl = xb - tx < 16 ? xb - tx : 16, p = ty * tw + tx - t0;
+            ptrdiff_t nc = OW - 2 * tx < 2 * nl ? OW - 2 * tx : 2 * nl;
+            __mmask16 mlo = (__mmask16)(nc >= 16 ? 0xffffu : (1u << nc) - 1);
+            __mmask16 mhi = (__mmask16)(nc <= 16 ? 0u : nc >= 32 ? 0xffffu : (1u << (nc - 16)) - 1);
+            int two = 2 * ty + 1 < OH;
+            const ptrdiff_t xs = O * ldv;
+            for (ptrdiff_t o = 0; o < O; ++o) {
+                const float* g = dy + (o * OH + 2 * ty) * OW + 2 * tx;
+                __m512 l = _mm512_maskz_loadu_ps(mlo, g), h = _mm512_maskz_loadu_ps(mhi, g + 16);
+                __m512 g00 = _mm512_permutex2var_ps(l, ev, h), g01 = _mm512_permutex2var_ps(l, od, h);
+                __m512 g10 = _mm512_setzero_ps(), g11 = _mm512_setzero_ps();
+                if (two) {
+                    l = _mm512_maskz_loadu_ps(mlo, g + OW); h = _mm512_maskz_loadu_ps(mhi, g + OW + 16);
+                    g10 = _mm512_permutex2var_ps(l, ev, h); g11 = _mm512_permutex2var_ps(l, od, h);
+                }
+                /* rows: A g = [g0; g0 + g1; g0 - g1; -g1] */
+                __m512 r[4][2];
+                r[0][0] = g00; r[0][1] = g01;
+                r[1][0] = _mm512_add_ps(g00, g10); r[1][1] = _mm512_add_ps(g01, g11);
+                r[2][0] = _mm512_sub_ps(g00, g10); r[2][1] = _mm512_sub_ps(g01, g11);
+                r[3][0] = _mm512_sub_ps(_mm512_setzero_ps(), g10);
+                r[3][1] = _mm512_sub_ps(_mm512_setzero_ps(), g11);
+                float* d = D + o * ldv + p;
+                for (int a = 0; a < 4; ++a) {   /* columns: [r0, r0 + r1, r0 - r1, -r1] */
+                    _mm512_storeu_ps(d + (4 * a) * xs, r[a][0]);
+                    _mm512_storeu_ps(d + (4 * a + 1) * xs, _mm512_add_ps(r[a][0], r[a][1]));
+                    _mm512_storeu_ps(d + (4 * a + 2) * xs, _mm512_sub_ps(r[a][0], r[a][1]));
+                    _mm512_storeu_ps(d + (4 * a + 3) * xs, _mm512_sub_ps(_mm512_setzero_ps(), r[a][1]));
+                }
+            }
+        }
+    }
+}
+
+/* One image's dU added into dU (16 x C x O); scratch as the forward plus D (16*O*ldv, may
+ * be the forward's M) and Dt (16*ldv*O).  Lanes of D past a chunk's last tile are garbage
+ * (full-vector stores): the GEMM reads positions < n only. */
+static inline void fnn_wg_wgrad_image(const float* restrict x, const float* restrict dy,
+                                      float* restrict dU, ptrdiff_t C, ptrdiff_t H, ptrdiff_t W,
+                                      ptrdiff_t O, ptrdiff_t OH, ptrdiff_t OW, ptrdiff_t pt,
+                                      ptrdiff_t pl, float* restrict xp, float* restrict V,
+                                      float* restrict D, float* restrict Dt) {
+    ptrdiff_t th, tw, We, PH, ldv, T, aoff[16], boff[16];
+    fnn_wg_dims(OH, OW, &th, &tw, &We, &PH, &ldv);
+    T = th * tw;
+    for (int k = 0; k < 16; ++k) { aoff[k] = k * C * ldv; boff[k] = k * ldv * O; }
+    fnn_cv3_pad_tile(x, xp, C, H, W, We, PH, -pt, pl);
+    for (ptrdiff_t t0 = 0; t0 < T; t0 += FNN_WG_TB) {
+        ptrdiff_t t1 = t0 + FNN_WG_TB < T ? t0 + FNN_WG_TB : T, n = t1 - t0;
+        fnn_wg_in(xp, C, PH, We, tw, t0, t1, V, ldv);
+        fnn_wg_dy(dy, O, OH, OW, tw, t0, t1, D, ldv);
+        for (int k = 0; k < 16; ++k)
+            for (ptrdiff_t p0 = 0; p0 < n; p0 += 16)
+                for (ptrdiff_t o0 = 0; o0 < O; o0 += 16)
+                    fnn_cvw_t16(D + (k * O + o0) * ldv + p0, ldv, Dt + (k * ldv + p0) * O + o0, O);
+        fnn_cvw_run(V, ldv, 0, aoff, Dt, O, 0, boff, 16, 1, n, C, O, dU);
+    }
+}
 #else
 #define FNN_CVD_PC 128
 static inline void fnn_cvd_run(const float* restrict Ap, const float* restrict xp,
@@ -601,5 +804,17 @@ static inline void fnn_cvw_run(const float* a, ptrdiff_t lda, ptrdiff_t arow,
                                const ptrdiff_t* aoff, const float* b, ptrdiff_t ldb,
                                ptrdiff_t brow, const ptrdiff_t* boff, ptrdiff_t nt, ptrdiff_t Q,
                                ptrdiff_t R, ptrdiff_t M, ptrdiff_t Nv, float* dw) {}
+static inline void fnn_wg_dims(ptrdiff_t OH, ptrdiff_t OW, ptrdiff_t* th, ptrdiff_t* tw,
+                               ptrdiff_t* We, ptrdiff_t* PH, ptrdiff_t* ldv) {
+    *th = *tw = *We = *PH = *ldv = 1;
+}
+static inline void fnn_wg_image(const float* x, const float* U, const float* bias, float* y,
+                                ptrdiff_t C, ptrdiff_t H, ptrdiff_t W, ptrdiff_t O, ptrdiff_t OH,
+                                ptrdiff_t OW, ptrdiff_t pt, ptrdiff_t pl, float* xp, float* V,
+                                float* M, const float* zeros) {}
+static inline void fnn_wg_wgrad_image(const float* x, const float* dy, float* dU, ptrdiff_t C,
+                                      ptrdiff_t H, ptrdiff_t W, ptrdiff_t O, ptrdiff_t OH,
+                                      ptrdiff_t OW, ptrdiff_t pt, ptrdiff_t pl, float* xp,
+                                      float* V, float* D, float* Dt) {}
 #endif
 #endif

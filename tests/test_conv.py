@@ -396,11 +396,12 @@ def test_conv_transpose_backward_direct_equals_the_fused_pass(geo):
             np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())
 
 
-@pytest.mark.parametrize("case", ["conv1d", "conv_transpose2d"])
+@pytest.mark.parametrize("case", ["conv1d", "conv_transpose2d", "conv2d_3x3", "conv2d_5x5"])
 def test_direct_paths_fail_allocations_cleanly(case):
     """Fault injection (fnn_alloc.h's countdown) on the direct paths of this module --
-    conv1d's forward / d_input / d_weight and conv_transpose2d's one-pass direct
-    backward (_tboth), 2 threads: every scratch allocation failing in turn raises
+    conv1d's forward / d_input / d_weight, conv_transpose2d's one-pass direct
+    backward (_tboth), conv2d 3x3's Winograd forward / d_input / d_weight and other
+    stride-1 conv2d's tap-list forward / d_input and direct d_weight, 2 threads: every scratch allocation failing in turn raises
     MemoryError, and with no failure injected the result is the undisturbed one."""
     import importlib
     import fastnn._backend
@@ -413,6 +414,20 @@ def test_direct_paths_fail_allocations_cleanly(case):
         def run():
             y, ctx = F.conv1d_fwd(x, w, None, 1, 1)
             return (y,) + tuple(F.conv1d_bwd(ctx, np.cos(y)))
+    elif case == "conv2d_3x3":   # Winograd forward, d_input and d_weight (AVX-512 builds)
+        x = rng.standard_normal((4, 8, 9, 7)).astype(np.float32)
+        w = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
+
+        def run():
+            y, ctx = F.conv2d_fwd(x, w, None, 1, 1)
+            return (y,) + tuple(F.conv2d_bwd(ctx, np.cos(y)))
+    elif case == "conv2d_5x5":   # tap-list forward / d_input, direct d_weight (AVX-512)
+        x = rng.standard_normal((4, 16, 9, 7)).astype(np.float32)
+        w = rng.standard_normal((16, 16, 5, 5)).astype(np.float32)
+
+        def run():
+            y, ctx = F.conv2d_fwd(x, w, None, 1, 2)
+            return (y,) + tuple(F.conv2d_bwd(ctx, np.cos(y)))
     else:
         x = rng.standard_normal((4, 16, 6, 6)).astype(np.float32)
         w = rng.standard_normal((16, 8, 4, 4)).astype(np.float32)
@@ -443,3 +458,159 @@ def test_direct_paths_fail_allocations_cleanly(case):
     finally:
         conv._fail_allocation(-1)
         fastnn.set_num_threads(old)
+
+
+@pytest.mark.parametrize("plane_limit", [None, 64])
+@pytest.mark.parametrize("geo", [
+    # (N, C, H, W, O, padding)
+    (2, 16, 14, 14, 32, 1),     # the benchmark's shape class: forward, d_input, d_weight
+    (3, 8, 13, 11, 16, 1),      # odd output rows and columns: partial 2 x 2 tiles
+    (2, 4, 9, 70, 16, 1),       # 35 tiles a row: 16-tile vectors, chunks across tile rows
+    (2, 8, 12, 10, 16, 0),      # no padding
+    (10, 8, 6, 6, 16, 1),       # 8 image chunks of the d_weight partials
+    (2, 12, 10, 10, 12, 1),     # O % 16 != 0: d_weight on the direct kernel, d_input too
+    (2, 6, 7, 9, 8, 1),         # C % 4 != 0: d_input and d_weight on the GEMM paths
+])
+def test_conv2d_3x3_winograd_equals_the_direct_path_and_torch(geo, plane_limit):
+    """conv2d 3x3 stride 1 (float32, groups 1, O % 4 == 0) runs its forward and d_input
+    (the forward of the flipped weights) on Winograd F(2x2, 3x3) in AVX-512 builds, and its
+    d_weight too where C % 4 == 0 and O % 16 == 0; conv._WINOGRAD = False forces the direct
+    3x3 kernel (and a padded image over plane_limit elements falls back to it).  Both agree
+    with each other and with torch, the results do not depend on the thread count, and in
+    AVX-512 builds the two paths differ (the switch reaches a different kernel)."""
+    import importlib
+    import fastnn._backend
+    conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
+    N, C, H, W, O, p = geo
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+    w = rng.standard_normal((O, C, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(O).astype(np.float32)
+    old = fastnn.get_num_threads()
+    old_limit = conv._set_wg_plane_max(plane_limit) if plane_limit else None
+    res = []
+    try:
+        for n in (1, 2, 3):
+            fastnn.set_num_threads(n)
+            y, ctx = F.conv2d_fwd(x, w, b, 1, p)
+            dy = np.cos(np.arange(y.size, dtype=np.float32)).reshape(y.shape)
+            res.append((y,) + tuple(F.conv2d_bwd(ctx, dy)))
+        conv._WINOGRAD = False
+        try:
+            y, ctx = F.conv2d_fwd(x, w, b, 1, p)
+            direct = (y,) + tuple(F.conv2d_bwd(ctx, dy))
+        finally:
+            conv._WINOGRAD = True
+    finally:
+        fastnn.set_num_threads(old)
+        if old_limit is not None:
+            conv._set_wg_plane_max(old_limit)
+    for r in res[1:]:
+        for a, e in zip(r, res[0]):
+            np.testing.assert_array_equal(a, e)
+    if conv._winograd_built() and plane_limit is None:
+        assert not np.array_equal(res[0][0], direct[0])       # forward
+        if C % 4 == 0:   # d_input: a conv2d with C output channels
+            assert not np.array_equal(res[0][1], direct[1])
+        if C % 4 == 0 and O % 16 == 0:
+            assert not np.array_equal(res[0][2], direct[2])   # d_weight
+    tx = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    tw = torch.tensor(w, dtype=torch.float64, requires_grad=True)
+    tb = torch.tensor(b, dtype=torch.float64, requires_grad=True)
+    ty = torch.nn.functional.conv2d(tx, tw, tb, 1, p)
+    ty.backward(torch.tensor(dy, dtype=torch.float64))
+    want = (ty.detach().numpy(), tx.grad.numpy(), tw.grad.numpy(), tb.grad.numpy())
+    for got in (res[0], direct):
+        for a, e in zip(got, want):
+            assert a.shape == e.shape and a.dtype == np.float32
+            np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())
+
+
+@pytest.mark.parametrize("plane_limit", [None, 64])
+@pytest.mark.parametrize("geo", [
+    # (N, C, H, W, O, kernel, padding, dilation)
+    (2, 16, 9, 11, 8, 5, 2, 1),               # 5x5: forward, d_input, d_weight direct
+    (3, 32, 13, 11, 12, 3, 2, 2),             # dilated 3x3, blocks of 6 and 4
+    (2, 16, 7, 30, 4, (1, 3), (0, 1), 1),     # 1x3
+    (2, 16, 30, 7, 20, (3, 1), (1, 0), 1),    # 3x1
+    (3, 16, 6, 6, 8, 4, "same", 1),           # even kernel: asymmetric padding
+    (2, 48, 20, 20, 16, (5, 3), (2, 1), (1, 2)),  # 64 + 16 channel blocks in d_weight
+    (2, 5, 8, 8, 8, 2, 0, 1),                 # C % 16 != 0: d_weight on the GEMM path
+])
+def test_conv2d_stride1_taps_direct_equals_the_gemm_path_and_torch(geo, plane_limit):
+    """Other stride-1 conv2d (not 1x1, not the 3x3 kernel's shapes; float32, groups 1,
+    O % 4 == 0) run their forward and d_input on the tap-list kernel in AVX-512 builds,
+    and their d_weight on the direct d_weight kernel where C % 16 == 0; conv._DIRECT =
+    False (or a padded image over plane_limit elements) forces the row-im2col GEMM paths.
+    Both agree with each other and with torch, the results do not depend on the thread
+    count, and in AVX-512 builds the forward and d_input of the two paths differ (the
+    switch reaches the kernels)."""
+    import importlib
+    import fastnn._backend
+    conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
+    N, C, H, W, O, k, p, d = geo
+    k2 = (k, k) if isinstance(k, int) else k
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+    w = rng.standard_normal((O, C) + k2).astype(np.float32)
+    b = rng.standard_normal(O).astype(np.float32)
+    old = fastnn.get_num_threads()
+    old_limit = conv._set_row_plane_max(plane_limit) if plane_limit else None
+    res = []
+    try:
+        for n in (1, 2, 3):
+            fastnn.set_num_threads(n)
+            y, ctx = F.conv2d_fwd(x, w, b, 1, p, d)
+            dy = np.cos(np.arange(y.size, dtype=np.float32)).reshape(y.shape)
+            res.append((y,) + tuple(F.conv2d_bwd(ctx, dy)))
+        conv._DIRECT = False
+        try:
+            y, ctx = F.conv2d_fwd(x, w, b, 1, p, d)
+            gemm = (y,) + tuple(F.conv2d_bwd(ctx, dy))
+        finally:
+            conv._DIRECT = True
+    finally:
+        fastnn.set_num_threads(old)
+        if old_limit is not None:
+            conv._set_row_plane_max(old_limit)
+    for r in res[1:]:
+        for a, e in zip(r, res[0]):
+            np.testing.assert_array_equal(a, e)
+    if conv._winograd_built() and plane_limit is None:   # the AVX-512 builds
+        assert not np.array_equal(res[0][0], gemm[0])        # forward
+        if C % 4 == 0:                                         # d_input: C output channels
+            assert not np.array_equal(res[0][1], gemm[1])
+        # (d_weight may match OpenBLAS bit for bit: both sum each weight's products over
+        # the positions in order)
+    tx = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    tw = torch.tensor(w, dtype=torch.float64, requires_grad=True)
+    tb = torch.tensor(b, dtype=torch.float64, requires_grad=True)
+    ty = torch.nn.functional.conv2d(tx, tw, tb, 1, p, d)
+    ty.backward(torch.tensor(dy, dtype=torch.float64))
+    want = (ty.detach().numpy(), tx.grad.numpy(), tw.grad.numpy(), tb.grad.numpy())
+    for got in (res[0], gemm):
+        for a, e in zip(got, want):
+            assert a.shape == e.shape and a.dtype == np.float32
+            np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())
+
+
+def test_bench_conv3x3_rows_count_the_arithmetic_done():
+    """fastnn bench's conv2d 3x3 rows (16x64x56x56 -> 64) count the multiply-adds the
+    loaded kernels do: Winograd F(2x2, 3x3)'s 16 per 2 x 2 tile and channel pair where it
+    runs (AVX-512 builds), the direct 9 per output and channel pair elsewhere -- so the
+    row's share of sgemm never counts work that was not done."""
+    import importlib
+    import fastnn._backend
+    from fastnn.bench import conv as bench_conv
+    conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
+    rows = {c.op: c for c in bench_conv.cases() if c.op.startswith("conv2d 3x3")}
+    direct = 2.0 * 16 * 64 * 56 * 56 * 64 * 9
+    wino = 2.0 * 16 * 64 * 64 * 16 * 28 * 28
+    want = wino if conv._winograd_built() else direct
+    assert rows["conv2d 3x3 fwd"].flops == want
+    assert rows["conv2d 3x3 fwd+bwd"].flops == 3 * want
+    conv._WINOGRAD = False
+    try:
+        assert bench_conv.cases()[0].flops == direct
+    finally:
+        conv._WINOGRAD = True

@@ -3,12 +3,28 @@ adaptive average pooling, batchnorm2d.
 
 Each op has a forward+backward case (vs PyTorch in the same run) and, where the issue
 sets a ceiling target, a forward-only case whose GFLOP/s or GB/s is read against the
-machine's sgemm rate or copy bandwidth."""
+machine's sgemm rate or copy bandwidth.  The conv2d 3x3 rows count the arithmetic the
+loaded kernels do: Winograd F(2x2, 3x3)'s in AVX-512 builds (16 multiply-adds per 2 x 2
+tile and channel pair instead of the direct 36)."""
 import numpy as np
 
 from .core import BenchCase, torch_or_none
 
 F32 = 4
+
+
+def _winograd(k, pad, groups):
+    """Whether the loaded kernels run this conv2d (3x3, stride 1, 'same' padding, groups
+    1) on Winograd F(2x2, 3x3) (AVX-512 builds)."""
+    if k != 3 or pad != 1 or groups != 1:
+        return False
+    try:
+        import importlib
+        from fastnn._backend import backend
+        conv = importlib.import_module(backend("cpu").conv2d.__module__)
+        return bool(conv._winograd_built() and conv._WINOGRAD)
+    except (ImportError, AttributeError):
+        return False
 
 
 def _conv_case(N, C, H, W, O, k, pad, groups, fwd_only, op):
@@ -57,6 +73,11 @@ def _conv_case(N, C, H, W, O, k, pad, groups, fwd_only, op):
             fns["torch"] = t
         return fns
     flops = 2.0 * N * O * H * W * (C // groups) * k * k
+    if _winograd(k, pad, groups):
+        # the multiply-adds the kernel does: 16 per 2 x 2 output tile and channel pair,
+        # not the direct 36 -- so the row's share of sgemm is a share of work done (its
+        # d_weight runs on the same transforms here: O % 16 == 0, C % 4 == 0)
+        flops = 2.0 * N * O * (C // groups) * 16 * ((H + 1) // 2) * ((W + 1) // 2)
     return BenchCase("conv", op, f"{N}x{C}x{H}x{W}->{O} k{k}" + (f" g{groups}" if groups > 1 else ""),
                      make, flops=flops if fwd_only else 3 * flops, min_time=0.3, max_reps=20)
 
