@@ -54,3 +54,19 @@ def test_softplus_forward_accuracy(mod, beta, threshold):
         want = F.softplus(s.astype(np.float64), beta, threshold)
     got = mod.softplus(s, beta, threshold, None)[0]
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-30, equal_nan=True)
+
+
+def test_bench_counts_the_mask_not_a_saved_array():
+    """`fastnn bench` counts what the kernels move: relu / leaky_relu save N / 8 bytes of
+    mask, so fwd+bwd moves x, y, d_out, d_input and the mask twice -- not five arrays --
+    and each pass's working set is two arrays and the mask; sigmoid saves y (five arrays)."""
+    from fastnn.bench.activation import N, cases
+    rows = {c.op: c for c in cases()}
+    for name in ("relu", "leaky_relu"):
+        assert rows[f"{name} fwd+bwd"].bytes == 16.0 * N + N / 4.0
+        assert rows[f"{name} fwd+bwd"].working_set == 8.0 * N + N / 8.0
+        assert rows[f"{name} fwd"].bytes == 8.0 * N + N / 8.0
+    assert rows["sigmoid fwd+bwd"].bytes == 20.0 * N
+    # the mask really is what the training forward keeps
+    y, ctx = F.relu_fwd(np.ones(64, np.float32))
+    assert ctx[1].nbytes == 8
