@@ -96,7 +96,7 @@ static void FNN_ACT_NAME(fnn_act)(int op, const FNN_T* a, const FNN_T* b, FNN_T*
         break;
     case FNN_SOFTPLUS_FWD: { /* p = beta, threshold; max(bx,0) + log1p(exp(-|bx|)) */
         const FNN_T beta = (FNN_T)p[0], thr = (FNN_T)p[1], ib = (FNN_T)(1.0 / p[0]);
-        FNN_SIMD for (i = 0; i < n; ++i) {
+        FNN_SIMD for (i = FNN_ACT_NAME(fnn_softplus_fwd_vec)(a, o, n, p); i < n; ++i) {
             FNN_T v = a[i];
             FNN_T bx = v * beta;
             FNN_T sp = ((bx > zero ? bx : zero) + FNN_A_LOG1P(FNN_A_EXPNEG(-FNN_A_ABS(bx)))) * ib;

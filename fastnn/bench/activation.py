@@ -3,7 +3,10 @@ alone for relu / leaky_relu, whose target is a fraction of copy bandwidth).
 
 Bytes counted are the minimum traffic: forward reads x and writes y; backward reads
 d_out and one saved array and writes d_input (rrelu's training forward also writes
-its slopes, prelu's backward is the same as the others plus a few weights)."""
+its slopes, prelu's backward is the same as the others plus a few weights).  relu and
+leaky_relu save a bit mask instead of an array: their forward also writes N / 8 bytes,
+their backward reads d_out and the mask (the forward alone still writes its mask: F's
+``_fwd`` form, as the nn module's training forward)."""
 import numpy as np
 
 from .core import BenchCase, torch_or_none
@@ -27,6 +30,9 @@ _OPS = {
     "prelu": (None, None, None),
     "softmin": ((-1,), None, lambda t, x: t.nn.functional.softmin(x, -1)),
 }
+
+# ops whose compiled forward keeps one bit per element for the backward
+_MASKED = ("relu", "leaky_relu")
 
 _F_NAME = {"gelu_tanh": "gelu", "celu": "celu", "selu": "selu"}
 _REF_NAME = {"gelu_tanh": "gelu", "celu": "elu", "selu": "elu"}
@@ -94,6 +100,11 @@ def _case(name, backward):
     # the largest working set of one pass: forward x, y (rrelu: + its slopes); backward
     # d_out, the saved array, d_input -- each pass is its own kernel call
     ws = 4.0 * N * (3 if backward or name == "rrelu" else 2)
+    if name in _MASKED:
+        # the saved state is a bit mask (N / 8 bytes), written by the forward and read by
+        # the backward instead of a saved 4N-byte array (csrc/activation.pyx)
+        nbytes = 4.0 * N * (4 if backward else 2) + N / 8.0 * (2 if backward else 1)
+        ws = 4.0 * N * 2 + N / 8.0
     return BenchCase("activation", f"{name} " + ("fwd+bwd" if backward else "fwd"), "4M (4096x1024)",
                      make, bytes=nbytes, min_time=0.2, max_reps=50, working_set=ws)
 

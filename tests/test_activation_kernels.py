@@ -1,0 +1,72 @@
+"""The activation kernels' own forms on every built variant (fastnn._cpu.<variant>.activation):
+accuracy of the 16-lane math on dense grids, and the saved state the training forward leaves."""
+import importlib
+
+import numpy as np
+import pytest
+
+import fastnn
+import fastnn.functional as F
+import fastnn.nn as nn
+
+
+def _variants():
+    from fastnn.cpu import cpu_variants
+    mods = []
+    for v in cpu_variants():
+        try:
+            mods.append(pytest.param(importlib.import_module(f"fastnn._cpu.{v}.activation"), id=v))
+        except ImportError:
+            pass
+    return mods
+
+
+VARIANTS = _variants()
+
+
+def _ulp(got, ref):
+    ref32 = np.abs(ref).astype(np.float32)
+    return np.abs(got.astype(np.float64) - ref) / np.spacing(ref32).astype(np.float64)
+
+
+@pytest.mark.parametrize("mod", VARIANTS)
+@pytest.mark.parametrize("beta,threshold", [(1.0, 20.0), (2.0, 5.0), (-1.5, 20.0), (0.5, 3.0)])
+def test_softplus_forward_accuracy(mod, beta, threshold):
+    """Softplus forward (avx512: e + e^2 R(e) for log1p(e), e = exp(-|bx|), no division)
+    within 3 ulp of (max(bx, 0) + log1p(exp(-|bx|))) / beta in float64, bx = x beta rounded
+    to float as the kernel forms it, wherever the result is a normal float and bx > -87
+    (below, the result flushes to 0 as fnn_exp_nonpos does); the threshold's switch to x,
+    +-0, +-inf and NaN as the reference.  The grid's length is not a multiple of 16: the
+    masked tail runs too."""
+    x = np.concatenate([np.linspace(-90, 30, 1_000_003), np.geomspace(1e-38, 90, 50_001),
+                        -np.geomspace(1e-38, 90, 50_001)]).astype(np.float32)
+    y, _ = mod.softplus(x, beta, threshold, None)
+    bx = (x * np.float32(beta)).astype(np.float64)
+    ref = np.where(bx > threshold, x.astype(np.float64),
+                   (np.maximum(bx, 0) + np.log1p(np.exp(-np.abs(bx)))) / beta)
+    ok = (np.abs(ref) > 1.2e-38) & (bx > -87.0)
+    err = _ulp(y[ok], ref[ok])
+    worst = int(np.argmax(err))
+    assert err.max() <= 3.0, f"{err.max():.2f} ulp at x={x[ok][worst]!r}"
+    assert np.all(np.abs(y[bx <= -87.0]) <= 1.7e-38)      # exp(-87): 0 or a last normal
+    s = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -1e30, 1e30], np.float32)
+    with fastnn.use_backend("reference"):
+        want = F.softplus(s.astype(np.float64), beta, threshold)
+    got = mod.softplus(s, beta, threshold, None)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-30, equal_nan=True)
+
+
+def test_bench_counts_the_mask_not_a_saved_array():
+    """`fastnn bench` counts what the kernels move: relu / leaky_relu save N / 8 bytes of
+    mask, so fwd+bwd moves x, y, d_out, d_input and the mask twice -- not five arrays --
+    and each pass's working set is two arrays and the mask; sigmoid saves y (five arrays)."""
+    from fastnn.bench.activation import N, cases
+    rows = {c.op: c for c in cases()}
+    for name in ("relu", "leaky_relu"):
+        assert rows[f"{name} fwd+bwd"].bytes == 16.0 * N + N / 4.0
+        assert rows[f"{name} fwd+bwd"].working_set == 8.0 * N + N / 8.0
+        assert rows[f"{name} fwd"].bytes == 8.0 * N + N / 8.0
+    assert rows["sigmoid fwd+bwd"].bytes == 20.0 * N
+    # the mask really is what the training forward keeps
+    y, ctx = F.relu_fwd(np.ones(64, np.float32))
+    assert ctx[1].nbytes == 8
