@@ -264,3 +264,18 @@ def in_python_threads(fn, n=2):
     if errs:
         raise errs[0]
     return out
+
+
+def variant_modules(family):
+    """pytest params: the compiled ``family`` module of every CPU variant built here
+    (id = the variant's name), for kernel tests that check each variant directly."""
+    import importlib
+    import pytest
+    from fastnn.cpu import cpu_variants
+    mods = []
+    for v in cpu_variants():
+        try:
+            mods.append(pytest.param(importlib.import_module(f"fastnn._cpu.{v}.{family}"), id=v))
+        except ImportError:
+            pass
+    return mods

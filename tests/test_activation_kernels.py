@@ -1,6 +1,5 @@
 """The activation kernels' own forms on every built variant (fastnn._cpu.<variant>.activation):
 accuracy of the 16-lane math on dense grids, and the saved state the training forward leaves."""
-import importlib
 
 import numpy as np
 import pytest
@@ -8,20 +7,10 @@ import pytest
 import fastnn
 import fastnn.functional as F
 import fastnn.nn as nn
+from harness import variant_modules
 
 
-def _variants():
-    from fastnn.cpu import cpu_variants
-    mods = []
-    for v in cpu_variants():
-        try:
-            mods.append(pytest.param(importlib.import_module(f"fastnn._cpu.{v}.activation"), id=v))
-        except ImportError:
-            pass
-    return mods
-
-
-VARIANTS = _variants()
+VARIANTS = variant_modules("activation")
 
 
 def _ulp(got, ref):

@@ -284,6 +284,48 @@ def test_conv_transpose_backward_phase_planes_match_the_reference(geo, dt):
             np.testing.assert_allclose(a, e, rtol=tol, atol=tol * max(1.0, np.abs(e).max()))
 
 
+def _direct_and_gemm(conv, fwd, bwd, x, w, b, p, d, plane_limit, switch="_DIRECT",
+                     set_limit="_set_row_plane_max"):
+    """-> (res, other, dy): (y, d_input, d_weight, d_bias) of the fast kernels at 1, 2 and
+    3 threads (asserted the same bits) and of the route conv.<switch> = False gives (the
+    GEMM paths for _DIRECT, the direct 3x3 kernel for _WINOGRAD), with rows / planes over
+    plane_limit elements (conv.<set_limit>) on that route (None: the default limit)."""
+    old = fastnn.get_num_threads()
+    limit = getattr(conv, set_limit)
+    old_limit = limit(plane_limit) if plane_limit else None
+    res = []
+    try:
+        for n in (1, 2, 3):
+            fastnn.set_num_threads(n)
+            y, ctx = fwd(x, w, b, 1, p, d)
+            dy = np.cos(np.arange(y.size, dtype=np.float32)).reshape(y.shape)
+            res.append((y,) + tuple(bwd(ctx, dy)))
+        setattr(conv, switch, False)
+        try:
+            y, ctx = fwd(x, w, b, 1, p, d)
+            gemm = (y,) + tuple(bwd(ctx, dy))
+        finally:
+            setattr(conv, switch, True)
+    finally:
+        fastnn.set_num_threads(old)
+        if old_limit is not None:
+            limit(old_limit)
+    for r in res[1:]:
+        for a, e in zip(r, res[0]):
+            np.testing.assert_array_equal(a, e)
+    return res, gemm, dy
+
+
+def _torch_grads(fn, x, w, b, p, d, dy):
+    """torch's (y, d_input, d_weight, d_bias) in float64 for gradient dy."""
+    tx = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    tw = torch.tensor(w, dtype=torch.float64, requires_grad=True)
+    tb = torch.tensor(b, dtype=torch.float64, requires_grad=True)
+    ty = fn(tx, tw, tb, 1, p, d)
+    ty.backward(torch.tensor(dy, dtype=torch.float64))
+    return ty.detach().numpy(), tx.grad.numpy(), tw.grad.numpy(), tb.grad.numpy()
+
+
 @pytest.mark.parametrize("row_limit", [None, 64])
 @pytest.mark.parametrize("geo", [
     # (N, C, L, O, k, padding, dilation)
@@ -308,36 +350,10 @@ def test_conv1d_direct_equals_the_gemm_path_and_torch(geo, row_limit):
     x = rng.standard_normal((N, C, L)).astype(np.float32)
     w = rng.standard_normal((O, C, k)).astype(np.float32)
     b = rng.standard_normal(O).astype(np.float32)
-    old = fastnn.get_num_threads()
-    res = []
     # row_limit: rows longer than it (elements of C x We) take the GEMM path (the
     # direct kernel keeps a whole padded row per thread); d_weight stays direct
-    old_limit = conv._set_row_plane_max(row_limit) if row_limit else None
-    try:
-        for n in (1, 2, 3):
-            fastnn.set_num_threads(n)
-            y, ctx = F.conv1d_fwd(x, w, b, 1, p, d)
-            dy = np.cos(np.arange(y.size, dtype=np.float32)).reshape(y.shape)
-            res.append((y,) + tuple(F.conv1d_bwd(ctx, dy)))
-        conv._DIRECT = False
-        try:
-            y, ctx = F.conv1d_fwd(x, w, b, 1, p, d)
-            gemm = (y,) + tuple(F.conv1d_bwd(ctx, dy))
-        finally:
-            conv._DIRECT = True
-    finally:
-        fastnn.set_num_threads(old)
-        if old_limit is not None:
-            conv._set_row_plane_max(old_limit)
-    for r in res[1:]:
-        for a, e in zip(r, res[0]):
-            np.testing.assert_array_equal(a, e)
-    tx = torch.tensor(x, dtype=torch.float64, requires_grad=True)
-    tw = torch.tensor(w, dtype=torch.float64, requires_grad=True)
-    tb = torch.tensor(b, dtype=torch.float64, requires_grad=True)
-    ty = torch.nn.functional.conv1d(tx, tw, tb, 1, p, d)
-    ty.backward(torch.tensor(dy, dtype=torch.float64))
-    want = (ty.detach().numpy(), tx.grad.numpy(), tw.grad.numpy(), tb.grad.numpy())
+    res, gemm, dy = _direct_and_gemm(conv, F.conv1d_fwd, F.conv1d_bwd, x, w, b, p, d, row_limit)
+    want = _torch_grads(torch.nn.functional.conv1d, x, w, b, p, d, dy)
     for got in (res[0], gemm):
         for a, e in zip(got, want):
             assert a.shape == e.shape and a.dtype == np.float32
@@ -486,40 +502,15 @@ def test_conv2d_3x3_winograd_equals_the_direct_path_and_torch(geo, plane_limit):
     x = rng.standard_normal((N, C, H, W)).astype(np.float32)
     w = rng.standard_normal((O, C, 3, 3)).astype(np.float32)
     b = rng.standard_normal(O).astype(np.float32)
-    old = fastnn.get_num_threads()
-    old_limit = conv._set_wg_plane_max(plane_limit) if plane_limit else None
-    res = []
-    try:
-        for n in (1, 2, 3):
-            fastnn.set_num_threads(n)
-            y, ctx = F.conv2d_fwd(x, w, b, 1, p)
-            dy = np.cos(np.arange(y.size, dtype=np.float32)).reshape(y.shape)
-            res.append((y,) + tuple(F.conv2d_bwd(ctx, dy)))
-        conv._WINOGRAD = False
-        try:
-            y, ctx = F.conv2d_fwd(x, w, b, 1, p)
-            direct = (y,) + tuple(F.conv2d_bwd(ctx, dy))
-        finally:
-            conv._WINOGRAD = True
-    finally:
-        fastnn.set_num_threads(old)
-        if old_limit is not None:
-            conv._set_wg_plane_max(old_limit)
-    for r in res[1:]:
-        for a, e in zip(r, res[0]):
-            np.testing.assert_array_equal(a, e)
+    res, direct, dy = _direct_and_gemm(conv, F.conv2d_fwd, F.conv2d_bwd, x, w, b, p, 1,
+                                       plane_limit, "_WINOGRAD", "_set_wg_plane_max")
     if conv._winograd_built() and plane_limit is None:
         assert not np.array_equal(res[0][0], direct[0])       # forward
         if C % 4 == 0:   # d_input: a conv2d with C output channels
             assert not np.array_equal(res[0][1], direct[1])
         if C % 4 == 0 and O % 16 == 0:
             assert not np.array_equal(res[0][2], direct[2])   # d_weight
-    tx = torch.tensor(x, dtype=torch.float64, requires_grad=True)
-    tw = torch.tensor(w, dtype=torch.float64, requires_grad=True)
-    tb = torch.tensor(b, dtype=torch.float64, requires_grad=True)
-    ty = torch.nn.functional.conv2d(tx, tw, tb, 1, p)
-    ty.backward(torch.tensor(dy, dtype=torch.float64))
-    want = (ty.detach().numpy(), tx.grad.numpy(), tw.grad.numpy(), tb.grad.numpy())
+    want = _torch_grads(torch.nn.functional.conv2d, x, w, b, p, 1, dy)
     for got in (res[0], direct):
         for a, e in zip(got, want):
             assert a.shape == e.shape and a.dtype == np.float32
@@ -554,40 +545,15 @@ def test_conv2d_stride1_taps_direct_equals_the_gemm_path_and_torch(geo, plane_li
     x = rng.standard_normal((N, C, H, W)).astype(np.float32)
     w = rng.standard_normal((O, C) + k2).astype(np.float32)
     b = rng.standard_normal(O).astype(np.float32)
-    old = fastnn.get_num_threads()
-    old_limit = conv._set_row_plane_max(plane_limit) if plane_limit else None
-    res = []
-    try:
-        for n in (1, 2, 3):
-            fastnn.set_num_threads(n)
-            y, ctx = F.conv2d_fwd(x, w, b, 1, p, d)
-            dy = np.cos(np.arange(y.size, dtype=np.float32)).reshape(y.shape)
-            res.append((y,) + tuple(F.conv2d_bwd(ctx, dy)))
-        conv._DIRECT = False
-        try:
-            y, ctx = F.conv2d_fwd(x, w, b, 1, p, d)
-            gemm = (y,) + tuple(F.conv2d_bwd(ctx, dy))
-        finally:
-            conv._DIRECT = True
-    finally:
-        fastnn.set_num_threads(old)
-        if old_limit is not None:
-            conv._set_row_plane_max(old_limit)
-    for r in res[1:]:
-        for a, e in zip(r, res[0]):
-            np.testing.assert_array_equal(a, e)
+    res, gemm, dy = _direct_and_gemm(conv, F.conv2d_fwd, F.conv2d_bwd, x, w, b, p, d,
+                                     plane_limit)
     if conv._winograd_built() and plane_limit is None:   # the AVX-512 builds
         assert not np.array_equal(res[0][0], gemm[0])        # forward
         if C % 4 == 0:                                         # d_input: C output channels
             assert not np.array_equal(res[0][1], gemm[1])
         # (d_weight may match OpenBLAS bit for bit: both sum each weight's products over
         # the positions in order)
-    tx = torch.tensor(x, dtype=torch.float64, requires_grad=True)
-    tw = torch.tensor(w, dtype=torch.float64, requires_grad=True)
-    tb = torch.tensor(b, dtype=torch.float64, requires_grad=True)
-    ty = torch.nn.functional.conv2d(tx, tw, tb, 1, p, d)
-    ty.backward(torch.tensor(dy, dtype=torch.float64))
-    want = (ty.detach().numpy(), tx.grad.numpy(), tw.grad.numpy(), tb.grad.numpy())
+    want = _torch_grads(torch.nn.functional.conv2d, x, w, b, p, d, dy)
     for got in (res[0], gemm):
         for a, e in zip(got, want):
             assert a.shape == e.shape and a.dtype == np.float32

@@ -4,26 +4,16 @@ Dense grids over each function's interesting range plus log-spaced magnitudes do
 subnormals, measured in float32 ulps of the correctly rounded result; then the extremes
 (+-0 with their sign, +-inf, NaN, huge |x|) must match libm's answers exactly.
 """
-import importlib
 
 import numpy as np
 import pytest
 
+from harness import variant_modules
+
 scipy_special = pytest.importorskip("scipy.special")
 
 
-def _variants():
-    from fastnn.cpu import cpu_variants
-    mods = []
-    for v in cpu_variants():
-        try:
-            mods.append(pytest.param(importlib.import_module(f"fastnn._cpu.{v}.activation"), id=v))
-        except ImportError:
-            pass
-    return mods
-
-
-VARIANTS = _variants()
+VARIANTS = variant_modules("activation")
 
 # name -> (float64 reference, grid, max ulp allowed)
 _LOG = np.geomspace(1e-38, 1e2, 200_001)
