@@ -144,3 +144,45 @@ def test_a_row_above_its_ceiling_remeasures_it_then_says_so(monkeypatch):
         assert len(calls) == n_calls                  # once at the start, then per try
         assert res["rows"][0]["above_ceiling"] is flagged
         assert ("above 100% of a ceiling" in out.getvalue()) is flagged
+
+
+def test_implementations_are_timed_in_interleaved_rounds(monkeypatch):
+    """fastnn and the libraries it is compared with are timed round after round (the order
+    reversed each round), not one after the other: a slow spell of a shared machine then
+    falls on every side.  Each side's time is its best call; None entries are skipped."""
+    import io
+    order = []
+    clock = [0.0]
+    # "a": 1 s a call except its 3rd (0.5 s: under the round's 1 s budget, so that round
+    # calls it again); "b": a 0.1 s warm-up (not timed), then 3 s, 2 s, 3 s
+    durations = {"a": iter([1.0, 1.0, 0.5, 1.0, 1.0]), "b": iter([0.1, 3.0, 2.0, 3.0])}
+
+    def fn(name):
+        def call():
+            order.append(name)
+            clock[0] += next(durations[name])
+        return call
+    monkeypatch.setattr(core.time, "perf_counter", lambda: clock[0])
+    best = core.time_interleaved({"a": fn("a"), "b": fn("b"), "c": None}, min_time=3.0,
+                                 max_reps=100, rounds=3, warmup=1)
+    assert best == {"a": 0.5, "b": 2.0}
+    # warm-up (a, b), then rounds a b | b a a | a b (1 s budget per side and round)
+    assert order == ["a", "b", "a", "b", "b", "a", "a", "a", "b"]
+
+    # the bench runs fastnn and torch through it (the reference, seconds a call, apart)
+    seen = []
+    monkeypatch.undo()
+
+    def spy(fns, *a, **k):
+        seen.append(sorted(fns))
+        return {k: 1e-3 for k in fns}
+    monkeypatch.setattr(bench_cli, "time_interleaved", spy)
+    case = core.BenchCase("x", "op", "s", lambda: {"fastnn": lambda: None, "reference": None,
+                                                   "torch": lambda: None,
+                                                   "onnxruntime": lambda: None}, bytes=1e6)
+    monkeypatch.setattr(bench_cli, "collect", lambda only: [case])
+    monkeypatch.setattr(core, "copy_bandwidth", lambda *a, **k: 1e9)
+    res = bench_cli.run(only=["x"], threads=1, quick=True, out=io.StringIO())
+    assert seen == [["fastnn", "onnxruntime", "torch"]]
+    row = res["rows"][0]
+    assert row["time_ratio_vs_torch"] == 1.0 and row["time_ratio_vs"] == {"onnxruntime": 1.0}

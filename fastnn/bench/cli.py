@@ -1,7 +1,8 @@
 """The ``fastnn bench`` runner: discovers every family's cases, times them, prints a table.
 
 Speed is reported as ratios within one run (the machine's own copy bandwidth and sgemm
-rate are measured in the same run), because shared machines are noisy.
+rate are measured in the same run, and fastnn and the libraries it is compared with are
+timed in interleaved rounds), because shared machines are noisy.
 """
 import importlib
 import json
@@ -13,7 +14,7 @@ import time
 
 import numpy as np
 
-from .core import Ceilings, time_fn, torch_or_none
+from .core import Ceilings, time_fn, time_interleaved, torch_or_none
 
 _NOT_FAMILIES = {"core", "cli"}
 
@@ -92,7 +93,11 @@ def run(only=None, threads=None, json_path=None, plot_path=None, quick=False, ou
         print(f"[{i + 1}/{len(cases)}] {c.family} {c.op} {c.shape} ...", file=sys.stderr, flush=True)
         fns = c.make()
         mt = c.min_time * (0.4 if quick else 1.0)
-        t_fast = time_fn(fns["fastnn"], mt, c.max_reps)
+        # fastnn and every other implementation but the reference (seconds per call)
+        # in interleaved rounds: a slow spell of a shared machine falls on both sides
+        timed = time_interleaved({k: f for k, f in fns.items() if k != "reference"}, mt,
+                                 c.max_reps)
+        t_fast = timed.pop("fastnn")
         t_ref = None
         if fns.get("reference") is not None:
             # the reference can take seconds: one cold run, a few more only if it is quick
@@ -101,12 +106,9 @@ def run(only=None, threads=None, json_path=None, plot_path=None, quick=False, ou
             t_ref = time.perf_counter() - t0
             if t_ref < 0.2 and not quick:
                 t_ref = min(t_ref, time_fn(fns["reference"], min_time=0.0, max_reps=3, warmup=0))
-        t_torch = None
-        if fns.get("torch") is not None:
-            t_torch = time_fn(fns["torch"], mt, c.max_reps)
+        t_torch = timed.pop("torch", None)
         # further implementations a family compares with (e.g. "onnxruntime"), same run
-        t_others = {k: time_fn(f, mt, c.max_reps) for k, f in fns.items()
-                    if k not in ("fastnn", "reference", "torch") and f is not None}
+        t_others = timed
         del fns
         # the row's ceiling, measured again now: under the same load as the row.  A
         # ceiling is a lower bound of what the machine can do; a row that beats it was

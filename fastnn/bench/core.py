@@ -59,6 +59,34 @@ def time_fn(fn, min_time=0.25, max_reps=200, warmup=1):
     return best
 
 
+def time_interleaved(fns, min_time=0.25, max_reps=200, rounds=3, warmup=1):
+    """Best-of time (seconds) of each callable in ``fns`` (name -> callable; None values
+    are left out), taken in ``rounds`` interleaved rounds: a round times every callable in
+    turn for ``min_time / rounds`` seconds (at least one call each), and the order is
+    reversed from one round to the next.  On a shared machine a slow spell then falls on
+    every side of a comparison instead of on whichever one was being timed, and each
+    side's best comes from the quieter moments of the same run.  Each callable is called
+    at most ``max_reps`` times (plus ``warmup``), at least ``rounds`` times."""
+    names = [k for k, f in fns.items() if f is not None]
+    for k in names:
+        for _ in range(warmup):
+            fns[k]()
+    best = dict.fromkeys(names, float("inf"))
+    per_round = min_time / rounds
+    cap = max(1, max_reps // rounds)
+    for r in range(rounds):
+        for k in (names if r % 2 == 0 else names[::-1]):
+            fn, total, reps = fns[k], 0.0, 0
+            while reps < cap and (total < per_round or reps < 1):
+                t0 = time.perf_counter()
+                fn()
+                dt = time.perf_counter() - t0
+                best[k] = min(best[k], dt)
+                total += dt
+                reps += 1
+    return best
+
+
 def copy_bandwidth(nbytes=256 << 20, min_time=0.3, threads=1, how="memcpy"):
     """Copy bandwidth, GB/s counting read + write, with a working set (source +
     destination) of ``nbytes``: 256 MiB is far past the last-level cache (the DRAM
