@@ -275,9 +275,11 @@ cdef void _fwd_cells(const Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, Py_ssi
                 _rnn_fwd_row(gt + b * DGH + c0, bias + c0, orow + j0, relu, nu)
 
 
-cdef void _fwd_dir(Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, real* tag) noexcept nogil:
+cdef void _fwd_dir(Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, bint sync,
+                   real* tag) noexcept nogil:
     """Direction d's forward time loop over unit blocks [u0, u1): per step the hidden
-    GEMM, the pointwise pass, then the team's barrier (the next step reads all of h_t)."""
+    GEMM, the pointwise pass, then (sync: the direction is shared by several threads)
+    the team's barrier (the next step reads all of h_t)."""
     cdef Py_ssize_t s, t, ldp
     cdef const real* hp
     cdef const real* cp
@@ -293,7 +295,8 @@ cdef void _fwd_dir(Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, real* tag) noe
         if not (s == 0 and L.hzero and L.mode != GRU):
             _fwd_gemm(L, d, u0, u1, hp, ldp, gt)
         _fwd_cells(L, d, u0, u1, t, hp, cp, ldp)
-        fnn_rnn_barrier()
+        if sync:
+            fnn_rnn_barrier()
 
 
 cdef void _bwd_cells(const Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, Py_ssize_t t,
@@ -350,9 +353,10 @@ cdef void _bwd_gemm(const Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, const r
              <int>H, <real>(1 if acc else 0), dh + j0, <int>H)
 
 
-cdef void _bwd_dir(Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, real* tag) noexcept nogil:
+cdef void _bwd_dir(Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, bint sync,
+                   real* tag) noexcept nogil:
     """Direction d's backward time loop (reversed): per step the pointwise pass, the
-    team's barrier (the GEMM reads all of dG_t), then the recurrent GEMM."""
+    team's barrier when sync (the GEMM reads all of dG_t), then the recurrent GEMM."""
     cdef Py_ssize_t s, t, ldp, DGH = L.D * L.G * L.H
     cdef const real* hp
     cdef const real* cp
@@ -365,7 +369,8 @@ cdef void _bwd_dir(Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, real* tag) noe
         first = s == L.T - 1          # the step whose predecessor is h0
         _step_state[real](L, d, t, first, &hp, &cp, &ldp)
         _bwd_cells[real](L, d, u0, u1, t, hp, cp, ldp)
-        fnn_rnn_barrier()
+        if sync:
+            fnn_rnn_barrier()
         if not first or L.need_dh0:
             _bwd_gemm(L, d, u0, u1, <const real*>L.dgh + t * L.B * DGH + d * L.G * L.H)
 
@@ -374,15 +379,20 @@ cdef void _run_team(Layer* L, bint backward, real* tag) noexcept nogil:
     """Called by every thread of the team: pick a direction and a range of unit blocks."""
     cdef int n = fnn_rnn_team(), tid = fnn_rnn_tid()
     cdef int D = <int>L.D, ntd, d, r
+    cdef bint sync
     cdef Py_ssize_t NB = L.NBLK, u0, u1
     if n < D:  # one thread: the directions one after the other
         for d in range(D):
             if backward:
-                _bwd_dir(L, d, 0, NB, tag)
+                _bwd_dir(L, d, 0, NB, False, tag)
             else:
-                _fwd_dir(L, d, 0, NB, tag)
+                _fwd_dir(L, d, 0, NB, False, tag)
         return
     ntd = n // D
+    # a direction of its own per thread (two threads, bidirectional): a thread reads only
+    # what it wrote, so the directions run without a barrier per step -- one thread held
+    # up (a busy machine) no longer holds up the other at every step, only at the end
+    sync = n != D
     if tid >= D * ntd:  # a spare thread: no blocks, but it keeps the barrier count
         d = 0
         u0 = 0
@@ -393,9 +403,9 @@ cdef void _run_team(Layer* L, bint backward, real* tag) noexcept nogil:
         u0 = r * NB // ntd
         u1 = (r + 1) * NB // ntd
     if backward:
-        _bwd_dir(L, d, u0, u1, tag)
+        _bwd_dir(L, d, u0, u1, sync, tag)
     else:
-        _fwd_dir(L, d, u0, u1, tag)
+        _fwd_dir(L, d, u0, u1, sync, tag)
 
 
 cdef void _run_layer(Layer* L, bint backward, int team, real* tag) noexcept nogil:
