@@ -394,6 +394,8 @@ cdef extern from "fnn_smallgemm.h" nogil:
                           const float* B, int packed, Py_ssize_t N, const float* bias,
                           float* y, Py_ssize_t p0, Py_ssize_t p1)
     void fnn_sg_transpose_f32(const float* x, Py_ssize_t M, Py_ssize_t K, float* xt)
+    void fnn_sg_transpose_cols_f32(const float* x, Py_ssize_t M, Py_ssize_t K, Py_ssize_t k0,
+                                   Py_ssize_t k1, float* xt)
     void fnn_sg_pool_run(fnn_sg_job_fn fn, void* arg, int nchunks, int nt)
     void fnn_pack_panels_f32(const float* w, Py_ssize_t N, Py_ssize_t K, int w_in_out,
                              float* out, Py_ssize_t p0, Py_ssize_t p1)
@@ -435,6 +437,7 @@ cdef void _small_part(const float* x, const float* xt, const float* B, bint pack
 
 cdef enum:
     _SG_MC = 96       # rows of x per block of a tall product (its k-chunk stays in L2)
+    _SG_TR_POOL = 4096  # elements of x from which its transpose is shared out on the pool
 
 
 ctypedef struct _SGJob:
@@ -471,6 +474,18 @@ cdef void _sg_job_chunk(void* arg, int c) noexcept nogil:
                 j.K, j.act, p0, p1)
 
 
+cdef void _tr_job_chunk(void* arg, int c) noexcept nogil:
+    """Chunk c of a pooled transpose of x (the job's M x K) into xt: a range of columns,
+    whole 16-column blocks."""
+    cdef _SGJob* j = <_SGJob*>arg
+    cdef Py_ssize_t nb = (j.K + 15) // 16
+    cdef Py_ssize_t k0 = 16 * (nb * c // j.bn), k1 = 16 * (nb * (c + 1) // j.bn)
+    if k1 > j.K:
+        k1 = j.K
+    if k0 < k1:
+        fnn_sg_transpose_cols_f32(j.x, j.M, j.K, k0, k1, <float*>j.xt)
+
+
 cdef int _small_gemm(const float* x, const float* B, bint packed, const float* bias,
                      float* y, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, int act,
                      int nt) noexcept nogil:
@@ -499,20 +514,27 @@ cdef int _small_gemm(const float* x, const float* B, bint packed, const float* b
             bn = 4 * nt if 4 * nt < P else P
         else:
             bn = 2 * nt if 2 * nt < P else P
+        job.x = x
+        job.M = M
+        job.K = K
         if bm == 1:
             xt = <float*>fnn_alloc(M * K, sizeof(float))
             if xt == NULL:
                 return -1
-            fnn_sg_transpose_f32(x, M, K, xt)
-        job.x = x
+            job.xt = xt
+            if M * K >= _SG_TR_POOL:
+                # the transpose on the pool too (column ranges): the workers would only
+                # wait for it (~4% of a sentence's time at batch 1 when the caller did it)
+                job.bn = 2 * nt
+                fnn_sg_pool_run(_tr_job_chunk, &job, <int>job.bn, nt)
+            else:
+                fnn_sg_transpose_f32(x, M, K, xt)
         job.xt = xt
         job.B = B
         job.packed = packed
         job.bias = bias
         job.y = y
-        job.M = M
         job.N = N
-        job.K = K
         job.P = P
         job.bm = bm
         job.bn = bn

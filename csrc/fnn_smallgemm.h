@@ -294,21 +294,30 @@ static inline void fnn_sg_tr16(const float *x, ptrdiff_t K, int nr, int nk, floa
 }
 #endif
 
-/* x (M, K) row-major -> xt (K, M). */
-static void fnn_sg_transpose_f32(const float *x, ptrdiff_t M, ptrdiff_t K, float *xt)
+/* Columns [k0, k1) of x (M, K) row-major -> rows k0 .. k1 - 1 of xt (K, M) (k0 a multiple
+ * of 16, so that a transpose can be shared out by column ranges). */
+static void fnn_sg_transpose_cols_f32(const float *x, ptrdiff_t M, ptrdiff_t K, ptrdiff_t k0,
+                                      ptrdiff_t k1, float *xt)
 {
 #if defined(__AVX512F__)
+    (void)K;
     for (ptrdiff_t m0 = 0; m0 < M; m0 += 16) {
         int nr = M - m0 < 16 ? (int)(M - m0) : 16;
-        for (ptrdiff_t k0 = 0; k0 < K; k0 += 16)
-            fnn_sg_tr16(x + m0 * K + k0, K, nr, K - k0 < 16 ? (int)(K - k0) : 16,
-                        xt + k0 * M + m0, M);
+        for (ptrdiff_t k = k0; k < k1; k += 16)
+            fnn_sg_tr16(x + m0 * K + k, K, nr, k1 - k < 16 ? (int)(k1 - k) : 16,
+                        xt + k * M + m0, M);
     }
 #else
     for (ptrdiff_t m = 0; m < M; m++)
-        for (ptrdiff_t k = 0; k < K; k++)
+        for (ptrdiff_t k = k0; k < k1; k++)
             xt[k * M + m] = x[m * K + k];
 #endif
+}
+
+/* x (M, K) row-major -> xt (K, M). */
+static inline void fnn_sg_transpose_f32(const float *x, ptrdiff_t M, ptrdiff_t K, float *xt)
+{
+    fnn_sg_transpose_cols_f32(x, M, K, 0, K, xt);
 }
 
 /* y[:, n0:n1] for the columns past the whole panels of a row-major (K, N) B: plain sums. */
