@@ -874,20 +874,9 @@ cdef inline void _short_task(const float* q, const float* k, const float* v, flo
                      ql[b], kl[b], g.E, g.Ev, <float>g.scale)
 
 
-ctypedef void (*_job_fn)(void* arg, int chunk) noexcept nogil
-ctypedef void (*_pool_fn)(_job_fn fn, void* arg, int nchunks, int nt) noexcept nogil
-# The dense family's thread pool (fnn_smallgemm.h: the caller and spinning workers claim
-# chunks; no barrier waits for a sleeping thread), shared so that one process has one such
-# pool: a sentence's attention runs between its GEMMs, while the GEMM pool's worker still
-# spins on the other core -- an OpenMP team would have to take that core from it.  NULL
-# where the pool is not built (then OpenMP, from a larger size).
-cdef _pool_fn _sg_pool = NULL
-try:
-    from .dense import SG_POOL_RUN as _cap
-except ImportError:
-    _cap = None
-if _cap is not None:
-    _sg_pool = <_pool_fn>PyCapsule_GetPointer(_cap, b"fastnn.sg_pool_run")
+# a sentence's attention heads on the dense family's pool (OpenMP, from a larger size,
+# where it is not built)
+include "fnn_sgpool.pxi"
 SHORT_ATTENTION_POOL = _sg_pool != NULL
 
 

@@ -637,11 +637,17 @@ def test_from_pretrained_skips_random_init(tmp_path):
 
 
 def test_inference_kernels_do_not_depend_on_thread_count():
+    """The same bits on 1, 2 and 3 threads; the add + layer norm of inference shares the
+    GEMM pool where there is one (its rows in chunks)."""
+    from fastnn.cpu import compiled_modules
+    norm = next(m for m in compiled_modules() if m.__name__.rsplit(".", 1)[-1] == "norm")
+    assert norm.ADD_LN_POOL == _dense_module().SMALL_GEMM_POOL
     rng = np.random.default_rng(4)
     lens = np.array([40, 3, 260, 17])
     st = np.cumsum(lens) - lens
     qkv = rng.standard_normal((1, lens.sum(), 3 * 64)).astype(np.float32)
     x = rng.standard_normal((600, 384)).astype(np.float32)
+    wide = rng.standard_normal((6, 5000)).astype(np.float32)
     wt = rng.standard_normal((384, 512)).astype(np.float32)
     b = rng.standard_normal(512).astype(np.float32)
     cpu = backend("cpu")
@@ -660,7 +666,13 @@ def test_inference_kernels_do_not_depend_on_thread_count():
                          cpu.packed_linear_infer(x[:40], pk, 1530, b3, "gelu"),
                          cpu.packed_linear_infer(x, pk, 1530, b3, "gelu"),
                          cpu.packed_linear_infer(x[:3], pk, 1530, b3, "none"),
-                         cpu.add_layer_norm_infer(x, x[::-1].copy(), None, None, 384, 1e-5)))
+                         cpu.add_layer_norm_infer(x, x[::-1].copy(), None, None, 384, 1e-5),
+                         # one sentence's rows (the GEMM pool's chunks of rows), and rows
+                         # longer than a pooled chunk keeps on its stack
+                         cpu.add_layer_norm_infer(x[:25], x[1:26].copy(), wt[:, 0].copy(),
+                                                  b[:384].copy(), 384, 1e-12),
+                         cpu.add_layer_norm_infer(wide, wide[::-1].copy(), None, None, 5000,
+                                                  1e-5)))
     finally:
         fastnn.set_num_threads(n0)
     for o in outs[1:]:
