@@ -449,6 +449,7 @@ ctypedef struct _SGJob:
     float* y
     Py_ssize_t M, N, K, P, bm, bn
     int act
+    int ntr           # chunks of the pooled transpose of x (_tr_job_chunk)
 
 
 cdef inline Py_ssize_t _guided(Py_ssize_t P, Py_ssize_t q, Py_ssize_t n) noexcept nogil:
@@ -479,7 +480,7 @@ cdef void _tr_job_chunk(void* arg, int c) noexcept nogil:
     whole 16-column blocks."""
     cdef _SGJob* j = <_SGJob*>arg
     cdef Py_ssize_t nb = (j.K + 15) // 16
-    cdef Py_ssize_t k0 = 16 * (nb * c // j.bn), k1 = 16 * (nb * (c + 1) // j.bn)
+    cdef Py_ssize_t k0 = 16 * (nb * c // j.ntr), k1 = 16 * (nb * (c + 1) // j.ntr)
     if k1 > j.K:
         k1 = j.K
     if k0 < k1:
@@ -514,31 +515,31 @@ cdef int _small_gemm(const float* x, const float* B, bint packed, const float* b
             bn = 4 * nt if 4 * nt < P else P
         else:
             bn = 2 * nt if 2 * nt < P else P
-        job.x = x
-        job.M = M
-        job.K = K
         if bm == 1:
             xt = <float*>fnn_alloc(M * K, sizeof(float))
             if xt == NULL:
                 return -1
-            job.xt = xt
-            if M * K >= _SG_TR_POOL:
-                # the transpose on the pool too (column ranges): the workers would only
-                # wait for it (~4% of a sentence's time at batch 1 when the caller did it)
-                job.bn = 2 * nt
-                fnn_sg_pool_run(_tr_job_chunk, &job, <int>job.bn, nt)
-            else:
-                fnn_sg_transpose_f32(x, M, K, xt)
+        job.x = x
         job.xt = xt
         job.B = B
         job.packed = packed
         job.bias = bias
         job.y = y
+        job.M = M
         job.N = N
+        job.K = K
         job.P = P
         job.bm = bm
         job.bn = bn
         job.act = act
+        if bm == 1:
+            if M * K >= _SG_TR_POOL:
+                # the transpose on the pool too (column ranges): the workers would only
+                # wait for it (~4% of a sentence's time at batch 1 when the caller did it)
+                job.ntr = 2 * nt
+                fnn_sg_pool_run(_tr_job_chunk, &job, job.ntr, nt)
+            else:
+                fnn_sg_transpose_f32(x, M, K, xt)
         fnn_sg_pool_run(_sg_job_chunk, &job, <int>(bm * bn), nt)
         free(xt)
         return 0

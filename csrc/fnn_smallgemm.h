@@ -297,7 +297,6 @@ static void fnn_sg_transpose_cols_f32(const float *x, ptrdiff_t M, ptrdiff_t K, 
                                       ptrdiff_t k1, float *xt)
 {
 #if defined(__AVX512F__)
-    (void)K;
     for (ptrdiff_t m0 = 0; m0 < M; m0 += 16) {
         int nr = M - m0 < 16 ? (int)(M - m0) : 16;
         for (ptrdiff_t k = k0; k < k1; k += 16)

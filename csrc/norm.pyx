@@ -241,21 +241,29 @@ ctypedef struct _AddLnJob:
     int nch
 
 
+cdef inline void _add_ln_row(const real* x, const real* res, real* buf, real* y,
+                             const real* w, const real* b, Py_ssize_t D,
+                             double eps) noexcept nogil:
+    """One row: the sum x + res into buf (D + 2: the row, then its unused mean and rstd),
+    normalised from there into y."""
+    cdef Py_ssize_t k
+    for k in range(D):
+        buf[k] = x[k] + res[k]
+    _ln_row(buf, y, w, b, D, eps, buf + D, buf + D + 1, False, NULL)
+
+
 cdef void _add_ln_chunk(void* arg, int c) noexcept nogil:
     """Rows of chunk c of a pooled add + layer norm (float), the row sum on the stack."""
     cdef _AddLnJob* j = <_AddLnJob*>arg
     cdef float buf[_ADD_LN_STACK + 2]
-    cdef Py_ssize_t r, k, D = j.D
+    cdef Py_ssize_t r, D = j.D
     for r in range(j.rows * c // j.nch, j.rows * (c + 1) // j.nch):
-        for k in range(D):
-            buf[k] = j.x[r * D + k] + j.res[r * D + k]
-        _ln_row[float](buf, j.y + r * D, j.w, j.b, D, j.eps, buf + D, buf + D + 1, False,
-                       NULL)
+        _add_ln_row[float](j.x + r * D, j.res + r * D, buf, j.y + r * D, j.w, j.b, D, j.eps)
 
 
 cdef int _add_ln_fwd(const real* x, const real* res, real* y, const real* w, const real* b,
                      Py_ssize_t rows, Py_ssize_t D, double eps) except -1 nogil:
-    cdef Py_ssize_t r, j
+    cdef Py_ssize_t r
     cdef int nt = _threads_for(rows * D, 1 << 14)
     cdef real* buf
     cdef int failed = 0
@@ -276,15 +284,12 @@ cdef int _add_ln_fwd(const real* x, const real* res, real* y, const real* w, con
             _sg_pool(_add_ln_chunk, &job, job.nch, nmax)
             return 0
     with parallel(num_threads=nt):
-        # the row sum, then this thread's (unused) mean and rstd
         buf = <real*>fnn_alloc(D + 2, sizeof(real))
         if buf == NULL:
             fnn_flag_set(&failed)
         for r in prange(rows, schedule="static"):
             if buf != NULL:
-                for j in range(D):
-                    buf[j] = x[r * D + j] + res[r * D + j]
-                _ln_row(buf, y + r * D, w, b, D, eps, buf + D, buf + D + 1, False, NULL)
+                _add_ln_row(x + r * D, res + r * D, buf, y + r * D, w, b, D, eps)
         free(buf)
     if failed:
         _raise_nomem(D + 2, sizeof(real))

@@ -42,14 +42,13 @@ def torch_or_none():
     return torch
 
 
-def time_fn(fn, min_time=0.25, max_reps=200, warmup=1):
-    """Best-of time (seconds) over repeated calls, at least ``min_time`` in total."""
-    for _ in range(warmup):
-        fn()
+def _best_call(fn, min_time, max_reps, min_reps):
+    """Best time (seconds) of repeated calls: at least ``min_reps`` calls and ``min_time``
+    seconds in total, at most ``max_reps`` calls."""
     best = float("inf")
     total = 0.0
     reps = 0
-    while reps < max_reps and (total < min_time or reps < 3):
+    while reps < max_reps and (total < min_time or reps < min_reps):
         t0 = time.perf_counter()
         fn()
         dt = time.perf_counter() - t0
@@ -57,6 +56,13 @@ def time_fn(fn, min_time=0.25, max_reps=200, warmup=1):
         total += dt
         reps += 1
     return best
+
+
+def time_fn(fn, min_time=0.25, max_reps=200, warmup=1):
+    """Best-of time (seconds) over repeated calls, at least ``min_time`` in total."""
+    for _ in range(warmup):
+        fn()
+    return _best_call(fn, min_time, max_reps, 3)
 
 
 def time_interleaved(fns, min_time=0.25, max_reps=200, rounds=3, warmup=1):
@@ -72,18 +78,10 @@ def time_interleaved(fns, min_time=0.25, max_reps=200, rounds=3, warmup=1):
         for _ in range(warmup):
             fns[k]()
     best = dict.fromkeys(names, float("inf"))
-    per_round = min_time / rounds
     cap = max(1, max_reps // rounds)
     for r in range(rounds):
         for k in (names if r % 2 == 0 else names[::-1]):
-            fn, total, reps = fns[k], 0.0, 0
-            while reps < cap and (total < per_round or reps < 1):
-                t0 = time.perf_counter()
-                fn()
-                dt = time.perf_counter() - t0
-                best[k] = min(best[k], dt)
-                total += dt
-                reps += 1
+            best[k] = min(best[k], _best_call(fns[k], min_time / rounds, cap, 1))
     return best
 
 
