@@ -271,6 +271,81 @@ cdef inline void _drop_tile(real* p, real* p2, Py_ssize_t ld, Py_ssize_t nq, Py_
             idx += 1
 
 
+cdef extern from "fnn_attn_short.h" nogil:
+    enum:
+        FNN_ATS_LMAX
+        FNN_ATS_EMAX
+        FNN_ATB_WS
+    void fnn_ats_head_f32(const float* q, Py_ssize_t qld, const float* k, Py_ssize_t kld,
+                          const float* v, Py_ssize_t vld, float* out, Py_ssize_t old,
+                          Py_ssize_t Lq, Py_ssize_t Lk, Py_ssize_t E, Py_ssize_t Ev,
+                          float scale, int causal, float* lse)
+    int fnn_atb_fits(Py_ssize_t L, Py_ssize_t S, Py_ssize_t E, Py_ssize_t Ev)
+    int fnn_atb_pair_f32(const float* q, Py_ssize_t qld, const float* k, Py_ssize_t kld,
+                         const float* v, Py_ssize_t vld, const float* dout, Py_ssize_t old,
+                         const float* lse, const float* D, float* dq, Py_ssize_t dqld,
+                         float* dk, Py_ssize_t dkld, float* dv, Py_ssize_t dvld, Py_ssize_t L,
+                         Py_ssize_t S, Py_ssize_t E, Py_ssize_t Ev, float scale, int causal,
+                         float* ws)
+
+
+cdef inline bint _short_train(const Geo* g, const void* mk) noexcept nogil:
+    """The training forward / backward of every (b, h) pair runs fnn_attn_short.h's
+    whole-pair kernels (no tiles, no BLAS): float32, no mask beyond is_causal, no
+    dropout, queries and keys <= FNN_ATS_LMAX, head widths multiples of 16 <= 64, and a
+    build with them (AVX-512).  By shape and build only, the same for both passes."""
+    return mk == NULL and not g.dropout and fnn_atb_fits(g.L, g.S, g.E, g.Ev) != 0
+
+
+cdef void _short_fwd(const float* q, const float* k, const float* v, float* o, float* lse,
+                     const Geo* g) noexcept nogil:
+    """The forward of _short_train shapes: a task per (b, h) pair, its own output rows."""
+    cdef Py_ssize_t bh, b, h, BH = g.B * g.H
+    cdef int nt = _threads_for(BH * g.L * g.S * (g.E + g.Ev), 1 << 20)
+    if nt > BH:
+        nt = <int>BH
+    for bh in prange(BH, schedule="static", num_threads=nt):
+        b = bh // g.H
+        h = bh % g.H
+        fnn_ats_head_f32(q + b * g.qb + h * g.E, g.qld, k + b * g.kb + h * g.E, g.kld,
+                         v + b * g.vb + h * g.Ev, g.vld, o + b * g.ob + h * g.Ev, g.old,
+                         g.L, g.S, g.E, g.Ev, <float>g.scale, g.causal, lse + bh * g.L)
+
+
+cdef int _short_bwd(const float* q, const float* k, const float* v, const float* do_,
+                    const float* lse, const float* D, float* dq, float* dk, float* dv,
+                    const Geo* g) except -1 nogil:
+    """The backward of _short_train shapes: a task per (b, h) pair writing its own dq, dk,
+    dv rows (fnn_atb_pair_f32), a workspace per thread."""
+    cdef Py_ssize_t bh, b, h, BH = g.B * g.H
+    cdef int nt = _threads_for(BH * g.L * g.S * (g.E + g.Ev), 1 << 19)
+    cdef float* raw
+    cdef float* ws
+    cdef int failed = 0
+    if nt > BH:
+        nt = <int>BH
+    with parallel(num_threads=nt):
+        raw = <float*>fnn_alloc(FNN_ATB_WS + 16, sizeof(float))
+        if raw == NULL:
+            fnn_flag_set(&failed)
+        # 64-byte aligned (the kernel's aligned vector loads)
+        ws = <float*>((<uintptr_t>raw + 63) & ~(<uintptr_t>63))
+        for bh in prange(BH, schedule="static"):
+            if raw == NULL:
+                continue
+            b = bh // g.H
+            h = bh % g.H
+            fnn_atb_pair_f32(q + b * g.qb + h * g.E, g.qld, k + b * g.kb + h * g.E, g.kld,
+                             v + b * g.vb + h * g.Ev, g.vld, do_ + b * g.ob + h * g.Ev, g.old,
+                             lse + bh * g.L, D + bh * g.L, dq + b * g.dqb + h * g.E, g.dqld,
+                             dk + b * g.dkb + h * g.E, g.dkld, dv + b * g.dvb + h * g.Ev,
+                             g.dvld, g.L, g.S, g.E, g.Ev, <float>g.scale, g.causal, ws)
+        free(raw)
+    if failed:
+        _raise_nomem(FNN_ATB_WS + 16, sizeof(float))
+    return 0
+
+
 # ---------------------------------------------------------------- forward
 cdef void _fwd_block(const real* q, const real* k, const real* v, real* o, real* lse,
                      const real* mk, const int64_t* midx, const Geo* g, Py_ssize_t bh,
@@ -360,6 +435,10 @@ cdef int _fwd(const real* q, const real* k, const real* v, real* o, real* lse,
     cdef int failed = 0
     if ntask == 0:
         return 0
+    if real is float:
+        if _short_train(g, mk):
+            _short_fwd(q, k, v, o, lse, g)
+            return 0
     if nt > ntask:
         nt = <int>ntask
     with parallel(num_threads=nt):
@@ -500,6 +579,9 @@ cdef int _bwd(const real* q, const real* k, const real* v, const real* o, const 
                                 o + b * g.ob + h * Ev + i * g.old, Ev)
     if nkb == 0:
         return 0
+    if real is float:
+        if _short_train(g, mk):
+            return _short_bwd(q, k, v, do_, lse, D, dq, dk, dv, g)
     nt = _threads_for(BH * nqb * nkb * BQ * BK * (g.E + g.Ev + 1), 1 << 18)
     if BH >= SERIAL_BH:
         if nt > BH:
@@ -852,16 +934,6 @@ cdef int _varlen_fwd(const real* q, const real* k, const real* v, real* o,
     return 0
 
 
-cdef extern from "fnn_attn_short.h" nogil:
-    enum:
-        FNN_ATS_LMAX
-        FNN_ATS_EMAX
-    void fnn_ats_head_f32(const float* q, Py_ssize_t qld, const float* k, Py_ssize_t kld,
-                          const float* v, Py_ssize_t vld, float* out, Py_ssize_t old,
-                          Py_ssize_t Lq, Py_ssize_t Lk, Py_ssize_t E, Py_ssize_t Ev,
-                          float scale)
-
-
 cdef inline void _short_task(const float* q, const float* k, const float* v, float* o,
                              const int64_t* qs, const int64_t* ql, const int64_t* ks,
                              const int64_t* kl, const Geo* g, Py_ssize_t t) noexcept nogil:
@@ -871,13 +943,16 @@ cdef inline void _short_task(const float* q, const float* k, const float* v, flo
                      k + b * g.kb + ks[b] * g.kld + h * g.E, g.kld,
                      v + b * g.vb + ks[b] * g.vld + h * g.Ev, g.vld,
                      o + b * g.ob + qs[b] * g.old + h * g.Ev, g.old,
-                     ql[b], kl[b], g.E, g.Ev, <float>g.scale)
+                     ql[b], kl[b], g.E, g.Ev, <float>g.scale, g.causal, NULL)
 
 
 # a sentence's attention heads on the dense family's pool (OpenMP, from a larger size,
 # where it is not built)
 include "fnn_sgpool.pxi"
 SHORT_ATTENTION_POOL = _sg_pool != NULL
+# this build runs training attention of short sequences as whole-pair kernels
+# (_short_train: the AVX-512 build)
+SHORT_TRAIN = fnn_atb_fits(1, 1, 16, 16) != 0
 
 
 ctypedef struct _ShortJob:
@@ -963,7 +1038,7 @@ def varlen_attention(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, object q_start
     if ntask == 0:
         return out
     cdef int nt
-    if q.dtype == np.float32 and not is_causal and maxk <= FNN_ATS_LMAX \
+    if q.dtype == np.float32 and maxk <= FNN_ATS_LMAX \
             and g.E <= FNN_ATS_EMAX and g.Ev <= FNN_ATS_EMAX:
         # short key ranges (a sentence): fnn_attn_short.h, plain loops per (sequence,
         # head).  The pool's worker is already spinning between a sentence's GEMMs: two

@@ -32,7 +32,7 @@
  * inlined copy. */
 static inline __attribute__((always_inline)) void
 fnn_ats_row512(int nv, int nc, const float *q, const float *kt, ptrdiff_t E,
-               const float *v, ptrdiff_t vld, ptrdiff_t Lk, float *out, float *s)
+               const float *v, ptrdiff_t vld, ptrdiff_t Lk, float *out, float *s, float *lse)
 {
     __m512 a[4], a1[4], a2[4], a3[4], o[8], o1[8];
     ptrdiff_t e = 0, j;
@@ -73,6 +73,8 @@ fnn_ats_row512(int nv, int nc, const float *q, const float *kt, ptrdiff_t E,
         /* NaN scores: a NaN row (as torch); no key with a finite score: zeros */
         for (int c = 0; c < nc; c++)
             _mm512_storeu_ps(out + 16 * c, _mm512_set1_ps(nan ? NAN : 0.0f));
+        if (lse)
+            *lse = nan ? NAN : -INFINITY;
         return;
     }
     __m512 sum = _mm512_setzero_ps(), vm = _mm512_set1_ps(m);
@@ -81,7 +83,9 @@ fnn_ats_row512(int nv, int nc, const float *q, const float *kt, ptrdiff_t E,
         sum = _mm512_add_ps(sum, a[u]);
         _mm512_store_ps(s + 16 * u, a[u]);
     }
-    const float inv = 1.0f / _mm512_reduce_add_ps(sum);
+    const float tot = _mm512_reduce_add_ps(sum), inv = 1.0f / tot;
+    if (lse)
+        *lse = m + logf(tot);
     for (int c = 0; c < nc; c++)
         o[c] = o1[c] = _mm512_setzero_ps();
     for (j = 0; j + 2 <= Lk; j += 2) {       /* even and odd keys: two chains per vector */
@@ -105,16 +109,16 @@ fnn_ats_row512(int nv, int nc, const float *q, const float *kt, ptrdiff_t E,
 
 #define FNN_ATS_NV(nc)                                                                   \
     switch (nv) {                                                                        \
-    case 1: fnn_ats_row512(1, nc, q, kt, E, v, vld, Lk, out, s); return 1;               \
-    case 2: fnn_ats_row512(2, nc, q, kt, E, v, vld, Lk, out, s); return 1;               \
-    case 3: fnn_ats_row512(3, nc, q, kt, E, v, vld, Lk, out, s); return 1;               \
-    default: fnn_ats_row512(4, nc, q, kt, E, v, vld, Lk, out, s); return 1;              \
+    case 1: fnn_ats_row512(1, nc, q, kt, E, v, vld, Lk, out, s, lse); return 1;          \
+    case 2: fnn_ats_row512(2, nc, q, kt, E, v, vld, Lk, out, s, lse); return 1;          \
+    case 3: fnn_ats_row512(3, nc, q, kt, E, v, vld, Lk, out, s, lse); return 1;          \
+    default: fnn_ats_row512(4, nc, q, kt, E, v, vld, Lk, out, s, lse); return 1;         \
     }
 
 /* -> 1 when the row was done here (Ev a multiple of 16), else 0 */
 static int fnn_ats_row_vec(int nv, const float *q, const float *kt, ptrdiff_t E,
                            const float *v, ptrdiff_t vld, ptrdiff_t Lk, ptrdiff_t Ev,
-                           float *out, float *s)
+                           float *out, float *s, float *lse)
 {
     if (Ev % 16)
         return 0;
@@ -134,10 +138,10 @@ static int fnn_ats_row_vec(int nv, const float *q, const float *kt, ptrdiff_t E,
 #else
 static int fnn_ats_row_vec(int nv, const float *q, const float *kt, ptrdiff_t E,
                            const float *v, ptrdiff_t vld, ptrdiff_t Lk, ptrdiff_t Ev,
-                           float *out, float *s)
+                           float *out, float *s, float *lse)
 {
     (void)nv; (void)q; (void)kt; (void)E; (void)v; (void)vld; (void)Lk; (void)Ev; (void)out;
-    (void)s;
+    (void)s; (void)lse;
     return 0;
 }
 #endif
@@ -145,7 +149,7 @@ static int fnn_ats_row_vec(int nv, const float *q, const float *kt, ptrdiff_t E,
 /* One query row in plain C (other variants, or Ev not a multiple of 16). */
 static void fnn_ats_row_c(const float *q, const float *kt, ptrdiff_t E, const float *v,
                           ptrdiff_t vld, ptrdiff_t Lk, ptrdiff_t lp, ptrdiff_t Ev, float *out,
-                          float *s, float *acc)
+                          float *s, float *acc, float *lse)
 {
     float mx = -INFINITY, inv;
     double sum = 0.0;
@@ -167,6 +171,8 @@ static void fnn_ats_row_c(const float *q, const float *kt, ptrdiff_t E, const fl
     if (nan || mx == -INFINITY) {
         for (c = 0; c < Ev; c++)
             out[c] = nan ? NAN : 0.0f;
+        if (lse)
+            *lse = nan ? NAN : -INFINITY;
         return;
     }
     for (j = 0; j < Lk; j++) {
@@ -182,37 +188,252 @@ static void fnn_ats_row_c(const float *q, const float *kt, ptrdiff_t E, const fl
             acc[c] += p * vr[c];
     }
     inv = (float)(1.0 / sum);
+    if (lse)
+        *lse = mx + (float)log(sum);
     for (c = 0; c < Ev; c++)
         out[c] = acc[c] * inv;
 }
 
 /* Query rows q[0..Lq) (row stride qld) against keys k[0..Lk) / values v[0..Lk) (row
  * strides kld, vld) of one head -> out rows (stride old).  Lk <= FNN_ATS_LMAX,
- * E, Ev <= FNN_ATS_EMAX. */
+ * E, Ev <= FNN_ATS_EMAX.  causal: query row i sees keys 0..i only (top-left aligned, as
+ * the tiled path).  lse (may be NULL): per query row, the log of its softmax denominator
+ * in the scaled scores' units (max + log(sum)), -inf for a row without keys: what the
+ * training backward needs. */
 static void fnn_ats_head_f32(const float *q, ptrdiff_t qld, const float *k, ptrdiff_t kld,
                              const float *v, ptrdiff_t vld, float *out, ptrdiff_t old,
-                             ptrdiff_t Lq, ptrdiff_t Lk, ptrdiff_t E, ptrdiff_t Ev, float scale)
+                             ptrdiff_t Lq, ptrdiff_t Lk, ptrdiff_t E, ptrdiff_t Ev, float scale,
+                             int causal, float *lse)
 {
     float kt[FNN_ATS_EMAX * FNN_ATS_LMAX] __attribute__((aligned(64)));
     float s[FNN_ATS_LMAX] __attribute__((aligned(64)));
     float acc[FNN_ATS_EMAX] __attribute__((aligned(64)));
     int nv = (int)((Lk + 15) / 16);
-    ptrdiff_t lp = (ptrdiff_t)nv * 16, i, j, e;
+    ptrdiff_t lp = (ptrdiff_t)nv * 16, i, j, e, n;
     if (Lk == 0) {
-        for (i = 0; i < Lq; i++)
+        for (i = 0; i < Lq; i++) {
             memset(out + i * old, 0, (size_t)Ev * sizeof(float));
+            if (lse)
+                lse[i] = -INFINITY;
+        }
         return;
     }
-    for (e = 0; e < E; e++) {
-        float *kr = kt + e * FNN_ATS_LMAX;
-        for (j = 0; j < Lk; j++)
-            kr[j] = scale * k[j * kld + e];
-        for (; j < lp; j++)
-            kr[j] = 0.0f;
+    for (j = 0; j < Lk; j++)                /* contiguous reads of each key row */
+        for (e = 0; e < E; e++)
+            kt[e * FNN_ATS_LMAX + j] = scale * k[j * kld + e];
+    for (j = Lk; j < lp; j++)
+        for (e = 0; e < E; e++)
+            kt[e * FNN_ATS_LMAX + j] = 0.0f;
+    for (i = 0; i < Lq; i++) {
+        n = causal && i + 1 < Lk ? i + 1 : Lk;
+        nv = (int)((n + 15) / 16);
+        if (!fnn_ats_row_vec(nv, q + i * qld, kt, E, v, vld, n, Ev, out + i * old, s,
+                             lse ? lse + i : NULL))
+            fnn_ats_row_c(q + i * qld, kt, E, v, vld, n, (ptrdiff_t)nv * 16, Ev,
+                          out + i * old, s, acc, lse ? lse + i : NULL);
     }
-    for (i = 0; i < Lq; i++)
-        if (!fnn_ats_row_vec(nv, q + i * qld, kt, E, v, vld, Lk, Ev, out + i * old, s))
-            fnn_ats_row_c(q + i * qld, kt, E, v, vld, Lk, lp, Ev, out + i * old, s, acc);
 }
+
+/* Training backward of one (sequence, head) whose queries and keys fit L1 (L, S <=
+ * FNN_ATS_LMAX; E, Ev multiples of 16 up to FNN_ATB_EMAX; AVX-512).  The tiled path spent
+ * ~1 ms per GPT-demo layer (64 pairs of 64 x 64 x 32) in per-tile BLAS calls; here a pair
+ * is a few microseconds of register-tiled loops.  Per query row i: P_i = exp(scores_i -
+ * lse_i) (the forward's scores: scaled keys transposed on the stack, the same sums),
+ * dP_i = dO_i V^T, dS_i = P_i (dP_i - D_i) scale, dQ_i = dS_i K, written in place; P and
+ * dS rows are kept (64 x 64 each) for dK = dS^T Q and dV = P^T dO, four keys at a time
+ * over the query rows.  Every sum runs in an order fixed by the shapes: the same bits
+ * at any thread count. */
+#define FNN_ATB_EMAX 64
+
+#if defined(FNN_HAVE_AVX512)
+/* x[u] = sum_e a[e] * t[e][16u..16u+16) for u < nu (runtime), four chains over e mod 4 */
+static inline __attribute__((always_inline)) void
+fnn_atb_rowdot(const float *a, const float *t, ptrdiff_t E, int nu, __m512 *x)
+{
+    for (int u = 0; u < nu; u++) {
+        __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+        const float *tc = t + 16 * u;
+        for (ptrdiff_t e = 0; e < E; e += 4) {     /* E is a multiple of 16 */
+            s0 = _mm512_fmadd_ps(_mm512_set1_ps(a[e]), _mm512_load_ps(tc + e * FNN_ATS_LMAX), s0);
+            s1 = _mm512_fmadd_ps(_mm512_set1_ps(a[e + 1]),
+                                 _mm512_load_ps(tc + (e + 1) * FNN_ATS_LMAX), s1);
+            s2 = _mm512_fmadd_ps(_mm512_set1_ps(a[e + 2]),
+                                 _mm512_load_ps(tc + (e + 2) * FNN_ATS_LMAX), s2);
+            s3 = _mm512_fmadd_ps(_mm512_set1_ps(a[e + 3]),
+                                 _mm512_load_ps(tc + (e + 3) * FNN_ATS_LMAX), s3);
+        }
+        x[u] = _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3));
+    }
+}
+
+/* out[j] (rows of width 16 ne, stride old) = sum_{i = i0}^{L-1} w[i][j] a_i for the four
+ * keys j0..j0+3 (w rows of FNN_ATS_LMAX, a rows of stride ald); rows j >= S not written */
+static inline __attribute__((always_inline)) void
+fnn_atb_cols4(int ne, const float *w, const float *a, ptrdiff_t ald, ptrdiff_t i0,
+              ptrdiff_t L, ptrdiff_t j0, ptrdiff_t S, float *out, ptrdiff_t old)
+{
+    __m512 c0[4], c1[4], c2[4], c3[4];
+    for (int c = 0; c < ne; c++)
+        c0[c] = c1[c] = c2[c] = c3[c] = _mm512_setzero_ps();
+    for (ptrdiff_t i = i0; i < L; i++) {
+        const float *wr = w + i * FNN_ATS_LMAX + j0, *ar = a + i * ald;
+        const __m512 w0 = _mm512_set1_ps(wr[0]), w1 = _mm512_set1_ps(wr[1]);
+        const __m512 w2 = _mm512_set1_ps(wr[2]), w3 = _mm512_set1_ps(wr[3]);
+        for (int c = 0; c < ne; c++) {
+            const __m512 x = _mm512_loadu_ps(ar + 16 * c);
+            c0[c] = _mm512_fmadd_ps(w0, x, c0[c]);
+            c1[c] = _mm512_fmadd_ps(w1, x, c1[c]);
+            c2[c] = _mm512_fmadd_ps(w2, x, c2[c]);
+            c3[c] = _mm512_fmadd_ps(w3, x, c3[c]);
+        }
+    }
+    for (int c = 0; c < ne; c++) {
+        _mm512_storeu_ps(out + j0 * old + 16 * c, c0[c]);
+        if (j0 + 1 < S) _mm512_storeu_ps(out + (j0 + 1) * old + 16 * c, c1[c]);
+        if (j0 + 2 < S) _mm512_storeu_ps(out + (j0 + 2) * old + 16 * c, c2[c]);
+        if (j0 + 3 < S) _mm512_storeu_ps(out + (j0 + 3) * old + 16 * c, c3[c]);
+    }
+}
+
+static inline __attribute__((always_inline)) void
+fnn_atb_pair512(int ne, int nev, const float *q, ptrdiff_t qld, const float *k, ptrdiff_t kld,
+                const float *v, ptrdiff_t vld, const float *dout, ptrdiff_t old,
+                const float *lse, const float *D, float *dq, ptrdiff_t dqld, float *dk,
+                ptrdiff_t dkld, float *dv, ptrdiff_t dvld, ptrdiff_t L, ptrdiff_t S,
+                float scale, int causal, float *ws)
+{
+    const ptrdiff_t E = 16 * ne, Ev = 16 * nev, LM = FNN_ATS_LMAX;
+    float *kt = ws, *vt = kt + FNN_ATB_EMAX * LM, *P = vt + FNN_ATB_EMAX * LM;
+    float *dS = P + LM * LM;
+    const int nvs = (int)((S + 15) / 16);
+    ptrdiff_t i, j, e;
+    /* row by row (contiguous reads), then the padding keys S..16 nvs as zeros */
+    for (j = 0; j < S; j++) {
+        const float *kr = k + j * kld, *vr = v + j * vld;
+        for (e = 0; e < E; e++)
+            kt[e * LM + j] = scale * kr[e];
+        for (e = 0; e < Ev; e++)
+            vt[e * LM + j] = vr[e];
+    }
+    for (j = S; j < 16 * nvs; j++) {
+        for (e = 0; e < E; e++)
+            kt[e * LM + j] = 0.0f;
+        for (e = 0; e < Ev; e++)
+            vt[e * LM + j] = 0.0f;
+    }
+    const __m512 vsc = _mm512_set1_ps(scale);
+    for (i = 0; i < L; i++) {
+        const ptrdiff_t n = causal && i + 1 < S ? i + 1 : S;
+        const int nu = (int)((n + 15) / 16);
+        __m512 sc[4], dp[4];
+        float *Pr = P + i * LM, *dSr = dS + i * LM;
+        const float li = lse[i];
+        const float *dor = dout + i * old;
+        fnn_atb_rowdot(q + i * qld, kt, E, nu, sc);
+        fnn_atb_rowdot(dor, vt, Ev, nu, dp);
+        const __m512 vl = _mm512_set1_ps(li), vd = _mm512_set1_ps(D[i]);
+        for (int u = 0; u < nu; u++) {
+            const ptrdiff_t left = n - 16 * u;
+            const __mmask16 live = left >= 16 ? (__mmask16)0xffff
+                                              : (__mmask16)((1u << left) - 1u);
+            /* a row without keys (lse -inf) has zero weights; a NaN lse gives NaN */
+            __m512 p = li == -INFINITY ? _mm512_setzero_ps()
+                       : _mm512_maskz_mov_ps(live, fnn_exp_nonpos_ps16(_mm512_sub_ps(sc[u], vl)));
+            _mm512_store_ps(Pr + 16 * u, p);
+            _mm512_store_ps(dSr + 16 * u,
+                            _mm512_mul_ps(_mm512_mul_ps(p, _mm512_sub_ps(dp[u], vd)), vsc));
+        }
+        for (int u = nu; u < nvs; u++) {
+            _mm512_store_ps(Pr + 16 * u, _mm512_setzero_ps());
+            _mm512_store_ps(dSr + 16 * u, _mm512_setzero_ps());
+        }
+        /* dQ_i = sum_j dS_ij K_j: even and odd keys in two chains */
+        __m512 a0[4], a1[4];
+        for (int c = 0; c < ne; c++)
+            a0[c] = a1[c] = _mm512_setzero_ps();
+        for (j = 0; j + 2 <= n; j += 2) {
+            const __m512 s0 = _mm512_set1_ps(dSr[j]), s1 = _mm512_set1_ps(dSr[j + 1]);
+            const float *kr = k + j * kld;
+            for (int c = 0; c < ne; c++) {
+                a0[c] = _mm512_fmadd_ps(s0, _mm512_loadu_ps(kr + 16 * c), a0[c]);
+                a1[c] = _mm512_fmadd_ps(s1, _mm512_loadu_ps(kr + kld + 16 * c), a1[c]);
+            }
+        }
+        if (j < n) {
+            const __m512 s0 = _mm512_set1_ps(dSr[j]);
+            for (int c = 0; c < ne; c++)
+                a0[c] = _mm512_fmadd_ps(s0, _mm512_loadu_ps(k + j * kld + 16 * c), a0[c]);
+        }
+        for (int c = 0; c < ne; c++)
+            _mm512_storeu_ps(dq + i * dqld + 16 * c, _mm512_add_ps(a0[c], a1[c]));
+    }
+    /* dK_j = sum_i dS_ij Q_i, dV_j = sum_i P_ij dO_i; causal: rows i >= j only (the
+     * others are zero); the padded columns j >= S are zero and not written */
+    for (j = 0; j < S; j += 4) {
+        const ptrdiff_t i0 = causal ? (j < L ? j : L) : 0;
+        fnn_atb_cols4(ne, dS, q, qld, i0, L, j, S, dk, dkld);
+        fnn_atb_cols4(nev, P, dout, old, i0, L, j, S, dv, dvld);
+    }
+}
+
+#define FNN_ATB_NEV(ne)                                                                  \
+    switch (nev) {                                                                       \
+    case 1: fnn_atb_pair512(ne, 1, q, qld, k, kld, v, vld, dout, old, lse, D, dq, dqld,  \
+                            dk, dkld, dv, dvld, L, S, scale, causal, ws); return 1;      \
+    case 2: fnn_atb_pair512(ne, 2, q, qld, k, kld, v, vld, dout, old, lse, D, dq, dqld,  \
+                            dk, dkld, dv, dvld, L, S, scale, causal, ws); return 1;      \
+    case 3: fnn_atb_pair512(ne, 3, q, qld, k, kld, v, vld, dout, old, lse, D, dq, dqld,  \
+                            dk, dkld, dv, dvld, L, S, scale, causal, ws); return 1;      \
+    case 4: fnn_atb_pair512(ne, 4, q, qld, k, kld, v, vld, dout, old, lse, D, dq, dqld,  \
+                            dk, dkld, dv, dvld, L, S, scale, causal, ws); return 1;      \
+    default: return 0;                                                                   \
+    }
+#endif
+
+/* Floats of workspace fnn_atb_pair_f32 needs (64-byte aligned): keys and values
+ * transposed, the P and dS rows. */
+#define FNN_ATB_WS (2 * FNN_ATB_EMAX * FNN_ATS_LMAX + 2 * FNN_ATS_LMAX * FNN_ATS_LMAX)
+
+/* 1 when this build has the short backward for these shapes (AVX-512; L, S <=
+ * FNN_ATS_LMAX; E, Ev multiples of 16 up to FNN_ATB_EMAX), else 0 */
+static inline int fnn_atb_fits(ptrdiff_t L, ptrdiff_t S, ptrdiff_t E, ptrdiff_t Ev)
+{
+#if defined(FNN_HAVE_AVX512)
+    return L <= FNN_ATS_LMAX && S <= FNN_ATS_LMAX && E > 0 && Ev > 0 && E % 16 == 0
+           && Ev % 16 == 0 && E <= FNN_ATB_EMAX && Ev <= FNN_ATB_EMAX;
+#else
+    (void)L; (void)S; (void)E; (void)Ev;
+    return 0;
+#endif
+}
+
+/* One (sequence, head) of the backward (see above): D (per query row, dO . O), lse (the
+ * forward's); writes dq rows 0..L, dk / dv rows 0..S.  ws: FNN_ATB_WS floats, 64-byte
+ * aligned.  -> 1, or 0 (nothing written) when fnn_atb_fits is false. */
+static int fnn_atb_pair_f32(const float *q, ptrdiff_t qld, const float *k, ptrdiff_t kld,
+                            const float *v, ptrdiff_t vld, const float *dout, ptrdiff_t old,
+                            const float *lse, const float *D, float *dq, ptrdiff_t dqld,
+                            float *dk, ptrdiff_t dkld, float *dv, ptrdiff_t dvld, ptrdiff_t L,
+                            ptrdiff_t S, ptrdiff_t E, ptrdiff_t Ev, float scale, int causal,
+                            float *ws)
+{
+    if (!fnn_atb_fits(L, S, E, Ev))
+        return 0;
+#if defined(FNN_HAVE_AVX512)
+    const int nev = (int)(Ev / 16);
+    switch (E / 16) {
+    case 1: FNN_ATB_NEV(1)
+    case 2: FNN_ATB_NEV(2)
+    case 3: FNN_ATB_NEV(3)
+    default: FNN_ATB_NEV(4)
+    }
+#else
+    (void)q; (void)qld; (void)k; (void)kld; (void)v; (void)vld; (void)dout; (void)old;
+    (void)lse; (void)D; (void)dq; (void)dqld; (void)dk; (void)dkld; (void)dv; (void)dvld;
+    (void)scale; (void)causal; (void)ws;
+    return 0;
+#endif
+}
+#undef FNN_ATB_NEV
 
 #endif

@@ -22,9 +22,9 @@ def _qkv(rng, T, H, E, Ev, B=1, dtype=np.float32):
     return x[..., :H * E], x[..., H * E:2 * H * E], x[..., 2 * H * E:]
 
 
-def _both(q, k, v, qs, ql, ks, kl, H, seq_first=False, scale=None):
+def _both(q, k, v, qs, ql, ks, kl, H, seq_first=False, scale=None, causal=False):
     E = q.shape[2] // H
-    args = (q, k, v, qs, ql, ks, kl, H, seq_first, False, scale or E ** -0.5)
+    args = (q, k, v, qs, ql, ks, kl, H, seq_first, causal, scale or E ** -0.5)
     return backend("cpu").ops["varlen_attention"](*args), \
         backend("reference").ops["varlen_attention"](*args)
 
@@ -37,17 +37,19 @@ def _both(q, k, v, qs, ql, ks, kl, H, seq_first=False, scale=None):
     ([7, 12], 3, 33, 33),                   # Ev not a multiple of 16: the plain C row
     ([64, 65, 2], 2, 64, 64),               # one range past the limit: the tiled path
 ])
-def test_short_varlen_attention_matches_reference(lens, H, E, Ev):
+@pytest.mark.parametrize("causal", [False, True])
+def test_short_varlen_attention_matches_reference(lens, H, E, Ev, causal):
     rng = np.random.default_rng(len(lens) * 7 + E)
     lens = np.array(lens)
     starts = np.cumsum(lens) - lens
     q, k, v = _qkv(rng, int(lens.sum()), H, E, Ev)
-    got, want = _both(q, k, v, starts, lens, starts, lens, H)
+    got, want = _both(q, k, v, starts, lens, starts, lens, H, causal=causal)
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
     for s, n in zip(starts, lens):          # each sequence alone through sdpa
         if n:
             one = F.scaled_dot_product_attention(
-                *(a[0, s:s + n].reshape(n, H, -1).transpose(1, 0, 2) for a in (q, k, v)))
+                *(a[0, s:s + n].reshape(n, H, -1).transpose(1, 0, 2) for a in (q, k, v)),
+                is_causal=causal)
             np.testing.assert_allclose(got[0, s:s + n], one.transpose(1, 0, 2).reshape(n, -1),
                                        rtol=2e-5, atol=2e-6)
 
