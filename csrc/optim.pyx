@@ -26,7 +26,8 @@ cnp.import_array()
 include "fnn_runtime.pxi"
 include "fnn_span.pxi"
 
-OPS = ("sgd_step", "adam_step", "adamw_step", "rmsprop_step", "adagrad_step")
+OPS = ("sgd_step", "adam_step", "adamw_step", "adam_step_foreach", "adamw_step_foreach",
+       "rmsprop_step", "adagrad_step")
 
 # elements per chunk: a thread gets >= 32k elements (~1 MB of traffic) before waking more
 cdef enum:
@@ -164,21 +165,30 @@ cdef void _adam(real* p, const real* g, real* m, real* v, real* vmax, Py_ssize_t
                     decay, l2, w1, lerp_low, beta2, omb2, neg_step_size, bc2_sqrt, eps, sign)
 
 
+cdef inline void _adam_scalars(double lr, double beta1, double weight_decay, bint decoupled,
+                               double* decay, double* l2, double* w1,
+                               bint* lerp_low) noexcept:
+    """The step-independent scalars, exactly as torch forms them (Python floats, double)."""
+    decay[0] = 1.0
+    l2[0] = 0.0
+    if weight_decay != 0:
+        if decoupled:
+            decay[0] = 1 - lr * weight_decay
+        else:
+            l2[0] = weight_decay
+    w1[0] = 1 - beta1
+    lerp_low[0] = abs(w1[0]) < 0.5
+
+
 cdef _adam_any(cnp.ndarray param, cnp.ndarray grad, cnp.ndarray exp_avg, cnp.ndarray exp_avg_sq,
                object max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
                double weight_decay, double step, bint maximize, bint decoupled):
     cdef Py_ssize_t n = param.size
     cdef int T = F32 if param.dtype == np.float32 else F64
     cdef void* pvmax = _data_or_null(max_exp_avg_sq, n, T)
-    # scalars exactly as torch forms them (Python floats, i.e. double)
-    cdef double decay = 1.0, l2 = 0.0
-    if weight_decay != 0:
-        if decoupled:
-            decay = 1 - lr * weight_decay
-        else:
-            l2 = weight_decay
-    cdef double w1 = 1 - beta1
-    cdef bint lerp_low = abs(w1) < 0.5
+    cdef double decay, l2, w1
+    cdef bint lerp_low
+    _adam_scalars(lr, beta1, weight_decay, decoupled, &decay, &l2, &w1, &lerp_low)
     cdef double bias_correction1 = 1 - beta1 ** step
     cdef double bc2_sqrt = (1 - beta2 ** step) ** 0.5
     cdef double step_size = lr / bias_correction1
@@ -221,6 +231,151 @@ def adamw_step(cnp.ndarray param, cnp.ndarray grad, cnp.ndarray exp_avg, cnp.nda
     _adam_any(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
               weight_decay, step, maximize, True)
 
+
+
+# ------------------------------------------------------------- Adam(W), many tensors
+# One call for a whole parameter group (torch's foreach): every tensor's update is the
+# single-tensor kernel's (_adam_chunk, the same scalars, the same bits), and the chunks of
+# all the tensors share ONE parallel region -- a model's many small tensors (biases, norm
+# weights) cost a loop iteration each instead of a Python call and a team wake-up each.
+
+cdef struct _AdamT:
+    char* p
+    const char* g
+    char* m
+    char* v
+    char* vmax
+    Py_ssize_t n
+    double neg_step_size
+    double bc2_sqrt
+
+
+cdef inline void _adam_many_chunk(const _AdamT* t, Py_ssize_t s, real decay, real l2,
+                                  real w1, bint lerp_low, real beta2, real omb2, real eps,
+                                  real sign) noexcept nogil:
+    """Elements s .. s + GRAIN of tensor t (the single-tensor kernel's chunk)."""
+    cdef size_t z = sizeof(real)
+    cdef Py_ssize_t e = s + GRAIN
+    if e > t.n:
+        e = t.n
+    _adam_chunk(<real*>(t.p + s * z), <const real*>(t.g + s * z), <real*>(t.m + s * z),
+                <real*>(t.v + s * z), <real*>(t.vmax + s * z) if t.vmax != NULL else NULL,
+                e - s, decay, l2, w1, lerp_low, beta2, omb2, <real>t.neg_step_size,
+                <real>t.bc2_sqrt, eps, sign)
+
+
+cdef void _adam_many(const _AdamT* ts, const Py_ssize_t* ct, const Py_ssize_t* c0,
+                     Py_ssize_t nch, int nt, real decay, real l2, real w1, bint lerp_low,
+                     real beta2, real omb2, real eps, real sign) noexcept nogil:
+    """Chunk c: elements c0[c] .. + GRAIN of tensor ct[c]; one region for all of them."""
+    cdef Py_ssize_t c
+    if nt <= 1:
+        for c in range(nch):
+            _adam_many_chunk(&ts[ct[c]], c0[c], decay, l2, w1, lerp_low, beta2, omb2, eps,
+                             sign)
+        return
+    for c in prange(nch, nogil=True, schedule="dynamic", num_threads=nt):
+        _adam_many_chunk(&ts[ct[c]], c0[c], decay, l2, w1, lerp_low, beta2, omb2, eps, sign)
+
+
+cdef char* _foreach_data(object a, Py_ssize_t n, int T, str what, Py_ssize_t i) except NULL:
+    """The data of list entry i: a C-contiguous, aligned array of n elements of type T."""
+    if type(a) is not np.ndarray:
+        raise TypeError(f"{what}[{i}] must be a NumPy array, got {type(a).__name__}")
+    cdef cnp.ndarray x = <cnp.ndarray>a
+    if cnp.PyArray_TYPE(x) != T:
+        raise TypeError(f"{what}[{i}] has dtype {x.dtype}; every array of the call must "
+                        f"have the first parameter's dtype")
+    if cnp.PyArray_SIZE(x) != n:
+        raise ValueError(f"{what}[{i}] has {cnp.PyArray_SIZE(x)} elements, its parameter {n}")
+    if not (cnp.PyArray_IS_C_CONTIGUOUS(x) and cnp.PyArray_ISALIGNED(x)):
+        raise ValueError(f"{what}[{i}] must be C-contiguous and aligned")
+    if what != "grads" and not cnp.PyArray_ISWRITEABLE(x):
+        raise ValueError(f"{what}[{i}] must be writeable (updated in place)")
+    return <char*>cnp.PyArray_DATA(x)
+
+
+cdef _adam_foreach(list params, list grads, list exp_avgs, list exp_avg_sqs,
+                   object max_exp_avg_sqs, double lr, double beta1, double beta2, double eps,
+                   double weight_decay, object steps, bint maximize, bint decoupled):
+    cdef Py_ssize_t k = len(params), i, n, c, nch = 0, total = 0
+    if not (len(grads) == len(exp_avgs) == len(exp_avg_sqs) == len(steps) == k) or (
+            max_exp_avg_sqs is not None and len(max_exp_avg_sqs) != k):
+        raise ValueError("params, grads, exp_avgs, exp_avg_sqs, steps (and max_exp_avg_sqs) "
+                         "must have one entry per parameter")
+    if k == 0:
+        return None
+    if type(params[0]) is not np.ndarray or params[0].dtype not in (np.float32, np.float64):
+        raise TypeError("params must be float32 or float64 NumPy arrays")
+    cdef int T = F32 if params[0].dtype == np.float32 else F64
+    cdef double decay, l2, w1
+    cdef bint lerp_low
+    _adam_scalars(lr, beta1, weight_decay, decoupled, &decay, &l2, &w1, &lerp_low)
+    cdef double sign = -1.0 if maximize else 1.0, step
+    cdef cnp.ndarray tbuf = np.empty(k * sizeof(_AdamT), dtype=np.uint8)
+    cdef _AdamT* ts = <_AdamT*>cnp.PyArray_DATA(tbuf)
+    for i in range(k):
+        p = params[i]
+        if type(p) is not np.ndarray:
+            raise TypeError(f"params[{i}] must be a NumPy array, got {type(p).__name__}")
+        n = cnp.PyArray_SIZE(<cnp.ndarray>p)
+        ts[i].n = n
+        ts[i].p = _foreach_data(p, n, T, "params", i)
+        ts[i].g = _foreach_data(grads[i], n, T, "grads", i)
+        ts[i].m = _foreach_data(exp_avgs[i], n, T, "exp_avgs", i)
+        ts[i].v = _foreach_data(exp_avg_sqs[i], n, T, "exp_avg_sqs", i)
+        ts[i].vmax = NULL if max_exp_avg_sqs is None else \
+            _foreach_data(max_exp_avg_sqs[i], n, T, "max_exp_avg_sqs", i)
+        # scalars exactly as the single-tensor kernel forms them
+        step = steps[i]
+        ts[i].neg_step_size = -(lr / (1 - beta1 ** step))
+        ts[i].bc2_sqrt = (1 - beta2 ** step) ** 0.5
+        nch += (n + GRAIN - 1) // GRAIN
+        total += n
+    cdef cnp.ndarray cbuf = np.empty(2 * nch, dtype=np.intp)
+    cdef Py_ssize_t* ct = <Py_ssize_t*>cnp.PyArray_DATA(cbuf)
+    cdef Py_ssize_t* c0 = ct + nch
+    c = 0
+    for i in range(k):
+        n = 0
+        while n < ts[i].n:
+            ct[c] = i
+            c0[c] = n
+            c += 1
+            n += GRAIN
+    cdef int nt = _threads_for(total, GRAIN)
+    if nt > nch:
+        nt = <int>nch
+    if T == F32:
+        with nogil:
+            _adam_many[float](ts, ct, c0, nch, nt, <float>decay, <float>l2, <float>w1,
+                              lerp_low, <float>beta2, <float>(1 - beta2), <float>eps,
+                              <float>sign)
+    else:
+        with nogil:
+            _adam_many[double](ts, ct, c0, nch, nt, decay, l2, w1, lerp_low, beta2, 1 - beta2,
+                               eps, sign)
+    return None
+
+
+def adam_step_foreach(list params, list grads, list exp_avgs, list exp_avg_sqs,
+                      object max_exp_avg_sqs, double lr, double beta1, double beta2, double eps,
+                      double weight_decay, object steps, bint maximize):
+    """adam_step_foreach(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, lr, beta1,
+    beta2, eps, weight_decay, steps, maximize) -> None.  adam_step for every parameter of
+    a list (steps[i] is parameter i's step count), in one call: the same bits.  Lists of
+    C-contiguous arrays of one dtype; max_exp_avg_sqs None unless amsgrad."""
+    return _adam_foreach(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, lr, beta1,
+                         beta2, eps, weight_decay, steps, maximize, False)
+
+
+def adamw_step_foreach(list params, list grads, list exp_avgs, list exp_avg_sqs,
+                       object max_exp_avg_sqs, double lr, double beta1, double beta2,
+                       double eps, double weight_decay, object steps, bint maximize):
+    """adamw_step_foreach(...same as adam_step_foreach...) -> None: adamw_step for every
+    parameter of a list, in one call."""
+    return _adam_foreach(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, lr, beta1,
+                         beta2, eps, weight_decay, steps, maximize, True)
 
 
 # ---------------------------------------------------------------------------- RMSprop

@@ -196,6 +196,10 @@ class Ops(Protocol):
         ...
     def adamw_step(self, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps, weight_decay, step, maximize) -> Any:
         ...
+    def adam_step_foreach(self, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, lr, beta1, beta2, eps, weight_decay, steps, maximize) -> Any:
+        """adam_step for every parameter of a list; steps[i] is parameter i's step count."""
+    def adamw_step_foreach(self, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, lr, beta1, beta2, eps, weight_decay, steps, maximize) -> Any:
+        """adamw_step for every parameter of a list; steps[i] is parameter i's step count."""
     def rmsprop_step(self, param, grad, square_avg, grad_avg, momentum_buffer, lr, alpha, eps, weight_decay, momentum, maximize) -> Any:
         ...
     def adagrad_step(self, param, grad, state_sum, clr, eps, weight_decay, maximize) -> Any:

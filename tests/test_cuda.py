@@ -235,6 +235,26 @@ def test_optimizer_kernels_match_reference(op, dt):
             np.testing.assert_allclose(fastnn.to_numpy(a), b, err_msg=f"{op} {v}", **tol)
 
 
+
+@pytest.mark.parametrize("op", ["adam_step_foreach", "adamw_step_foreach"])
+def test_foreach_optimizer_kernels_match_reference(op):
+    """The list form on device arrays: every entry updated as the reference's."""
+    rng = np.random.default_rng(6)
+    cu, ref = backend("cuda"), backend("reference")
+    base = [[rng.standard_normal(n).astype(np.float32) for _ in range(4)] for n in (37, 5)]
+    for b in base:
+        b[3] = np.abs(b[3])
+    res = []
+    for be in (cu, ref):
+        arrs = [[_kit.dev(a) if be is cu else a.copy() for a in b] for b in base]
+        out = getattr(be, op)(*([a[i] for a in arrs] for i in range(4)), None, 1e-2, 0.9,
+                              0.999, 1e-8, 0.05, [2.0, 5.0], False)
+        assert out is None
+        res.append(arrs)
+    for a, b in zip(res[0], res[1]):
+        for x, y in zip(a, b):
+            np.testing.assert_allclose(fastnn.to_numpy(x), y, rtol=3e-6, atol=1e-6)
+
 def test_optimizer_kernel_updates_host_arrays_on_the_cuda_backend():
     p = np.ones(5, np.float32)
     with fastnn.use_backend("cuda"):

@@ -584,3 +584,97 @@ def test_new_schedulers_bad_arguments():
     other = optim.SGD([Parameter(np.zeros(1))], lr=0.1)
     with pytest.raises(ValueError, match="same optimizer"):
         lr_scheduler.SequentialLR(opt, [a, lr_scheduler.ExponentialLR(other, 0.5)], milestones=[2])
+
+
+@pytest.mark.parametrize("name", ["Adam", "AdamW"])
+@pytest.mark.parametrize("kw", [dict(), dict(amsgrad=True, maximize=True, weight_decay=0.1),
+                                dict(betas=(0.3, 0.9), weight_decay=0.02)])
+def test_foreach_step_same_bits_as_one_call_per_parameter(name, kw):
+    """foreach (the default: a group's host parameters of each dtype in one kernel call,
+    one parallel region) gives the bits of one call per parameter (foreach=False), on 1
+    and 2 threads, with float32 and float64 parameters in one group, a parameter without a
+    gradient in some steps (its own step count) and sizes over several chunks."""
+    shapes = [(7, 5), (300,), (0, 3), (70000,), (3, 40000), (1,)]
+    old = fastnn.get_num_threads()
+    runs = []
+    try:
+        for foreach, nt in ((False, 1), (None, 1), (None, 2), (True, 2)):
+            fastnn.set_num_threads(nt)
+            ps = _params(np.float32, seed=4, shapes=shapes) + _params(np.float64, seed=5,
+                                                                       shapes=shapes[:2])
+            opt = getattr(optim, name)(ps, lr=0.01, foreach=foreach, **kw)
+            for step in range(4):
+                for i, (p, g) in enumerate(zip(ps, _grads(ps, step))):
+                    p.grad = None if (i == 1 and step == 2) else g
+                opt.step()
+            assert opt.state[ps[1]]["step"] == 3.0 and opt.state[ps[0]]["step"] == 4.0
+            runs.append([np.array(p.data) for p in ps] +
+                        [np.array(v) for p in ps for v in opt.state.get(p, {}).values()
+                         if isinstance(v, np.ndarray)])
+    finally:
+        fastnn.set_num_threads(old)
+    for got in runs[1:]:
+        assert len(got) == len(runs[0])
+        for a, b in zip(got, runs[0]):
+            assert a.dtype == b.dtype
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("op", ["adam_step_foreach", "adamw_step_foreach"])
+def test_foreach_kernel_matches_single_kernel_and_reference(op):
+    """The list kernel: the cpu single-tensor kernel's bits for every entry, the
+    reference's values, every list argument updated in place, grads read only."""
+    rng = np.random.default_rng(6)
+    sizes = [5, 40000, 1, 100003, 0]
+    cpu, ref = backend("cpu"), backend("reference")
+    single = op.replace("_foreach", "")
+    steps = [1.0, 3.0, 2.0, 7.0, 1.0]
+    base = [[rng.standard_normal(n).astype(np.float32) for _ in range(5)] for n in sizes]
+    for b in base:
+        b[3] = np.abs(b[3])
+        b[4] = np.abs(b[4])
+    res = {}
+    for key, be in (("list", cpu), ("ref", ref)):
+        arrs = [[a.copy() for a in b] for b in base]
+        out = getattr(be, op)([a[0] for a in arrs], [a[1] for a in arrs], [a[2] for a in arrs],
+                              [a[3] for a in arrs], [a[4] for a in arrs], 1e-2, 0.9, 0.999,
+                              1e-8, 0.05, steps, True)
+        assert out is None
+        res[key] = arrs
+    arrs = [[a.copy() for a in b] for b in base]
+    for a, st in zip(arrs, steps):
+        getattr(cpu, single)(a[0], a[1], a[2], a[3], a[4], 1e-2, 0.9, 0.999, 1e-8, 0.05, st,
+                             True)
+    for a, b, c, orig in zip(res["list"], arrs, res["ref"], base):
+        np.testing.assert_array_equal(a[1], orig[1])
+        for x, y, z in zip(a, b, c):
+            np.testing.assert_array_equal(x, y)
+            np.testing.assert_allclose(x, z, rtol=3e-6, atol=1e-6)
+
+
+def test_foreach_kernel_rejects_bad_lists():
+    cpu = backend("cpu")
+    f = cpu.adamw_step_foreach
+    a = [np.zeros(4, np.float32) for _ in range(4)]
+
+    def call(p, g, m, v, steps=(1.0,), vmax=None):
+        f(p, g, m, v, vmax, 1e-3, 0.9, 0.999, 1e-8, 0.0, list(steps), False)
+
+    with pytest.raises(ValueError, match="one entry per parameter"):
+        call([a[0]], [a[1]], [a[2]], [])
+    with pytest.raises(TypeError, match="dtype"):
+        call([a[0]], [a[1].astype(np.float64)], [a[2]], [a[3]])
+    with pytest.raises(ValueError, match="elements"):
+        call([a[0]], [np.zeros(5, np.float32)], [a[2]], [a[3]])
+    with pytest.raises(ValueError, match="C-contiguous"):
+        call([a[0]], [np.zeros(8, np.float32)[::2]], [a[2]], [a[3]])
+    ro = np.zeros(4, np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="writeable"):
+        call([a[0]], [a[1]], [ro], [a[3]])
+    with pytest.raises(TypeError, match="NumPy array"):
+        call([a[0]], [[0.0] * 4], [a[2]], [a[3]])
+    with pytest.raises(TypeError, match="foreach"):
+        optim.AdamW(_params(np.float32), foreach="yes")
+    opt = optim.Adam(_params(np.float32), foreach=False)
+    assert opt.state_dict()["param_groups"][0]["foreach"] is False

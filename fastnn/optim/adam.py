@@ -1,4 +1,6 @@
 """Adam and AdamW (torch.optim's rules, bias correction as torch, optional amsgrad)."""
+import numpy as np
+
 from .._validate import real
 from .optimizer import Optimizer, check_nonneg
 
@@ -14,9 +16,9 @@ class Adam(Optimizer):
     _kernel = "adam_step"
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
-                 amsgrad=False, *, maximize=False):
+                 amsgrad=False, *, foreach=None, maximize=False):
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                        amsgrad=amsgrad, maximize=maximize)
+                        amsgrad=amsgrad, foreach=foreach, maximize=maximize)
         super().__init__(params, defaults)
 
     def _check_group(self, group):
@@ -35,18 +37,55 @@ class Adam(Optimizer):
         group["betas"] = (float(b1), float(b2))
         group["amsgrad"] = bool(group["amsgrad"])
         group["maximize"] = bool(group["maximize"])
+        foreach = group.setdefault("foreach", None)
+        if foreach is not None and not isinstance(foreach, (bool, np.bool_)):
+            raise TypeError(f"foreach must be None, True or False, got {foreach!r}")
 
-    def _update(self, p, param, grad, group, state):
+    def _moments(self, param, group, state):
+        """(exp_avg, exp_avg_sq, max_exp_avg_sq or None, step count after this update)."""
         exp_avg = self._state_array(state, "exp_avg", param)
         exp_avg_sq = self._state_array(state, "exp_avg_sq", param)
         vmax = self._state_array(state, "max_exp_avg_sq", param) if group["amsgrad"] else None
         step = state.get("step", 0.0) + 1.0
         state["step"] = step
+        return exp_avg, exp_avg_sq, vmax, step
+
+    def _update(self, p, param, grad, group, state):
+        exp_avg, exp_avg_sq, vmax, step = self._moments(param, group, state)
         beta1, beta2 = group["betas"]
         be = self._backend(param, grad, exp_avg, exp_avg_sq, vmax)
         getattr(be, self._kernel)(param, grad, exp_avg, exp_avg_sq, vmax, group["lr"], beta1,
                                   beta2, group["eps"], group["weight_decay"], step,
                                   group["maximize"])
+
+    def _step_group(self, group):
+        """foreach (None or True): the group's host parameters of each dtype in ONE kernel
+        call (``adam_step_foreach``: the same bits as a call per parameter, one parallel
+        region for all of them); device parameters, and foreach=False, one call each."""
+        if group["foreach"] is False:
+            return super()._step_group(group)
+        lists = {}
+        for p in group["params"]:
+            arrays = self._arrays(p)
+            if arrays is None:
+                continue
+            param, grad = arrays
+            state = self.state.setdefault(p, {})
+            if type(param) is not np.ndarray:
+                self._update(p, param, grad, group, state)
+                continue
+            exp_avg, exp_avg_sq, vmax, step = self._moments(param, group, state)
+            li = lists.get(param.dtype)
+            if li is None:
+                li = lists[param.dtype] = ([], [], [], [], [], [])
+            for lst, a in zip(li, (param, grad, exp_avg, exp_avg_sq, vmax, step)):
+                lst.append(a)
+        beta1, beta2 = group["betas"]
+        for params, grads, ms, vs, vmaxes, steps in lists.values():
+            be = self._backend(params[0])
+            getattr(be, self._kernel + "_foreach")(
+                params, grads, ms, vs, vmaxes if group["amsgrad"] else None, group["lr"],
+                beta1, beta2, group["eps"], group["weight_decay"], steps, group["maximize"])
 
 
 class AdamW(Adam):
@@ -56,5 +95,6 @@ class AdamW(Adam):
     _kernel = "adamw_step"
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
-                 amsgrad=False, *, maximize=False):
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize)
+                 amsgrad=False, *, foreach=None, maximize=False):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, foreach=foreach,
+                         maximize=maximize)

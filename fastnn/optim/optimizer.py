@@ -110,11 +110,15 @@ class Optimizer:
         for group in self.param_groups:
             if not group["lr"] >= 0:
                 raise ValueError(f"Invalid learning rate: {group['lr']} (must be >= 0)")
-            for p in group["params"]:
-                arrays = self._arrays(p)
-                if arrays is not None:
-                    self._update(p, arrays[0], arrays[1], group, self.state.setdefault(p, {}))
+            self._step_group(group)
         return loss
+
+    def _step_group(self, group):
+        """One group's update: a kernel call per parameter (subclasses may batch them)."""
+        for p in group["params"]:
+            arrays = self._arrays(p)
+            if arrays is not None:
+                self._update(p, arrays[0], arrays[1], group, self.state.setdefault(p, {}))
 
     def _update(self, p, param, grad, group, state):  # pragma: no cover - abstract
         raise NotImplementedError

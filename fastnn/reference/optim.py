@@ -17,6 +17,12 @@ parameter's dtype.
         after this update (1 on the first call); max_exp_avg_sq is None unless amsgrad.
     adamw_step(...same arguments...)
         decoupled decay: param *= 1 - lr * weight_decay first (torch.optim.AdamW).
+    adam_step_foreach(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, lr, beta1,
+                      beta2, eps, weight_decay, steps, maximize)
+    adamw_step_foreach(...same arguments...)
+        the single-tensor step for every parameter of a list (torch's foreach): lists of
+        arrays (max_exp_avg_sqs None or a list), steps[i] parameter i's step count; the
+        same result as one call per parameter.
     rmsprop_step(param, grad, square_avg, grad_avg, momentum_buffer, lr, alpha, eps,
                  weight_decay, momentum, maximize)
         grad_avg is None unless centered, momentum_buffer None unless momentum > 0.
@@ -25,7 +31,8 @@ parameter's dtype.
 """
 import numpy as np
 
-OPS = ("sgd_step", "adam_step", "adamw_step", "rmsprop_step", "adagrad_step")
+OPS = ("sgd_step", "adam_step", "adamw_step", "adam_step_foreach", "adamw_step_foreach",
+       "rmsprop_step", "adagrad_step")
 
 
 def sgd_step(param, grad, momentum_buffer, lr, momentum, dampening, weight_decay,
@@ -124,3 +131,28 @@ def adagrad_step(param, grad, state_sum, clr, eps, weight_decay, maximize):
     s = state_sum.astype(np.float64) + g * g
     state_sum[...] = s
     param[...] = p - clr * (g / (np.sqrt(s) + eps))
+
+
+
+
+def foreach(step_fn):
+    """The list form of a single-tensor Adam(W) step: step_fn for every parameter of the
+    lists, in list order (the reference's and the cuda backend's *_step_foreach)."""
+    def op(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, lr, beta1, beta2, eps,
+           weight_decay, steps, maximize):
+        k = len(params)
+        if not (len(grads) == len(exp_avgs) == len(exp_avg_sqs) == len(steps) == k) or (
+                max_exp_avg_sqs is not None and len(max_exp_avg_sqs) != k):
+            raise ValueError("params, grads, exp_avgs, exp_avg_sqs, steps (and "
+                             "max_exp_avg_sqs) must have one entry per parameter")
+        vmax = max_exp_avg_sqs if max_exp_avg_sqs is not None else [None] * k
+        for p, g, m, v, vm, st in zip(params, grads, exp_avgs, exp_avg_sqs, vmax, steps):
+            step_fn(p, g, m, v, vm, lr, beta1, beta2, eps, weight_decay, st, maximize)
+    op.__name__ = op.__qualname__ = step_fn.__name__ + "_foreach"
+    op.__doc__ = f"{step_fn.__name__} for every parameter of a list; steps[i] is parameter " \
+                 f"i's step count."
+    return op
+
+
+adam_step_foreach = foreach(adam_step)
+adamw_step_foreach = foreach(adamw_step)

@@ -7,10 +7,12 @@ parameter's dtype, so float32 parameters are updated in float32 arithmetic.
 """
 import math
 
+from ...reference.optim import foreach
 from .. import _kit
 from .._kit import THREADS, cuda, gid, gsz, kernel
 
-OPS = ("sgd_step", "adam_step", "adamw_step", "rmsprop_step", "adagrad_step")
+OPS = ("sgd_step", "adam_step", "adamw_step", "adam_step_foreach", "adamw_step_foreach",
+       "rmsprop_step", "adagrad_step")
 
 
 @_kit.per_dtype
@@ -160,6 +162,12 @@ def adamw_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta
     _adam(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
           weight_decay, step, maximize, True)
 
+
+
+
+# the list forms: a kernel launch per parameter
+adam_step_foreach = foreach(adam_step)
+adamw_step_foreach = foreach(adamw_step)
 
 def rmsprop_step(param, grad, square_avg, grad_avg, momentum_buffer, lr, alpha, eps,
                  weight_decay, momentum, maximize):
