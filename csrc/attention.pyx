@@ -276,25 +276,40 @@ cdef extern from "fnn_attn_short.h" nogil:
         FNN_ATS_LMAX
         FNN_ATS_EMAX
         FNN_ATB_WS
+    ctypedef struct fnn_ats_drop:
+        double p
+        float keep
+        uint64_t seed, offset
     void fnn_ats_head_f32(const float* q, Py_ssize_t qld, const float* k, Py_ssize_t kld,
                           const float* v, Py_ssize_t vld, float* out, Py_ssize_t old,
                           Py_ssize_t Lq, Py_ssize_t Lk, Py_ssize_t E, Py_ssize_t Ev,
-                          float scale, int causal, float* lse)
+                          float scale, int causal, float* lse, const fnn_ats_drop* drop,
+                          uint64_t row0)
     int fnn_atb_fits(Py_ssize_t L, Py_ssize_t S, Py_ssize_t E, Py_ssize_t Ev)
     int fnn_atb_pair_f32(const float* q, Py_ssize_t qld, const float* k, Py_ssize_t kld,
                          const float* v, Py_ssize_t vld, const float* dout, Py_ssize_t old,
                          const float* lse, const float* D, float* dq, Py_ssize_t dqld,
                          float* dk, Py_ssize_t dkld, float* dv, Py_ssize_t dvld, Py_ssize_t L,
                          Py_ssize_t S, Py_ssize_t E, Py_ssize_t Ev, float scale, int causal,
-                         float* ws)
+                         float* ws, const fnn_ats_drop* drop, uint64_t row0)
 
 
 cdef inline bint _short_train(const Geo* g, const void* mk) noexcept nogil:
     """The training forward / backward of every (b, h) pair runs fnn_attn_short.h's
-    whole-pair kernels (no tiles, no BLAS): float32, no mask beyond is_causal, no
-    dropout, queries and keys <= FNN_ATS_LMAX, head widths multiples of 16 <= 64, and a
-    build with them (AVX-512).  By shape and build only, the same for both passes."""
-    return mk == NULL and not g.dropout and fnn_atb_fits(g.L, g.S, g.E, g.Ev) != 0
+    whole-pair kernels (no tiles, no BLAS): float32, no mask beyond is_causal (dropout
+    with the tiled path's Philox mask), queries and keys <= FNN_ATS_LMAX, head widths
+    multiples of 16 <= 64, and a build with them (AVX-512).  By shape and build only, the
+    same for both passes."""
+    return mk == NULL and fnn_atb_fits(g.L, g.S, g.E, g.Ev) != 0
+
+
+cdef inline fnn_ats_drop _drop_of(const Geo* g) noexcept nogil:
+    cdef fnn_ats_drop d
+    d.p = g.p
+    d.keep = <float>g.keep
+    d.seed = g.seed
+    d.offset = g.offset
+    return d
 
 
 cdef void _short_fwd(const float* q, const float* k, const float* v, float* o, float* lse,
@@ -302,6 +317,8 @@ cdef void _short_fwd(const float* q, const float* k, const float* v, float* o, f
     """The forward of _short_train shapes: a task per (b, h) pair, its own output rows."""
     cdef Py_ssize_t bh, b, h, BH = g.B * g.H
     cdef int nt = _threads_for(BH * g.L * g.S * (g.E + g.Ev), 1 << 20)
+    cdef fnn_ats_drop d = _drop_of(g)
+    cdef const fnn_ats_drop* pd = &d if g.dropout else NULL
     if nt > BH:
         nt = <int>BH
     for bh in prange(BH, schedule="static", num_threads=nt):
@@ -309,7 +326,8 @@ cdef void _short_fwd(const float* q, const float* k, const float* v, float* o, f
         h = bh % g.H
         fnn_ats_head_f32(q + b * g.qb + h * g.E, g.qld, k + b * g.kb + h * g.E, g.kld,
                          v + b * g.vb + h * g.Ev, g.vld, o + b * g.ob + h * g.Ev, g.old,
-                         g.L, g.S, g.E, g.Ev, <float>g.scale, g.causal, lse + bh * g.L)
+                         g.L, g.S, g.E, g.Ev, <float>g.scale, g.causal, lse + bh * g.L, pd,
+                         <uint64_t>(bh * g.L))
 
 
 cdef int _short_bwd(const float* q, const float* k, const float* v, const float* do_,
@@ -322,6 +340,8 @@ cdef int _short_bwd(const float* q, const float* k, const float* v, const float*
     cdef float* raw
     cdef float* ws
     cdef int failed = 0
+    cdef fnn_ats_drop d = _drop_of(g)
+    cdef const fnn_ats_drop* pd = &d if g.dropout else NULL
     if nt > BH:
         nt = <int>BH
     with parallel(num_threads=nt):
@@ -339,7 +359,8 @@ cdef int _short_bwd(const float* q, const float* k, const float* v, const float*
                              v + b * g.vb + h * g.Ev, g.vld, do_ + b * g.ob + h * g.Ev, g.old,
                              lse + bh * g.L, D + bh * g.L, dq + b * g.dqb + h * g.E, g.dqld,
                              dk + b * g.dkb + h * g.E, g.dkld, dv + b * g.dvb + h * g.Ev,
-                             g.dvld, g.L, g.S, g.E, g.Ev, <float>g.scale, g.causal, ws)
+                             g.dvld, g.L, g.S, g.E, g.Ev, <float>g.scale, g.causal, ws, pd,
+                             <uint64_t>(bh * g.L))
         free(raw)
     if failed:
         _raise_nomem(FNN_ATB_WS + 16, sizeof(float))
@@ -943,7 +964,7 @@ cdef inline void _short_task(const float* q, const float* k, const float* v, flo
                      k + b * g.kb + ks[b] * g.kld + h * g.E, g.kld,
                      v + b * g.vb + ks[b] * g.vld + h * g.Ev, g.vld,
                      o + b * g.ob + qs[b] * g.old + h * g.Ev, g.old,
-                     ql[b], kl[b], g.E, g.Ev, <float>g.scale, g.causal, NULL)
+                     ql[b], kl[b], g.E, g.Ev, <float>g.scale, g.causal, NULL, NULL, 0)
 
 
 # a sentence's attention heads on the dense family's pool (OpenMP, from a larger size,

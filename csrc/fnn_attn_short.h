@@ -21,6 +21,36 @@
 #include <math.h>
 #include <string.h>
 #include "fnn_math.h"
+#include "fnn_philox.h"
+
+/* Dropout on the attention weights (training): weight (row, j) of a (sequence, head) is
+ * kept with the multiplier `keep` when Philox element (row0 + row) * S + j is >= p, as the
+ * tiled path's _drop_tile (the same mask, the same bits of the multipliers). */
+typedef struct {
+    double p;
+    float keep;
+    uint64_t seed, offset;
+} fnn_ats_drop;
+
+/* mult[0..n) = the row's multipliers (element idx0 + j), zeros up to np */
+static inline void fnn_ats_drop_row(const fnn_ats_drop *d, uint64_t idx0, ptrdiff_t n,
+                                    ptrdiff_t np, float *mult)
+{
+    uint64_t last = ~(uint64_t)0;
+    fnn_philox_out o = {{0, 0, 0, 0}};
+    ptrdiff_t j;
+    for (j = 0; j < n; j++) {
+        const uint64_t idx = idx0 + (uint64_t)j, blk = idx >> 2;
+        if (blk != last) {
+            o = fnn_philox4x32(blk, d->offset, d->seed);
+            last = blk;
+        }
+        const double u = (double)(o.v[idx & 3] >> 8) * (1.0 / 16777216.0);
+        mult[j] = u >= d->p ? d->keep : 0.0f;
+    }
+    for (; j < np; j++)
+        mult[j] = 0.0f;
+}
 
 #define FNN_ATS_LMAX 64     /* keys per (sequence, head) */
 #define FNN_ATS_EMAX 128    /* features per head (query/key and value) */
@@ -32,7 +62,8 @@
  * inlined copy. */
 static inline __attribute__((always_inline)) void
 fnn_ats_row512(int nv, int nc, const float *q, const float *kt, ptrdiff_t E,
-               const float *v, ptrdiff_t vld, ptrdiff_t Lk, float *out, float *s, float *lse)
+               const float *v, ptrdiff_t vld, ptrdiff_t Lk, float *out, float *s, float *lse,
+               const float *mult)
 {
     __m512 a[4], a1[4], a2[4], a3[4], o[8], o1[8];
     ptrdiff_t e = 0, j;
@@ -80,7 +111,9 @@ fnn_ats_row512(int nv, int nc, const float *q, const float *kt, ptrdiff_t E,
     __m512 sum = _mm512_setzero_ps(), vm = _mm512_set1_ps(m);
     for (int u = 0; u < nv; u++) {
         a[u] = fnn_exp_nonpos_ps16(_mm512_sub_ps(a[u], vm));
-        sum = _mm512_add_ps(sum, a[u]);
+        sum = _mm512_add_ps(sum, a[u]);      /* the denominator: weights before dropout */
+        if (mult)
+            a[u] = _mm512_mul_ps(a[u], _mm512_load_ps(mult + 16 * u));
         _mm512_store_ps(s + 16 * u, a[u]);
     }
     const float tot = _mm512_reduce_add_ps(sum), inv = 1.0f / tot;
@@ -109,16 +142,16 @@ fnn_ats_row512(int nv, int nc, const float *q, const float *kt, ptrdiff_t E,
 
 #define FNN_ATS_NV(nc)                                                                   \
     switch (nv) {                                                                        \
-    case 1: fnn_ats_row512(1, nc, q, kt, E, v, vld, Lk, out, s, lse); return 1;          \
-    case 2: fnn_ats_row512(2, nc, q, kt, E, v, vld, Lk, out, s, lse); return 1;          \
-    case 3: fnn_ats_row512(3, nc, q, kt, E, v, vld, Lk, out, s, lse); return 1;          \
-    default: fnn_ats_row512(4, nc, q, kt, E, v, vld, Lk, out, s, lse); return 1;         \
+    case 1: fnn_ats_row512(1, nc, q, kt, E, v, vld, Lk, out, s, lse, mult); return 1;    \
+    case 2: fnn_ats_row512(2, nc, q, kt, E, v, vld, Lk, out, s, lse, mult); return 1;    \
+    case 3: fnn_ats_row512(3, nc, q, kt, E, v, vld, Lk, out, s, lse, mult); return 1;    \
+    default: fnn_ats_row512(4, nc, q, kt, E, v, vld, Lk, out, s, lse, mult); return 1;   \
     }
 
 /* -> 1 when the row was done here (Ev a multiple of 16), else 0 */
 static int fnn_ats_row_vec(int nv, const float *q, const float *kt, ptrdiff_t E,
                            const float *v, ptrdiff_t vld, ptrdiff_t Lk, ptrdiff_t Ev,
-                           float *out, float *s, float *lse)
+                           float *out, float *s, float *lse, const float *mult)
 {
     if (Ev % 16)
         return 0;
@@ -138,10 +171,10 @@ static int fnn_ats_row_vec(int nv, const float *q, const float *kt, ptrdiff_t E,
 #else
 static int fnn_ats_row_vec(int nv, const float *q, const float *kt, ptrdiff_t E,
                            const float *v, ptrdiff_t vld, ptrdiff_t Lk, ptrdiff_t Ev,
-                           float *out, float *s, float *lse)
+                           float *out, float *s, float *lse, const float *mult)
 {
     (void)nv; (void)q; (void)kt; (void)E; (void)v; (void)vld; (void)Lk; (void)Ev; (void)out;
-    (void)s; (void)lse;
+    (void)s; (void)lse; (void)mult;
     return 0;
 }
 #endif
@@ -149,7 +182,7 @@ static int fnn_ats_row_vec(int nv, const float *q, const float *kt, ptrdiff_t E,
 /* One query row in plain C (other variants, or Ev not a multiple of 16). */
 static void fnn_ats_row_c(const float *q, const float *kt, ptrdiff_t E, const float *v,
                           ptrdiff_t vld, ptrdiff_t Lk, ptrdiff_t lp, ptrdiff_t Ev, float *out,
-                          float *s, float *acc, float *lse)
+                          float *s, float *acc, float *lse, const float *mult)
 {
     float mx = -INFINITY, inv;
     double sum = 0.0;
@@ -179,6 +212,9 @@ static void fnn_ats_row_c(const float *q, const float *kt, ptrdiff_t E, const fl
         s[j] = fnn_expf_nonpos(s[j] - mx);
         sum += s[j];
     }
+    if (mult)                       /* dropout after the denominator */
+        for (j = 0; j < Lk; j++)
+            s[j] *= mult[j];
     for (c = 0; c < Ev; c++)
         acc[c] = 0.0f;
     for (j = 0; j < Lk; j++) {
@@ -199,12 +235,14 @@ static void fnn_ats_row_c(const float *q, const float *kt, ptrdiff_t E, const fl
  * E, Ev <= FNN_ATS_EMAX.  causal: query row i sees keys 0..i only (top-left aligned, as
  * the tiled path).  lse (may be NULL): per query row, the log of its softmax denominator
  * in the scaled scores' units (max + log(sum)), -inf for a row without keys: what the
- * training backward needs. */
+ * training backward needs.  drop (may be NULL): dropout on the weights, row i's mask at
+ * Philox elements (row0 + i) * Lk + j (fnn_ats_drop). */
 static void fnn_ats_head_f32(const float *q, ptrdiff_t qld, const float *k, ptrdiff_t kld,
                              const float *v, ptrdiff_t vld, float *out, ptrdiff_t old,
                              ptrdiff_t Lq, ptrdiff_t Lk, ptrdiff_t E, ptrdiff_t Ev, float scale,
-                             int causal, float *lse)
+                             int causal, float *lse, const fnn_ats_drop *drop, uint64_t row0)
 {
+    float mult[FNN_ATS_LMAX] __attribute__((aligned(64)));
     float kt[FNN_ATS_EMAX * FNN_ATS_LMAX] __attribute__((aligned(64)));
     float s[FNN_ATS_LMAX] __attribute__((aligned(64)));
     float acc[FNN_ATS_EMAX] __attribute__((aligned(64)));
@@ -227,10 +265,13 @@ static void fnn_ats_head_f32(const float *q, ptrdiff_t qld, const float *k, ptrd
     for (i = 0; i < Lq; i++) {
         n = causal && i + 1 < Lk ? i + 1 : Lk;
         nv = (int)((n + 15) / 16);
+        if (drop)
+            fnn_ats_drop_row(drop, (row0 + (uint64_t)i) * (uint64_t)Lk, n, (ptrdiff_t)nv * 16,
+                             mult);
         if (!fnn_ats_row_vec(nv, q + i * qld, kt, E, v, vld, n, Ev, out + i * old, s,
-                             lse ? lse + i : NULL))
+                             lse ? lse + i : NULL, drop ? mult : NULL))
             fnn_ats_row_c(q + i * qld, kt, E, v, vld, n, (ptrdiff_t)nv * 16, Ev,
-                          out + i * old, s, acc, lse ? lse + i : NULL);
+                          out + i * old, s, acc, lse ? lse + i : NULL, drop ? mult : NULL);
     }
 }
 
@@ -300,8 +341,9 @@ fnn_atb_pair512(int ne, int nev, const float *q, ptrdiff_t qld, const float *k, 
                 const float *v, ptrdiff_t vld, const float *dout, ptrdiff_t old,
                 const float *lse, const float *D, float *dq, ptrdiff_t dqld, float *dk,
                 ptrdiff_t dkld, float *dv, ptrdiff_t dvld, ptrdiff_t L, ptrdiff_t S,
-                float scale, int causal, float *ws)
+                float scale, int causal, float *ws, const fnn_ats_drop *drop, uint64_t row0)
 {
+    float mult[FNN_ATS_LMAX] __attribute__((aligned(64)));
     const ptrdiff_t E = 16 * ne, Ev = 16 * nev, LM = FNN_ATS_LMAX;
     float *kt = ws, *vt = kt + FNN_ATB_EMAX * LM, *P = vt + FNN_ATB_EMAX * LM;
     float *dS = P + LM * LM;
@@ -329,6 +371,8 @@ fnn_atb_pair512(int ne, int nev, const float *q, ptrdiff_t qld, const float *k, 
         float *Pr = P + i * LM, *dSr = dS + i * LM;
         const float li = lse[i];
         const float *dor = dout + i * old;
+        if (drop)
+            fnn_ats_drop_row(drop, (row0 + (uint64_t)i) * (uint64_t)S, n, 16 * nu, mult);
         fnn_atb_rowdot(q + i * qld, kt, E, nu, sc);
         fnn_atb_rowdot(dor, vt, Ev, nu, dp);
         const __m512 vl = _mm512_set1_ps(li), vd = _mm512_set1_ps(D[i]);
@@ -339,9 +383,15 @@ fnn_atb_pair512(int ne, int nev, const float *q, ptrdiff_t qld, const float *k, 
             /* a row without keys (lse -inf) has zero weights; a NaN lse gives NaN */
             __m512 p = li == -INFINITY ? _mm512_setzero_ps()
                        : _mm512_maskz_mov_ps(live, fnn_exp_nonpos_ps16(_mm512_sub_ps(sc[u], vl)));
-            _mm512_store_ps(Pr + 16 * u, p);
+            __m512 g = dp[u], pd = p;
+            if (drop) {                 /* dV takes the dropped weights, dP the mask */
+                const __m512 mu = _mm512_load_ps(mult + 16 * u);
+                pd = _mm512_mul_ps(p, mu);
+                g = _mm512_mul_ps(g, mu);
+            }
+            _mm512_store_ps(Pr + 16 * u, pd);
             _mm512_store_ps(dSr + 16 * u,
-                            _mm512_mul_ps(_mm512_mul_ps(p, _mm512_sub_ps(dp[u], vd)), vsc));
+                            _mm512_mul_ps(_mm512_mul_ps(p, _mm512_sub_ps(g, vd)), vsc));
         }
         for (int u = nu; u < nvs; u++) {
             _mm512_store_ps(Pr + 16 * u, _mm512_setzero_ps());
@@ -379,13 +429,13 @@ fnn_atb_pair512(int ne, int nev, const float *q, ptrdiff_t qld, const float *k, 
 #define FNN_ATB_NEV(ne)                                                                  \
     switch (nev) {                                                                       \
     case 1: fnn_atb_pair512(ne, 1, q, qld, k, kld, v, vld, dout, old, lse, D, dq, dqld,  \
-                            dk, dkld, dv, dvld, L, S, scale, causal, ws); return 1;      \
+                            dk, dkld, dv, dvld, L, S, scale, causal, ws, drop, row0); return 1; \
     case 2: fnn_atb_pair512(ne, 2, q, qld, k, kld, v, vld, dout, old, lse, D, dq, dqld,  \
-                            dk, dkld, dv, dvld, L, S, scale, causal, ws); return 1;      \
+                            dk, dkld, dv, dvld, L, S, scale, causal, ws, drop, row0); return 1; \
     case 3: fnn_atb_pair512(ne, 3, q, qld, k, kld, v, vld, dout, old, lse, D, dq, dqld,  \
-                            dk, dkld, dv, dvld, L, S, scale, causal, ws); return 1;      \
+                            dk, dkld, dv, dvld, L, S, scale, causal, ws, drop, row0); return 1; \
     case 4: fnn_atb_pair512(ne, 4, q, qld, k, kld, v, vld, dout, old, lse, D, dq, dqld,  \
-                            dk, dkld, dv, dvld, L, S, scale, causal, ws); return 1;      \
+                            dk, dkld, dv, dvld, L, S, scale, causal, ws, drop, row0); return 1; \
     default: return 0;                                                                   \
     }
 #endif
@@ -408,14 +458,15 @@ static inline int fnn_atb_fits(ptrdiff_t L, ptrdiff_t S, ptrdiff_t E, ptrdiff_t 
 }
 
 /* One (sequence, head) of the backward (see above): D (per query row, dO . O), lse (the
- * forward's); writes dq rows 0..L, dk / dv rows 0..S.  ws: FNN_ATB_WS floats, 64-byte
+ * forward's); writes dq rows 0..L, dk / dv rows 0..S.  drop (may be NULL): the forward's
+ * dropout (fnn_ats_head_f32's drop and row0): dV takes the dropped weights, dP the mask.  ws: FNN_ATB_WS floats, 64-byte
  * aligned.  -> 1, or 0 (nothing written) when fnn_atb_fits is false. */
 static int fnn_atb_pair_f32(const float *q, ptrdiff_t qld, const float *k, ptrdiff_t kld,
                             const float *v, ptrdiff_t vld, const float *dout, ptrdiff_t old,
                             const float *lse, const float *D, float *dq, ptrdiff_t dqld,
                             float *dk, ptrdiff_t dkld, float *dv, ptrdiff_t dvld, ptrdiff_t L,
                             ptrdiff_t S, ptrdiff_t E, ptrdiff_t Ev, float scale, int causal,
-                            float *ws)
+                            float *ws, const fnn_ats_drop *drop, uint64_t row0)
 {
     if (!fnn_atb_fits(L, S, E, Ev))
         return 0;
@@ -430,7 +481,7 @@ static int fnn_atb_pair_f32(const float *q, ptrdiff_t qld, const float *k, ptrdi
 #else
     (void)q; (void)qld; (void)k; (void)kld; (void)v; (void)vld; (void)dout; (void)old;
     (void)lse; (void)D; (void)dq; (void)dqld; (void)dk; (void)dkld; (void)dv; (void)dvld;
-    (void)scale; (void)causal; (void)ws;
+    (void)scale; (void)causal; (void)ws; (void)drop; (void)row0;
     return 0;
 #endif
 }

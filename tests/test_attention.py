@@ -372,3 +372,34 @@ def test_short_training_attention_nan_and_views():
     o, dq, dk, dv = _fb("cpu", qn, kn, vn, d8, is_causal=True)
     assert np.isnan(o[0, 0, 5]).all() and np.isfinite(np.delete(o[0, 0], 5, 0)).all()
     assert np.isnan(dq[0, 0, 5]).all()
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_short_training_attention_dropout_is_the_reference_dropout(causal, restore_threads):
+    """Dropout in the whole-pair kernels: the tiled path's Philox elements ((bh * L + i) * S
+    + j of the call's stream), so forward and every gradient match the reference run
+    with the same seed, at any thread count; successive calls draw new masks."""
+    rng = np.random.default_rng(14)
+    B, L, S, E = (3, 2), 48, 64, 32
+    q, k, v = _qkv(rng, B, L, S, E, E)
+    do = rng.standard_normal(B + (L, E)).astype(np.float32)
+    kw = dict(is_causal=causal, dropout_p=0.3)
+    fastnn.manual_seed(21)
+    ref = _fb("reference", *(a.astype(np.float64) for a in (q, k, v, do)), **kw)
+    runs = []
+    for nt in (1, 2):
+        fastnn.set_num_threads(nt)
+        fastnn.manual_seed(21)
+        runs.append(_fb("cpu", q, k, v, do, **kw))
+    for a, b in zip(runs[1], runs[0]):
+        np.testing.assert_array_equal(a, b)
+    for a, b, n in zip(runs[0], ref, ("out", "dq", "dk", "dv")):
+        np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5, err_msg=n)
+    fastnn.manual_seed(21)
+    no_drop = _fb("cpu", q, k, v, do, is_causal=causal)
+    assert not np.allclose(no_drop[0], runs[0][0], atol=1e-3)
+    first = _fb("cpu", q, k, v, do, **kw)[0]
+    assert not np.array_equal(_fb("cpu", q, k, v, do, **kw)[0], first)
+    p1 = _fb("cpu", q, k, v, do, is_causal=causal, dropout_p=1.0)
+    for a in p1:
+        assert not np.any(a), "p = 1 drops every weight: zero output and gradients"
