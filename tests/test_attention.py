@@ -349,19 +349,22 @@ def test_short_training_attention_matches_reference(B, L, S, E, Ev, causal, rest
         np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5, err_msg=n)
 
 
-def test_short_training_attention_nan_and_views():
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_short_training_attention_nan_and_views(batch_first):
     """A NaN query makes its row's output and dq NaN, as the tiled path and torch; q, k, v
-    read in place as column blocks of one fused projection give the reference's values."""
+    read in place as column blocks of one fused projection (batch- or sequence-first)
+    give the reference's values."""
     rng = np.random.default_rng(13)
     B, T, H, E = 2, 48, 2, 32
-    qkv = rng.standard_normal((B, T, 3 * H * E)).astype(np.float32)
+    shape = (B, T) if batch_first else (T, B)
+    qkv = rng.standard_normal(shape + (3 * H * E,)).astype(np.float32)
     q, k, v = qkv[..., :H * E], qkv[..., H * E:2 * H * E], qkv[..., 2 * H * E:]
-    do = rng.standard_normal((B, T, H * E)).astype(np.float32)
+    do = rng.standard_normal(shape + (H * E,)).astype(np.float32)
     with fastnn.use_backend("cpu"):
-        o, ctx = F.multi_head_attention_fwd(q, k, v, H, True, None, None, 0.0, True)
+        o, ctx = F.multi_head_attention_fwd(q, k, v, H, batch_first, None, None, 0.0, True)
         got = (o,) + tuple(F.multi_head_attention_bwd(ctx, do))[:3]
     with fastnn.use_backend("reference"):
-        o, ctx = F.multi_head_attention_fwd(q, k, v, H, True, None, None, 0.0, True)
+        o, ctx = F.multi_head_attention_fwd(q, k, v, H, batch_first, None, None, 0.0, True)
         ref = (o,) + tuple(F.multi_head_attention_bwd(ctx, do))[:3]
     for a, b, n in zip(got, ref, ("out", "dq", "dk", "dv")):
         np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5, err_msg=n)
