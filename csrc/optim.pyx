@@ -16,6 +16,7 @@ cimport cython
 cimport numpy as cnp
 from cython.parallel cimport prange
 from libc.math cimport sqrt, sqrtf
+from libc.stdint cimport int64_t
 
 from fnn_blas cimport real
 
@@ -264,7 +265,7 @@ cdef inline void _adam_many_chunk(const _AdamT* t, Py_ssize_t s, real decay, rea
                 <real>t.bc2_sqrt, eps, sign)
 
 
-cdef void _adam_many(const _AdamT* ts, const Py_ssize_t* ct, const Py_ssize_t* c0,
+cdef void _adam_many(const _AdamT* ts, const int64_t* ct, const int64_t* c0,
                      Py_ssize_t nch, int nt, real decay, real l2, real w1, bint lerp_low,
                      real beta2, real omb2, real eps, real sign) noexcept nogil:
     """Chunk c: elements c0[c] .. + GRAIN of tensor ct[c]; one region for all of them."""
@@ -292,7 +293,7 @@ cdef char* _foreach_data(object a, Py_ssize_t n, int T, str what, Py_ssize_t i) 
         raise ValueError(f"{what}[{i}] must be C-contiguous and aligned")
     if what != "grads" and not cnp.PyArray_ISWRITEABLE(x):
         raise ValueError(f"{what}[{i}] must be writeable (updated in place)")
-    return <char*>cnp.PyArray_DATA(x)
+    return <char*>_data(x, n, T)
 
 
 cdef _adam_foreach(list params, list grads, list exp_avgs, list exp_avg_sqs,
@@ -313,7 +314,7 @@ cdef _adam_foreach(list params, list grads, list exp_avgs, list exp_avg_sqs,
     _adam_scalars(lr, beta1, weight_decay, decoupled, &decay, &l2, &w1, &lerp_low)
     cdef double sign = -1.0 if maximize else 1.0, step
     cdef cnp.ndarray tbuf = np.empty(k * sizeof(_AdamT), dtype=np.uint8)
-    cdef _AdamT* ts = <_AdamT*>cnp.PyArray_DATA(tbuf)
+    cdef _AdamT* ts = <_AdamT*>_data(tbuf, k * sizeof(_AdamT), U8)
     for i in range(k):
         p = params[i]
         if type(p) is not np.ndarray:
@@ -332,9 +333,9 @@ cdef _adam_foreach(list params, list grads, list exp_avgs, list exp_avg_sqs,
         ts[i].bc2_sqrt = (1 - beta2 ** step) ** 0.5
         nch += (n + GRAIN - 1) // GRAIN
         total += n
-    cdef cnp.ndarray cbuf = np.empty(2 * nch, dtype=np.intp)
-    cdef Py_ssize_t* ct = <Py_ssize_t*>cnp.PyArray_DATA(cbuf)
-    cdef Py_ssize_t* c0 = ct + nch
+    cdef cnp.ndarray cbuf = np.empty(2 * nch, dtype=np.int64)
+    cdef int64_t* ct = <int64_t*>_data(cbuf, 2 * nch, I64)
+    cdef int64_t* c0 = ct + nch
     c = 0
     for i in range(k):
         n = 0
