@@ -880,9 +880,11 @@ def scaled_dot_product_attention_backward(cnp.ndarray d_out, tuple saved):
     cdef void* pdq = _data_strided(dq, T)
     cdef void* pdk = _data_strided(dk, T)
     cdef void* pdv = _data_strided(dv, T)
-    # dQ partials of the few-pairs path (_bwd): zeroed, one L x E block per (group, pair)
+    # dQ partials of the few-pairs tiled path (_bwd): zeroed, one L x E block per (group,
+    # pair); none for the whole-pair kernels
     cdef Py_ssize_t nqp = 0
-    if 0 < g.B * g.H < SERIAL_BH and g.L > 0 and g.S > 0:
+    if 0 < g.B * g.H < SERIAL_BH and g.L > 0 and g.S > 0 and not (
+            T == F32 and _short_train(&g, pm)):
         nqp = _kv_groups(&g) * g.B * g.H * g.L * g.E
     cdef cnp.ndarray dqp = np.zeros(nqp, dtype=q.dtype)
     cdef void* pqp = _data(dqp, nqp, T)
