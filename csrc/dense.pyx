@@ -505,12 +505,16 @@ cdef int _small_gemm(const float* x, const float* B, bint packed, const float* b
     cdef _SGJob job
     cdef float* xt = NULL
     if nt > 1 and FNN_SG_POOL:
-        # whole row blocks when there are enough of them (each chunk transposes its x);
+        # whole row blocks when there are enough of them (each chunk transposes its x),
+        # as many as a multiple of the threads (1024 rows: 12 blocks of 85-86 rows, not 11
+        # of 93-94, which left one thread a block behind the other on 2 threads: the
+        # rows' tiles and k order do not change, nor do the bits);
         # one row block (x transposed once for all): 4 nt panel ranges, so that a worker
         # that starts late or is preempted holds back at most an eighth of the product
         # (two threads) while the caller runs the rest
         if bm >= 2 * nt:
             bn = 1
+            bm = (bm + nt - 1) // nt * nt
         elif bm == 1:
             bn = 4 * nt if 4 * nt < P else P
         else:
