@@ -456,7 +456,7 @@ def neg(cnp.ndarray x, out):
 # ---------------------------------------------------------------- test hook
 _MATH = {"exp": 0, "expm1": 1, "tanh": 2, "erf": 3, "log1p": 4, "gauss_cdf": 5, "gauss": 6,
          "exp_nonpos": 7, "sigmoid": 8, "gelu": 9,
-         "gelu_grad": 10}
+         "gelu_grad": 10, "gelu_tanh": 11, "gelu_tanh_grad": 12}
 
 
 def _math_hook(str name, cnp.ndarray x):

@@ -46,46 +46,53 @@ static inline double fnn_gauss_cdf_d(double x, double* gauss) {
 #define FNN_GELU_GRAIN (1 << 13)
 #endif
 
-/* The GELU forward's explicit 16-lane loop (the avx512 build): fnn_gelu16 (fnn_math.h: a
-   table-driven piecewise polynomial for |x| < 3.9375, no exp or division), the loop's
-   tail by masked loads and stores.  Returns how many elements it did: all of them there,
-   none elsewhere (the omp simd loop does the rest). */
-static inline ptrdiff_t fnn_gelu_fwd_vec_f(const float* x, float* y, ptrdiff_t n) {
+/* The GELUs' explicit 16-lane loops (the avx512 build): y = f(x) (dy NULL) or dy f(x) for
+   f one of fnn_math.h's table-driven 16-lane forms (fnn_gelu16, fnn_gelu16_grad,
+   fnn_gelut16, fnn_gelut16_grad: piecewise polynomials for |x| < 3.9375, no exp or
+   division) on the table tab, the loop's tail by masked loads and stores.  Returns how
+   many elements it did: all of them there, none elsewhere (the omp simd loops do the
+   rest). */
 #if defined(FNN_HAVE_AVX512)
-    fnn_gelu16_t t;
-    fnn_gelu16_load(&t);
+static inline __attribute__((always_inline)) ptrdiff_t fnn_tab16_map(
+        const float (*tab)[32], __m512 (*f)(const fnn_tab16_t*, __m512), const float* dy,
+        const float* x, float* y, ptrdiff_t n) {
+    fnn_tab16_t t;
+    fnn_tab16_load(tab, &t);
     ptrdiff_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(y + i, fnn_gelu16(&t, _mm512_loadu_ps(x + i)));
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = f(&t, _mm512_loadu_ps(x + i));
+        _mm512_storeu_ps(y + i, dy ? _mm512_mul_ps(_mm512_loadu_ps(dy + i), v) : v);
+    }
     if (i < n) {
         __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
-        _mm512_mask_storeu_ps(y + i, m, fnn_gelu16(&t, _mm512_maskz_loadu_ps(m, x + i)));
+        __m512 v = f(&t, _mm512_maskz_loadu_ps(m, x + i));
+        _mm512_mask_storeu_ps(y + i, m, dy ? _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dy + i), v) : v);
     }
     return n;
-#else
-    (void)x; (void)y; (void)n;
-    return 0;
-#endif
 }
-/* ... and the backward's: d_x = d_y GELU'(x) by fnn_gelu16_grad */
-static inline ptrdiff_t fnn_gelu_bwd_vec_f(const float* dy, const float* x, float* dx, ptrdiff_t n) {
-#if defined(FNN_HAVE_AVX512)
-    fnn_gelu16_grad_t t;
-    fnn_gelu16_grad_load(&t);
-    ptrdiff_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(dx + i, _mm512_mul_ps(_mm512_loadu_ps(dy + i),
-                                               fnn_gelu16_grad(&t, _mm512_loadu_ps(x + i))));
-    if (i < n) {
-        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
-        _mm512_mask_storeu_ps(dx + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dy + i),
-                                                       fnn_gelu16_grad(&t, _mm512_maskz_loadu_ps(m, x + i))));
-    }
-    return n;
+#define FNN_TAB16_MAP(tab, f, dy, x, y, n) fnn_tab16_map(tab, f, dy, x, y, n)
 #else
+#define FNN_TAB16_MAP(tab, f, dy, x, y, n) ((void)(dy), (void)(x), (void)(y), (ptrdiff_t)0 * (n))
+#endif
+static inline ptrdiff_t fnn_gelu_fwd_vec_f(const float* x, float* y, ptrdiff_t n) {
+    return FNN_TAB16_MAP(fnn_gelu16_tab, fnn_gelu16, (const float*)NULL, x, y, n);
+}
+static inline ptrdiff_t fnn_gelu_bwd_vec_f(const float* dy, const float* x, float* dx, ptrdiff_t n) {
+    return FNN_TAB16_MAP(fnn_gelu16_dtab, fnn_gelu16_grad, dy, x, dx, n);
+}
+static inline ptrdiff_t fnn_gelut_fwd_vec_f(const float* x, float* y, ptrdiff_t n) {
+    return FNN_TAB16_MAP(fnn_gelut16_tab, fnn_gelut16, (const float*)NULL, x, y, n);
+}
+static inline ptrdiff_t fnn_gelut_bwd_vec_f(const float* dy, const float* x, float* dx, ptrdiff_t n) {
+    return FNN_TAB16_MAP(fnn_gelut16_dtab, fnn_gelut16_grad, dy, x, dx, n);
+}
+static inline ptrdiff_t fnn_gelut_bwd_vec_d(const double* dy, const double* x, double* dx, ptrdiff_t n) {
     (void)dy; (void)x; (void)dx; (void)n;
     return 0;
-#endif
+}
+static inline ptrdiff_t fnn_gelut_fwd_vec_d(const double* x, double* y, ptrdiff_t n) {
+    (void)x; (void)y; (void)n;
+    return 0;
 }
 static inline ptrdiff_t fnn_gelu_bwd_vec_d(const double* dy, const double* x, double* dx, ptrdiff_t n) {
     (void)dy; (void)x; (void)dx; (void)n;
@@ -278,7 +285,7 @@ static void fnn_math_apply(int which, const float* x, float* y, ptrdiff_t n) {
 #if defined(FNN_HAVE_AVX512)
         {
             fnn_gelu16_grad_t t;
-            fnn_gelu16_grad_load(&t);
+            fnn_tab16_load(fnn_gelu16_dtab, &t);
             for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, fnn_gelu16_grad(&t, _mm512_loadu_ps(x + i)));
         }
 #endif
@@ -291,6 +298,24 @@ static void fnn_math_apply(int which, const float* x, float* y, ptrdiff_t n) {
                  build has it) */
         for (i = fnn_gelu_fwd_vec_f(x, y, n); i < n; ++i) { float g; y[i] = x[i] * fnn_gauss_cdf_f(x[i], &g); }
         break;
+    case 11:  /* the tanh GELU forward as the kernel computes it */
+        i = fnn_gelut_fwd_vec_f(x, y, n);
+        for (; i < n; ++i) {
+            float v = x[i];
+            y[i] = v * fnn_sigmoidf((float)(2 * 0.79788456080286535588) * (v + 0.044715f * v * v * v));
+        }
+        break;
+    case 12: { /* its derivative as the backward computes it (d_y = 1) */
+        float* one = y;
+        for (i = 0; i < n; ++i) one[i] = 1.0f;
+        i = fnn_gelut_bwd_vec_f(one, x, y, n);
+        for (; i < n; ++i) {
+            float v = x[i], v2 = v * v;
+            float s = fnn_sigmoidf((float)(2 * 0.79788456080286535588) * (v + 0.044715f * v2 * v));
+            y[i] = s + 2.0f * v * s * (1.0f - s) * 0.79788456080286535588f
+                       * (1.0f + (float)(3 * 0.044715) * (v2 < 1e4f ? v2 : 1e4f));
+        }
+        break; }
     case 7:   /* the kernels' form: 16 lanes (AVX-512) or 8 (AVX2) where the build has
                  them, scalar tail */
         i = 0;

@@ -66,7 +66,7 @@ static void FNN_ACT_NAME(fnn_act)(int op, const FNN_T* a, const FNN_T* b, FNN_T*
         break; }
     case FNN_GELUT_FWD: {   /* x/2 (1 + tanh z) = x sigmoid(2z): one exp, no cancellation */
         const FNN_T k2 = (FNN_T)(2 * 0.79788456080286535588), c = (FNN_T)0.044715;
-        FNN_SIMD for (i = 0; i < n; ++i) {
+        FNN_SIMD for (i = FNN_ACT_NAME(fnn_gelut_fwd_vec)(a, o, n); i < n; ++i) {
             FNN_T v = a[i];
             FNN_T z2 = k2 * (v + c * v * v * v);
             o[i] = FNN_A_XSIG(v, z2);
@@ -75,7 +75,7 @@ static void FNN_ACT_NAME(fnn_act)(int op, const FNN_T* a, const FNN_T* b, FNN_T*
     case FNN_GELUT_BWD: {   /* s + 2 x s (1 - s) k (1 + 3c x^2), s = sigmoid(2z) */
         const FNN_T k = (FNN_T)0.79788456080286535588, k2 = (FNN_T)(2 * 0.79788456080286535588);
         const FNN_T c = (FNN_T)0.044715, c3 = (FNN_T)(3 * 0.044715), two = 2, cap = (FNN_T)1e4;
-        FNN_SIMD for (i = 0; i < n; ++i) {
+        FNN_SIMD for (i = FNN_ACT_NAME(fnn_gelut_bwd_vec)(a, b, o, n); i < n; ++i) {
             FNN_T v = b[i];
             FNN_T v2 = v * v;
             FNN_T s = FNN_A_SIGMOID(k2 * (v + c * v2 * v));

@@ -142,6 +142,62 @@ def test_gelu_fwd(mod):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=2e-45)
 
 
+def _gelu_tanh_ref(x64):
+    """GPT-2's tanh GELU x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3), and its
+    derivative, in float64 (the sigmoid form: no 1 + tanh cancellation)."""
+    with np.errstate(over="ignore"):
+        u = np.sqrt(2 / np.pi) * (x64 + 0.044715 * x64 ** 3)
+        s = 1 / (1 + np.exp(-2 * u))
+    d = s + 2 * x64 * s * (1 - s) * np.sqrt(2 / np.pi) * (1 + 3 * 0.044715 * x64 * x64)
+    return x64 * s, d
+
+
+@pytest.mark.parametrize("mod", VARIANTS)
+def test_gelu_tanh(mod):
+    """The tanh GELU's forward and derivative as the float kernels compute them (the avx512
+    build: 16-lane table-driven polynomials for vectors with every |x| < 3.9375, the
+    16-lane exp form otherwise -- the grid mixes both; elsewhere the per-lane exp form).
+    Forward relative error for |x| < 3.5 < 5e-7 with the tables (~2e-7), < 2e-6 in the
+    exp form; < 4e-6 to |x| = 5 and < 3e-5 down to results of 1e-30 (float's rounding of
+    u ~ 70 moves exp(-2u) by ~1e-5 there).  The derivative likewise, relative to
+    max(|d|, 1e-2) across its zero at x = -0.75: < 5e-7 with the tables, < 8e-6 in the exp
+    form (5.3e-6 measured), < 1.6e-5 to |x| = 5.  Special values as the per-lane form: -inf * 0 is NaN, as torch's."""
+    x = np.concatenate([np.linspace(-14, 14, 1_000_003), _LOG[_LOG < 14], -_LOG[_LOG < 14]])
+    x = x.astype(np.float32)
+    x64 = x.astype(np.float64)
+    ref, dref = _gelu_tanh_ref(x64)
+    y = mod._math_hook("gelu_tanh", x).astype(np.float64)
+    d = mod._math_hook("gelu_tanh_grad", x).astype(np.float64)
+    tables = mod.__name__.split(".")[-2] == "avx512"
+    for got, want, floor, body in ((y, ref, 0.0, 2e-6), (d, dref, 1e-2, 8e-6)):
+        big = np.abs(want) > 1e-30
+        rel = np.abs(got - want)[big] / np.maximum(np.abs(want[big]), floor)
+        ax = np.abs(x64[big])
+        lim = 5e-7 if tables else body
+        assert rel[ax < 3.5].max() < lim, f"{rel[ax < 3.5].max():.3g}"
+        assert rel[ax <= 5].max() < 2 * body, f"{rel[ax <= 5].max():.3g}"
+        assert rel.max() < 3e-5, f"{rel.max():.3g} at x={x[big][np.argmax(rel)]!r}"
+        assert np.all(np.abs(got[~big]) <= 1e-29)
+    s = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1e30, -1e30, 20, -20, 1e-40, -1e-40,
+                  3.9375, -3.9375, 2.0, -2.0, 0.5, -0.5], np.float32)
+    with np.errstate(invalid="ignore"):
+        got, gd = mod._math_hook("gelu_tanh", s), mod._math_hook("gelu_tanh_grad", s)
+    assert np.isnan(got[[1, 2]]).all() and np.isnan(gd[[0, 1, 2]]).all()
+    np.testing.assert_array_equal(got[[0, 3, 4, 5, 6, 8]],
+                                  np.array([np.inf, 0, -0.0, 1e30, -0.0, -0.0], np.float32))
+    np.testing.assert_array_equal(np.signbit(got[[3, 4, 6, 8, 10]]), [False, True, True, True, True])
+    np.testing.assert_array_equal(gd[[3, 4, 5, 6, 7, 8]], np.array([0.5, 0.5, 1, 0, 1, 0], np.float32))
+    r, dr = _gelu_tanh_ref(s[9:].astype(np.float64))
+    np.testing.assert_allclose(got[9:], r, rtol=2e-6, atol=1e-45)
+    np.testing.assert_allclose(gd[9:], dr, rtol=2e-6, atol=1e-7)
+    # every lane in the table form's range, and a short (masked) tail
+    t = np.array([0.0, -0.0, 1e-40, -1e-40, 0.1, -0.1, 3.9, -3.9, 0.7, -0.75] * 2, np.float32)
+    r, dr = _gelu_tanh_ref(t.astype(np.float64))
+    np.testing.assert_allclose(mod._math_hook("gelu_tanh", t), r, rtol=2e-6, atol=1e-45)
+    np.testing.assert_allclose(mod._math_hook("gelu_tanh_grad", t), dr, rtol=2e-6, atol=1e-7)
+    np.testing.assert_array_equal(np.signbit(mod._math_hook("gelu_tanh", t)), np.signbit(t))
+
+
 @pytest.mark.parametrize("mod", VARIANTS)
 def test_gelu_grad(mod):
     """GELU's derivative Phi(x) + x phi(x) as the float backward computes it (the avx512
