@@ -396,15 +396,20 @@ static inline __m512i fnn_gelu16_piece(__m512 ax, __m512* c) {
     return _mm512_castps_si512(sh);
 }
 
+/* the degree-4 piece of |x| = ax < FNN_GELU16_CUT from the table held in lo / hi */
+static inline __m512 fnn_tab16_eval(const __m512* lo, const __m512* hi, __m512 ax) {
+    __m512 c;
+    __m512i k = fnn_gelu16_piece(ax, &c);
+    __m512 g = _mm512_permutex2var_ps(lo[4], k, hi[4]);
+    g = _mm512_fmadd_ps(g, c, _mm512_permutex2var_ps(lo[3], k, hi[3]));
+    g = _mm512_fmadd_ps(g, c, _mm512_permutex2var_ps(lo[2], k, hi[2]));
+    g = _mm512_fmadd_ps(g, c, _mm512_permutex2var_ps(lo[1], k, hi[1]));
+    return _mm512_fmadd_ps(g, c, _mm512_permutex2var_ps(lo[0], k, hi[0]));
+}
+
 /* x Phi(x) for |x| = ax < FNN_GELU16_CUT (other lanes: garbage) */
 static inline __m512 fnn_gelu16_fast(const fnn_gelu16_t* t, __m512 x, __m512 ax) {
-    __m512 c, g;
-    __m512i k = fnn_gelu16_piece(ax, &c);
-    g = _mm512_permutex2var_ps(t->lo[4], k, t->hi[4]);
-    g = _mm512_fmadd_ps(g, c, _mm512_permutex2var_ps(t->lo[3], k, t->hi[3]));
-    g = _mm512_fmadd_ps(g, c, _mm512_permutex2var_ps(t->lo[2], k, t->hi[2]));
-    g = _mm512_fmadd_ps(g, c, _mm512_permutex2var_ps(t->lo[1], k, t->hi[1]));
-    g = _mm512_fmadd_ps(g, c, _mm512_permutex2var_ps(t->lo[0], k, t->hi[0]));
+    __m512 g = fnn_tab16_eval(t->lo, t->hi, ax);
     /* max(0, x): for x = -0 vmaxps returns its second operand, x, so y(-0) = -0 - 0 = -0 */
     return _mm512_sub_ps(_mm512_max_ps(_mm512_setzero_ps(), x), g);
 }
@@ -506,13 +511,7 @@ static inline __m512 fnn_gelu16_grad(const fnn_gelu16_grad_t* t, __m512 x) {
     __mmask16 fast = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(FNN_GELU16_CUT), _CMP_LT_OQ);
     __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
     if (fast == 0xffff) {
-        __m512 c;
-        __m512i k = fnn_gelu16_piece(ax, &c);
-        __m512 G = _mm512_permutex2var_ps(t->lo[4], k, t->hi[4]);
-        G = _mm512_fmadd_ps(G, c, _mm512_permutex2var_ps(t->lo[3], k, t->hi[3]));
-        G = _mm512_fmadd_ps(G, c, _mm512_permutex2var_ps(t->lo[2], k, t->hi[2]));
-        G = _mm512_fmadd_ps(G, c, _mm512_permutex2var_ps(t->lo[1], k, t->hi[1]));
-        G = _mm512_fmadd_ps(G, c, _mm512_permutex2var_ps(t->lo[0], k, t->hi[0]));
+        __m512 G = fnn_tab16_eval(t->lo, t->hi, ax);
         return _mm512_mask_blend_ps(neg, _mm512_sub_ps(_mm512_set1_ps(1.0f), G), G);
     }
     __m512 e;
@@ -634,17 +633,6 @@ static const float fnn_gelut16_dtab[5][32] __attribute__((aligned(64))) = {
     -4.493396729e-03f, -4.287213087e-03f, -3.794462187e-03f, -3.159110434e-03f
   }
 };
-
-/* the degree-4 piece of |x| = ax < FNN_GELU16_CUT from the table held in lo / hi */
-static inline __m512 fnn_tab16_eval(const __m512* lo, const __m512* hi, __m512 ax) {
-    __m512 c;
-    __m512i k = fnn_gelu16_piece(ax, &c);
-    __m512 g = _mm512_permutex2var_ps(lo[4], k, hi[4]);
-    g = _mm512_fmadd_ps(g, c, _mm512_permutex2var_ps(lo[3], k, hi[3]));
-    g = _mm512_fmadd_ps(g, c, _mm512_permutex2var_ps(lo[2], k, hi[2]));
-    g = _mm512_fmadd_ps(g, c, _mm512_permutex2var_ps(lo[1], k, hi[1]));
-    return _mm512_fmadd_ps(g, c, _mm512_permutex2var_ps(lo[0], k, hi[0]));
-}
 
 /* sigmoid(z) on 16 lanes as fnn_sigmoidf: e = exp(-|z|), 1 / (1 + e) or e / (1 + e) */
 static inline __m512 fnn_sigmoid16(__m512 z) {
