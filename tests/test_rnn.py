@@ -396,17 +396,20 @@ def test_scipy_blas_fallback_agrees(kind):
 
 
 @pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
-def test_packed_recurrent_gemm_agrees_with_blas(kind):
-    """float32 per-step GEMMs run on W_hh packed once per call (AVX2 builds); they agree
-    with the BLAS path, including row/column tails (B = 13, H = 40 -> partial panels)."""
+@pytest.mark.parametrize("B", [13, 10, 1])
+def test_packed_recurrent_gemm_agrees_with_blas(kind, B):
+    """float32 per-step GEMMs run on W_hh packed once per call (AVX2 and AVX-512 builds);
+    they agree with the BLAS path, including row and column tails: H = 40 gives partial
+    panels, B = 13 a short last row tile, B = 10 a remainder merged into two near-halves
+    (8-row tiles), B = 1 a single row."""
     from fastnn._backend import backend
     import importlib
     cmod = importlib.import_module(backend("cpu").lstm.__module__)
     rng = np.random.default_rng(4)
-    x = rng.standard_normal((6, 13, 9)).astype(np.float32)
-    dy = rng.standard_normal((6, 13, 80)).astype(np.float32)
+    x = rng.standard_normal((6, B, 9)).astype(np.float32)
+    dy = rng.standard_normal((6, B, 80)).astype(np.float32)
     m = getattr(nn, kind)(9, 40, 2, bidirectional=True)
-    h0 = rng.standard_normal((4, 13, 40)).astype(np.float32)
+    h0 = rng.standard_normal((4, B, 40)).astype(np.float32)
     hx = (h0, 0.5 * h0) if kind == "LSTM" else h0
     res = []
     old = cmod._use_packed(True)
