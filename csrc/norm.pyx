@@ -223,6 +223,7 @@ def layer_norm_backward(cnp.ndarray dy, tuple saved):
 # GEMMs, and a sentence's rows (split by columns over both cores by the GEMM before) come
 # back faster to two cores than to one (25 x 384 after a GEMM: 5 us, 7.5 on one core).
 include "fnn_sgpool.pxi"
+include "fnn_streamcfg.pxi"
 ADD_LN_POOL = _sg_pool != NULL
 
 cdef enum:

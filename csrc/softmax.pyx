@@ -18,6 +18,7 @@ cnp.import_array()
 
 include "fnn_runtime.pxi"
 include "fnn_span.pxi"
+include "fnn_streamcfg.pxi"
 
 cdef extern from "fnn_math.h" nogil:
     float fnn_expf_nonpos(float x)
