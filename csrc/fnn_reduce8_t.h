@@ -15,6 +15,12 @@ static inline double FNN_TNAME(fnn_cv_sum)(const FNN_T* x, ptrdiff_t n) {
 /* *s = sum(x - c), *q = sum((x - c)^2): one pass, shifted by c for accuracy */
 static inline void FNN_TNAME(fnn_cv_moments)(const FNN_T* x, ptrdiff_t n, double c,
                                         double* s, double* q) {
+#if defined(FNN_HAVE_CV_Z)
+    if (sizeof(FNN_T) == sizeof(float)) {       /* float: the zmm form (fnn_reduce.h) */
+        fnn_cv_moments_z((const float*)(const void*)x, n, c, s, q);
+        return;
+    }
+#endif
     double a[8] = {0, 0, 0, 0, 0, 0, 0, 0}, b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     ptrdiff_t j = 0;
     for (; j + 8 <= n; j += 8)
@@ -27,6 +33,13 @@ static inline void FNN_TNAME(fnn_cv_moments)(const FNN_T* x, ptrdiff_t n, double
 /* *s = sum(g), *p = sum(g * (x - c)) */
 static inline void FNN_TNAME(fnn_cv_gsums)(const FNN_T* g, const FNN_T* x, ptrdiff_t n, double c,
                                       double* s, double* p) {
+#if defined(FNN_HAVE_CV_Z)
+    if (sizeof(FNN_T) == sizeof(float)) {       /* float: the zmm form (fnn_reduce.h) */
+        fnn_cv_gsums_z((const float*)(const void*)g, (const float*)(const void*)x, n, c, s,
+                       p);
+        return;
+    }
+#endif
     double a[8] = {0, 0, 0, 0, 0, 0, 0, 0}, b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     ptrdiff_t j = 0;
     for (; j + 8 <= n; j += 8)
