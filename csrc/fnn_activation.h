@@ -86,6 +86,13 @@ static inline ptrdiff_t fnn_gelut_fwd_vec_f(const float* x, float* y, ptrdiff_t 
 static inline ptrdiff_t fnn_gelut_bwd_vec_f(const float* dy, const float* x, float* dx, ptrdiff_t n) {
     return FNN_TAB16_MAP(fnn_gelut16_dtab, fnn_gelut16_grad, dy, x, dx, n);
 }
+static inline ptrdiff_t fnn_tanh_fwd_vec_f(const float* x, float* y, ptrdiff_t n) {
+    return FNN_TAB16_MAP(fnn_tanh16_tab, fnn_tanh16, (const float*)NULL, x, y, n);
+}
+static inline ptrdiff_t fnn_tanh_fwd_vec_d(const double* x, double* y, ptrdiff_t n) {
+    (void)x; (void)y; (void)n;
+    return 0;
+}
 static inline ptrdiff_t fnn_gelut_bwd_vec_d(const double* dy, const double* x, double* dx, ptrdiff_t n) {
     (void)dy; (void)x; (void)dx; (void)n;
     return 0;
@@ -274,7 +281,9 @@ static void fnn_math_apply(int which, const float* x, float* y, ptrdiff_t n) {
     switch (which) {
     case 0: for (i = 0; i < n; ++i) y[i] = fnn_expf(x[i]); break;
     case 1: for (i = 0; i < n; ++i) y[i] = fnn_expm1f(x[i]); break;
-    case 2: for (i = 0; i < n; ++i) y[i] = fnn_tanhf(x[i]); break;
+    case 2:   /* tanh as the Tanh forward computes it */
+        for (i = fnn_tanh_fwd_vec_f(x, y, n); i < n; ++i) y[i] = fnn_tanhf(x[i]);
+        break;
     case 3: for (i = 0; i < n; ++i) y[i] = fnn_erff(x[i]); break;
     case 4: for (i = 0; i < n; ++i) y[i] = fnn_log1pf(x[i]); break;
     case 5: for (i = 0; i < n; ++i) { float g; y[i] = fnn_gauss_cdf_f(x[i], &g); } break;

@@ -118,7 +118,8 @@ static void FNN_ACT_NAME(fnn_act)(int op, const FNN_T* a, const FNN_T* b, FNN_T*
         FNN_SIMD for (i = 0; i < n; ++i) { FNN_T y = b[i]; o[i] = a[i] * y * (one - y); }
         break;
     case FNN_TANH_FWD:
-        FNN_SIMD for (i = 0; i < n; ++i) o[i] = FNN_A_TANH(a[i]);
+        FNN_SIMD for (i = FNN_ACT_NAME(fnn_tanh_fwd_vec)(a, o, n); i < n; ++i)
+            o[i] = FNN_A_TANH(a[i]);
         break;
     case FNN_TANH_BWD:      /* b = y */
         FNN_SIMD for (i = 0; i < n; ++i) { FNN_T y = b[i]; o[i] = a[i] * (one - y * y); }
