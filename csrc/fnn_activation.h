@@ -54,10 +54,11 @@ static inline double fnn_gauss_cdf_d(double x, double* gauss) {
    rest). */
 #if defined(FNN_HAVE_AVX512)
 static inline __attribute__((always_inline)) ptrdiff_t fnn_tab16_map(
-        const float (*tab)[32], __m512 (*f)(const fnn_tab16_t*, __m512), const float* dy,
+        const float (*tab)[32], int rows, __m512 (*f)(const fnn_tab16_t*, __m512),
+        const float* dy,
         const float* x, float* y, ptrdiff_t n) {
     fnn_tab16_t t;
-    fnn_tab16_load(tab, &t);
+    fnn_tab16_load(tab, rows, &t);
     ptrdiff_t i = 0;
     for (; i + 16 <= n; i += 16) {
         __m512 v = f(&t, _mm512_loadu_ps(x + i));
@@ -70,7 +71,8 @@ static inline __attribute__((always_inline)) ptrdiff_t fnn_tab16_map(
     }
     return n;
 }
-#define FNN_TAB16_MAP(tab, f, dy, x, y, n) fnn_tab16_map(tab, f, dy, x, y, n)
+#define FNN_TAB16_MAP(tab, f, dy, x, y, n) \
+    fnn_tab16_map(tab, (int)(sizeof(tab) / sizeof((tab)[0])), f, dy, x, y, n)
 #else
 #define FNN_TAB16_MAP(tab, f, dy, x, y, n) ((void)(dy), (void)(x), (void)(y), (ptrdiff_t)0 * (n))
 #endif
@@ -294,7 +296,7 @@ static void fnn_math_apply(int which, const float* x, float* y, ptrdiff_t n) {
 #if defined(FNN_HAVE_AVX512)
         {
             fnn_gelu16_grad_t t;
-            fnn_tab16_load(fnn_gelu16_dtab, &t);
+            fnn_tab16_load(fnn_gelu16_dtab, 5, &t);
             for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, fnn_gelu16_grad(&t, _mm512_loadu_ps(x + i)));
         }
 #endif

@@ -58,11 +58,11 @@ def evaluate(tab, a):
 
 def c_table(tab, name):
     rows = []
-    for j in range(5):
+    for j in range(len(tab)):
         vals = [f"{v:.9e}f" for v in tab[j]]
         body = ",\n".join("    " + ", ".join(vals[i:i + 4]) for i in range(0, 32, 4))
         rows.append("  {\n" + body + "\n  }")
-    return (f"static const float {name}[5][32] __attribute__((aligned(64))) = {{\n"
+    return (f"static const float {name}[{len(tab)}][32] __attribute__((aligned(64))) = {{\n"
             + ",\n".join(rows) + "\n};")
 
 
