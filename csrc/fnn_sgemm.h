@@ -1,0 +1,275 @@
+/* Row-major float32 GEMM for the AVX-512 build:  C[M, N] = alpha op(A) op(B) + beta C.
+ *
+ * One thread's GEMM: the callers already share their work out over fastnn's OpenMP team
+ * (row blocks, heads, time chunks) and call this from inside their parallel regions.
+ *
+ * Register tile: FNN_SGZ_MR (12) rows by 32 columns, 24 zmm accumulators; each k step
+ * loads two zmm of B and broadcasts 12 values of A into 24 FMAs.  A is read in place (no
+ * packing): its 12 rows of one k step are 12 broadcasts, from 12 row streams (A stored
+ * (M, K)) or one contiguous run (A stored (K, M), trans_a).  B is packed, per block of
+ * FNN_SGZ_KC k by FNN_SGZ_NC columns, into 32-column panels, zero-padded past N, so a
+ * panel's k step is one 128-byte line pair.  Loop order: for each column block and k
+ * block, pack B; then for each 12-row tile, run along the block's panels: the tile's A
+ * (12 x KC floats, 18 KiB) stays in L1, the packed block (768 KiB) in L2.
+ *
+ * Measured on one core of an Intel Xeon with two 512-bit FMA units (242 GFLOP/s peak):
+ * 207-226 GFLOP/s on fastnn's training shapes against OpenBLAS 0.3.31's 176-199 (its
+ * SkylakeX kernels) and MKL's 193-225 (BENCHMARKS.md, session 12).
+ *
+ * Each output is sum over k blocks (in order) of a sum over k (in order, one FMA each),
+ * times alpha, plus beta C on the first block; it does not depend on M or on the tile an
+ * output falls in.  float64 and the other builds keep BLAS (fnn_gemm.pxi).
+ * fnn_sgemm_z returns -1, touching nothing, when its packing buffer cannot be allocated:
+ * the caller then runs BLAS. */
+#ifndef FNN_SGEMM_H
+#define FNN_SGEMM_H
+#include <stddef.h>
+#include <stdint.h>
+#include "fnn_alloc.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define FNN_HAVE_SGZ 1
+#define FNN_SGZ_MR 12
+#define FNN_SGZ_NR 32
+#ifndef FNN_SGZ_KC
+#define FNN_SGZ_KC 384
+#endif
+#ifndef FNN_SGZ_NC
+#define FNN_SGZ_NC 512
+#endif
+#define FNN_SGZ_MC 144     /* rows of a packed block of A when trans_a (12 tiles) */
+
+/* The packing buffer: one per thread, grown once to KC x NC floats (+ alignment), kept
+ * for the thread's life (OpenMP's pool threads persist), so a call allocates nothing. */
+static __thread float *fnn_sgz_buf = NULL;
+
+static inline float *fnn_sgz_buffer(void)
+{
+    if (fnn_sgz_buf == NULL) {
+        char *raw = (char *)fnn_alloc((size_t)FNN_SGZ_KC * (FNN_SGZ_NC + FNN_SGZ_MC) + 16,
+                                      sizeof(float));
+        if (raw == NULL)
+            return NULL;
+        fnn_sgz_buf = (float *)(raw + (64 - ((uintptr_t)raw & 63)) % 64);
+    }
+    return fnn_sgz_buf;
+}
+
+/* In-register transpose of 16 rows of 16 floats: r[i][j] -> r[j][i]. */
+static inline __attribute__((always_inline)) void fnn_sgz_transpose16(__m512 r[16])
+{
+    __m512 t[16], u[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    /* u[4 g + c], lane L: rows 4g..4g+3 of column 4 L + c */
+#pragma GCC unroll 4
+    for (int g = 0; g < 16; g += 4) {
+        u[g] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[g]), _mm512_castps_pd(t[g + 2])));
+        u[g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[g]), _mm512_castps_pd(t[g + 2])));
+        u[g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[g + 1]), _mm512_castps_pd(t[g + 3])));
+        u[g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[g + 1]), _mm512_castps_pd(t[g + 3])));
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        const __m512 a = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
+        const __m512 b = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
+        const __m512 a2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+        const __m512 b2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+        r[c] = _mm512_shuffle_f32x4(a, a2, 0x88);
+        r[8 + c] = _mm512_shuffle_f32x4(a, a2, 0xDD);
+        r[4 + c] = _mm512_shuffle_f32x4(b, b2, 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(b, b2, 0xDD);
+    }
+}
+
+/* Pack B's k rows [0, kc) and columns [0, nc) (op(B) is K x N) into 32-column panels:
+ * panel p, step k at pb + p * kc * 32 + k * 32, columns past nc zero. */
+static inline void
+fnn_sgz_pack_b(int trans_b, const float *B, ptrdiff_t ldb, ptrdiff_t kc, ptrdiff_t nc, float *pb)
+{
+    for (ptrdiff_t j = 0; j < nc; j += FNN_SGZ_NR) {
+        const ptrdiff_t w = nc - j < FNN_SGZ_NR ? nc - j : FNN_SGZ_NR;
+        float *dst = pb + j * kc;
+        if (!trans_b) {
+            const __mmask16 m0 = (__mmask16)(w >= 16 ? 0xFFFF : (1u << w) - 1);
+            const __mmask16 m1 = (__mmask16)(w >= 32 ? 0xFFFF : w > 16 ? (1u << (w - 16)) - 1 : 0);
+            for (ptrdiff_t k = 0; k < kc; k++) {
+                const float *src = B + k * ldb + j;
+                _mm512_store_ps(dst + k * 32, _mm512_maskz_loadu_ps(m0, src));
+                _mm512_store_ps(dst + k * 32 + 16, _mm512_maskz_loadu_ps(m1, src + 16));
+            }
+        } else {
+            /* op(B)[k, j + c] = B[(j + c) * ldb + k]: 32 rows of B, each a run along k,
+             * transposed 16 x 16 at a time */
+            for (int c0 = 0; c0 < FNN_SGZ_NR; c0 += 16) {
+                const float *src = B + (j + c0) * ldb;
+                const int rows = w - c0 < 0 ? 0 : (w - c0 < 16 ? (int)(w - c0) : 16);
+                ptrdiff_t k = 0;
+                for (; k + 16 <= kc; k += 16) {
+                    __m512 r[16];
+#pragma GCC unroll 16
+                    for (int i = 0; i < 16; i++)
+                        r[i] = i < rows ? _mm512_loadu_ps(src + i * ldb + k) : _mm512_setzero_ps();
+                    fnn_sgz_transpose16(r);
+#pragma GCC unroll 16
+                    for (int i = 0; i < 16; i++)
+                        _mm512_store_ps(dst + (k + i) * 32 + c0, r[i]);
+                }
+                for (; k < kc; k++)
+                    for (int i = 0; i < 16; i++)
+                        dst[k * 32 + c0 + i] = i < rows ? src[i * ldb + k] : 0.0f;
+            }
+        }
+    }
+}
+
+/* trans_a: A stored (K, M), so a tile's k steps are lda apart (and a power-of-two lda puts
+ * them all in one L1 set).  Copy rows [0, mc) of op(A) (M x K), k steps [0, kc), into
+ * 12-row tiles: tile t, step k at pa + t * 12 kc + k * 12 (a run of 12 floats). */
+static inline void
+fnn_sgz_pack_at(const float *A, ptrdiff_t lda, ptrdiff_t kc, ptrdiff_t mc, float *pa)
+{
+    for (ptrdiff_t k = 0; k < kc; k++) {
+        const float *src = A + k * lda;
+        for (ptrdiff_t i = 0; i < mc; i += FNN_SGZ_MR) {
+            const int mr = mc - i < FNN_SGZ_MR ? (int)(mc - i) : FNN_SGZ_MR;
+            const __mmask16 mm = (__mmask16)((1u << mr) - 1);
+            _mm512_mask_storeu_ps(pa + i * kc + k * FNN_SGZ_MR, mm,
+                                  _mm512_maskz_loadu_ps(mm, src + i));
+        }
+    }
+}
+
+/* One tile: rows [0, mr) by the 32 columns of panel b (columns under masks m0 | m1).
+ * A's element (r, k) is a[r * rs + k * ks].  first: C = alpha acc + beta C (beta == 0:
+ * C is not read); else C += alpha acc. */
+static inline __attribute__((always_inline)) void
+fnn_sgz_tile(const int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *b,
+             ptrdiff_t kc, float *c, ptrdiff_t ldc, __mmask16 m0, __mmask16 m1,
+             float alpha, float beta, int first)
+{
+    __m512 c0[FNN_SGZ_MR], c1[FNN_SGZ_MR];
+#pragma GCC unroll 12
+    for (int r = 0; r < mr; r++) {
+        c0[r] = _mm512_setzero_ps();
+        c1[r] = _mm512_setzero_ps();
+    }
+    for (ptrdiff_t k = 0; k < kc; k++) {
+        const __m512 b0 = _mm512_load_ps(b + k * 32), b1 = _mm512_load_ps(b + k * 32 + 16);
+        _mm_prefetch((const char *)(b + k * 32 + 256), _MM_HINT_T0);
+        _mm_prefetch((const char *)(b + k * 32 + 272), _MM_HINT_T0);
+#pragma GCC unroll 12
+        for (int r = 0; r < mr; r++) {
+            const __m512 av = _mm512_set1_ps(a[r * rs + k * ks]);
+            c0[r] = _mm512_fmadd_ps(av, b0, c0[r]);
+            c1[r] = _mm512_fmadd_ps(av, b1, c1[r]);
+        }
+    }
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 12
+    for (int r = 0; r < mr; r++) {
+        float *cr = c + r * ldc;
+        __m512 y0 = _mm512_mul_ps(c0[r], va), y1 = _mm512_mul_ps(c1[r], va);
+        if (!first) {
+            y0 = _mm512_add_ps(y0, _mm512_maskz_loadu_ps(m0, cr));
+            y1 = _mm512_add_ps(y1, _mm512_maskz_loadu_ps(m1, cr + 16));
+        } else if (beta != 0.0f) {
+            y0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, cr), y0);
+            y1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, cr + 16), y1);
+        }
+        _mm512_mask_storeu_ps(cr, m0, y0);
+        _mm512_mask_storeu_ps(cr + 16, m1, y1);
+    }
+}
+
+/* Rows [i0, i0 + mr) of one k block along every panel of the packed column block. */
+static inline __attribute__((always_inline)) void
+fnn_sgz_rows(const int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *pb,
+             ptrdiff_t kc, ptrdiff_t nc, float *c, ptrdiff_t ldc, float alpha, float beta,
+             int first)
+{
+    for (ptrdiff_t j = 0; j < nc; j += FNN_SGZ_NR) {
+        const ptrdiff_t w = nc - j;
+        const __mmask16 m0 = (__mmask16)(w >= 16 ? 0xFFFF : (1u << w) - 1);
+        const __mmask16 m1 = (__mmask16)(w >= 32 ? 0xFFFF : w > 16 ? (1u << (w - 16)) - 1 : 0);
+        fnn_sgz_tile(mr, a, rs, ks, pb + j * kc, kc, c + j, ldc, m0, m1, alpha, beta, first);
+    }
+}
+
+#define FNN_SGZ_ROWS_CASE(n) \
+    case n: fnn_sgz_rows(n, a, rs, ks, pb, kc, nc, c, ldc, alpha, beta, first); break;
+
+static void
+fnn_sgz_rows_any(int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *pb,
+                 ptrdiff_t kc, ptrdiff_t nc, float *c, ptrdiff_t ldc, float alpha, float beta,
+                 int first)
+{
+    switch (mr) {
+    FNN_SGZ_ROWS_CASE(1) FNN_SGZ_ROWS_CASE(2) FNN_SGZ_ROWS_CASE(3) FNN_SGZ_ROWS_CASE(4)
+    FNN_SGZ_ROWS_CASE(5) FNN_SGZ_ROWS_CASE(6) FNN_SGZ_ROWS_CASE(7) FNN_SGZ_ROWS_CASE(8)
+    FNN_SGZ_ROWS_CASE(9) FNN_SGZ_ROWS_CASE(10) FNN_SGZ_ROWS_CASE(11)
+    default: fnn_sgz_rows(FNN_SGZ_MR, a, rs, ks, pb, kc, nc, c, ldc, alpha, beta, first); break;
+    }
+}
+#undef FNN_SGZ_ROWS_CASE
+
+/* Row-major C[M, N] = alpha op(A) op(B) + beta C; op(A) is M x K (A stored (K, M) when
+ * trans_a), op(B) is K x N (B stored (N, K) when trans_b).  M, N, K > 0.  Returns 0, or
+ * -1 (C untouched) when the packing buffer cannot be had. */
+static int
+fnn_sgemm_z(int trans_a, int trans_b, ptrdiff_t M, ptrdiff_t N, ptrdiff_t K, float alpha,
+            const float *A, ptrdiff_t lda, const float *B, ptrdiff_t ldb, float beta,
+            float *C, ptrdiff_t ldc)
+{
+    float *pb = fnn_sgz_buffer(), *pa = pb + (size_t)FNN_SGZ_KC * FNN_SGZ_NC;
+    if (pb == NULL)
+        return -1;
+    /* k blocks of near-equal length, at most KC each */
+    const ptrdiff_t nkb = (K + FNN_SGZ_KC - 1) / FNN_SGZ_KC;
+    const ptrdiff_t rs = trans_a ? 1 : lda, ks = trans_a ? lda : 1;
+    for (ptrdiff_t jc = 0; jc < N; jc += FNN_SGZ_NC) {
+        const ptrdiff_t nc = N - jc < FNN_SGZ_NC ? N - jc : FNN_SGZ_NC;
+        for (ptrdiff_t kb = 0; kb < nkb; kb++) {
+            const ptrdiff_t p0 = K * kb / nkb, kc = K * (kb + 1) / nkb - p0;
+            fnn_sgz_pack_b(trans_b, trans_b ? B + jc * ldb + p0 : B + p0 * ldb + jc, ldb,
+                           kc, nc, pb);
+            const float *ak = A + p0 * ks;
+            for (ptrdiff_t i0 = 0; i0 < M; i0 += FNN_SGZ_MC) {
+                const ptrdiff_t mc = M - i0 < FNN_SGZ_MC ? M - i0 : FNN_SGZ_MC;
+                if (trans_a)
+                    fnn_sgz_pack_at(ak + i0, lda, kc, mc, pa);
+                for (ptrdiff_t i = i0; i < i0 + mc; i += FNN_SGZ_MR) {
+                    const int mr = i0 + mc - i < FNN_SGZ_MR ? (int)(i0 + mc - i) : FNN_SGZ_MR;
+                    /* trans_a: the tile's packed run, k steps 12 apart */
+                    const float *at = trans_a ? pa + (i - i0) * kc : ak + i * rs;
+                    const ptrdiff_t trs = trans_a ? 1 : rs, tks = trans_a ? FNN_SGZ_MR : ks;
+                    if (mr == FNN_SGZ_MR)
+                        fnn_sgz_rows(FNN_SGZ_MR, at, trs, tks, pb, kc, nc, C + i * ldc + jc,
+                                     ldc, alpha, beta, kb == 0);
+                    else
+                        fnn_sgz_rows_any(mr, at, trs, tks, pb, kc, nc, C + i * ldc + jc, ldc,
+                                         alpha, beta, kb == 0);
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+#else
+#define FNN_HAVE_SGZ 0
+static inline int
+fnn_sgemm_z(int trans_a, int trans_b, ptrdiff_t M, ptrdiff_t N, ptrdiff_t K, float alpha,
+            const float *A, ptrdiff_t lda, const float *B, ptrdiff_t ldb, float beta,
+            float *C, ptrdiff_t ldc)
+{
+    (void)trans_a; (void)trans_b; (void)M; (void)N; (void)K; (void)alpha; (void)A;
+    (void)lda; (void)B; (void)ldb; (void)beta; (void)C; (void)ldc;
+    return -1;
+}
+#endif
+#endif

@@ -1,0 +1,138 @@
+"""fastnn's own float32 GEMM (csrc/fnn_sgemm.h, the avx512 build) against BLAS and float64.
+
+Every family that includes fnn_gemm.pxi routes float32 GEMMs of at least 24 x 32 x 16
+through it; these tests drive the dispatcher directly (``_gemm_hook``) over the shapes
+that cross each blocking edge: the 12-row tile, the 32-column panel, the 144-row packed
+block of a transposed A, the 384-long k block and the 512-column block; all four
+transpositions; alpha and beta (beta = 0 must not read C: NaN there stays out); row
+strides longer than the rows.  Variants without the kernel run BLAS through the same hook.
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from harness import variant_modules
+
+MODS = variant_modules("dense")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _op(x, t):
+    return x.T if t else x
+
+
+def _operands(rng, M, N, K, ta, tb, pad):
+    """a, b, c with row strides `pad` floats longer than their rows (views)."""
+    def view(rows, cols):
+        base = rng.standard_normal((rows, cols + pad)).astype(np.float32)
+        return base[:, :cols]
+    a = view(K, M) if ta else view(M, K)
+    b = view(N, K) if tb else view(K, N)
+    c = view(M, N)
+    return a, b, c
+
+
+def _check(mod, M, N, K, ta, tb, alpha, beta, pad=0, seed=0):
+    rng = np.random.default_rng(seed)
+    a, b, c = _operands(rng, M, N, K, ta, tb, pad)
+    if beta == 0:
+        c[...] = np.nan           # BLAS semantics: beta == 0 means C is not read
+    c0 = c.astype(np.float64)
+    want = alpha * (_op(a, ta).astype(np.float64) @ _op(b, tb).astype(np.float64))
+    if beta != 0:
+        want += beta * c0
+    mod._gemm_hook(ta, tb, alpha, a, b, beta, c)
+    # error bound of a float32 dot product of length K (plus the alpha / beta roundings)
+    mag = abs(alpha) * (np.abs(_op(a, ta)).astype(np.float64) @ np.abs(_op(b, tb)).astype(np.float64))
+    mag += abs(beta) * np.abs(np.nan_to_num(c0))
+    tol = (K + 4) * np.finfo(np.float32).eps * mag + 1e-30
+    assert np.all(np.isfinite(c)), "NaN/inf in the result"
+    err = np.abs(c.astype(np.float64) - want)
+    assert np.all(err <= tol), f"max err/tol {np.max(err / tol):.3g}"
+    return c
+
+
+SHAPES = [  # (M, N, K): each crosses a tile or block edge of fnn_sgemm.h
+    (24, 32, 16), (25, 33, 17), (35, 31, 100), (36, 64, 384), (37, 65, 385),
+    (143, 96, 40), (145, 47, 769), (300, 513, 20), (49, 1030, 33), (24, 545, 1000),
+]
+
+
+@pytest.mark.parametrize("mod", MODS)
+@pytest.mark.parametrize("ta", [False, True])
+@pytest.mark.parametrize("tb", [False, True])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_sgemm_against_float64(mod, ta, tb, shape):
+    M, N, K = shape
+    _check(mod, M, N, K, ta, tb, 1.0, 0.0)
+
+
+@pytest.mark.parametrize("mod", MODS)
+@pytest.mark.parametrize("alpha,beta", [(1.0, 1.0), (-0.5, 0.0), (2.0, -1.5), (0.25, 0.5)])
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+def test_sgemm_alpha_beta_and_strides(mod, alpha, beta, ta, tb):
+    _check(mod, 61, 77, 400, ta, tb, alpha, beta, pad=5)
+    _check(mod, 26, 40, 800, ta, tb, alpha, beta, pad=16)
+
+
+@pytest.mark.parametrize("mod", MODS)
+def test_sgemm_own_kernel_agrees_with_blas(mod):
+    """The same products through the own kernel and through BLAS: both within the float32
+    bound of the float64 product, and close to each other."""
+    if not mod._use_own_sgemm(True):
+        pytest.skip("this variant has no own float32 GEMM (it is the avx512 build's)")
+    try:
+        for (M, N, K) in [(200, 300, 500), (48, 64, 1024)]:
+            for ta in (False, True):
+                for tb in (False, True):
+                    own = _check(mod, M, N, K, ta, tb, 1.0, 0.0, seed=3)
+                    mod._use_own_sgemm(False)
+                    blas = _check(mod, M, N, K, ta, tb, 1.0, 0.0, seed=3)
+                    mod._use_own_sgemm(True)
+                    np.testing.assert_allclose(own, blas, rtol=1e-4, atol=1e-4 * np.sqrt(K))
+    finally:
+        mod._use_own_sgemm(mod._own_sgemm_default())
+
+
+@pytest.mark.parametrize("mod", MODS)
+def test_sgemm_output_does_not_depend_on_its_tile(mod):
+    """Rows computed in a full 12-row tile and the same rows in a tail tile, and columns in
+    a full panel or a masked tail, are the same sums in the same order: equal bits (a
+    promise of the own kernel; BLAS makes none)."""
+    if not mod._use_own_sgemm(True):
+        pytest.skip("this variant has no own float32 GEMM (it is the avx512 build's)")
+    mod._use_own_sgemm(mod._own_sgemm_default())
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((50, 300)).astype(np.float32)
+    b = rng.standard_normal((300, 70)).astype(np.float32)
+    full = np.zeros((50, 70), np.float32)
+    mod._gemm_hook(False, False, 1.0, a, b, 0.0, full)
+    part = np.zeros((25, 40), np.float32)        # rows 25..49: a tail tile of 1; cols: 8 masked
+    mod._gemm_hook(False, False, 1.0, a[25:], np.ascontiguousarray(b[:, :40]), 0.0, part)
+    np.testing.assert_array_equal(part, full[25:, :40])
+
+
+@pytest.mark.parametrize("mod", MODS)
+def test_sgemm_hook_rejects_bad_operands(mod):
+    a = np.zeros((4, 5), np.float32)
+    with pytest.raises(ValueError, match="chain"):
+        mod._gemm_hook(False, False, 1.0, a, np.zeros((4, 3), np.float32), 0.0,
+                       np.zeros((4, 3), np.float32))
+    with pytest.raises(ValueError, match="contiguous rows"):
+        mod._gemm_hook(False, False, 1.0, a[:, ::2], np.zeros((3, 3), np.float32), 0.0,
+                       np.zeros((4, 3), np.float32))
+
+
+def test_fastnn_sgemm_blas_env_routes_to_blas():
+    """FASTNN_SGEMM=blas, read at import, keeps every GEMM on BLAS."""
+    code = ("import fastnn, importlib; from fastnn.cpu import load_order; "
+            "m = importlib.import_module(f'fastnn._cpu.{load_order()[0]}.dense'); "
+            "print(m._own_sgemm_default(), m._use_own_sgemm(m._own_sgemm_default()))")
+    env = dict(os.environ, FASTNN_SGEMM="blas")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "False"]
