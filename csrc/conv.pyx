@@ -805,6 +805,26 @@ cdef _tconv_fwd_direct(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray 
     _run_direct(x, ap, toff or [0], runs, pb, y, &d, g.N * g.O * g.OH * g.OW * g.Cg * g.kh * g.kw)
 
 
+# conv1d (forward, d_input, d_weight) on the direct kernels measured faster than on
+# OpenBLAS's GEMMs, and slower than on the own float32 GEMM (fnn_sgemm.h): 32x256x1024 ->
+# 256 k3 fwd+bwd, 2 threads, 136 -> 115 ms (torch 117-123).  So they take the direct
+# kernels only where GEMMs run on BLAS -- or when a test forces them (_set_rows_direct).
+cdef bint _ROWS_DIRECT_FORCED = False
+
+
+cdef inline bint _rows_direct_beats_gemm() noexcept nogil:
+    return _ROWS_DIRECT_FORCED or not _sgz_on
+
+
+def _set_rows_direct(bint forced):
+    """Tests: conv1d on its direct kernels even where GEMMs run on the own float32 kernel;
+    returns the previous setting."""
+    global _ROWS_DIRECT_FORCED
+    old = _ROWS_DIRECT_FORCED
+    _ROWS_DIRECT_FORCED = forced
+    return old
+
+
 # the direct conv1d keeps one image's padded row (C x We) and, for rows that are not whole
 # 16-position blocks, its result (O x We) per thread: up to this many elements each (64 MiB
 # of float32); longer rows take the row-im2col GEMM path, whose tiles are bounded
@@ -828,8 +848,8 @@ cdef bint _rows_direct_ok(Geo* g):
     column offsets j*dilation: an implicit GEMM with no im2col and no packing of the
     input."""
     cdef Py_ssize_t We = g.OW + g.dw * (g.kw - 1)
-    return (_DIRECT and FNN_HAVE_CVW != 0 and g.G == 1 and g.O >= 4 and g.O % 4 == 0
-            and g.H == 1 and g.kh == 1 and g.OH == 1 and g.pt == 0 and g.sh == 1
+    return (_DIRECT and _rows_direct_beats_gemm() and FNN_HAVE_CVW != 0 and g.G == 1
+            and g.O >= 4 and g.O % 4 == 0 and g.H == 1 and g.kh == 1 and g.OH == 1 and g.pt == 0 and g.sh == 1
             and g.sw == 1 and g.kw > 1 and g.C >= 1
             and g.C * We <= _ROW_PLANE_MAX and g.O * We <= _ROW_PLANE_MAX)
 
@@ -981,8 +1001,8 @@ cdef inline bint _wgrad_rows_ok(Geo* g, real* dx) noexcept nogil:
 cdef inline bint _wgrad_direct_ok(Geo* g) noexcept nogil:
     """conv1d's d_weight on the direct kernel (float32, AVX-512 builds): one kernel row,
     groups 1, input channels a multiple of 16, output channels of 4, up to 64 taps."""
-    return (g.direct and FNN_HAVE_CVW != 0 and g.G == 1 and g.kh == 1 and g.C % 16 == 0
-            and g.O % 4 == 0 and g.kw <= 64)
+    return (g.direct and _rows_direct_beats_gemm() and FNN_HAVE_CVW != 0 and g.G == 1
+            and g.kh == 1 and g.C % 16 == 0 and g.O % 4 == 0 and g.kw <= 64)
 
 
 cdef void _wgrad_rows_chunk(const real* x, const real* gy, real* dw_part, Py_ssize_t n0,

@@ -351,10 +351,30 @@ def test_conv1d_direct_equals_the_gemm_path_and_torch(geo, row_limit):
     w = rng.standard_normal((O, C, k)).astype(np.float32)
     b = rng.standard_normal(O).astype(np.float32)
     # row_limit: rows longer than it (elements of C x We) take the GEMM path (the
-    # direct kernel keeps a whole padded row per thread); d_weight stays direct
-    res, gemm, dy = _direct_and_gemm(conv, F.conv1d_fwd, F.conv1d_bwd, x, w, b, p, d, row_limit)
+    # direct kernel keeps a whole padded row per thread); d_weight stays direct.  Where
+    # GEMMs run on the own float32 kernel conv1d takes the GEMM paths unless forced
+    old_forced = conv._set_rows_direct(True)
+    try:
+        res, gemm, dy = _direct_and_gemm(conv, F.conv1d_fwd, F.conv1d_bwd, x, w, b, p, d,
+                                         row_limit)
+    finally:
+        conv._set_rows_direct(old_forced)
+    # the default route (the GEMM paths where the own float32 GEMM runs): thread-count
+    # independent too, and equal to torch below
+    res_default = []
+    old = fastnn.get_num_threads()
+    try:
+        for n in (1, 2, 3):
+            fastnn.set_num_threads(n)
+            y, ctx = F.conv1d_fwd(x, w, b, 1, p, d)
+            res_default.append((y,) + tuple(F.conv1d_bwd(ctx, dy)))
+    finally:
+        fastnn.set_num_threads(old)
+    for r in res_default[1:]:
+        for a, e in zip(r, res_default[0]):
+            np.testing.assert_array_equal(a, e)
     want = _torch_grads(torch.nn.functional.conv1d, x, w, b, p, d, dy)
-    for got in (res[0], gemm):
+    for got in (res[0], gemm, res_default[0]):
         for a, e in zip(got, want):
             assert a.shape == e.shape and a.dtype == np.float32
             np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())
