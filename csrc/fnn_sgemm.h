@@ -29,6 +29,8 @@
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
+#include <pthread.h>
+#include <stdlib.h>
 #define FNN_HAVE_SGZ 1
 #define FNN_SGZ_MR 12
 #define FNN_SGZ_NR 32
@@ -40,17 +42,33 @@
 #endif
 #define FNN_SGZ_MC 144     /* rows of a packed block of A when trans_a (12 tiles) */
 
-/* The packing buffer: one per thread, grown once to KC x NC floats (+ alignment), kept
- * for the thread's life (OpenMP's pool threads persist), so a call allocates nothing. */
+/* The packing buffer: one per thread, allocated at the thread's first call and kept for
+ * its life (OpenMP's pool threads persist), so a call allocates nothing; a thread that
+ * ends frees it (the key's destructor), so a program that starts a thread per task does
+ * not leak one buffer per task. */
 static __thread float *fnn_sgz_buf = NULL;
+static pthread_key_t fnn_sgz_key;
+static pthread_once_t fnn_sgz_once = PTHREAD_ONCE_INIT;
+static int fnn_sgz_key_ok = 0;
+
+static void fnn_sgz_free(void *raw) { free(raw); }
+static void fnn_sgz_make_key(void) { fnn_sgz_key_ok = pthread_key_create(&fnn_sgz_key, fnn_sgz_free) == 0; }
 
 static inline float *fnn_sgz_buffer(void)
 {
     if (fnn_sgz_buf == NULL) {
-        char *raw = (char *)fnn_alloc((size_t)FNN_SGZ_KC * (FNN_SGZ_NC + FNN_SGZ_MC) + 16,
-                                      sizeof(float));
+        char *raw;
+        pthread_once(&fnn_sgz_once, fnn_sgz_make_key);
+        if (!fnn_sgz_key_ok)
+            return NULL;
+        raw = (char *)fnn_alloc((size_t)FNN_SGZ_KC * (FNN_SGZ_NC + FNN_SGZ_MC) + 16,
+                                sizeof(float));
         if (raw == NULL)
             return NULL;
+        if (pthread_setspecific(fnn_sgz_key, raw) != 0) {
+            free(raw);
+            return NULL;
+        }
         fnn_sgz_buf = (float *)(raw + (64 - ((uintptr_t)raw & 63)) % 64);
     }
     return fnn_sgz_buf;
