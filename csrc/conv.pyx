@@ -807,7 +807,8 @@ cdef _tconv_fwd_direct(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray 
 
 # conv1d (forward, d_input, d_weight) on the direct kernels measured faster than on
 # OpenBLAS's GEMMs, and slower than on the own float32 GEMM (fnn_sgemm.h): 32x256x1024 ->
-# 256 k3 fwd+bwd, 2 threads, 136 -> 115 ms (torch 117-123).  So they take the direct
+# 256 k3, 2 threads, 3 alternating rounds: forward 38.1-41.8 -> 37.8-41.1 ms, backward
+# 84.4-92.4 -> 78.7-86.5 ms (torch fwd+bwd 114-123).  So they take the direct
 # kernels only where GEMMs run on BLAS -- or when a test forces them (_set_rows_direct).
 cdef bint _ROWS_DIRECT_FORCED = False
 
@@ -882,10 +883,13 @@ cdef bint _taps_direct_ok(Geo* g):
     tap-list kernel: float32 (the caller checks), AVX-512 builds (the 6 x 64 zmm tiles),
     groups 1, output channels a multiple of 4.  One run of kH*kW taps over each image's
     zero-padded planes, tap (i, j) at offset i*dH*We + j*dW; each thread keeps one padded
-    image and its result (O x OH*We), each within _ROW_PLANE_MAX elements."""
+    image and its result (O x OH*We), each within _ROW_PLANE_MAX elements.  A one-row conv
+    (conv1d, turned down by _rows_direct_ok) goes to the GEMM paths where those run on the
+    own float32 GEMM."""
     cdef Py_ssize_t We = g.OW + g.dw * (g.kw - 1), PR = g.OH + g.dh * (g.kh - 1)
     return (_DIRECT and FNN_HAVE_CVW != 0 and g.G == 1 and g.O >= 4 and g.O % 4 == 0
             and g.sh == 1 and g.sw == 1 and not _is_1x1(g) and g.C >= 1
+            and not (g.H == 1 and g.kh == 1 and not _rows_direct_beats_gemm())
             and g.C * PR * We <= _ROW_PLANE_MAX and g.O * (g.OH * We + 16) <= _ROW_PLANE_MAX)
 
 
