@@ -39,6 +39,11 @@ def _use_own_sgemm(on):
     return _sgz_on
 
 
+def _own_sgemm_on():
+    """Whether this module's float32 GEMMs run on fnn_sgemm.h now."""
+    return bool(_sgz_on)
+
+
 def _own_sgemm_default():
     import os
     return os.environ.get("FASTNN_SGEMM", "").strip().lower() != "blas"

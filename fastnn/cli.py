@@ -78,7 +78,7 @@ def build_info():
     from ._backend import backend
     from . import cpu as _cpu
     info = {"version": fastnn.__version__, "compiled": False, "variants": [], "openmp": {},
-            "fallbacks": None, "error": None, "cpu_runs": _cpu.cpu_variants(),
+            "fallbacks": None, "error": None, "cpu_runs": _cpu.cpu_variants(), "gemm": None,
             "forced": os.environ.get("FASTNN_VARIANT", "").strip().lower() or None}
     try:
         cpu = backend("cpu")
@@ -87,6 +87,12 @@ def build_info():
         return info
     info.update(compiled=True, variants=sorted(set(cpu.variant.values())),
                 fallbacks=list(cpu.fallbacks))
+    try:     # what the GEMM-bound kernels (linear, attention, conv, RNN) run on
+        dense = importlib.import_module(cpu.linear.__module__)
+        info["gemm"] = ("own" if dense._own_sgemm_on() else
+                        "numpy-openblas" if dense.BLAS_PATH else "scipy-blas")
+    except (AttributeError, ImportError):   # a build from before the own GEMM
+        info["gemm"] = None
     for v in info["variants"]:
         try:
             info["openmp"][v] = importlib.import_module(f"fastnn._cpu.{v}._build").OPENMP
@@ -115,6 +121,16 @@ def variant_line(info):
             f"this CPU runs {', '.join(info['cpu_runs'])}")
 
 
+def gemm_line(info):
+    """What the float32 matrix products run on."""
+    return "float32 GEMM: " + {
+        "own": "fastnn's own AVX-512 kernel (FASTNN_SGEMM=blas: NumPy's OpenBLAS)",
+        "numpy-openblas": "NumPy's OpenBLAS" + (
+            " (FASTNN_SGEMM=blas)" if "avx512" in info["variants"] else ""),
+        "scipy-blas": "SciPy's BLAS",
+    }.get(info.get("gemm"), "-")
+
+
 def version_line():
     info = build_info()
     return f"fastnn {info['version']}: {_kernels_line(info)}"
@@ -133,6 +149,8 @@ def info(args, out=None):
           f"numpy {np.__version__}", file=out)
     print(_kernels_line(b), file=out)
     print(variant_line(b), file=out)
+    if b["compiled"]:
+        print(gemm_line(b), file=out)
     if b["compiled"] and b["fallbacks"]:
         print(f"ops served by the NumPy reference: {', '.join(b['fallbacks'])}", file=out)
     print(f"backends: {', '.join(fastnn.available_backends())}; default {fastnn.get_backend()}; "

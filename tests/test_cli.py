@@ -1,5 +1,6 @@
 """The `fastnn` command line: --version, help, checks before work, generate, the plot."""
 import io
+import os
 import sys
 import types
 
@@ -52,6 +53,24 @@ def test_info_reports_the_build(capsys):
     b = cli.info(None, out=io.StringIO())
     assert b["compiled"] and b["fallbacks"] == []
     assert all(v is not None for v in b["openmp"].values())
+
+
+def test_info_names_what_the_gemms_run_on():
+    """`fastnn info` says whether float32 GEMMs run on the own AVX-512 kernel (the avx512
+    build's default) or on BLAS, and FASTNN_SGEMM=blas switches it in a fresh process."""
+    import subprocess
+    b = cli.build_info()
+    want = "own" if "avx512" in b["variants"] else "numpy-openblas"
+    assert b["gemm"] in (want, "scipy-blas")
+    text = io.StringIO()
+    cli.info(None, out=text)
+    assert cli.gemm_line(b) in text.getvalue().splitlines()
+    env = dict(os.environ, FASTNN_SGEMM="blas")
+    r = subprocess.run([sys.executable, "-m", "fastnn", "info"], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("float32 GEMM:")]
+    assert line and "own" not in line[0] and "BLAS" in line[0], r.stdout
 
 
 def test_serial_build_is_reported(monkeypatch):
