@@ -4,17 +4,19 @@
  * (row blocks, heads, time chunks) and call this from inside their parallel regions.
  *
  * Register tile: FNN_SGZ_MR (12) rows by 32 columns, 24 zmm accumulators; each k step
- * loads two zmm of B and broadcasts 12 values of A into 24 FMAs.  A is read in place (no
- * packing): its 12 rows of one k step are 12 broadcasts, from 12 row streams (A stored
- * (M, K)) or one contiguous run (A stored (K, M), trans_a).  B is packed, per block of
+ * loads two zmm of B and broadcasts 12 values of A into 24 FMAs.  A stored (M, K) is read
+ * in place: the 12 broadcasts of a k step come from 12 row streams.  A stored (K, M)
+ * (trans_a) is first copied in blocks of 144 rows (fnn_sgz_pack_at), so a tile's k steps
+ * are 12 contiguous floats each.  B is packed, per block of
  * FNN_SGZ_KC k by FNN_SGZ_NC columns, into 32-column panels, zero-padded past N, so a
  * panel's k step is one 128-byte line pair.  Loop order: for each column block and k
  * block, pack B; then for each 12-row tile, run along the block's panels: the tile's A
  * (12 x KC floats, 18 KiB) stays in L1, the packed block (768 KiB) in L2.
  *
- * Measured on one core of an Intel Xeon with two 512-bit FMA units (242 GFLOP/s peak):
- * 207-226 GFLOP/s on fastnn's training shapes against OpenBLAS 0.3.31's 176-199 (its
- * SkylakeX kernels) and MKL's 193-225 (BENCHMARKS.md, session 12).
+ * Measured on one core of an Intel Xeon with two 512-bit FMA units (242 GFLOP/s peak),
+ * benchmarks/sgemm.py: 186-221 GFLOP/s on the GEMM blocks of fastnn's training benchmarks,
+ * against OpenBLAS 0.3.31's 178-193 (its SkylakeX kernels) and MKL's 191-222
+ * (BENCHMARKS.md, session 12).
  *
  * Each output is sum over k blocks (in order) of a sum over k (in order, one FMA each),
  * times alpha, plus beta C on the first block; it does not depend on M or on the tile an
@@ -34,12 +36,8 @@
 #define FNN_HAVE_SGZ 1
 #define FNN_SGZ_MR 12
 #define FNN_SGZ_NR 32
-#ifndef FNN_SGZ_KC
 #define FNN_SGZ_KC 384
-#endif
-#ifndef FNN_SGZ_NC
 #define FNN_SGZ_NC 512
-#endif
 #define FNN_SGZ_MC 144     /* rows of a packed block of A when trans_a (12 tiles) */
 
 /* The packing buffer: one per thread, allocated at the thread's first call and kept for
@@ -243,28 +241,27 @@ fnn_sgemm_z(int trans_a, int trans_b, ptrdiff_t M, ptrdiff_t N, ptrdiff_t K, flo
             const float *A, ptrdiff_t lda, const float *B, ptrdiff_t ldb, float beta,
             float *C, ptrdiff_t ldc)
 {
-    float *pb = fnn_sgz_buffer(), *pa = pb + (size_t)FNN_SGZ_KC * FNN_SGZ_NC;
+    float *pb = fnn_sgz_buffer(), *pa;
     if (pb == NULL)
         return -1;
+    pa = pb + (size_t)FNN_SGZ_KC * FNN_SGZ_NC;
     /* k blocks of near-equal length, at most KC each */
     const ptrdiff_t nkb = (K + FNN_SGZ_KC - 1) / FNN_SGZ_KC;
-    const ptrdiff_t rs = trans_a ? 1 : lda, ks = trans_a ? lda : 1;
     for (ptrdiff_t jc = 0; jc < N; jc += FNN_SGZ_NC) {
         const ptrdiff_t nc = N - jc < FNN_SGZ_NC ? N - jc : FNN_SGZ_NC;
         for (ptrdiff_t kb = 0; kb < nkb; kb++) {
             const ptrdiff_t p0 = K * kb / nkb, kc = K * (kb + 1) / nkb - p0;
             fnn_sgz_pack_b(trans_b, trans_b ? B + jc * ldb + p0 : B + p0 * ldb + jc, ldb,
                            kc, nc, pb);
-            const float *ak = A + p0 * ks;
             for (ptrdiff_t i0 = 0; i0 < M; i0 += FNN_SGZ_MC) {
                 const ptrdiff_t mc = M - i0 < FNN_SGZ_MC ? M - i0 : FNN_SGZ_MC;
                 if (trans_a)
-                    fnn_sgz_pack_at(ak + i0, lda, kc, mc, pa);
+                    fnn_sgz_pack_at(A + p0 * lda + i0, lda, kc, mc, pa);
                 for (ptrdiff_t i = i0; i < i0 + mc; i += FNN_SGZ_MR) {
                     const int mr = i0 + mc - i < FNN_SGZ_MR ? (int)(i0 + mc - i) : FNN_SGZ_MR;
-                    /* trans_a: the tile's packed run, k steps 12 apart */
-                    const float *at = trans_a ? pa + (i - i0) * kc : ak + i * rs;
-                    const ptrdiff_t trs = trans_a ? 1 : rs, tks = trans_a ? FNN_SGZ_MR : ks;
+                    /* trans_a: the tile's packed run, k steps 12 apart; else A in place */
+                    const float *at = trans_a ? pa + (i - i0) * kc : A + i * lda + p0;
+                    const ptrdiff_t trs = trans_a ? 1 : lda, tks = trans_a ? FNN_SGZ_MR : 1;
                     if (mr == FNN_SGZ_MR)
                         fnn_sgz_rows(FNN_SGZ_MR, at, trs, tks, pb, kc, nc, C + i * ldc + jc,
                                      ldc, alpha, beta, kb == 0);

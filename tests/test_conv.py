@@ -63,6 +63,25 @@ def test_conv2d_module_matches_torch(cfg, dtype, threads):
         fastnn.set_num_threads(old)
 
 
+def _fwd_bwd_across_threads(fwd, bwd, args, kw=None, counts=(1, 2, 3)):
+    """-> (results, dy): (y, *grads) of fwd(*args, **kw) and bwd(ctx, dy) at each thread
+    count, asserted the same bits; dy = cos(0, 1, 2, ...) in y's shape."""
+    old = fastnn.get_num_threads()
+    res = []
+    try:
+        for n in counts:
+            fastnn.set_num_threads(n)
+            y, ctx = fwd(*args, **(kw or {}))
+            dy = np.cos(np.arange(y.size, dtype=np.float32)).reshape(y.shape)
+            res.append((y,) + tuple(bwd(ctx, dy)))
+    finally:
+        fastnn.set_num_threads(old)
+    for r in res[1:]:
+        for a, e in zip(r, res[0]):
+            np.testing.assert_array_equal(a, e)
+    return res, dy
+
+
 @pytest.mark.parametrize("shape,wshape,kw", [
     ((6, 16, 20, 20), (24, 16, 3, 3), dict(padding=1)),          # im2col, several tiles
     ((5, 32, 18, 18), (16, 32, 1, 1), {}),                         # 1x1 plain GEMM
@@ -75,19 +94,7 @@ def test_conv2d_bit_identical_across_threads(shape, wshape, kw):
     x = rng.standard_normal(shape).astype(np.float32)
     w = rng.standard_normal(wshape).astype(np.float32)
     b = rng.standard_normal(wshape[0]).astype(np.float32)
-    old = fastnn.get_num_threads()
-    res = []
-    try:
-        for n in (1, 2, 3, 4):
-            fastnn.set_num_threads(n)
-            y, ctx = F.conv2d_fwd(x, w, b, **kw)
-            dy = np.cos(np.arange(y.size, dtype=np.float32)).reshape(y.shape)
-            res.append((y,) + tuple(F.conv2d_bwd(ctx, dy)))
-    finally:
-        fastnn.set_num_threads(old)
-    for r in res[1:]:
-        for a, e in zip(r, res[0]):
-            np.testing.assert_array_equal(a, e)
+    res, dy = _fwd_bwd_across_threads(F.conv2d_fwd, F.conv2d_bwd, (x, w, b), kw, (1, 2, 3, 4))
     with fastnn.use_backend("reference"):
         y, ctx = F.conv2d_fwd(x, w, b, **kw)
         ref = (y,) + tuple(F.conv2d_bwd(ctx, dy))
@@ -290,16 +297,10 @@ def _direct_and_gemm(conv, fwd, bwd, x, w, b, p, d, plane_limit, switch="_DIRECT
     3 threads (asserted the same bits) and of the route conv.<switch> = False gives (the
     GEMM paths for _DIRECT, the direct 3x3 kernel for _WINOGRAD), with rows / planes over
     plane_limit elements (conv.<set_limit>) on that route (None: the default limit)."""
-    old = fastnn.get_num_threads()
     limit = getattr(conv, set_limit)
     old_limit = limit(plane_limit) if plane_limit else None
-    res = []
     try:
-        for n in (1, 2, 3):
-            fastnn.set_num_threads(n)
-            y, ctx = fwd(x, w, b, 1, p, d)
-            dy = np.cos(np.arange(y.size, dtype=np.float32)).reshape(y.shape)
-            res.append((y,) + tuple(bwd(ctx, dy)))
+        res, dy = _fwd_bwd_across_threads(fwd, bwd, (x, w, b, 1, p, d))
         setattr(conv, switch, False)
         try:
             y, ctx = fwd(x, w, b, 1, p, d)
@@ -307,12 +308,8 @@ def _direct_and_gemm(conv, fwd, bwd, x, w, b, p, d, plane_limit, switch="_DIRECT
         finally:
             setattr(conv, switch, True)
     finally:
-        fastnn.set_num_threads(old)
         if old_limit is not None:
             limit(old_limit)
-    for r in res[1:]:
-        for a, e in zip(r, res[0]):
-            np.testing.assert_array_equal(a, e)
     return res, gemm, dy
 
 
@@ -361,18 +358,7 @@ def test_conv1d_direct_equals_the_gemm_path_and_torch(geo, row_limit):
         conv._set_rows_direct(old_forced)
     # the default route (the GEMM paths where the own float32 GEMM runs): thread-count
     # independent too, and equal to torch below
-    res_default = []
-    old = fastnn.get_num_threads()
-    try:
-        for n in (1, 2, 3):
-            fastnn.set_num_threads(n)
-            y, ctx = F.conv1d_fwd(x, w, b, 1, p, d)
-            res_default.append((y,) + tuple(F.conv1d_bwd(ctx, dy)))
-    finally:
-        fastnn.set_num_threads(old)
-    for r in res_default[1:]:
-        for a, e in zip(r, res_default[0]):
-            np.testing.assert_array_equal(a, e)
+    res_default, _ = _fwd_bwd_across_threads(F.conv1d_fwd, F.conv1d_bwd, (x, w, b, 1, p, d))
     want = _torch_grads(torch.nn.functional.conv1d, x, w, b, p, d, dy)
     for got in (res[0], gemm, res_default[0]):
         for a, e in zip(got, want):
