@@ -243,6 +243,34 @@ cdef void _linear_run(real z, cnp.ndarray x, cnp.ndarray weight, bint w_in_out, 
                              n_out, bm, bn, nt_g, pb)
 
 
+cdef inline bint _few_rows(cnp.ndarray x, bint w_in_out, Py_ssize_t rows, Py_ssize_t n_in,
+                           Py_ssize_t n_out):
+    """A float32 product of a few rows (below the own GEMM's 24) in the avx512 build, with
+    an (out, in) weight, or one row with an (in, out) one: kernels that read the weight
+    once for all rows, where BLAS's small-M sgemm re-reads it ((8, 768) x (3072, 768)^T:
+    690-720 us on BLAS, 210-220 here; 2-row (in, out) products stay on BLAS, faster there
+    than on fnn_smallgemm.h's tiles)."""
+    return (FNN_HAVE_SKINNY_OI != 0 and _sgz_on and 0 < rows < 24 and n_in > 0
+            and n_out > 0 and x.dtype == np.float32 and (rows == 1 or not w_in_out))
+
+
+def _linear_route(x, weight):
+    """Test hook: which kernel linear(x, weight, bias) runs -- "few_rows" (fnn_skinny.h's
+    tiles / the one-row pass) or "gemm" (the blocked GEMM: own kernel or BLAS)."""
+    cdef cnp.ndarray xa = x, wa = weight
+    return "few_rows" if _few_rows(xa, _weight_in_out(wa), _rows(xa), wa.shape[1],
+                                   wa.shape[0]) else "gemm"
+
+
+cdef int _few_rows_run(cnp.ndarray x, cnp.ndarray weight, bint w_in_out, object bias,
+                       cnp.ndarray y, Py_ssize_t M, Py_ssize_t K, Py_ssize_t N) except -2:
+    """y = x W^T + b for _few_rows: an (out, in) weight on
+    fnn_skinny.h's dot tiles, an (in, out) one (GPT-2's Conv1D) for a single row along its
+    rows (_skinny_io_rows).  -> 0, or -1 when out of memory."""
+    cdef cnp.ndarray wc = (<object>weight).T if w_in_out else weight   # (in, out): a view
+    return _skinny_run[float](<float>0, w_in_out, x, wc, bias, y, M, K, N)
+
+
 def linear(cnp.ndarray x, cnp.ndarray weight, object bias):
     """linear(x, weight, bias) -> (y, saved).
 
@@ -254,6 +282,10 @@ def linear(cnp.ndarray x, cnp.ndarray weight, object bias):
     cdef bint w_in_out = _weight_in_out(weight)
     shape = (<object>x).shape[:-1] + (n_out,)
     cdef cnp.ndarray y = np.empty(shape, dtype=x.dtype)
+    if _few_rows(x, w_in_out, rows, n_in, n_out):
+        if _few_rows_run(x, weight, w_in_out, bias, y, rows, n_in, n_out):
+            raise MemoryError("linear: out of memory for the packed input rows")
+        return y, (x, weight, bias is not None)
     # The bias fill runs inside the GEMM's blocks, each block's on its own thread.
     cdef int bm, bn
     _split(rows, n_out, n_in, &bm, &bn)
@@ -705,6 +737,12 @@ cdef void _skinny_io_rows(const real* x, const real* w, real* p, Py_ssize_t M, P
 
 cdef extern from "fnn_skinny.h" nogil:
     void fnn_dot_rows_f32(const float* x, Py_ssize_t K, const float* w, int nr, float* out)
+    int FNN_HAVE_SKINNY_OI
+    Py_ssize_t fnn_skinny_oi_scratch(Py_ssize_t M, Py_ssize_t K)
+    int fnn_skinny_oi_pack(const float* x, Py_ssize_t M, Py_ssize_t K, float* xp)
+    void fnn_skinny_oi_f32(const float* x, Py_ssize_t M, Py_ssize_t K, const float* w,
+                           Py_ssize_t N, Py_ssize_t n0, Py_ssize_t n1, const float* bias,
+                           float* y, float* xp, int xp_ready)
 
 
 cdef void _skinny_oi(const real* x, const real* w, const real* b, real* y, Py_ssize_t M,
@@ -736,6 +774,34 @@ cdef void _skinny_oi(const real* x, const real* w, const real* b, real* y, Py_ss
             m += nr
 
 
+cdef int _skinny_oi_z(const float* x, const float* w, const float* b, float* y,
+                      Py_ssize_t M, Py_ssize_t K, Py_ssize_t N, Py_ssize_t nblk,
+                      int nt) noexcept nogil:
+    """y = x w^T + b, w (N, K), on fnn_skinny.h's AVX-512 tiles: x packed once (when K fits
+    one k block; else per thread), the _SK_VB-column blocks in nt contiguous ranges.
+    -> 0, or -1 when out of memory."""
+    cdef Py_ssize_t S = fnn_skinny_oi_scratch(M, K), c, n0, n1
+    cdef int per = 0 if K <= 8192 else 1          # FNN_SK_KB: one shared pack
+    cdef float* raw = <float*>fnn_alloc(S * (nt if per else 1) + 16, sizeof(float))
+    cdef float* xs
+    cdef int ready
+    if raw == NULL:
+        return -1
+    xs = raw + (16 - (<uintptr_t>raw // sizeof(float)) % 16) % 16
+    ready = fnn_skinny_oi_pack(x, M, K, xs)
+    if nt <= 1:
+        fnn_skinny_oi_f32(x, M, K, w, N, 0, N, b, y, xs, ready)
+    else:
+        for c in prange(nt, schedule="static", num_threads=nt):
+            n0 = _SK_VB * (nblk * c // nt)
+            n1 = _SK_VB * (nblk * (c + 1) // nt)
+            if n1 > N:
+                n1 = N
+            fnn_skinny_oi_f32(x, M, K, w, N, n0, n1, b, y, xs + (0 if ready else c * S), ready)
+    free(raw)
+    return 0
+
+
 cdef enum:
     _SK_KC = 4        # weight (in, out): rows split in this many chunks, summed in order
 
@@ -754,6 +820,9 @@ cdef int _skinny(bint w_in_out, const real* x, const real* w, const real* b, rea
         nblk = (N + _SK_VB - 1) // _SK_VB
         if nt > nblk:
             nt = <int>nblk
+        if real is float:
+            if FNN_HAVE_SKINNY_OI:
+                return _skinny_oi_z(x, w, b, y, M, K, N, nblk, nt)
         for i in prange(nblk, nogil=True, schedule="static", num_threads=nt):
             n0 = i * _SK_VB
             n1 = n0 + _SK_VB

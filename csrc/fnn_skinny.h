@@ -54,6 +54,183 @@ static inline void fnn_dot_rows_f32(const float *x, ptrdiff_t K, const float *w,
     }
 }
 
+#if defined(__AVX512F__)
+/* ---- AVX-512: y[:, n0:n1] = x w[n0:n1]^T (+ bias) for a few rows of x (fewer than 24:
+ * from 24 rows the GEMM kernel takes over), w (N, K) Linear's layout, read in place.
+ *
+ * A register tile of R <= 4 x rows by C <= 4 weight rows: 16 accumulators of 16 lanes;
+ * a 16-float step of k loads the C weight vectors and the R x vectors into R*C FMAs.  The
+ * x rows of a k block are first copied into groups of 4 rows interleaved by 16-float
+ * step (zero past K and past M), so one pointer walks a group; a tile's weight rows are
+ * the only other streams (few registers: no address spills).  The tile's sums are folded
+ * 16 at a time into one vector by a shuffle tree (fnn_sk_fold16: 31 shuffles and 15 adds
+ * for 16 dot products, against 4 shuffles each one at a time).  k runs in blocks of
+ * FNN_SK_KB (whole weight rows up to that: each a single stream), the block of x in L2,
+ * each tile of weight rows serving every row group from L1.  Each output is bias, then the
+ * k blocks' tile sums in order: the same bits whatever the thread count or block of
+ * columns a thread takes. */
+#define FNN_SK_KB 8192
+
+/* v[0..15] -> out[i] = the sum of v[i]'s 16 lanes, in a fixed tree. */
+static inline __attribute__((always_inline)) void fnn_sk_fold16(const __m512 v[16], float *out)
+{
+    __m512 a[8], b[4], c[2], d;
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)   /* 128-bit quarters: (q0 + q2, q1 + q3) of v[2i], v[2i+1] */
+        a[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                             _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)   /* quarter j: 4 partial sums of v[4i + j] */
+        b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xDD));
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; i++)   /* quarter j: 2 partials of v[8i + j], 2 of v[8i + 4 + j] */
+        c[i] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0xEE));
+    /* quarter j, element e: the sum of v[4e + j] */
+    d = _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], 0x88), _mm512_shuffle_ps(c[0], c[1], 0xDD));
+    d = _mm512_permutexvar_ps(_mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1,
+                                               12, 8, 4, 0), d);
+    _mm512_storeu_ps(out, d);
+}
+
+/* Rows [0, M) of x (ldx apart), k steps [k0, k0 + kn) into xp: group g (rows 4g..4g+3),
+ * 16-float step s, row r at xp + ((g * ns + s) * 4 + r) * 16, zeros past kn and past M. */
+static inline void fnn_sk_pack_x(const float *x, ptrdiff_t ldx, ptrdiff_t M, ptrdiff_t k0,
+                                 ptrdiff_t kn, float *xp)
+{
+    const ptrdiff_t ns = (kn + 15) / 16, ng = (M + 3) / 4;
+    for (ptrdiff_t g = 0; g < ng; g++)
+        for (ptrdiff_t s = 0; s < ns; s++) {
+            const ptrdiff_t k = s * 16, left = kn - k;
+            const __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+            for (int r = 0; r < 4; r++) {
+                const ptrdiff_t row = 4 * g + r;
+                const __m512 v = row < M ? _mm512_maskz_loadu_ps(m, x + row * ldx + k0 + k)
+                                         : _mm512_setzero_ps();
+                _mm512_store_ps(xp + ((g * ns + s) * 4 + r) * 16, v);
+            }
+        }
+}
+
+/* One tile: y[r * ldy + c] = (first ? bias[c] : y) + dot(x row r, w row c) over the k
+ * block, r < R, c < C; xg: the rows' packed group, ns steps. */
+static inline __attribute__((always_inline)) void
+fnn_sk_tile(const int R, const int C, const float *xg, ptrdiff_t ns, const float *w,
+            ptrdiff_t ldw, ptrdiff_t kn, float *y, ptrdiff_t ldy, const float *bias, int first)
+{
+    __m512 acc[16];
+    float s[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++)
+        acc[i] = _mm512_setzero_ps();
+    const float *w1 = w + ldw, *w2 = w + 2 * ldw, *w3 = w + 3 * ldw;
+    const ptrdiff_t full = kn / 16;
+    for (ptrdiff_t q = 0; q < full; q++, xg += 64) {
+        __m512 wv[4];
+        wv[0] = _mm512_loadu_ps(w + 16 * q);
+        if (C > 1) wv[1] = _mm512_loadu_ps(w1 + 16 * q);
+        if (C > 2) wv[2] = _mm512_loadu_ps(w2 + 16 * q);
+        if (C > 3) wv[3] = _mm512_loadu_ps(w3 + 16 * q);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const __m512 xv = _mm512_load_ps(xg + 16 * r);
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++)
+                acc[r * 4 + c] = _mm512_fmadd_ps(xv, wv[c], acc[r * 4 + c]);
+        }
+    }
+    if (full < ns) {
+        const __mmask16 m = (__mmask16)((1u << (kn - 16 * full)) - 1);
+        __m512 wv[4];
+        wv[0] = _mm512_maskz_loadu_ps(m, w + 16 * full);
+        if (C > 1) wv[1] = _mm512_maskz_loadu_ps(m, w1 + 16 * full);
+        if (C > 2) wv[2] = _mm512_maskz_loadu_ps(m, w2 + 16 * full);
+        if (C > 3) wv[3] = _mm512_maskz_loadu_ps(m, w3 + 16 * full);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const __m512 xv = _mm512_load_ps(xg + 16 * r);
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++)
+                acc[r * 4 + c] = _mm512_fmadd_ps(xv, wv[c], acc[r * 4 + c]);
+        }
+    }
+    fnn_sk_fold16(acc, s);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++) {
+            float *o = y + r * ldy + c;
+            *o = (first ? (bias ? bias[c] : 0.0f) : *o) + s[r * 4 + c];
+        }
+}
+
+#define FNN_SK_CASE(r, c) \
+    case 4 * (r - 1) + (c - 1): \
+        fnn_sk_tile(r, c, xg, ns, w, ldw, kn, y, ldy, bias, first); break;
+
+/* A tile of R <= 4 rows by C <= 4 columns (the switch makes both constants). */
+static void fnn_sk_tile_any(int R, int C, const float *xg, ptrdiff_t ns, const float *w,
+                            ptrdiff_t ldw, ptrdiff_t kn, float *y, ptrdiff_t ldy,
+                            const float *bias, int first)
+{
+    switch (4 * (R - 1) + (C - 1)) {
+    FNN_SK_CASE(1, 1) FNN_SK_CASE(1, 2) FNN_SK_CASE(1, 3) FNN_SK_CASE(1, 4)
+    FNN_SK_CASE(2, 1) FNN_SK_CASE(2, 2) FNN_SK_CASE(2, 3) FNN_SK_CASE(2, 4)
+    FNN_SK_CASE(3, 1) FNN_SK_CASE(3, 2) FNN_SK_CASE(3, 3) FNN_SK_CASE(3, 4)
+    FNN_SK_CASE(4, 1) FNN_SK_CASE(4, 2) FNN_SK_CASE(4, 3) FNN_SK_CASE(4, 4)
+    default: break;
+    }
+}
+#undef FNN_SK_CASE
+
+/* x packed for fnn_skinny_oi_f32's single k block (K <= FNN_SK_KB): returns 1, else 0
+ * (nothing done: each call packs its own blocks). */
+static inline int fnn_skinny_oi_pack(const float *x, ptrdiff_t M, ptrdiff_t K, float *xp)
+{
+    if (K == 0 || K > FNN_SK_KB)
+        return 0;
+    fnn_sk_pack_x(x, K, M, 0, K, xp);
+    return 1;
+}
+
+/* Floats of the packed-x buffer fnn_skinny_oi_f32 takes for M rows and depth K. */
+static inline ptrdiff_t fnn_skinny_oi_scratch(ptrdiff_t M, ptrdiff_t K)
+{
+    const ptrdiff_t kb = K < FNN_SK_KB ? K : FNN_SK_KB;
+    return (M + 3) / 4 * 4 * ((kb + 15) / 16 * 16);
+}
+
+/* y[m * N + n] = bias[n] + dot(x row m, w row n) for m < M, n0 <= n < n1; x (M, K),
+ * w (N, K), y (M, N), bias (N,) or NULL; xp: 64-byte aligned scratch of
+ * fnn_skinny_oi_scratch(M, K) floats; xp_ready: when K <= FNN_SK_KB, xp already holds x
+ * packed (fnn_skinny_oi_pack: one pack shared by the threads' column blocks). */
+static inline void fnn_skinny_oi_f32(const float *x, ptrdiff_t M, ptrdiff_t K, const float *w,
+                                     ptrdiff_t N, ptrdiff_t n0, ptrdiff_t n1,
+                                     const float *bias, float *y, float *xp, int xp_ready)
+{
+    if (K == 0) {
+        for (ptrdiff_t m = 0; m < M; m++)
+            for (ptrdiff_t n = n0; n < n1; n++)
+                y[m * N + n] = bias ? bias[n] : 0.0f;
+        return;
+    }
+    for (ptrdiff_t k0 = 0; k0 < K; k0 += FNN_SK_KB) {
+        const ptrdiff_t kn = K - k0 < FNN_SK_KB ? K - k0 : FNN_SK_KB, ns = (kn + 15) / 16;
+        if (!xp_ready || K > FNN_SK_KB)
+            fnn_sk_pack_x(x, K, M, k0, kn, xp);
+        for (ptrdiff_t c0 = n0; c0 < n1; c0 += 4) {
+            const int C = n1 - c0 < 4 ? (int)(n1 - c0) : 4;
+            for (ptrdiff_t m0 = 0; m0 < M; m0 += 4)
+                fnn_sk_tile_any(M - m0 < 4 ? (int)(M - m0) : 4, C, xp + m0 * ns * 16, ns,
+                                w + c0 * K + k0, K, kn, y + m0 * N + c0, N,
+                                bias ? bias + c0 : NULL, k0 == 0);
+        }
+    }
+}
+#define FNN_HAVE_SKINNY_OI 1
+#endif
+
 #else
 
 static inline void fnn_dot_rows_f32(const float *x, ptrdiff_t K, const float *w, int nr,
@@ -70,5 +247,21 @@ static inline void fnn_dot_rows_f32(const float *x, ptrdiff_t K, const float *w,
     }
 }
 
+#endif
+#ifndef FNN_HAVE_SKINNY_OI
+#define FNN_HAVE_SKINNY_OI 0
+static inline ptrdiff_t fnn_skinny_oi_scratch(ptrdiff_t M, ptrdiff_t K) { (void)M; (void)K; return 0; }
+static inline int fnn_skinny_oi_pack(const float *x, ptrdiff_t M, ptrdiff_t K, float *xp)
+{
+    (void)x; (void)M; (void)K; (void)xp;
+    return 0;
+}
+static inline void fnn_skinny_oi_f32(const float *x, ptrdiff_t M, ptrdiff_t K, const float *w,
+                                     ptrdiff_t N, ptrdiff_t n0, ptrdiff_t n1,
+                                     const float *bias, float *y, float *xp, int xp_ready)
+{
+    (void)x; (void)M; (void)K; (void)w; (void)N; (void)n0; (void)n1; (void)bias; (void)y;
+    (void)xp; (void)xp_ready;
+}
 #endif
 #endif

@@ -171,3 +171,121 @@ def test_sgemm_buffer_is_freed_when_its_thread_ends():
         t.join()
     grown = rss() - before
     assert grown < 40 << 20, f"resident size grew {grown / 2**20:.0f} MiB over 150 threads"
+
+
+# ---------------------------------------------------------------- few-row linear
+# linear() with fewer than 24 rows (the own GEMM's lower bound) in float32 runs
+# fnn_skinny.h's dot tiles on an (out, in) weight and the one-row pass on an (in, out) one
+# (GPT-2's Conv1D layout) in the avx512 build; the other builds and FASTNN_SGEMM=blas keep
+# BLAS.  Shapes cross the tiles' edges: 4-row groups, 4-column tiles, 16-float k steps,
+# the 8192-float k block.
+FEW_ROWS = [1, 2, 3, 4, 5, 7, 8, 9, 13, 23]
+FEW_SHAPES = [(1, 1), (15, 5), (16, 17), (100, 33), (769, 130), (8200, 19)]   # (in, out)
+
+
+def _few_check(mod, M, K, N, io, bias, seed=0, lead=None):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    w = rng.standard_normal((N, K)).astype(np.float32)
+    b = rng.standard_normal(N).astype(np.float32) if bias else None
+    weight = np.ascontiguousarray(w.T).T if io else w      # io: GPT-2's (in, out), as its .T
+    xin = x.reshape(lead + (K,)) if lead else x
+    y, saved = mod.linear(xin, weight, b)
+    assert y.shape == xin.shape[:-1] + (N,) and y.dtype == np.float32
+    want = x.astype(np.float64) @ w.T.astype(np.float64) + (0 if b is None else b)
+    mag = np.abs(x).astype(np.float64) @ np.abs(w.T).astype(np.float64) + (
+        0 if b is None else np.abs(b))
+    tol = (K + 4) * np.finfo(np.float32).eps * mag + 1e-30
+    err = np.abs(y.reshape(M, N).astype(np.float64) - want)
+    assert np.all(err <= tol), f"M={M} K={K} N={N} io={io}: max err/tol {np.max(err / tol):.3g}"
+    assert saved[0] is xin and saved[1] is weight
+    return y
+
+
+@pytest.mark.parametrize("mod", MODS)
+@pytest.mark.parametrize("io", [False, True], ids=["out_in", "in_out"])
+@pytest.mark.parametrize("shape", FEW_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_few_row_linear_against_float64(mod, io, shape):
+    K, N = shape
+    for M in FEW_ROWS:
+        _few_check(mod, M, K, N, io, bias=M % 2 == 1, seed=M)
+
+
+@pytest.mark.parametrize("mod", MODS)
+def test_few_row_linear_route(mod):
+    """Which kernel a few-row float32 linear runs: the avx512 build's few-row kernels for
+    an (out, in) weight up to 23 rows and an (in, out) one at one row, the GEMM otherwise
+    (and under _use_own_sgemm(False), and in float64)."""
+    w = np.zeros((64, 32), np.float32)
+    wio = np.zeros((32, 64), np.float32).T
+    own = mod._use_own_sgemm(True)
+    try:
+        for rows, weight, want in [(1, w, "few_rows"), (23, w, "few_rows"), (24, w, "gemm"),
+                                   (1, wio, "few_rows"), (2, wio, "gemm")]:
+            x = np.zeros((rows, 32), np.float32)
+            assert mod._linear_route(x, weight) == (want if own else "gemm"), (rows, want)
+        x3 = np.zeros((2, 3, 32), np.float32)                       # 6 rows
+        assert mod._linear_route(x3, w) == ("few_rows" if own else "gemm")
+        assert mod._linear_route(np.zeros((8, 32)), np.zeros((64, 32))) == "gemm"
+        if own:
+            mod._use_own_sgemm(False)
+            assert mod._linear_route(np.zeros((8, 32), np.float32), w) == "gemm"
+    finally:
+        mod._use_own_sgemm(mod._own_sgemm_default())
+
+
+@pytest.mark.parametrize("mod", MODS)
+def test_few_row_linear_leading_dims_and_blas_agree(mod):
+    """(2, 3, in) input: 6 rows; the few-row kernels and BLAS within float32 of each
+    other (both checked against float64)."""
+    own = _few_check(mod, 6, 300, 70, False, True, seed=9, lead=(2, 3))
+    if mod._use_own_sgemm(False) is False:
+        try:
+            blas = _few_check(mod, 6, 300, 70, False, True, seed=9, lead=(2, 3))
+        finally:
+            mod._use_own_sgemm(mod._own_sgemm_default())
+        np.testing.assert_allclose(own, blas, rtol=1e-4, atol=1e-4 * np.sqrt(300))
+
+
+def test_few_row_linear_bits_do_not_depend_on_threads():
+    """Every output is one tile's sum in k order (then the k blocks in order): 1 and 2
+    threads, and a column range alone, give the same bits."""
+    import fastnn
+    from fastnn.cpu import load_order
+    import importlib
+    mod = importlib.import_module(f"fastnn._cpu.{load_order()[0]}.dense")
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((7, 9000)).astype(np.float32)     # two k blocks
+    w = rng.standard_normal((515, 9000)).astype(np.float32)
+    b = rng.standard_normal(515).astype(np.float32)
+    n = fastnn.get_num_threads()
+    try:
+        fastnn.set_num_threads(1)
+        one = mod.linear(x, w, b)[0]
+        fastnn.set_num_threads(2)
+        two = mod.linear(x, w, b)[0]
+    finally:
+        fastnn.set_num_threads(n)
+    np.testing.assert_array_equal(one, two)
+    part = mod.linear(x, np.ascontiguousarray(w[101:300]), b[101:300])[0]
+    np.testing.assert_array_equal(part, one[:, 101:300])
+
+
+def test_few_row_linear_out_of_memory():
+    """The packed-rows scratch failing to allocate is a MemoryError, and the next call
+    (no failure injected) gives the undisturbed result."""
+    from fastnn.cpu import load_order
+    import importlib
+    mod = importlib.import_module(f"fastnn._cpu.{load_order()[0]}.dense")
+    x = np.ones((5, 64), np.float32)
+    w = np.ones((40, 64), np.float32)
+    want = mod.linear(x, w, None)[0]
+    if mod._linear_route(x, w) != "few_rows":
+        pytest.skip("the few-row kernels are the avx512 build's")
+    mod._fail_allocation(0)
+    try:
+        with pytest.raises(MemoryError):
+            mod.linear(x, w, None)
+    finally:
+        mod._fail_allocation(-1)
+    np.testing.assert_array_equal(mod.linear(x, w, None)[0], want)
