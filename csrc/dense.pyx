@@ -245,28 +245,33 @@ cdef void _linear_run(real z, cnp.ndarray x, cnp.ndarray weight, bint w_in_out, 
 
 cdef inline bint _few_rows(cnp.ndarray x, bint w_in_out, Py_ssize_t rows, Py_ssize_t n_in,
                            Py_ssize_t n_out):
-    """A float32 product of a few rows (below the own GEMM's 24) in the avx512 build, with
-    an (out, in) weight, or one row with an (in, out) one: kernels that read the weight
-    once for all rows, where BLAS's small-M sgemm re-reads it ((8, 768) x (3072, 768)^T:
-    690-720 us on BLAS, 210-220 here; 2-row (in, out) products stay on BLAS, faster there
-    than on fnn_smallgemm.h's tiles)."""
+    """A float32 product of a few rows (below the own GEMM's 24) in the avx512 build:
+    fnn_skinny.h's kernels read the weight once for all rows, where BLAS's small-M sgemm
+    re-reads it ((8, 768) x (3072, 768)^T: 690-720 us on BLAS, 210-220 here)."""
     return (FNN_HAVE_SKINNY_OI != 0 and _sgz_on and 0 < rows < 24 and n_in > 0
-            and n_out > 0 and x.dtype == np.float32 and (rows == 1 or not w_in_out))
+            and n_out > 0 and x.dtype == np.float32)
+
+
+cdef inline bint _few_rows_fwd(cnp.ndarray x, bint w_in_out, Py_ssize_t rows,
+                               Py_ssize_t n_in, Py_ssize_t n_out):
+    """_few_rows, and for an (in, out) weight one row only: from two rows BLAS's sgemm
+    reads it faster than fnn_skinny.h's row-streaming tiles (measured up to 2x)."""
+    return _few_rows(x, w_in_out, rows, n_in, n_out) and (rows == 1 or not w_in_out)
 
 
 def _linear_route(x, weight):
     """Test hook: which kernel linear(x, weight, bias) runs -- "few_rows" (fnn_skinny.h's
     tiles / the one-row pass) or "gemm" (the blocked GEMM: own kernel or BLAS)."""
     cdef cnp.ndarray xa = x, wa = weight
-    return "few_rows" if _few_rows(xa, _weight_in_out(wa), _rows(xa), wa.shape[1],
-                                   wa.shape[0]) else "gemm"
+    return "few_rows" if _few_rows_fwd(xa, _weight_in_out(wa), _rows(xa), wa.shape[1],
+                                       wa.shape[0]) else "gemm"
 
 
 cdef int _few_rows_run(cnp.ndarray x, cnp.ndarray weight, bint w_in_out, object bias,
                        cnp.ndarray y, Py_ssize_t M, Py_ssize_t K, Py_ssize_t N) except -2:
-    """y = x W^T + b for _few_rows: an (out, in) weight on
-    fnn_skinny.h's dot tiles, an (in, out) one (GPT-2's Conv1D) for a single row along its
-    rows (_skinny_io_rows).  -> 0, or -1 when out of memory."""
+    """y = x W^T + b for _few_rows_fwd: an (out, in) weight on fnn_skinny.h's dot tiles,
+    an (in, out) one (GPT-2's Conv1D, one row) along its rows (_skinny_io_rows).  -> 0, or
+    -1 when out of memory."""
     cdef cnp.ndarray wc = (<object>weight).T if w_in_out else weight   # (in, out): a view
     return _skinny_run[float](<float>0, w_in_out, x, wc, bias, y, M, K, N)
 
@@ -282,7 +287,7 @@ def linear(cnp.ndarray x, cnp.ndarray weight, object bias):
     cdef bint w_in_out = _weight_in_out(weight)
     shape = (<object>x).shape[:-1] + (n_out,)
     cdef cnp.ndarray y = np.empty(shape, dtype=x.dtype)
-    if _few_rows(x, w_in_out, rows, n_in, n_out):
+    if _few_rows_fwd(x, w_in_out, rows, n_in, n_out):
         if _few_rows_run(x, weight, w_in_out, bias, y, rows, n_in, n_out):
             raise MemoryError("linear: out of memory for the packed input rows")
         return y, (x, weight, bias is not None)
@@ -330,6 +335,44 @@ cdef void _linear_bwd_run(real z, cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, 
             _col_sum(pdy, rows, n_out, pdb, 1, 256)
 
 
+cdef int _linear_bwd_few(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, cnp.ndarray dx,
+                         cnp.ndarray dw, object db, Py_ssize_t rows, Py_ssize_t n_in,
+                         Py_ssize_t n_out, int bm_w, int bn_w) except -2:
+    """linear_backward of GPT-2's (in, out) weight Wc for _few_rows (float32, fewer than
+    24 rows): d_input = dy Wc^T on the few-row dot tiles (Wc's rows dotted with dy's);
+    d_weight = x^T dy, a product over the few rows, written once by fnn_skinny.h's
+    outer-product tiles below 16 rows (the own GEMM's least depth), else the GEMM blocks.
+    (Linear's (out, in) weight keeps the GEMM for both: its d_input streams the weight
+    by rows, which BLAS did as fast.)  -> 0, or -1 when out of memory."""
+    cdef const float* pdy = <const float*>_data(dy, rows * n_out, F32)
+    cdef const float* pw = <const float*>_data_strided(w, F32)
+    cdef const float* px = <const float*>_data(x, rows * n_in, F32)
+    cdef float* pdx = <float*>_data(dx, rows * n_in, F32)
+    cdef float* pdw = <float*>_data(dw, n_out * n_in, F32)
+    cdef float* pdb = NULL if db is None else <float*>_data(<cnp.ndarray>db, n_out, F32)
+    cdef int nmax = fnn_max_threads(), rc
+    cdef Py_ssize_t nblk = (n_in + _SK_VB - 1) // _SK_VB
+    cdef int nt = _threads_for(n_in * n_out, 1 << 16)
+    with nogil:
+        rc = _skinny_oi_z(pdy, pw, NULL, pdx, rows, n_out, n_in, nblk,
+                          nt if nt < nblk else <int>nblk)
+    if rc:
+        return -1
+    if rows < 16:
+        with nogil:
+            _few_k_outer(px, n_in, pdy, n_out, rows, pdw)
+    else:
+        nt = bm_w * bn_w if bm_w * bn_w < nmax else nmax
+        with _blas_guard(n_in, n_out, rows):
+            with nogil:
+                _gemm_blocks(True, False, n_in, n_out, rows, <float>0, px, n_in, pdy, n_out,
+                             pdw, n_out, bm_w, bn_w, nt)
+    if pdb != NULL:
+        with nogil:
+            _col_sum(pdy, rows, n_out, pdb, 1, 256)
+    return 0
+
+
 def linear_backward(cnp.ndarray dy, tuple saved):
     """linear_backward(dy, saved) -> (d_input, d_weight, d_bias or None).  dy C-contiguous.
     d_weight has the weight's layout: for a weight given as the transpose of an (in, out)
@@ -349,6 +392,10 @@ def linear_backward(cnp.ndarray dy, tuple saved):
     else:
         _split(n_out, n_in, rows, &bm_w, &bn_w)
     cdef int nmax = fnn_max_threads()
+    if w_in_out and _few_rows(x, w_in_out, rows, n_in, n_out):
+        if _linear_bwd_few(dy, x, w, dx, dw, db, rows, n_in, n_out, bm_w, bn_w):
+            raise MemoryError("linear_backward: out of memory for the packed rows")
+        return dx, (dw.T if w_in_out else dw), db
     # both GEMMs' blocks in one region; two unsplit (small) products stay on this thread
     cdef int nb = bm_x * bn_x + bm_w * bn_w
     cdef int nt = 1 if nb <= 2 else (nb if nb < nmax else nmax)
@@ -743,6 +790,9 @@ cdef extern from "fnn_skinny.h" nogil:
     void fnn_skinny_oi_f32(const float* x, Py_ssize_t M, Py_ssize_t K, const float* w,
                            Py_ssize_t N, Py_ssize_t n0, Py_ssize_t n1, const float* bias,
                            float* y, float* xp, int xp_ready)
+    void fnn_few_k_outer_f32(const float* A, Py_ssize_t lda, const float* B, Py_ssize_t ldb,
+                             Py_ssize_t K, Py_ssize_t p0, Py_ssize_t p1, Py_ssize_t Q,
+                             float* C, Py_ssize_t ldc)
 
 
 cdef void _skinny_oi(const real* x, const real* w, const real* b, real* y, Py_ssize_t M,
@@ -800,6 +850,25 @@ cdef int _skinny_oi_z(const float* x, const float* w, const float* b, float* y,
             fnn_skinny_oi_f32(x, M, K, w, N, n0, n1, b, y, xs + (0 if ready else c * S), ready)
     free(raw)
     return 0
+
+
+cdef void _few_k_outer(const float* A, Py_ssize_t P, const float* B, Py_ssize_t Q,
+                       Py_ssize_t K, float* C) noexcept nogil:
+    """C (P, Q) = A^T B for A (K, P), B (K, Q), K a few rows (fnn_few_k_outer_f32): C's
+    rows in nt ranges of whole 4-row tiles."""
+    cdef Py_ssize_t nblk = (P + 3) // 4, c, p0, p1
+    cdef int nt = _threads_for(P * Q, 1 << 16)
+    if nt > nblk:
+        nt = <int>nblk
+    if nt <= 1:
+        fnn_few_k_outer_f32(A, P, B, Q, K, 0, P, Q, C, Q)
+        return
+    for c in prange(nt, schedule="static", num_threads=nt):
+        p0 = 4 * (nblk * c // nt)
+        p1 = 4 * (nblk * (c + 1) // nt)
+        if p1 > P:
+            p1 = P
+        fnn_few_k_outer_f32(A, P, B, Q, K, p0, p1, Q, C, Q)
 
 
 cdef enum:

@@ -228,6 +228,60 @@ static inline void fnn_skinny_oi_f32(const float *x, ptrdiff_t M, ptrdiff_t K, c
         }
     }
 }
+
+/* ---- C[p, :Q] = sum over m < K (few) of A[m, p] B[m, :Q], p in [p0, p1): the weight
+ * gradient of a few-row linear with GPT-2's (in, out) weight (x^T dy), written once.
+ * Tiles of 4 rows of C by 64 columns (16 accumulators): per m, 4 vectors of B's row m and
+ * 4 broadcasts of A.  Each output sums m in order: the same bits for any row range. */
+static inline __attribute__((always_inline)) void
+fnn_fr_outer_tile(const int R, const float *A, ptrdiff_t lda, const float *B, ptrdiff_t ldb,
+                  ptrdiff_t K, ptrdiff_t p, const __mmask16 mk[4], float *C, ptrdiff_t ldc)
+{
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++)
+            acc[r][v] = _mm512_setzero_ps();
+    for (ptrdiff_t m = 0; m < K; m++) {
+        __m512 b[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++)
+            b[v] = _mm512_maskz_loadu_ps(mk[v], B + m * ldb + 16 * v);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const __m512 av = _mm512_set1_ps(A[m * lda + p + r]);
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++)
+                acc[r][v] = _mm512_fmadd_ps(av, b[v], acc[r][v]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++)
+            _mm512_mask_storeu_ps(C + (p + r) * ldc + 16 * v, mk[v], acc[r][v]);
+}
+
+static inline void fnn_few_k_outer_f32(const float *A, ptrdiff_t lda, const float *B,
+                                       ptrdiff_t ldb, ptrdiff_t K, ptrdiff_t p0, ptrdiff_t p1,
+                                       ptrdiff_t Q, float *C, ptrdiff_t ldc)
+{
+    for (ptrdiff_t j = 0; j < Q; j += 64) {
+        const ptrdiff_t w = Q - j;
+        __mmask16 mk[4];
+        for (int v = 0; v < 4; v++) {
+            const ptrdiff_t left = w - 16 * v;
+            mk[v] = left >= 16 ? (__mmask16)0xFFFF
+                  : left > 0 ? (__mmask16)((1u << left) - 1) : (__mmask16)0;
+        }
+        ptrdiff_t p = p0;
+        for (; p + 4 <= p1; p += 4)
+            fnn_fr_outer_tile(4, A, lda, B + j, ldb, K, p, mk, C + j, ldc);
+        for (; p < p1; p++)
+            fnn_fr_outer_tile(1, A, lda, B + j, ldb, K, p, mk, C + j, ldc);
+    }
+}
 #define FNN_HAVE_SKINNY_OI 1
 #endif
 
@@ -250,6 +304,13 @@ static inline void fnn_dot_rows_f32(const float *x, ptrdiff_t K, const float *w,
 #endif
 #ifndef FNN_HAVE_SKINNY_OI
 #define FNN_HAVE_SKINNY_OI 0
+static inline void fnn_few_k_outer_f32(const float *A, ptrdiff_t lda, const float *B,
+                                       ptrdiff_t ldb, ptrdiff_t K, ptrdiff_t p0, ptrdiff_t p1,
+                                       ptrdiff_t Q, float *C, ptrdiff_t ldc)
+{
+    (void)A; (void)lda; (void)B; (void)ldb; (void)K; (void)p0; (void)p1; (void)Q; (void)C;
+    (void)ldc;
+}
 static inline ptrdiff_t fnn_skinny_oi_scratch(ptrdiff_t M, ptrdiff_t K) { (void)M; (void)K; return 0; }
 static inline int fnn_skinny_oi_pack(const float *x, ptrdiff_t M, ptrdiff_t K, float *xp)
 {

@@ -176,9 +176,10 @@ def test_sgemm_buffer_is_freed_when_its_thread_ends():
 # ---------------------------------------------------------------- few-row linear
 # linear() with fewer than 24 rows (the own GEMM's lower bound) in float32 runs
 # fnn_skinny.h's dot tiles on an (out, in) weight and the one-row pass on an (in, out) one
-# (GPT-2's Conv1D layout) in the avx512 build; the other builds and FASTNN_SGEMM=blas keep
-# BLAS.  Shapes cross the tiles' edges: 4-row groups, 4-column tiles, 16-float k steps,
-# the 8192-float k block.
+# (GPT-2's Conv1D layout) in the avx512 build; linear_backward of an (in, out) weight takes
+# d_input on the dot tiles and d_weight (below 16 rows) on the outer-product tiles.  The
+# other builds and FASTNN_SGEMM=blas keep BLAS.  Shapes cross the tiles' edges: 4-row
+# groups, 4-column tiles, 16-float k steps, the 8192-float k block, 64-column chunks.
 FEW_ROWS = [1, 2, 3, 4, 5, 7, 8, 9, 13, 23]
 FEW_SHAPES = [(1, 1), (15, 5), (16, 17), (100, 33), (769, 130), (8200, 19)]   # (in, out)
 
@@ -192,14 +193,29 @@ def _few_check(mod, M, K, N, io, bias, seed=0, lead=None):
     xin = x.reshape(lead + (K,)) if lead else x
     y, saved = mod.linear(xin, weight, b)
     assert y.shape == xin.shape[:-1] + (N,) and y.dtype == np.float32
-    want = x.astype(np.float64) @ w.T.astype(np.float64) + (0 if b is None else b)
-    mag = np.abs(x).astype(np.float64) @ np.abs(w.T).astype(np.float64) + (
-        0 if b is None else np.abs(b))
-    tol = (K + 4) * np.finfo(np.float32).eps * mag + 1e-30
-    err = np.abs(y.reshape(M, N).astype(np.float64) - want)
-    assert np.all(err <= tol), f"M={M} K={K} N={N} io={io}: max err/tol {np.max(err / tol):.3g}"
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    _within(y.reshape(M, N), x64 @ w64.T + (0 if b is None else b),
+            np.abs(x64) @ np.abs(w64.T) + (0 if b is None else np.abs(b)), K,
+            f"y M={M} K={K} N={N} io={io}")
     assert saved[0] is xin and saved[1] is weight
+    dy = rng.standard_normal((M, N)).astype(np.float32)
+    dx, dw, db = mod.linear_backward(dy.reshape(xin.shape[:-1] + (N,)), saved)
+    d64 = dy.astype(np.float64)
+    _within(dx.reshape(M, K), d64 @ w64, np.abs(d64) @ np.abs(w64), N, f"dx M={M} io={io}")
+    assert dw.shape == weight.shape and (dw.T if io else dw).flags.c_contiguous
+    _within(dw, d64.T @ x64, np.abs(d64.T) @ np.abs(x64), M, f"dw M={M} io={io}")
+    if b is not None:
+        _within(db, d64.sum(0), np.abs(d64).sum(0), M, f"db M={M}")
+    else:
+        assert db is None
     return y
+
+
+def _within(got, want, mag, n, what):
+    """|got - want| within the float32 bound of a length-n sum of terms of size mag."""
+    tol = (n + 4) * np.finfo(np.float32).eps * mag + 1e-30
+    err = np.abs(np.asarray(got, np.float64) - want)
+    assert np.all(err <= tol), f"{what}: max err/tol {np.max(err / tol):.3g}"
 
 
 @pytest.mark.parametrize("mod", MODS)
@@ -213,9 +229,9 @@ def test_few_row_linear_against_float64(mod, io, shape):
 
 @pytest.mark.parametrize("mod", MODS)
 def test_few_row_linear_route(mod):
-    """Which kernel a few-row float32 linear runs: the avx512 build's few-row kernels for
-    an (out, in) weight up to 23 rows and an (in, out) one at one row, the GEMM otherwise
-    (and under _use_own_sgemm(False), and in float64)."""
+    """Which kernel a few-row float32 linear forward runs: the avx512 build's few-row
+    kernels for an (out, in) weight up to 23 rows and an (in, out) one at one row, the GEMM
+    otherwise (and under _use_own_sgemm(False), and in float64)."""
     w = np.zeros((64, 32), np.float32)
     wio = np.zeros((32, 64), np.float32).T
     own = mod._use_own_sgemm(True)
@@ -258,15 +274,20 @@ def test_few_row_linear_bits_do_not_depend_on_threads():
     x = rng.standard_normal((7, 9000)).astype(np.float32)     # two k blocks
     w = rng.standard_normal((515, 9000)).astype(np.float32)
     b = rng.standard_normal(515).astype(np.float32)
+    wio = np.ascontiguousarray(w[:, :700].T).T        # GPT-2's layout: (in, out) as .T
+    xio, dy = x[:, :700].copy(), rng.standard_normal((7, 515)).astype(np.float32)
     n = fastnn.get_num_threads()
+    runs = []
     try:
-        fastnn.set_num_threads(1)
-        one = mod.linear(x, w, b)[0]
-        fastnn.set_num_threads(2)
-        two = mod.linear(x, w, b)[0]
+        for t in (1, 2):
+            fastnn.set_num_threads(t)
+            y, sv = mod.linear(xio, wio, b)
+            runs.append((mod.linear(x, w, b)[0], y) + tuple(mod.linear_backward(dy, sv)))
     finally:
         fastnn.set_num_threads(n)
-    np.testing.assert_array_equal(one, two)
+    for a, c in zip(*runs):
+        np.testing.assert_array_equal(a, c)
+    one = runs[0][0]
     part = mod.linear(x, np.ascontiguousarray(w[101:300]), b[101:300])[0]
     np.testing.assert_array_equal(part, one[:, 101:300])
 
@@ -289,3 +310,16 @@ def test_few_row_linear_out_of_memory():
     finally:
         mod._fail_allocation(-1)
     np.testing.assert_array_equal(mod.linear(x, w, None)[0], want)
+    # linear_backward of GPT-2's (in, out) weight: its d_input on the dot tiles
+    wio = np.ones((64, 40), np.float32).T
+    saved = mod.linear(x, wio, None)[1]
+    dy = np.ones((5, 40), np.float32)
+    want = mod.linear_backward(dy, saved)
+    mod._fail_allocation(0)
+    try:
+        with pytest.raises(MemoryError):
+            mod.linear_backward(dy, saved)
+    finally:
+        mod._fail_allocation(-1)
+    for g, w_ in zip(mod.linear_backward(dy, saved), want):
+        np.testing.assert_array_equal(g, w_)

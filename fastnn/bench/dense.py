@@ -1,4 +1,5 @@
-"""Dense family benchmarks: linear forward + backward (GEMM-bound)."""
+"""Dense family benchmarks: linear forward + backward (GEMM-bound), and the forward of a
+few rows (a small batch of tokens: bound by streaming the weight once)."""
 import numpy as np
 
 from .core import BenchCase, torch_or_none
@@ -40,5 +41,31 @@ def _linear(rows, n_in, n_out):
                      flops=3 * 2.0 * rows * n_in * n_out)
 
 
+def _few_rows(rows, n_in, n_out):
+    def make():
+        import fastnn.functional as F
+        from fastnn._backend import backend
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((rows, n_in)).astype(np.float32)
+        w = (rng.standard_normal((n_out, n_in)) * 0.02).astype(np.float32)
+        b = np.zeros(n_out, np.float32)
+        ref = backend("reference")
+        fns = {"fastnn": lambda: F.linear(x, w, b), "reference": lambda: ref.linear(x, w, b),
+               "torch": None}
+        torch = torch_or_none()
+        if torch is not None:
+            tl = torch.nn.Linear(n_in, n_out)
+            tx = torch.tensor(x)
+
+            def t():
+                with torch.no_grad():
+                    tl(tx)
+            fns["torch"] = t
+        return fns
+    # bound by the weight's stream (each weight element once for all rows): bytes, not flops
+    return BenchCase("dense", "linear fwd, few rows", f"{rows}x{n_in}->{n_out}", make,
+                     bytes=4.0 * (n_in * n_out + rows * (n_in + n_out) + n_out))
+
+
 def cases():
-    return [_linear(4096, 768, 3072)]
+    return [_linear(4096, 768, 3072), _few_rows(8, 768, 3072)]
