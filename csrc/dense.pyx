@@ -247,16 +247,20 @@ cdef inline bint _few_rows(cnp.ndarray x, bint w_in_out, Py_ssize_t rows, Py_ssi
                            Py_ssize_t n_out):
     """A float32 product of a few rows (below the own GEMM's 24) in the avx512 build:
     fnn_skinny.h's kernels read the weight once for all rows, where BLAS's small-M sgemm
-    re-reads it ((8, 768) x (3072, 768)^T: 690-720 us on BLAS, 210-220 here)."""
+    re-reads it ((8, 768) x (3072, 768)^T: 690-720 us on BLAS, 210-220 here; (8, 768) x
+    (768, 3072): 560-570, 185 here)."""
     return (FNN_HAVE_SKINNY_OI != 0 and _sgz_on and 0 < rows < 24 and n_in > 0
             and n_out > 0 and x.dtype == np.float32)
 
 
 cdef inline bint _few_rows_fwd(cnp.ndarray x, bint w_in_out, Py_ssize_t rows,
                                Py_ssize_t n_in, Py_ssize_t n_out):
-    """_few_rows, and for an (in, out) weight one row only: from two rows BLAS's sgemm
-    reads it faster than fnn_skinny.h's row-streaming tiles (measured up to 2x)."""
-    return _few_rows(x, w_in_out, rows, n_in, n_out) and (rows == 1 or not w_in_out)
+    """_few_rows for the forward, but two rows on an (out, in) weight stay on BLAS: its
+    two-row product streams the weight as fast or faster (3072 -> 768: 142 us against
+    the dot tiles' 169, 2 threads)."""
+    return _few_rows(x, w_in_out, rows, n_in, n_out) and (w_in_out or rows != 2)
+
+
 
 
 def _linear_route(x, weight):
@@ -269,11 +273,22 @@ def _linear_route(x, weight):
 
 cdef int _few_rows_run(cnp.ndarray x, cnp.ndarray weight, bint w_in_out, object bias,
                        cnp.ndarray y, Py_ssize_t M, Py_ssize_t K, Py_ssize_t N) except -2:
-    """y = x W^T + b for _few_rows_fwd: an (out, in) weight on fnn_skinny.h's dot tiles,
-    an (in, out) one (GPT-2's Conv1D, one row) along its rows (_skinny_io_rows).  -> 0, or
-    -1 when out of memory."""
-    cdef cnp.ndarray wc = (<object>weight).T if w_in_out else weight   # (in, out): a view
-    return _skinny_run[float](<float>0, w_in_out, x, wc, bias, y, M, K, N)
+    """y = x W^T + b for _few_rows: an (out, in) weight on fnn_skinny.h's dot tiles, an
+    (in, out) one (GPT-2's Conv1D) on its row-strip tiles.  -> 0, or -1 when out of
+    memory."""
+    cdef const float* px
+    cdef const float* pw
+    cdef const float* pb
+    cdef float* py
+    if not w_in_out:
+        return _skinny_run[float](<float>0, False, x, weight, bias, y, M, K, N)
+    pb = <const float*>_ptr_or_null(bias, N, F32)
+    px = <const float*>_data(x, M * K, F32)
+    pw = <const float*>_data_strided(weight, F32)
+    py = <float*>_data(y, M * N, F32)
+    with nogil:
+        _few_rows_io(px, K, M, K, pw, N, pb, py)
+    return 0
 
 
 def linear(cnp.ndarray x, cnp.ndarray weight, object bias):
@@ -335,38 +350,46 @@ cdef void _linear_bwd_run(real z, cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, 
             _col_sum(pdy, rows, n_out, pdb, 1, 256)
 
 
-cdef int _linear_bwd_few(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, cnp.ndarray dx,
-                         cnp.ndarray dw, object db, Py_ssize_t rows, Py_ssize_t n_in,
-                         Py_ssize_t n_out, int bm_w, int bn_w) except -2:
-    """linear_backward of GPT-2's (in, out) weight Wc for _few_rows (float32, fewer than
-    24 rows): d_input = dy Wc^T on the few-row dot tiles (Wc's rows dotted with dy's);
-    d_weight = x^T dy, a product over the few rows, written once by fnn_skinny.h's
-    outer-product tiles below 16 rows (the own GEMM's least depth), else the GEMM blocks.
-    (Linear's (out, in) weight keeps the GEMM for both: its d_input streams the weight
-    by rows, which BLAS did as fast.)  -> 0, or -1 when out of memory."""
+cdef int _linear_bwd_few(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, bint w_in_out,
+                         cnp.ndarray dx, cnp.ndarray dw, object db, Py_ssize_t rows,
+                         Py_ssize_t n_in, Py_ssize_t n_out, int bm_w, int bn_w) except -2:
+    """linear_backward for _few_rows (float32, fewer than 24 rows).  d_input: dy W on the
+    few-row row-strip tiles for Linear's (out, in) weight, dy Wc^T on the dot tiles
+    (Wc's rows dotted with dy's) for GPT-2's (in, out) one.  d_weight, a product over the
+    few rows: GPT-2's (x^T dy) written once by the outer-product tiles below 16 rows (the
+    own GEMM's least depth), Linear's (dy^T x) and deeper ones on the GEMM blocks (the
+    outer-product tiles were no faster than BLAS for that layout).  -> 0, or -1 when out
+    of memory."""
     cdef const float* pdy = <const float*>_data(dy, rows * n_out, F32)
-    cdef const float* pw = <const float*>_data_strided(w, F32)
+    cdef const float* pw = <const float*>_pw(w, w_in_out, <float>0)
     cdef const float* px = <const float*>_data(x, rows * n_in, F32)
     cdef float* pdx = <float*>_data(dx, rows * n_in, F32)
     cdef float* pdw = <float*>_data(dw, n_out * n_in, F32)
     cdef float* pdb = NULL if db is None else <float*>_data(<cnp.ndarray>db, n_out, F32)
-    cdef int nmax = fnn_max_threads(), rc
+    cdef int nmax = fnn_max_threads(), rc = 0
     cdef Py_ssize_t nblk = (n_in + _SK_VB - 1) // _SK_VB
     cdef int nt = _threads_for(n_in * n_out, 1 << 16)
     with nogil:
-        rc = _skinny_oi_z(pdy, pw, NULL, pdx, rows, n_out, n_in, nblk,
-                          nt if nt < nblk else <int>nblk)
+        if w_in_out:
+            rc = _skinny_oi_z(pdy, pw, NULL, pdx, rows, n_out, n_in, nblk,
+                              nt if nt < nblk else <int>nblk)
+        else:
+            _few_rows_io(pdy, n_out, rows, n_out, pw, n_in, NULL, pdx)
     if rc:
         return -1
-    if rows < 16:
+    if w_in_out and rows < 16:
         with nogil:
             _few_k_outer(px, n_in, pdy, n_out, rows, pdw)
     else:
         nt = bm_w * bn_w if bm_w * bn_w < nmax else nmax
-        with _blas_guard(n_in, n_out, rows):
+        with _blas_guard(n_out, n_in, rows):
             with nogil:
-                _gemm_blocks(True, False, n_in, n_out, rows, <float>0, px, n_in, pdy, n_out,
-                             pdw, n_out, bm_w, bn_w, nt)
+                if w_in_out:
+                    _gemm_blocks(True, False, n_in, n_out, rows, <float>0, px, n_in, pdy,
+                                 n_out, pdw, n_out, bm_w, bn_w, nt)
+                else:
+                    _gemm_blocks(True, False, n_out, n_in, rows, <float>0, pdy, n_out, px,
+                                 n_in, pdw, n_in, bm_w, bn_w, nt)
     if pdb != NULL:
         with nogil:
             _col_sum(pdy, rows, n_out, pdb, 1, 256)
@@ -392,8 +415,8 @@ def linear_backward(cnp.ndarray dy, tuple saved):
     else:
         _split(n_out, n_in, rows, &bm_w, &bn_w)
     cdef int nmax = fnn_max_threads()
-    if w_in_out and _few_rows(x, w_in_out, rows, n_in, n_out):
-        if _linear_bwd_few(dy, x, w, dx, dw, db, rows, n_in, n_out, bm_w, bn_w):
+    if _few_rows(x, w_in_out, rows, n_in, n_out):
+        if _linear_bwd_few(dy, x, w, w_in_out, dx, dw, db, rows, n_in, n_out, bm_w, bn_w):
             raise MemoryError("linear_backward: out of memory for the packed rows")
         return dx, (dw.T if w_in_out else dw), db
     # both GEMMs' blocks in one region; two unsplit (small) products stay on this thread
@@ -790,6 +813,9 @@ cdef extern from "fnn_skinny.h" nogil:
     void fnn_skinny_oi_f32(const float* x, Py_ssize_t M, Py_ssize_t K, const float* w,
                            Py_ssize_t N, Py_ssize_t n0, Py_ssize_t n1, const float* bias,
                            float* y, float* xp, int xp_ready)
+    void fnn_few_rows_io_f32(const float* A, Py_ssize_t lda, Py_ssize_t M, Py_ssize_t K,
+                             const float* B, Py_ssize_t ldb, Py_ssize_t n0, Py_ssize_t n1,
+                             const float* bias, float* C, Py_ssize_t ldc)
     void fnn_few_k_outer_f32(const float* A, Py_ssize_t lda, const float* B, Py_ssize_t ldb,
                              Py_ssize_t K, Py_ssize_t p0, Py_ssize_t p1, Py_ssize_t Q,
                              float* C, Py_ssize_t ldc)
@@ -850,6 +876,26 @@ cdef int _skinny_oi_z(const float* x, const float* w, const float* b, float* y,
             fnn_skinny_oi_f32(x, M, K, w, N, n0, n1, b, y, xs + (0 if ready else c * S), ready)
     free(raw)
     return 0
+
+
+cdef void _few_rows_io(const float* A, Py_ssize_t lda, Py_ssize_t M, Py_ssize_t K,
+                       const float* B, Py_ssize_t N, const float* bias,
+                       float* C) noexcept nogil:
+    """C (M, N) = bias + A B, B (K, N) row-major, a few rows (fnn_few_rows_io_f32): the
+    columns in nt ranges of whole 64-column chunks."""
+    cdef Py_ssize_t nblk = (N + 63) // 64, c, n0, n1
+    cdef int nt = _threads_for(N * K, 1 << 16)
+    if nt > nblk:
+        nt = <int>nblk
+    if nt <= 1:
+        fnn_few_rows_io_f32(A, lda, M, K, B, N, 0, N, bias, C, N)
+        return
+    for c in prange(nt, schedule="static", num_threads=nt):
+        n0 = 64 * (nblk * c // nt)
+        n1 = 64 * (nblk * (c + 1) // nt)
+        if n1 > N:
+            n1 = N
+        fnn_few_rows_io_f32(A, lda, M, K, B, N, n0, n1, bias, C, N)
 
 
 cdef void _few_k_outer(const float* A, Py_ssize_t P, const float* B, Py_ssize_t Q,

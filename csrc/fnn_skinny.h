@@ -6,6 +6,7 @@
 #ifndef FNN_SKINNY_H
 #define FNN_SKINNY_H
 #include <stddef.h>
+#include <stdint.h>
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -229,6 +230,106 @@ static inline void fnn_skinny_oi_f32(const float *x, ptrdiff_t M, ptrdiff_t K, c
     }
 }
 
+/* ---- C[m, n0:n1] = bias + A[m, :] B for a few rows (m < M, fewer than 24), B (K, N)
+ * row-major (ldb): GPT-2's (in, out) weight forward, and d_input = dy W of Linear's
+ * (out, in) one.  Register tiles of up to 4 rows by 64 columns (more rows: 8 by 32) run
+ * down all of K, loading a strip row of B per k step, then store once (an earlier version
+ * that added 4 k steps at a time into C in memory lost up to 2x to stores aliasing the
+ * weight's loads).  Rows beyond the first group re-read the strip from cache.  Each
+ * output: bias (or 0), then k in order, one FMA each: the same bits whatever the column
+ * range a thread takes. */
+/* C[r, j:j + 16 V] = bias + sum over k of A[r, k] B[k, j:j + 16 V], r < R: R x V <= 32
+ * accumulators (4 x 4 or 8 x 2) kept over all of K, stored once. */
+static inline __attribute__((always_inline)) void
+fnn_io_tile(const int R, const int V, const float *A, ptrdiff_t lda, ptrdiff_t K,
+            const float *B, ptrdiff_t ldb, const __mmask16 *mk, const float *bias, float *C,
+            ptrdiff_t ldc)
+{
+    __m512 acc[8][4];
+#pragma GCC unroll 4
+    for (int v = 0; v < V; v++) {
+        const __m512 b0 = bias ? _mm512_maskz_loadu_ps(mk[v], bias + 16 * v) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            acc[r][v] = b0;
+    }
+    for (ptrdiff_t k = 0; k < K; k++) {
+        const float *bk = B + k * ldb;
+        if (k + 8 < K)   /* the strip's row 8 ahead: its lines are runs too short to be
+                            found by the hardware prefetchers (one per weight row) */
+#pragma GCC unroll 4
+            for (int v = 0; v < V; v++)
+                _mm_prefetch((const char *)(bk + 8 * ldb + 16 * v), _MM_HINT_T0);
+        __m512 b[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++)
+            b[v] = _mm512_maskz_loadu_ps(mk[v], bk + 16 * v);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const __m512 av = _mm512_set1_ps(A[r * lda + k]);
+#pragma GCC unroll 4
+            for (int v = 0; v < V; v++)
+                acc[r][v] = _mm512_fmadd_ps(av, b[v], acc[r][v]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++)
+            _mm512_mask_storeu_ps(C + r * ldc + 16 * v, mk[v], acc[r][v]);
+}
+
+static inline void fnn_few_rows_io_f32(const float *A, ptrdiff_t lda, ptrdiff_t M, ptrdiff_t K,
+                                       const float *B, ptrdiff_t ldb, ptrdiff_t n0,
+                                       ptrdiff_t n1, const float *bias, float *C, ptrdiff_t ldc)
+{
+    /* up to 4 rows: 4 x 64 tiles; more: 8 x 32 tiles (8-row groups) */
+    const int V = M <= 4 ? 4 : 2, RG = M <= 4 ? 4 : 8;
+    /* B rows on a 64-byte grid (ldb a multiple of 16) but B not 64-byte aligned (NumPy's
+     * arrays are 16-byte aligned): the first few columns go alone in a narrow masked
+     * chunk, so every later load is aligned (split loads cost ~1.5x here) */
+    ptrdiff_t j = n0;
+    const ptrdiff_t mis = (ptrdiff_t)(((uintptr_t)(B + n0) >> 2) & 15);
+    if (mis && (ldb & 15) == 0 && ((uintptr_t)B & 3) == 0) {
+        const ptrdiff_t head = 16 - mis < n1 - n0 ? 16 - mis : n1 - n0;
+        const __mmask16 mh[1] = {(__mmask16)((1u << head) - 1)};
+        for (ptrdiff_t m = 0; m < M; m += 8) {
+            const int R = M - m < 8 ? (int)(M - m) : 8;
+            const float *a = A + m * lda;
+            const float *bb = bias ? bias + n0 : NULL;
+            float *c = C + m * ldc + n0;
+#define FNN_IO_CASE(r) case r: fnn_io_tile(r, 1, a, lda, K, B + n0, ldb, mh, bb, c, ldc); break;
+            switch (R) { FNN_IO_CASE(8) FNN_IO_CASE(7) FNN_IO_CASE(6) FNN_IO_CASE(5)
+                         FNN_IO_CASE(4) FNN_IO_CASE(3) FNN_IO_CASE(2) default: FNN_IO_CASE(1) }
+#undef FNN_IO_CASE
+        }
+        j = n0 + head;
+    }
+    for (; j < n1; j += 16 * V) {
+        const ptrdiff_t w = n1 - j;
+        __mmask16 mk[4];
+        for (int v = 0; v < 4; v++) {
+            const ptrdiff_t left = w - 16 * v;
+            mk[v] = left >= 16 ? (__mmask16)0xFFFF
+                  : left > 0 ? (__mmask16)((1u << left) - 1) : (__mmask16)0;
+        }
+        for (ptrdiff_t m = 0; m < M; m += RG) {
+            const int R = M - m < RG ? (int)(M - m) : RG;
+            const float *a = A + m * lda;
+            const float *bb = bias ? bias + j : NULL;
+            float *c = C + m * ldc + j;
+#define FNN_IO_CASE(r, v) case r: fnn_io_tile(r, v, a, lda, K, B + j, ldb, mk, bb, c, ldc); break;
+            if (V == 4) {
+                switch (R) { FNN_IO_CASE(4, 4) FNN_IO_CASE(3, 4) FNN_IO_CASE(2, 4) default: FNN_IO_CASE(1, 4) }
+            } else {
+                switch (R) { FNN_IO_CASE(8, 2) FNN_IO_CASE(7, 2) FNN_IO_CASE(6, 2) FNN_IO_CASE(5, 2)
+                             FNN_IO_CASE(4, 2) FNN_IO_CASE(3, 2) FNN_IO_CASE(2, 2) default: FNN_IO_CASE(1, 2) }
+            }
+#undef FNN_IO_CASE
+        }
+    }
+}
+
 /* ---- C[p, :Q] = sum over m < K (few) of A[m, p] B[m, :Q], p in [p0, p1): the weight
  * gradient of a few-row linear with GPT-2's (in, out) weight (x^T dy), written once.
  * Tiles of 4 rows of C by 64 columns (16 accumulators): per m, 4 vectors of B's row m and
@@ -304,6 +405,13 @@ static inline void fnn_dot_rows_f32(const float *x, ptrdiff_t K, const float *w,
 #endif
 #ifndef FNN_HAVE_SKINNY_OI
 #define FNN_HAVE_SKINNY_OI 0
+static inline void fnn_few_rows_io_f32(const float *A, ptrdiff_t lda, ptrdiff_t M, ptrdiff_t K,
+                                       const float *B, ptrdiff_t ldb, ptrdiff_t n0,
+                                       ptrdiff_t n1, const float *bias, float *C, ptrdiff_t ldc)
+{
+    (void)A; (void)lda; (void)M; (void)K; (void)B; (void)ldb; (void)n0; (void)n1; (void)bias;
+    (void)C; (void)ldc;
+}
 static inline void fnn_few_k_outer_f32(const float *A, ptrdiff_t lda, const float *B,
                                        ptrdiff_t ldb, ptrdiff_t K, ptrdiff_t p0, ptrdiff_t p1,
                                        ptrdiff_t Q, float *C, ptrdiff_t ldc)

@@ -175,11 +175,12 @@ def test_sgemm_buffer_is_freed_when_its_thread_ends():
 
 # ---------------------------------------------------------------- few-row linear
 # linear() with fewer than 24 rows (the own GEMM's lower bound) in float32 runs
-# fnn_skinny.h's dot tiles on an (out, in) weight and the one-row pass on an (in, out) one
-# (GPT-2's Conv1D layout) in the avx512 build; linear_backward of an (in, out) weight takes
-# d_input on the dot tiles and d_weight (below 16 rows) on the outer-product tiles.  The
-# other builds and FASTNN_SGEMM=blas keep BLAS.  Shapes cross the tiles' edges: 4-row
-# groups, 4-column tiles, 16-float k steps, the 8192-float k block, 64-column chunks.
+# fnn_skinny.h's dot tiles on an (out, in) weight and its row-strip tiles on an (in, out)
+# one (GPT-2's Conv1D layout) in the avx512 build; linear_backward takes d_input on the
+# row-strip tiles (Linear's weight) or the dot tiles (GPT-2's), and GPT-2's d_weight below
+# 16 rows on the outer-product tiles.  The other builds and FASTNN_SGEMM=blas keep BLAS.
+# Shapes cross the tiles' edges: 4- and 8-row groups, 4-column dot tiles, 32/64-column
+# strips and the aligning head chunk, 16-float k steps, the 8192-float k block.
 FEW_ROWS = [1, 2, 3, 4, 5, 7, 8, 9, 13, 23]
 FEW_SHAPES = [(1, 1), (15, 5), (16, 17), (100, 33), (769, 130), (8200, 19)]   # (in, out)
 
@@ -230,14 +231,15 @@ def test_few_row_linear_against_float64(mod, io, shape):
 @pytest.mark.parametrize("mod", MODS)
 def test_few_row_linear_route(mod):
     """Which kernel a few-row float32 linear forward runs: the avx512 build's few-row
-    kernels for an (out, in) weight up to 23 rows and an (in, out) one at one row, the GEMM
-    otherwise (and under _use_own_sgemm(False), and in float64)."""
+    kernels up to 23 rows (two rows on an (out, in) weight excepted), the GEMM otherwise
+    (and under _use_own_sgemm(False), and in float64)."""
     w = np.zeros((64, 32), np.float32)
     wio = np.zeros((32, 64), np.float32).T
     own = mod._use_own_sgemm(True)
     try:
-        for rows, weight, want in [(1, w, "few_rows"), (23, w, "few_rows"), (24, w, "gemm"),
-                                   (1, wio, "few_rows"), (2, wio, "gemm")]:
+        for rows, weight, want in [(1, w, "few_rows"), (2, w, "gemm"), (3, w, "few_rows"),
+                                   (23, w, "few_rows"), (24, w, "gemm"), (2, wio, "few_rows"),
+                                   (1, wio, "few_rows"), (23, wio, "few_rows"), (24, wio, "gemm")]:
             x = np.zeros((rows, 32), np.float32)
             assert mod._linear_route(x, weight) == (want if own else "gemm"), (rows, want)
         x3 = np.zeros((2, 3, 32), np.float32)                       # 6 rows
