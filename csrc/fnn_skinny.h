@@ -1,8 +1,17 @@
-/* Dot products of a few float rows with one weight row (the LM head / Linear-layout
- * weights of a decode step): out[r] = dot(x + r*K, w), r < nr.  Four rows share each
- * loaded weight vector.  Written with AVX2/FMA intrinsics where the variant has them
- * (gcc does not vectorise four interleaved 8-lane accumulations by itself), plain C
- * otherwise; 8 partial sums per row, added in a fixed order. */
+/* Products of a few rows (a decode step, a small batch) with a weight read once for all
+ * of them (csrc/dense.pyx).
+ *
+ * fnn_dot_rows_f32 (AVX2 and plain C builds): dot products of a few float rows with one
+ * weight row (the LM head / Linear-layout weights of a decode step): out[r] = dot(x + r*K,
+ * w), r < nr.  Four rows share each loaded weight vector.  Written with AVX2/FMA
+ * intrinsics where the variant has them (gcc does not vectorise four interleaved 8-lane
+ * accumulations by itself), plain C otherwise; 8 partial sums per row, added in a fixed
+ * order.
+ *
+ * AVX-512 builds (FNN_HAVE_SKINNY_OI): register tiles for 1-23 rows -- dot tiles for an
+ * (out, in) weight (fnn_skinny_oi_f32), row-strip tiles for an (in, out) one
+ * (fnn_few_rows_io_f32), outer-product tiles for a weight gradient over a few rows
+ * (fnn_few_k_outer_f32); each described where it is defined. */
 #ifndef FNN_SKINNY_H
 #define FNN_SKINNY_H
 #include <stddef.h>
