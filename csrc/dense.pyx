@@ -924,9 +924,11 @@ cdef enum:
 cdef int _skinny(bint w_in_out, const real* x, const real* w, const real* b, real* y,
                  Py_ssize_t M, Py_ssize_t K, Py_ssize_t N) noexcept nogil:
     """-> 0, or -1 when out of memory.  weight (out, in): output columns in fixed blocks
-    over the threads.  weight (in, out): the weight's rows in _SK_KC fixed chunks, one
-    contiguous stream each, into per-chunk partial outputs then summed in chunk order --
-    column blocks of a row-major (in, out) weight would read it in short strided pieces."""
+    over the threads (float32 in the avx512 build: the dot tiles).  weight (in, out):
+    float32 in the avx512 build, the row-strip tiles (column ranges over the threads,
+    strips prefetched); else the weight's rows in _SK_KC fixed chunks, one contiguous
+    stream each, into per-chunk partial outputs then summed in chunk order -- column
+    blocks of a row-major (in, out) weight would read it in short strided pieces."""
     cdef Py_ssize_t nblk, i, j, m, n0, n1, c, MN = M * N
     cdef int nt = _threads_for(N * K, 1 << 16)
     cdef real* part
@@ -945,6 +947,10 @@ cdef int _skinny(bint w_in_out, const real* x, const real* w, const real* b, rea
                 n1 = N
             _skinny_oi(x, w, b, y, M, K, N, n0, n1)
         return 0
+    if real is float:
+        if FNN_HAVE_SKINNY_OI:      # the row-strip tiles (fnn_skinny.h): one pass
+            _few_rows_io(x, K, M, K, w, N, b, y)
+            return 0
     part = <real*>fnn_alloc(_SK_KC * MN, sizeof(real))
     if part == NULL:
         return -1

@@ -242,50 +242,59 @@ static inline void fnn_skinny_oi_f32(const float *x, ptrdiff_t M, ptrdiff_t K, c
 /* ---- C[m, n0:n1] = bias + A[m, :] B for a few rows (m < M, fewer than 24), B (K, N)
  * row-major (ldb): GPT-2's (in, out) weight forward, and d_input = dy W of Linear's
  * (out, in) one.  Register tiles of up to 4 rows by 64 columns (more rows: 8 by 32) run
- * down all of K, loading a strip row of B per k step, then store once (an earlier version
- * that added 4 k steps at a time into C in memory lost up to 2x to stores aliasing the
- * weight's loads).  Rows beyond the first group re-read the strip from cache.  Each
- * output: bias (or 0), then k in order, one FMA each: the same bits whatever the column
- * range a thread takes. */
+ * down blocks of 64 k steps, loading a strip row of B per k step, then add into C (an
+ * earlier version that added every 4 k steps into C in memory lost up to 2x to stores
+ * aliasing the weight's loads).  Rows beyond the first group re-read the strip from
+ * cache.  Each output: bias (or 0), then each block's in-order FMA chain: the same bits
+ * whatever the column range a thread takes. */
 /* C[r, j:j + 16 V] = bias + sum over k of A[r, k] B[k, j:j + 16 V], r < R: R x V <= 32
- * accumulators (4 x 4 or 8 x 2) kept over all of K, stored once. */
+ * accumulators (4 x 4 or 8 x 2) run down each FNN_IO_KB block of k, then go into C (bias
+ * plus the blocks' sums in order): a float32 chain of at most FNN_IO_KB terms per output,
+ * not K (C is stored once per block, rarely enough not to collide with B's loads). */
+#define FNN_IO_KB 64
 static inline __attribute__((always_inline)) void
 fnn_io_tile(const int R, const int V, const float *A, ptrdiff_t lda, ptrdiff_t K,
             const float *B, ptrdiff_t ldb, const __mmask16 *mk, const float *bias, float *C,
             ptrdiff_t ldc)
 {
-    __m512 acc[8][4];
-#pragma GCC unroll 4
-    for (int v = 0; v < V; v++) {
-        const __m512 b0 = bias ? _mm512_maskz_loadu_ps(mk[v], bias + 16 * v) : _mm512_setzero_ps();
+    for (ptrdiff_t k0 = 0; k0 < K; k0 += FNN_IO_KB) {
+        const ptrdiff_t k1 = K - k0 < FNN_IO_KB ? K : k0 + FNN_IO_KB;
+        __m512 acc[8][4];
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++)
-            acc[r][v] = b0;
-    }
-    for (ptrdiff_t k = 0; k < K; k++) {
-        const float *bk = B + k * ldb;
-        if (k + 8 < K)   /* the strip's row 8 ahead: its lines are runs too short to be
-                            found by the hardware prefetchers (one per weight row) */
 #pragma GCC unroll 4
             for (int v = 0; v < V; v++)
-                _mm_prefetch((const char *)(bk + 8 * ldb + 16 * v), _MM_HINT_T0);
-        __m512 b[4];
+                acc[r][v] = _mm512_setzero_ps();
+        for (ptrdiff_t k = k0; k < k1; k++) {
+            const float *bk = B + k * ldb;
+            if (k + 8 < K)   /* the strip's row 8 ahead: its lines are runs too short to be
+                                found by the hardware prefetchers (one per weight row) */
 #pragma GCC unroll 4
-        for (int v = 0; v < V; v++)
-            b[v] = _mm512_maskz_loadu_ps(mk[v], bk + 16 * v);
+                for (int v = 0; v < V; v++)
+                    _mm_prefetch((const char *)(bk + 8 * ldb + 16 * v), _MM_HINT_T0);
+            __m512 b[4];
+#pragma GCC unroll 4
+            for (int v = 0; v < V; v++)
+                b[v] = _mm512_maskz_loadu_ps(mk[v], bk + 16 * v);
 #pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            const __m512 av = _mm512_set1_ps(A[r * lda + k]);
+            for (int r = 0; r < R; r++) {
+                const __m512 av = _mm512_set1_ps(A[r * lda + k]);
 #pragma GCC unroll 4
-            for (int v = 0; v < V; v++)
-                acc[r][v] = _mm512_fmadd_ps(av, b[v], acc[r][v]);
+                for (int v = 0; v < V; v++)
+                    acc[r][v] = _mm512_fmadd_ps(av, b[v], acc[r][v]);
+            }
         }
-    }
 #pragma GCC unroll 8
-    for (int r = 0; r < R; r++)
+        for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
-        for (int v = 0; v < V; v++)
-            _mm512_mask_storeu_ps(C + r * ldc + 16 * v, mk[v], acc[r][v]);
+            for (int v = 0; v < V; v++) {
+                float *c = C + r * ldc + 16 * v;
+                const __m512 base = k0 > 0 ? _mm512_maskz_loadu_ps(mk[v], c)
+                                  : bias ? _mm512_maskz_loadu_ps(mk[v], bias + 16 * v)
+                                         : _mm512_setzero_ps();
+                _mm512_mask_storeu_ps(c, mk[v], _mm512_add_ps(base, acc[r][v]));
+            }
+    }
 }
 
 static inline void fnn_few_rows_io_f32(const float *A, ptrdiff_t lda, ptrdiff_t M, ptrdiff_t K,
