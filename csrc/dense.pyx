@@ -111,7 +111,8 @@ cdef inline void _gemm_block(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ss
                              Py_ssize_t ldb, real* C, Py_ssize_t ldc, int bm, int bn, int b,
                              const real* bias) noexcept nogil:
     """Block b (row-major over bm x bn) of C[M, N] = op(A) op(B) + beta C: one
-    single-threaded BLAS call.  With ``bias`` (then beta is ignored) the block of C starts
+    single-threaded BLAS call.  With ``bias`` (then beta is ignored): on the own float32
+    kernel the bias goes in with its first stores (gemm_bias); else the block of C starts
     as the broadcast bias, filled right before its GEMM (still in cache for it)."""
     cdef Py_ssize_t m0 = (M * (b // bn)) // bm
     cdef Py_ssize_t m1 = (M * (b // bn + 1)) // bm
@@ -119,6 +120,11 @@ cdef inline void _gemm_block(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ss
     cdef Py_ssize_t n1 = (N * (b % bn + 1)) // bn
     cdef Py_ssize_t r
     if bias != NULL:
+        if gemm_bias(ta, tb, <int>(m1 - m0), <int>(n1 - n0), <int>K,
+                     (A + m0) if ta else (A + m0 * lda), <int>lda,
+                     (B + n0 * ldb) if tb else (B + n0), <int>ldb, bias + n0,
+                     C + m0 * ldc + n0, <int>ldc):
+            return
         beta = 1.0
         for r in range(m0, m1):
             memcpy(&C[r * ldc + n0], &bias[n0], (n1 - n0) * sizeof(real))

@@ -23,7 +23,7 @@ cdef extern from "fnn_sgemm.h" nogil:
     int FNN_HAVE_SGZ
     int fnn_sgemm_z(int trans_a, int trans_b, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K,
                     float alpha, const float* A, Py_ssize_t lda, const float* B, Py_ssize_t ldb,
-                    float beta, float* C, Py_ssize_t ldc)
+                    float beta, float* C, Py_ssize_t ldc, const float* bias)
 
 # float32 GEMMs of at least this size run fastnn's own AVX-512 kernel (fnn_sgemm.h) in the
 # avx512 build: 5-20% faster than OpenBLAS's on one core of the machines measured.
@@ -86,7 +86,8 @@ cdef inline void gemm(bint trans_a, bint trans_b, int M, int N, int K, real alph
         return
     if real is float:
         if _sgz_on and M >= 24 and N >= 32 and K >= 16:
-            if fnn_sgemm_z(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0:
+            if fnn_sgemm_z(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+                           NULL) == 0:
                 return
         if _sgemm64 != NULL:
             _sgemm64(&tb, &ta, &m, &n, &k, &alpha, B, &la, A, &lb, &beta, C, &lc)
@@ -96,6 +97,19 @@ cdef inline void gemm(bint trans_a, bint trans_b, int M, int N, int K, real alph
             _dgemm64(&tb, &ta, &m, &n, &k, &alpha, B, &la, A, &lb, &beta, C, &lc)
             return
     _scipy_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
+
+
+cdef inline bint gemm_bias(bint trans_a, bint trans_b, int M, int N, int K, const real* A,
+                           int lda, const real* B, int ldb, const real* bias, real* C,
+                           int ldc) noexcept nogil:
+    """C = op(A) op(B) + bias (one value per column) on the own float32 kernel, the bias
+    added in its first stores (no fill of C and no read of it) -> True; False (nothing
+    done) where ``gemm`` would not run the own kernel: the caller fills C and runs gemm."""
+    if real is float:
+        if _sgz_on and M >= 24 and N >= 32 and K >= 16:
+            return fnn_sgemm_z(trans_a, trans_b, M, N, K, 1, A, lda, B, ldb, 0, C, ldc,
+                               bias) == 0
+    return False
 
 
 def _gemm_hook(bint trans_a, bint trans_b, alpha, a, b, beta, c):

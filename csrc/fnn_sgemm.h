@@ -161,12 +161,13 @@ fnn_sgz_pack_at(const float *A, ptrdiff_t lda, ptrdiff_t kc, ptrdiff_t mc, float
 }
 
 /* One tile: rows [0, mr) by the 32 columns of panel b (columns under masks m0 | m1).
- * A's element (r, k) is a[r * rs + k * ks].  first: C = alpha acc + beta C (beta == 0:
+ * A's element (r, k) is a[r * rs + k * ks].  first: C = alpha acc + bias (the tile's 32
+ * column values, when bias is not NULL; C is not read) or alpha acc + beta C (beta == 0:
  * C is not read); else C += alpha acc. */
 static inline __attribute__((always_inline)) void
 fnn_sgz_tile(const int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *b,
              ptrdiff_t kc, float *c, ptrdiff_t ldc, __mmask16 m0, __mmask16 m1,
-             float alpha, float beta, int first)
+             float alpha, float beta, const float *bias, int first)
 {
     __m512 c0[FNN_SGZ_MR], c1[FNN_SGZ_MR];
 #pragma GCC unroll 12
@@ -186,11 +187,16 @@ fnn_sgz_tile(const int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks, const flo
         }
     }
     const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    const __m512 bb0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
+    const __m512 bb1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
 #pragma GCC unroll 12
     for (int r = 0; r < mr; r++) {
         float *cr = c + r * ldc;
         __m512 y0 = _mm512_mul_ps(c0[r], va), y1 = _mm512_mul_ps(c1[r], va);
-        if (!first) {
+        if (first && bias) {
+            y0 = _mm512_add_ps(y0, bb0);
+            y1 = _mm512_add_ps(y1, bb1);
+        } else if (!first) {
             y0 = _mm512_add_ps(y0, _mm512_maskz_loadu_ps(m0, cr));
             y1 = _mm512_add_ps(y1, _mm512_maskz_loadu_ps(m1, cr + 16));
         } else if (beta != 0.0f) {
@@ -206,40 +212,44 @@ fnn_sgz_tile(const int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks, const flo
 static inline __attribute__((always_inline)) void
 fnn_sgz_rows(const int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *pb,
              ptrdiff_t kc, ptrdiff_t nc, float *c, ptrdiff_t ldc, float alpha, float beta,
-             int first)
+             const float *bias, int first)
 {
     for (ptrdiff_t j = 0; j < nc; j += FNN_SGZ_NR) {
         const ptrdiff_t w = nc - j;
         const __mmask16 m0 = (__mmask16)(w >= 16 ? 0xFFFF : (1u << w) - 1);
         const __mmask16 m1 = (__mmask16)(w >= 32 ? 0xFFFF : w > 16 ? (1u << (w - 16)) - 1 : 0);
-        fnn_sgz_tile(mr, a, rs, ks, pb + j * kc, kc, c + j, ldc, m0, m1, alpha, beta, first);
+        fnn_sgz_tile(mr, a, rs, ks, pb + j * kc, kc, c + j, ldc, m0, m1, alpha, beta,
+                     bias ? bias + j : NULL, first);
     }
 }
 
 #define FNN_SGZ_ROWS_CASE(n) \
-    case n: fnn_sgz_rows(n, a, rs, ks, pb, kc, nc, c, ldc, alpha, beta, first); break;
+    case n: fnn_sgz_rows(n, a, rs, ks, pb, kc, nc, c, ldc, alpha, beta, bias, first); break;
 
 static void
 fnn_sgz_rows_any(int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *pb,
                  ptrdiff_t kc, ptrdiff_t nc, float *c, ptrdiff_t ldc, float alpha, float beta,
-                 int first)
+                 const float *bias, int first)
 {
     switch (mr) {
     FNN_SGZ_ROWS_CASE(1) FNN_SGZ_ROWS_CASE(2) FNN_SGZ_ROWS_CASE(3) FNN_SGZ_ROWS_CASE(4)
     FNN_SGZ_ROWS_CASE(5) FNN_SGZ_ROWS_CASE(6) FNN_SGZ_ROWS_CASE(7) FNN_SGZ_ROWS_CASE(8)
     FNN_SGZ_ROWS_CASE(9) FNN_SGZ_ROWS_CASE(10) FNN_SGZ_ROWS_CASE(11)
-    default: fnn_sgz_rows(FNN_SGZ_MR, a, rs, ks, pb, kc, nc, c, ldc, alpha, beta, first); break;
+    default: fnn_sgz_rows(FNN_SGZ_MR, a, rs, ks, pb, kc, nc, c, ldc, alpha, beta, bias, first); break;
     }
 }
 #undef FNN_SGZ_ROWS_CASE
 
 /* Row-major C[M, N] = alpha op(A) op(B) + beta C; op(A) is M x K (A stored (K, M) when
- * trans_a), op(B) is K x N (B stored (N, K) when trans_b).  M, N, K > 0.  Returns 0, or
- * -1 (C untouched) when the packing buffer cannot be had. */
+ * trans_a), op(B) is K x N (B stored (N, K) when trans_b).  M, N, K > 0.  bias (N
+ * values) or NULL: with it C = alpha op(A) op(B) + bias[column] (beta ignored, C not
+ * read: a linear layer's bias added in the first k block's stores, the same bits as a C
+ * filled with the bias and beta = 1).  Returns 0, or -1 (C untouched) when the packing
+ * buffer cannot be had. */
 static int
 fnn_sgemm_z(int trans_a, int trans_b, ptrdiff_t M, ptrdiff_t N, ptrdiff_t K, float alpha,
             const float *A, ptrdiff_t lda, const float *B, ptrdiff_t ldb, float beta,
-            float *C, ptrdiff_t ldc)
+            float *C, ptrdiff_t ldc, const float *bias)
 {
     float *pb = fnn_sgz_buffer(), *pa;
     if (pb == NULL)
@@ -262,12 +272,13 @@ fnn_sgemm_z(int trans_a, int trans_b, ptrdiff_t M, ptrdiff_t N, ptrdiff_t K, flo
                     /* trans_a: the tile's packed run, k steps 12 apart; else A in place */
                     const float *at = trans_a ? pa + (i - i0) * kc : A + i * lda + p0;
                     const ptrdiff_t trs = trans_a ? 1 : lda, tks = trans_a ? FNN_SGZ_MR : 1;
+                    const float *bj = bias ? bias + jc : NULL;
                     if (mr == FNN_SGZ_MR)
                         fnn_sgz_rows(FNN_SGZ_MR, at, trs, tks, pb, kc, nc, C + i * ldc + jc,
-                                     ldc, alpha, beta, kb == 0);
+                                     ldc, alpha, beta, bj, kb == 0);
                     else
                         fnn_sgz_rows_any(mr, at, trs, tks, pb, kc, nc, C + i * ldc + jc, ldc,
-                                         alpha, beta, kb == 0);
+                                         alpha, beta, bj, kb == 0);
                 }
             }
         }
@@ -280,10 +291,10 @@ fnn_sgemm_z(int trans_a, int trans_b, ptrdiff_t M, ptrdiff_t N, ptrdiff_t K, flo
 static inline int
 fnn_sgemm_z(int trans_a, int trans_b, ptrdiff_t M, ptrdiff_t N, ptrdiff_t K, float alpha,
             const float *A, ptrdiff_t lda, const float *B, ptrdiff_t ldb, float beta,
-            float *C, ptrdiff_t ldc)
+            float *C, ptrdiff_t ldc, const float *bias)
 {
     (void)trans_a; (void)trans_b; (void)M; (void)N; (void)K; (void)alpha; (void)A;
-    (void)lda; (void)B; (void)ldb; (void)beta; (void)C; (void)ldc;
+    (void)lda; (void)B; (void)ldb; (void)beta; (void)C; (void)ldc; (void)bias;
     return -1;
 }
 #endif

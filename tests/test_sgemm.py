@@ -116,6 +116,26 @@ def test_sgemm_output_does_not_depend_on_its_tile(mod):
 
 
 @pytest.mark.parametrize("mod", MODS)
+def test_linear_bias_in_the_own_kernel_equals_a_bias_filled_c(mod):
+    """linear() hands its bias to the own kernel, added with the first stores: the same
+    bits as the kernel on a C filled with the bias and beta = 1 (both weight layouts, two
+    row blocks, a column tail)."""
+    if not mod._use_own_sgemm(True):
+        pytest.skip("this variant has no own float32 GEMM (it is the avx512 build's)")
+    mod._use_own_sgemm(mod._own_sgemm_default())
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((300, 200)).astype(np.float32)
+    w = rng.standard_normal((130, 200)).astype(np.float32)
+    b = rng.standard_normal(130).astype(np.float32)
+    wc = np.ascontiguousarray(w.T)
+    for weight, ta_b, bm in ((w, True, w), (wc.T, False, wc)):
+        y = mod.linear(x, weight, b)[0]
+        c = np.broadcast_to(b, (300, 130)).copy()
+        mod._gemm_hook(False, ta_b, 1.0, x, bm, 1.0, c)
+        np.testing.assert_array_equal(y, c)
+
+
+@pytest.mark.parametrize("mod", MODS)
 def test_sgemm_hook_rejects_bad_operands(mod):
     a = np.zeros((4, 5), np.float32)
     with pytest.raises(ValueError, match="chain"):
