@@ -267,11 +267,9 @@ cdef inline bint _few_rows_fwd(cnp.ndarray x, bint w_in_out, Py_ssize_t rows,
     return _few_rows(x, w_in_out, rows, n_in, n_out) and (w_in_out or rows != 2)
 
 
-
-
 def _linear_route(x, weight):
     """Test hook: which kernel linear(x, weight, bias) runs -- "few_rows" (fnn_skinny.h's
-    tiles / the one-row pass) or "gemm" (the blocked GEMM: own kernel or BLAS)."""
+    tiles) or "gemm" (the blocked GEMM: own kernel or BLAS)."""
     cdef cnp.ndarray xa = x, wa = weight
     return "few_rows" if _few_rows_fwd(xa, _weight_in_out(wa), _rows(xa), wa.shape[1],
                                        wa.shape[0]) else "gemm"
@@ -814,6 +812,8 @@ cdef void _skinny_io_rows(const real* x, const real* w, real* p, Py_ssize_t M, P
 cdef extern from "fnn_skinny.h" nogil:
     void fnn_dot_rows_f32(const float* x, Py_ssize_t K, const float* w, int nr, float* out)
     int FNN_HAVE_SKINNY_OI
+    enum:
+        FNN_SK_KB
     Py_ssize_t fnn_skinny_oi_scratch(Py_ssize_t M, Py_ssize_t K)
     int fnn_skinny_oi_pack(const float* x, Py_ssize_t M, Py_ssize_t K, float* xp)
     void fnn_skinny_oi_f32(const float* x, Py_ssize_t M, Py_ssize_t K, const float* w,
@@ -863,7 +863,7 @@ cdef int _skinny_oi_z(const float* x, const float* w, const float* b, float* y,
     one k block; else per thread), the _SK_VB-column blocks in nt contiguous ranges.
     -> 0, or -1 when out of memory."""
     cdef Py_ssize_t S = fnn_skinny_oi_scratch(M, K), c, n0, n1
-    cdef int per = 0 if K <= 8192 else 1          # FNN_SK_KB: one shared pack
+    cdef int per = K > FNN_SK_KB          # more than one k block: a pack per thread
     cdef float* raw = <float*>fnn_alloc(S * (nt if per else 1) + 16, sizeof(float))
     cdef float* xs
     cdef int ready

@@ -423,6 +423,7 @@ static inline void fnn_dot_rows_f32(const float *x, ptrdiff_t K, const float *w,
 #endif
 #ifndef FNN_HAVE_SKINNY_OI
 #define FNN_HAVE_SKINNY_OI 0
+#define FNN_SK_KB 8192
 static inline void fnn_few_rows_io_f32(const float *A, ptrdiff_t lda, ptrdiff_t M, ptrdiff_t K,
                                        const float *B, ptrdiff_t ldb, ptrdiff_t n0,
                                        ptrdiff_t n1, const float *bias, float *C, ptrdiff_t ldc)
