@@ -360,10 +360,9 @@ cdef int _linear_bwd_few(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, bint w_in
     """linear_backward for _few_rows (float32, fewer than 24 rows).  d_input: dy W on the
     few-row row-strip tiles for Linear's (out, in) weight, dy Wc^T on the dot tiles
     (Wc's rows dotted with dy's) for GPT-2's (in, out) one.  d_weight, a product over the
-    few rows: GPT-2's (x^T dy) written once by the outer-product tiles below 16 rows (the
-    own GEMM's least depth), Linear's (dy^T x) and deeper ones on the GEMM blocks (the
-    outer-product tiles were no faster than BLAS for that layout).  -> 0, or -1 when out
-    of memory."""
+    few rows (dy^T x, or x^T dy in GPT-2's layout), is written once by the outer-product
+    tiles below 16 rows (the own GEMM's least depth), else on the GEMM blocks.  -> 0, or
+    -1 when out of memory."""
     cdef const float* pdy = <const float*>_data(dy, rows * n_out, F32)
     cdef const float* pw = <const float*>_pw(w, w_in_out, <float>0)
     cdef const float* px = <const float*>_data(x, rows * n_in, F32)
@@ -381,9 +380,12 @@ cdef int _linear_bwd_few(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, bint w_in
             _few_rows_io(pdy, n_out, rows, n_out, pw, n_in, NULL, pdx)
     if rc:
         return -1
-    if w_in_out and rows < 16:
+    if rows < 16:
         with nogil:
-            _few_k_outer(px, n_in, pdy, n_out, rows, pdw)
+            if w_in_out:   # dWc (in, out) = x^T dy
+                _few_k_outer(px, n_in, pdy, n_out, rows, pdw)
+            else:          # dW (out, in) = dy^T x
+                _few_k_outer(pdy, n_out, px, n_in, rows, pdw)
     else:
         nt = bm_w * bn_w if bm_w * bn_w < nmax else nmax
         with _blas_guard(n_out, n_in, rows):

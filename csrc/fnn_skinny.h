@@ -349,7 +349,7 @@ static inline void fnn_few_rows_io_f32(const float *A, ptrdiff_t lda, ptrdiff_t 
 }
 
 /* ---- C[p, :Q] = sum over m < K (few) of A[m, p] B[m, :Q], p in [p0, p1): the weight
- * gradient of a few-row linear with GPT-2's (in, out) weight (x^T dy), written once.
+ * gradient of a few-row linear (dy^T x, or x^T dy for GPT-2's layout), written once.
  * Tiles of 4 rows of C by 64 columns (16 accumulators): per m, 4 vectors of B's row m and
  * 4 broadcasts of A.  Each output sums m in order: the same bits for any row range. */
 static inline __attribute__((always_inline)) void

@@ -197,8 +197,8 @@ def test_sgemm_buffer_is_freed_when_its_thread_ends():
 # linear() with fewer than 24 rows (the own GEMM's lower bound) in float32 runs
 # fnn_skinny.h's dot tiles on an (out, in) weight and its row-strip tiles on an (in, out)
 # one (GPT-2's Conv1D layout) in the avx512 build; linear_backward takes d_input on the
-# row-strip tiles (Linear's weight) or the dot tiles (GPT-2's), and GPT-2's d_weight below
-# 16 rows on the outer-product tiles.  The other builds and FASTNN_SGEMM=blas keep BLAS.
+# row-strip tiles (Linear's weight) or the dot tiles (GPT-2's), and d_weight below 16 rows
+# on the outer-product tiles.  The other builds and FASTNN_SGEMM=blas keep BLAS.
 # Shapes cross the tiles' edges: 4- and 8-row groups, 4-column dot tiles, 32/64-column
 # strips and the aligning head chunk, 16-float k steps, the 8192-float k block.
 FEW_ROWS = [1, 2, 3, 4, 5, 7, 8, 9, 13, 23]
