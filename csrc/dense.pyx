@@ -858,6 +858,13 @@ cdef void _skinny_oi(const real* x, const real* w, const real* b, real* y, Py_ss
             m += nr
 
 
+cdef inline Py_ssize_t _bound(Py_ssize_t c, int nt, Py_ssize_t nblk, Py_ssize_t g,
+                              Py_ssize_t n) noexcept nogil:
+    """Start of range c of nt over n items in nblk whole blocks of g (capped at n)."""
+    cdef Py_ssize_t v = g * (nblk * c // nt)
+    return v if v < n else n
+
+
 cdef int _skinny_oi_z(const float* x, const float* w, const float* b, float* y,
                       Py_ssize_t M, Py_ssize_t K, Py_ssize_t N, Py_ssize_t nblk,
                       int nt) noexcept nogil:
@@ -877,10 +884,8 @@ cdef int _skinny_oi_z(const float* x, const float* w, const float* b, float* y,
         fnn_skinny_oi_f32(x, M, K, w, N, 0, N, b, y, xs, ready)
     else:
         for c in prange(nt, schedule="static", num_threads=nt):
-            n0 = _SK_VB * (nblk * c // nt)
-            n1 = _SK_VB * (nblk * (c + 1) // nt)
-            if n1 > N:
-                n1 = N
+            n0 = _bound(c, nt, nblk, _SK_VB, N)
+            n1 = _bound(c + 1, nt, nblk, _SK_VB, N)
             fnn_skinny_oi_f32(x, M, K, w, N, n0, n1, b, y, xs + (0 if ready else c * S), ready)
     free(raw)
     return 0
@@ -899,10 +904,8 @@ cdef void _few_rows_io(const float* A, Py_ssize_t lda, Py_ssize_t M, Py_ssize_t 
         fnn_few_rows_io_f32(A, lda, M, K, B, N, 0, N, bias, C, N)
         return
     for c in prange(nt, schedule="static", num_threads=nt):
-        n0 = 64 * (nblk * c // nt)
-        n1 = 64 * (nblk * (c + 1) // nt)
-        if n1 > N:
-            n1 = N
+        n0 = _bound(c, nt, nblk, 64, N)
+        n1 = _bound(c + 1, nt, nblk, 64, N)
         fnn_few_rows_io_f32(A, lda, M, K, B, N, n0, n1, bias, C, N)
 
 
@@ -918,10 +921,8 @@ cdef void _few_k_outer(const float* A, Py_ssize_t P, const float* B, Py_ssize_t 
         fnn_few_k_outer_f32(A, P, B, Q, K, 0, P, Q, C, Q)
         return
     for c in prange(nt, schedule="static", num_threads=nt):
-        p0 = 4 * (nblk * c // nt)
-        p1 = 4 * (nblk * (c + 1) // nt)
-        if p1 > P:
-            p1 = P
+        p0 = _bound(c, nt, nblk, 4, P)
+        p1 = _bound(c + 1, nt, nblk, 4, P)
         fnn_few_k_outer_f32(A, P, B, Q, K, p0, p1, Q, C, Q)
 
 

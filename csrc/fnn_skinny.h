@@ -135,28 +135,14 @@ fnn_sk_tile(const int R, const int C, const float *xg, ptrdiff_t ns, const float
     for (int i = 0; i < 16; i++)
         acc[i] = _mm512_setzero_ps();
     const float *w1 = w + ldw, *w2 = w + 2 * ldw, *w3 = w + 3 * ldw;
-    const ptrdiff_t full = kn / 16;
-    for (ptrdiff_t q = 0; q < full; q++, xg += 64) {
+    const __mmask16 tail = (__mmask16)((1u << (kn % 16)) - 1);   /* the last, short step */
+    for (ptrdiff_t q = 0; q < ns; q++, xg += 64) {
+        const __mmask16 m = 16 * q + 16 <= kn ? (__mmask16)0xFFFF : tail;
         __m512 wv[4];
-        wv[0] = _mm512_loadu_ps(w + 16 * q);
-        if (C > 1) wv[1] = _mm512_loadu_ps(w1 + 16 * q);
-        if (C > 2) wv[2] = _mm512_loadu_ps(w2 + 16 * q);
-        if (C > 3) wv[3] = _mm512_loadu_ps(w3 + 16 * q);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            const __m512 xv = _mm512_load_ps(xg + 16 * r);
-#pragma GCC unroll 4
-            for (int c = 0; c < C; c++)
-                acc[r * 4 + c] = _mm512_fmadd_ps(xv, wv[c], acc[r * 4 + c]);
-        }
-    }
-    if (full < ns) {
-        const __mmask16 m = (__mmask16)((1u << (kn - 16 * full)) - 1);
-        __m512 wv[4];
-        wv[0] = _mm512_maskz_loadu_ps(m, w + 16 * full);
-        if (C > 1) wv[1] = _mm512_maskz_loadu_ps(m, w1 + 16 * full);
-        if (C > 2) wv[2] = _mm512_maskz_loadu_ps(m, w2 + 16 * full);
-        if (C > 3) wv[3] = _mm512_maskz_loadu_ps(m, w3 + 16 * full);
+        wv[0] = _mm512_maskz_loadu_ps(m, w + 16 * q);
+        if (C > 1) wv[1] = _mm512_maskz_loadu_ps(m, w1 + 16 * q);
+        if (C > 2) wv[2] = _mm512_maskz_loadu_ps(m, w2 + 16 * q);
+        if (C > 3) wv[3] = _mm512_maskz_loadu_ps(m, w3 + 16 * q);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const __m512 xv = _mm512_load_ps(xg + 16 * r);

@@ -5,14 +5,19 @@ import numpy as np
 from .core import BenchCase, torch_or_none
 
 
+def _operands(rows, n_in, n_out):
+    """(rng, x, weight, bias) of a linear benchmark, seeded."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((rows, n_in)).astype(np.float32)
+    w = (rng.standard_normal((n_out, n_in)) * 0.02).astype(np.float32)
+    return rng, x, w, np.zeros(n_out, np.float32)
+
+
 def _linear(rows, n_in, n_out):
     def make():
         import fastnn.functional as F
         from fastnn._backend import backend
-        rng = np.random.default_rng(0)
-        x = rng.standard_normal((rows, n_in)).astype(np.float32)
-        w = (rng.standard_normal((n_out, n_in)) * 0.02).astype(np.float32)
-        b = np.zeros(n_out, np.float32)
+        rng, x, w, b = _operands(rows, n_in, n_out)
         dy = rng.standard_normal((rows, n_out)).astype(np.float32)
         ref = backend("reference")
 
@@ -45,10 +50,7 @@ def _few_rows(rows, n_in, n_out):
     def make():
         import fastnn.functional as F
         from fastnn._backend import backend
-        rng = np.random.default_rng(0)
-        x = rng.standard_normal((rows, n_in)).astype(np.float32)
-        w = (rng.standard_normal((n_out, n_in)) * 0.02).astype(np.float32)
-        b = np.zeros(n_out, np.float32)
+        _, x, w, b = _operands(rows, n_in, n_out)
         ref = backend("reference")
         fns = {"fastnn": lambda: F.linear(x, w, b), "reference": lambda: ref.linear(x, w, b),
                "torch": None}
