@@ -649,16 +649,18 @@ static inline __m512 fnn_sigmoid16(__m512 z) {
 }
 
 /* tanh on 16 lanes without a division (the avx512 build's Tanh forward): with a = |x|,
-   a < 0.375: the odd polynomial a + a s (t3 + s (t5 + s (t7 + s (t9 + s t11)))), s = a^2;
-   0.375 <= a < 7.875: the piece k = round(4a) of fnn_tanh16_tab (degree 5 in a - k/4);
-   past that, inf or NaN: 1 - 2e(1 - e), e = exp(-2a) < 1.5e-7 (the series of
-   1 - 2e / (1 + e) to within 2e^3), only when a vector has such a lane.  The sign comes
-   back from x, so tanh(-0) = -0.  Fitted by tools/tanh_tables.py: < 1.6 ulp evaluated in
-   float32 (the generic form: one expm1 and one division, < 2.5 ulp).  The division took
-   most of a Xeon's time: 4M floats in 1.14 ms on 2 threads, torch 0.60. */
+   a < 7.875: the piece k = round(4a) of fnn_tanh16_tab (degree 5 in a - k/4), times a
+   for pieces 0 and 1 (a < 0.375), which hold tanh(a) / a (no constant term to cancel
+   against the slope, and relative accuracy down to subnormal a, by one masked multiply
+   instead of a separate odd polynomial below 0.375); past that, inf or NaN:
+   1 - 2e(1 - e), e = exp(-2a) < 1.5e-7 (the series of 1 - 2e / (1 + e) to within 2e^3),
+   only when a vector has such a lane.  The sign comes back from x, so tanh(-0) = -0.
+   Fitted by tools/tanh_tables.py: < 1.6 ulp evaluated in float32 (the generic form: one
+   expm1 and one division, < 2.5 ulp).  The division took most of a Xeon's time: 4M
+   floats in 1.14 ms on 2 threads, torch 0.60. */
 static const float fnn_tanh16_tab[6][32] __attribute__((aligned(64))) = {
   {
-    2.067760297e-13f, 2.449186593e-01f, 4.621171653e-01f, 6.351489425e-01f,
+    1.000000000e+00f, 9.796746373e-01f, 4.621171653e-01f, 6.351489425e-01f,
     7.615941763e-01f, 8.482836485e-01f, 9.051482677e-01f, 9.413755536e-01f,
     9.640275836e-01f, 9.780260921e-01f, 9.866142869e-01f, 9.918597341e-01f,
     9.950547814e-01f, 9.969976544e-01f, 9.981778860e-01f, 9.988944530e-01f,
@@ -668,7 +670,7 @@ static const float fnn_tanh16_tab[6][32] __attribute__((aligned(64))) = {
     9.999983311e-01f, 9.999989867e-01f, 9.999994040e-01f, 9.999996424e-01f
   },
   {
-    1.000000000e+00f, 9.400149584e-01f, 7.864477634e-01f, 5.965858102e-01f,
+    -7.199907515e-08f, -1.586391926e-01f, 7.864477634e-01f, 5.965858102e-01f,
     4.199743271e-01f, 2.804148495e-01f, 1.807066351e-01f, 1.138120964e-01f,
     7.065082341e-02f, 4.346491769e-02f, 2.659222670e-02f, 1.621428691e-02f,
     9.866037406e-03f, 5.995715037e-03f, 3.640884766e-03f, 2.209892264e-03f,
@@ -678,7 +680,7 @@ static const float fnn_tanh16_tab[6][32] __attribute__((aligned(64))) = {
     3.326109436e-06f, 2.017388624e-06f, 1.223608592e-06f, 7.421562600e-07f
   },
   {
-    5.273417401e-07f, -2.302197665e-01f, -3.634254336e-01f, -3.789207041e-01f,
+    -3.333275616e-01f, -2.863494456e-01f, -3.634254336e-01f, -3.789207041e-01f,
     -3.198520839e-01f, -2.378730327e-01f, -1.635670960e-01f, -1.071401462e-01f,
     -6.810932606e-02f, -4.250974581e-02f, -2.623619139e-02f, -1.608223654e-02f,
     -9.817205369e-03f, -5.977686495e-03f, -3.634233726e-03f, -2.207438461e-03f,
@@ -688,34 +690,34 @@ static const float fnn_tanh16_tab[6][32] __attribute__((aligned(64))) = {
     -3.326087381e-06f, -2.017376573e-06f, -1.223601771e-06f, -7.421523378e-07f
   },
   {
-    -3.333604932e-01f, -2.569871843e-01f, -9.421861172e-02f, 4.180517793e-02f,
+    -1.855572191e-04f, 1.175974384e-01f, -9.421861172e-02f, 4.180517793e-02f,
     1.036054194e-01f, 1.083122715e-01f, 8.781711012e-02f, 6.292191893e-02f,
     4.210912809e-02f, 2.708742768e-02f, 1.702098735e-02f, 1.054660138e-02f,
     6.480003241e-03f, 3.961183131e-03f, 2.413993003e-03f, 1.468373230e-03f,
     8.921660483e-04f, 5.416978966e-04f, 3.287669388e-04f, 1.994847116e-04f,
     1.210221017e-04f, 7.341410674e-05f, 4.453176734e-05f, 2.701130143e-05f,
-    1.638370486e-05f, 9.937411960e-06f, 6.027415566e-06f, 3.655838327e-06f,
+    1.638370486e-05f, 9.937411960e-06f, 6.027415111e-06f, 3.655838327e-06f,
     2.217387419e-06f, 1.344917223e-06f, 8.157346088e-07f, 4.947688126e-07f
   },
   {
-    5.110499333e-04f, 1.382221133e-01f, 1.636056751e-01f, 9.972685575e-02f,
+    1.361317039e-01f, 8.781662583e-02f, 1.636056751e-01f, 9.972685575e-02f,
     2.811319195e-02f, -1.226414461e-02f, -2.481295541e-02f, -2.347696945e-02f,
     -1.789437048e-02f, -1.233792864e-02f, -8.063067682e-03f, -5.111625884e-03f,
     -3.183508292e-03f, -1.961893635e-03f, -1.201444422e-03f, -7.329626824e-04f,
     -4.461323551e-04f, -2.711708366e-04f, -1.646862511e-04f, -9.996560402e-05f,
     -6.066104106e-05f, -3.680339069e-05f, -2.232628867e-05f, -1.354301548e-05f,
-    -8.214781701e-06f, -4.982710379e-06f, -3.022239298e-06f, -1.833106467e-06f,
-    -1.111845563e-06f, -6.743709946e-07f, -4.090287007e-07f, -2.480877868e-07f
+    -8.214781701e-06f, -4.982710379e-06f, -3.022239298e-06f, -1.833106580e-06f,
+    -1.111845563e-06f, -6.743709946e-07f, -4.090287575e-07f, -2.480878436e-07f
   },
   {
-    1.298966259e-01f, 7.416953146e-02f, -2.581673302e-02f, -6.347954273e-02f,
+    -1.987816393e-02f, -6.312026829e-02f, -2.581673302e-02f, -6.347954273e-02f,
     -4.632626846e-02f, -1.935124584e-02f, -2.771080472e-03f, 3.645012854e-03f,
     4.764713347e-03f, 3.985986579e-03f, 2.859432250e-03f, 1.906016725e-03f,
     1.221334795e-03f, 7.652744534e-04f, 4.732838715e-04f, 2.904413850e-04f,
-    1.774106204e-04f, 1.080656875e-04f, 6.571492850e-05f, 3.992062193e-05f,
-    2.423612386e-05f, 1.470839106e-05f, 8.924215763e-06f, 5.413974577e-06f,
-    3.284160130e-06f, 1.992076250e-06f, 1.208332264e-06f, 7.329016967e-07f,
-    4.445458046e-07f, 2.696142474e-07f, 1.635461899e-07f, 9.917593502e-08f
+    1.774106204e-04f, 1.080656948e-04f, 6.571493577e-05f, 3.992062193e-05f,
+    2.423611659e-05f, 1.470839197e-05f, 8.924217582e-06f, 5.413974122e-06f,
+    3.284160584e-06f, 1.992076477e-06f, 1.208333401e-06f, 7.329034588e-07f,
+    4.445471973e-07f, 2.696157253e-07f, 1.635483500e-07f, 9.917614818e-08f
   }
 };
 #define FNN_TANH16_SMALL 0.375f
@@ -734,15 +736,10 @@ static inline __m512 fnn_tanh16_piece(const fnn_tab16_t* t, __m512 ax) {
 }
 static inline __m512 fnn_tanh16(const fnn_tab16_t* t, __m512 x) {
     __m512 ax = _mm512_abs_ps(x);
-    __m512 s = _mm512_mul_ps(ax, ax);
-    __m512 q = _mm512_fmadd_ps(_mm512_set1_ps(4.566179216e-02f), s, _mm512_set1_ps(5.831301678e-03f));
-    q = _mm512_fmadd_ps(q, s, _mm512_set1_ps(-5.239549652e-02f));
-    q = _mm512_fmadd_ps(q, s, _mm512_set1_ps(1.332767159e-01f));
-    q = _mm512_fmadd_ps(q, s, _mm512_set1_ps(-3.333327770e-01f));
-    __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(ax, s), q, ax);
     __m512 r = fnn_tanh16_piece(t, ax);               /* lanes past the cut: replaced */
-    r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(ax, _mm512_set1_ps(FNN_TANH16_SMALL),
-                                                _CMP_LT_OQ), r, small);
+    /* pieces 0 and 1 hold tanh(a) / a */
+    r = _mm512_mask_mul_ps(r, _mm512_cmp_ps_mask(ax, _mm512_set1_ps(FNN_TANH16_SMALL),
+                                                 _CMP_LT_OQ), r, ax);
     __mmask16 fast = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(FNN_TANH16_CUT), _CMP_LT_OQ);
     if (fast != 0xffff) {
         __m512 e = fnn_exp_nonpos_ps16(_mm512_mul_ps(_mm512_set1_ps(-2.0f), ax));
