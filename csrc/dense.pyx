@@ -152,30 +152,78 @@ cdef void _gemm_blocks(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t 
         _gemm_block(ta, tb, M, N, K, beta, A, lda, B, ldb, C, ldc, bm, bn, b, bias)
 
 
+# d_bias (column sums of dy) as work items of the backward's region: strips of
+# _BIAS_STRIP columns, each summed exactly as _col_sum sums a column (chunks of
+# _BIAS_CHUNK rows in double, rows in order, the chunk partials added in chunk order), so
+# the same bits; the strips are handed out after the GEMM blocks, to whichever thread is
+# free first, instead of a pass on one thread after the region (the GPT demo's linear
+# layers: ~45 us of each layer's ~650 us backward, the other core idle meanwhile).
+cdef enum:
+    _BIAS_STRIP = 64
+    _BIAS_CHUNK = 256
+
+
+cdef void _col_sum_strip(const real* a, Py_ssize_t rows, Py_ssize_t n, Py_ssize_t s,
+                         real* out) noexcept nogil:
+    """out[j] = sum_r a[r, j] for the columns of strip s, as _col_sum(.., CH=_BIAS_CHUNK)."""
+    cdef double acc[_BIAS_STRIP]
+    cdef double tot[_BIAS_STRIP]
+    cdef Py_ssize_t j0 = s * _BIAS_STRIP, w = n - j0, r0, r1, r, j
+    cdef const real* row
+    if w > _BIAS_STRIP:
+        w = _BIAS_STRIP
+    for j in range(w):
+        tot[j] = 0
+    r0 = 0
+    while r0 < rows:
+        r1 = r0 + _BIAS_CHUNK
+        if r1 > rows:
+            r1 = rows
+        for j in range(w):
+            acc[j] = 0
+        for r in range(r0, r1):
+            row = a + r * n + j0
+            for j in range(w):
+                acc[j] += row[j]
+        for j in range(w):
+            tot[j] += acc[j]
+        r0 = r1
+    for j in range(w):
+        out[j0 + j] = <real>tot[j]
+
+
 cdef void _gemm_blocks2(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K,
                         const real* A, Py_ssize_t lda, const real* B, Py_ssize_t ldb,
                         real* C, Py_ssize_t ldc, int bm, int bn,
                         bint ta2, bint tb2, Py_ssize_t M2, Py_ssize_t N2, Py_ssize_t K2,
                         const real* A2, Py_ssize_t lda2, const real* B2, Py_ssize_t ldb2,
-                        real* C2, Py_ssize_t ldc2, int bm2, int bn2, int nt) noexcept nogil:
+                        real* C2, Py_ssize_t ldc2, int bm2, int bn2, int nt,
+                        const real* S=NULL, Py_ssize_t srows=0, Py_ssize_t sn=0,
+                        real* sums=NULL) noexcept nogil:
     """Two independent blocked GEMMs (beta 0) in one parallel region, the blocks of both
     handed out dynamically (the backward's d_input and d_weight: one fork/join instead of
-    two, and the threads balance over both)."""
-    cdef int b, nb1 = bm * bn, nb = bm * bn + bm2 * bn2
+    two, and the threads balance over both); with ``sums``, the column sums of S (srows x
+    sn, the bias gradient) too, in strips after the blocks (_col_sum_strip)."""
+    cdef int b, nb1 = bm * bn, nb2 = bm * bn + bm2 * bn2
+    cdef int nb = nb2 + (<int>((sn + _BIAS_STRIP - 1) // _BIAS_STRIP) if sums != NULL else 0)
     if nt <= 1:
         for b in range(nb):
             if b < nb1:
                 _gemm_block(ta, tb, M, N, K, 0, A, lda, B, ldb, C, ldc, bm, bn, b, NULL)
-            else:
+            elif b < nb2:
                 _gemm_block(ta2, tb2, M2, N2, K2, 0, A2, lda2, B2, ldb2, C2, ldc2, bm2, bn2,
                             b - nb1, NULL)
+            else:
+                _col_sum_strip(S, srows, sn, b - nb2, sums)
         return
     for b in prange(nb, schedule="dynamic", num_threads=nt):
         if b < nb1:
             _gemm_block(ta, tb, M, N, K, 0, A, lda, B, ldb, C, ldc, bm, bn, b, NULL)
-        else:
+        elif b < nb2:
             _gemm_block(ta2, tb2, M2, N2, K2, 0, A2, lda2, B2, ldb2, C2, ldc2, bm2, bn2,
                         b - nb1, NULL)
+        else:
+            _col_sum_strip(S, srows, sn, b - nb2, sums)
 
 
 def _gemm_split(Py_ssize_t M, Py_ssize_t N, Py_ssize_t K):
@@ -334,24 +382,19 @@ cdef void _linear_bwd_run(real z, cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, 
     cdef real* pdb = NULL if db is None else _p(<cnp.ndarray>db, n_out, z)
     with _blas_guard(rows, n_out, n_in):
         with nogil:
+            # d_bias: column strips of dy in the same region, after the GEMM blocks
             if w_in_out:
                 # dx = dy Wc^T; d_weight in the weight's own layout: dWc (in, out) = x^T dy
                 _gemm_blocks2(False, True, rows, n_in, n_out, pdy, n_out, pw, n_out, pdx,
                               n_in, bm_x, bn_x,
                               True, False, n_in, n_out, rows, px, n_in, pdy, n_out, pdw,
-                              n_out, bm_w, bn_w, nt)
+                              n_out, bm_w, bn_w, nt, pdy, rows, n_out, pdb)
             else:
                 # dx = dy W; dW (out, in) = dy^T x
                 _gemm_blocks2(False, False, rows, n_in, n_out, pdy, n_out, pw, n_in, pdx,
                               n_in, bm_x, bn_x,
                               True, False, n_out, n_in, rows, pdy, n_out, px, n_in, pdw,
-                              n_in, bm_w, bn_w, nt)
-    if pdb != NULL:
-        # d_bias on one thread: on the team it was no faster for the 4096 x 3072 dy (a
-        # memory-bound pass) and 12-18% slower for the GPT demo's linear fwd+bwd (one more
-        # parallel region, measured on 2 loaded cores)
-        with nogil:
-            _col_sum(pdy, rows, n_out, pdb, 1, 256)
+                              n_in, bm_w, bn_w, nt, pdy, rows, n_out, pdb)
 
 
 cdef int _linear_bwd_few(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, bint w_in_out,

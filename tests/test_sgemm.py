@@ -135,6 +135,41 @@ def test_linear_bias_in_the_own_kernel_equals_a_bias_filled_c(mod):
         np.testing.assert_array_equal(y, c)
 
 
+def _chunked_col_sum(a, chunk=256):
+    """Column sums as linear_backward's d_bias takes them: float64 partials over chunks of
+    `chunk` rows (rows in order), the partials added in chunk order, then float32."""
+    tot = np.zeros(a.shape[1])
+    for r0 in range(0, a.shape[0], chunk):
+        acc = np.zeros(a.shape[1])
+        for r in range(r0, min(r0 + chunk, a.shape[0])):
+            acc += a[r]
+        tot += acc
+    return tot.astype(np.float32)
+
+
+@pytest.mark.parametrize("mod", MODS)
+def test_linear_backward_bias_grad_bits(mod):
+    """d_bias is summed in column strips inside the GEMMs' parallel region: the same bits
+    as the chunked float64 column sum (rows past a 256-row chunk, a partial 64-column
+    strip), for both weight layouts, on 1 and 2 threads."""
+    import fastnn
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((600, 96)).astype(np.float32)
+    w = rng.standard_normal((150, 96)).astype(np.float32)
+    dy = rng.standard_normal((600, 150)).astype(np.float32)
+    b = np.zeros(150, np.float32)
+    want = _chunked_col_sum(dy)
+    n = fastnn.get_num_threads()
+    try:
+        for t in (1, 2):
+            fastnn.set_num_threads(t)
+            for weight in (w, np.ascontiguousarray(w.T).T):
+                db = mod.linear_backward(dy, mod.linear(x, weight, b)[1])[2]
+                np.testing.assert_array_equal(db, want)
+    finally:
+        fastnn.set_num_threads(n)
+
+
 @pytest.mark.parametrize("mod", MODS)
 def test_sgemm_hook_rejects_bad_operands(mod):
     a = np.zeros((4, 5), np.float32)
