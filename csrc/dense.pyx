@@ -152,44 +152,29 @@ cdef void _gemm_blocks(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t 
         _gemm_block(ta, tb, M, N, K, beta, A, lda, B, ldb, C, ldc, bm, bn, b, bias)
 
 
-# d_bias (column sums of dy) as work items of the backward's region: strips of
-# _BIAS_STRIP columns, each summed exactly as _col_sum sums a column (chunks of
-# _BIAS_CHUNK rows in double, rows in order, the chunk partials added in chunk order), so
-# the same bits; the strips are handed out after the GEMM blocks, to whichever thread is
-# free first, instead of a pass on one thread after the region (the GPT demo's linear
-# layers: ~45 us of each layer's ~650 us backward, the other core idle meanwhile).
+# d_bias (column sums of dy) as work items of the backward's region: one per chunk of
+# _BIAS_CHUNK rows, its float64 partial sums read along whole rows (fnn_colsum.h), handed
+# out after the GEMM blocks to whichever thread is free; the caller adds the partials in
+# chunk order -- _col_sum's arithmetic, the same bits.
+cdef extern from "fnn_colsum.h" nogil:
+    void fnn_colsum_chunk_f(const float* a, Py_ssize_t rows, Py_ssize_t n, Py_ssize_t chunk,
+                            Py_ssize_t c, double* part)
+    void fnn_colsum_chunk_d(const double* a, Py_ssize_t rows, Py_ssize_t n, Py_ssize_t chunk,
+                            Py_ssize_t c, double* part)
+    void fnn_colsum_finish_f(const double* part, Py_ssize_t nch, Py_ssize_t n, float* out)
+    void fnn_colsum_finish_d(const double* part, Py_ssize_t nch, Py_ssize_t n, double* out)
+
 cdef enum:
-    _BIAS_STRIP = 64
-    _BIAS_CHUNK = 256
+    _BIAS_CHUNK = 256     # rows per partial: as _col_sum(.., CH=256) before
 
 
-cdef void _col_sum_strip(const real* a, Py_ssize_t rows, Py_ssize_t n, Py_ssize_t s,
-                         real* out) noexcept nogil:
-    """out[j] = sum_r a[r, j] for the columns of strip s, as _col_sum(.., CH=_BIAS_CHUNK)."""
-    cdef double acc[_BIAS_STRIP]
-    cdef double tot[_BIAS_STRIP]
-    cdef Py_ssize_t j0 = s * _BIAS_STRIP, w = n - j0, r0, r1, r, j
-    cdef const real* row
-    if w > _BIAS_STRIP:
-        w = _BIAS_STRIP
-    for j in range(w):
-        tot[j] = 0
-    r0 = 0
-    while r0 < rows:
-        r1 = r0 + _BIAS_CHUNK
-        if r1 > rows:
-            r1 = rows
-        for j in range(w):
-            acc[j] = 0
-        for r in range(r0, r1):
-            row = a + r * n + j0
-            for j in range(w):
-                acc[j] += row[j]
-        for j in range(w):
-            tot[j] += acc[j]
-        r0 = r1
-    for j in range(w):
-        out[j0 + j] = <real>tot[j]
+cdef inline void _col_sum_chunk(const real* a, Py_ssize_t rows, Py_ssize_t n, Py_ssize_t c,
+                                double* part) noexcept nogil:
+    """Chunk c's float64 partial column sums of a (fnn_colsum.h)."""
+    if real is float:
+        fnn_colsum_chunk_f(a, rows, n, _BIAS_CHUNK, c, part)
+    else:
+        fnn_colsum_chunk_d(a, rows, n, _BIAS_CHUNK, c, part)
 
 
 cdef void _gemm_blocks2(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K,
@@ -199,13 +184,14 @@ cdef void _gemm_blocks2(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t
                         const real* A2, Py_ssize_t lda2, const real* B2, Py_ssize_t ldb2,
                         real* C2, Py_ssize_t ldc2, int bm2, int bn2, int nt,
                         const real* S=NULL, Py_ssize_t srows=0, Py_ssize_t sn=0,
-                        real* sums=NULL) noexcept nogil:
+                        double* part=NULL) noexcept nogil:
     """Two independent blocked GEMMs (beta 0) in one parallel region, the blocks of both
     handed out dynamically (the backward's d_input and d_weight: one fork/join instead of
-    two, and the threads balance over both); with ``sums``, the column sums of S (srows x
-    sn, the bias gradient) too, in strips after the blocks (_col_sum_strip)."""
+    two, and the threads balance over both); with ``part``, the float64 partial column
+    sums of S (srows x sn, for the bias gradient) too: one item per chunk of _BIAS_CHUNK
+    rows after the blocks (_col_sum_chunk; the caller adds the partials up)."""
     cdef int b, nb1 = bm * bn, nb2 = bm * bn + bm2 * bn2
-    cdef int nb = nb2 + (<int>((sn + _BIAS_STRIP - 1) // _BIAS_STRIP) if sums != NULL else 0)
+    cdef int nb = nb2 + (<int>((srows + _BIAS_CHUNK - 1) // _BIAS_CHUNK) if part != NULL else 0)
     if nt <= 1:
         for b in range(nb):
             if b < nb1:
@@ -214,7 +200,7 @@ cdef void _gemm_blocks2(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t
                 _gemm_block(ta2, tb2, M2, N2, K2, 0, A2, lda2, B2, ldb2, C2, ldc2, bm2, bn2,
                             b - nb1, NULL)
             else:
-                _col_sum_strip(S, srows, sn, b - nb2, sums)
+                _col_sum_chunk(S, srows, sn, b - nb2, part)
         return
     for b in prange(nb, schedule="dynamic", num_threads=nt):
         if b < nb1:
@@ -223,7 +209,7 @@ cdef void _gemm_blocks2(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t
             _gemm_block(ta2, tb2, M2, N2, K2, 0, A2, lda2, B2, ldb2, C2, ldc2, bm2, bn2,
                         b - nb1, NULL)
         else:
-            _col_sum_strip(S, srows, sn, b - nb2, sums)
+            _col_sum_chunk(S, srows, sn, b - nb2, part)
 
 
 def _gemm_split(Py_ssize_t M, Py_ssize_t N, Py_ssize_t K):
@@ -380,21 +366,35 @@ cdef void _linear_bwd_run(real z, cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, 
     cdef real* pdx = _p(dx, rows * n_in, z)
     cdef real* pdw = _p(dw, n_out * n_in, z)
     cdef real* pdb = NULL if db is None else _p(<cnp.ndarray>db, n_out, z)
+    cdef Py_ssize_t nch = (rows + _BIAS_CHUNK - 1) // _BIAS_CHUNK
+    cdef double* part = NULL
+    if pdb != NULL and nch > 0:
+        part = <double*>_alloc(nch * n_out, sizeof(double))
     with _blas_guard(rows, n_out, n_in):
         with nogil:
-            # d_bias: column strips of dy in the same region, after the GEMM blocks
+            # d_bias: float64 partials of dy's row chunks in the same region, after the
+            # GEMM blocks, to whichever thread is free (a pass on one thread after the
+            # region left the other core idle: ~45 us of each GPT demo layer's ~650 us
+            # backward); added up below in chunk order, the same bits as _col_sum
             if w_in_out:
                 # dx = dy Wc^T; d_weight in the weight's own layout: dWc (in, out) = x^T dy
                 _gemm_blocks2(False, True, rows, n_in, n_out, pdy, n_out, pw, n_out, pdx,
                               n_in, bm_x, bn_x,
                               True, False, n_in, n_out, rows, px, n_in, pdy, n_out, pdw,
-                              n_out, bm_w, bn_w, nt, pdy, rows, n_out, pdb)
+                              n_out, bm_w, bn_w, nt, pdy, rows, n_out, part)
             else:
                 # dx = dy W; dW (out, in) = dy^T x
                 _gemm_blocks2(False, False, rows, n_in, n_out, pdy, n_out, pw, n_in, pdx,
                               n_in, bm_x, bn_x,
                               True, False, n_out, n_in, rows, pdy, n_out, px, n_in, pdw,
-                              n_in, bm_w, bn_w, nt, pdy, rows, n_out, pdb)
+                              n_in, bm_w, bn_w, nt, pdy, rows, n_out, part)
+    if pdb != NULL:
+        with nogil:
+            if real is float:
+                fnn_colsum_finish_f(part, nch, n_out, pdb)
+            else:
+                fnn_colsum_finish_d(part, nch, n_out, pdb)
+        free(part)
 
 
 cdef int _linear_bwd_few(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, bint w_in_out,

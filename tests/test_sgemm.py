@@ -144,28 +144,29 @@ def _chunked_col_sum(a, chunk=256):
         for r in range(r0, min(r0 + chunk, a.shape[0])):
             acc += a[r]
         tot += acc
-    return tot.astype(np.float32)
+    return tot.astype(a.dtype)
 
 
 @pytest.mark.parametrize("mod", MODS)
 def test_linear_backward_bias_grad_bits(mod):
     """d_bias is summed in column strips inside the GEMMs' parallel region: the same bits
     as the chunked float64 column sum (rows past a 256-row chunk, a partial 64-column
-    strip), for both weight layouts, on 1 and 2 threads."""
+    strip), float32 and float64, both weight layouts, on 1 and 2 threads."""
     import fastnn
     rng = np.random.default_rng(9)
-    x = rng.standard_normal((600, 96)).astype(np.float32)
-    w = rng.standard_normal((150, 96)).astype(np.float32)
-    dy = rng.standard_normal((600, 150)).astype(np.float32)
-    b = np.zeros(150, np.float32)
-    want = _chunked_col_sum(dy)
     n = fastnn.get_num_threads()
     try:
-        for t in (1, 2):
-            fastnn.set_num_threads(t)
-            for weight in (w, np.ascontiguousarray(w.T).T):
-                db = mod.linear_backward(dy, mod.linear(x, weight, b)[1])[2]
-                np.testing.assert_array_equal(db, want)
+        for dt in (np.float32, np.float64):
+            x = rng.standard_normal((600, 96)).astype(dt)
+            w = rng.standard_normal((150, 96)).astype(dt)
+            dy = rng.standard_normal((600, 150)).astype(dt)
+            b = np.zeros(150, dt)
+            want = _chunked_col_sum(dy)
+            for t in (1, 2):
+                fastnn.set_num_threads(t)
+                for weight in (w, np.ascontiguousarray(w.T).T):
+                    db = mod.linear_backward(dy, mod.linear(x, weight, b)[1])[2]
+                    np.testing.assert_array_equal(db, want)
     finally:
         fastnn.set_num_threads(n)
 
