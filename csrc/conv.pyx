@@ -1915,22 +1915,14 @@ cdef inline void _twgrad_image(const float* pl, const float* gx, float* xt, floa
                 g.C, g.O, acc)
 
 
-cdef inline void _twgrad_store(const float* acc, float* dw_part, Geo* g) noexcept nogil:
-    """dw_part[o, c, i, j] = acc[i*kw + j, c, o]."""
-    cdef Py_ssize_t o, c, t, KK = g.kh * g.kw
-    for t in range(KK):      # acc read in order (the strided side is the stores)
-        for c in range(g.C):
-            for o in range(g.O):
-                dw_part[(o * g.C + c) * KK + t] = acc[(t * g.C + c) * g.O + o]
-
-
 cdef int _tboth(const float* z, const float* gx, float* y, float* part, const float* ap,
                 const Py_ssize_t* toff, const Py_ssize_t* runs, DPlan* d, Py_ssize_t nch,
                 Py_ssize_t per, Geo* g, int nt) except -1 nogil:
     """conv_transpose2d's backward with both gradients on the direct kernels, sharing each
     image's phase planes: per fixed chunk of images (partial ch of d_weight, added in chunk
     order by the caller), per image: the planes and d_input (_direct_image), then d_weight
-    (_twgrad_image) from the same planes."""
+    (_twgrad_image) from the same planes.  part[ch] is left in the accumulator's
+    (kh*kw, C, O) order."""
     cdef Py_ssize_t ch, n, n0, n1, P = g.OH * g.OW, KK = g.kh * g.kw
     cdef Py_ssize_t zs = g.C * g.H * g.W, ys = g.O * P, wsz = g.O * g.C * KK
     cdef Py_ssize_t xsz = (d.Ct * d.PR + d.slack) * d.We + 64, csz = d.O * d.ldc + 64
@@ -1958,7 +1950,9 @@ cdef int _tboth(const float* z, const float* gx, float* y, float* part, const fl
                 _direct_image(z + n * zs, ap, toff, runs, NULL, y + n * ys, buf, buf + xsz, d)
                 _twgrad_image(buf, gx + n * ys, buf + xsz + csz, buf + xsz + csz + P * g.O,
                               aoff, boff, g)
-            _twgrad_store(buf + xsz + csz + P * g.O, part + ch * wsz, g)
+            # the chunk's partial in the accumulator's (tap, c, o) order: one
+            # contiguous copy (the caller puts the sum in the weight's order once)
+            memcpy(part + ch * wsz, buf + xsz + csz + P * g.O, wsz * sizeof(float))
         free(buf)
     if failed:
         _raise_nomem(xsz + csz + tsz, sizeof(float))
@@ -2001,7 +1995,10 @@ cdef tuple _tbwd(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray x, Geo* g):
             pr = <const Py_ssize_t*>_data(runs, _RUN, INTP)
             with nogil:
                 _tboth(pz, pgx, pdx, pp, pa, pt, pr, &d, nch, per, g, nt)
-            return dx, (part[0] if nch == 1 else _sum_parts(part).astype(dy.dtype))
+            # the summed partials, (kh*kw, C, O), in the weight's (O, C, kh, kw) order
+            dws = part[0] if nch == 1 else _sum_parts(part)
+            dws = dws.reshape(g.kh * g.kw, g.C, g.O).transpose(2, 1, 0)
+            return dx, np.ascontiguousarray(dws.reshape((<object>weight).shape), dtype=dy.dtype)
         # d_input on the direct kernel; d_weight alone on the fused pass
         _run_direct(dy, ap, toff, runs, NULL, dx, &d, g.N * g.O * g.OH * g.OW * g.C * g.kh * g.kw)
         dxg = None
