@@ -1693,12 +1693,15 @@ def conv_transpose2d_backward(cnp.ndarray dy, tuple saved):
                       saved[6])
     if (_FUSED_TBWD and not _depthwise(&g) and not _rowcol_ok(&g) and not _is_1x1(&g)
             and g.N * g.O * g.OH * g.OW * g.Cg * g.kh * g.kw > 0):
-        dx, dw = _tbwd(dy, weight, x, &g)
+        dx, dw, db = _tbwd(dy, weight, x, &g, saved[2])
     else:
         dx = conv2d(dy, weight, None, saved[3], saved[4], saved[5], saved[6])[0]
         dw = _grads(dy, (<object>dy).shape, weight, x, saved[3], saved[4], saved[5], saved[6],
                     False, True, False)[1]
-    return dx, dw, (_bias_grad(dy) if saved[2] else None)
+        db = None
+    if saved[2] and db is None:
+        db = _bias_grad(dy)
+    return dx, dw, db
 
 
 cdef inline Py_ssize_t _fdiv(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
@@ -1917,13 +1920,14 @@ cdef inline void _twgrad_image(const float* pl, const float* gx, float* xt, floa
 
 cdef int _tboth(const float* z, const float* gx, float* y, float* part, const float* ap,
                 const Py_ssize_t* toff, const Py_ssize_t* runs, DPlan* d, Py_ssize_t nch,
-                Py_ssize_t per, Geo* g, int nt) except -1 nogil:
+                Py_ssize_t per, Geo* g, int nt, double* dbp) except -1 nogil:
     """conv_transpose2d's backward with both gradients on the direct kernels, sharing each
     image's phase planes: per fixed chunk of images (partial ch of d_weight, added in chunk
     order by the caller), per image: the planes and d_input (_direct_image), then d_weight
     (_twgrad_image) from the same planes.  part[ch] is left in the accumulator's
-    (kh*kw, C, O) order."""
-    cdef Py_ssize_t ch, n, n0, n1, P = g.OH * g.OW, KK = g.kh * g.kw
+    (kh*kw, C, O) order.  dbp (N x C float64, or NULL): the per-(image, channel) sums of
+    z, as _bias_part takes them (d_bias, summed while the image is in cache)."""
+    cdef Py_ssize_t ch, n, n0, n1, c, P = g.OH * g.OW, KK = g.kh * g.kw
     cdef Py_ssize_t zs = g.C * g.H * g.W, ys = g.O * P, wsz = g.O * g.C * KK
     cdef Py_ssize_t xsz = (d.Ct * d.PR + d.slack) * d.We + 64, csz = d.O * d.ldc + 64
     cdef Py_ssize_t tsz = P * g.O + KK * g.C * g.O + 64
@@ -1948,6 +1952,9 @@ cdef int _tboth(const float* z, const float* gx, float* y, float* part, const fl
             memset(buf + xsz + csz + P * g.O, 0, KK * g.C * g.O * sizeof(float))
             for n in range(n0, n1):
                 _direct_image(z + n * zs, ap, toff, runs, NULL, y + n * ys, buf, buf + xsz, d)
+                if dbp != NULL:
+                    for c in range(g.C):
+                        dbp[n * g.C + c] = _sum(z + n * zs + c * g.H * g.W, g.H * g.W)
                 _twgrad_image(buf, gx + n * ys, buf + xsz + csz, buf + xsz + csz + P * g.O,
                               aoff, boff, g)
             # the chunk's partial in the accumulator's (tap, c, o) order: one
@@ -1959,9 +1966,10 @@ cdef int _tboth(const float* z, const float* gx, float* y, float* part, const fl
     return 0
 
 
-cdef tuple _tbwd(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray x, Geo* g):
-    """(conv2d(dy, weight), d_weight) of conv_transpose2d in one pass (fixed image chunks,
-    partials added in chunk order, as conv2d_backward)."""
+cdef tuple _tbwd(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray x, Geo* g, bint want_db):
+    """(conv2d(dy, weight), d_weight, d_bias or None) of conv_transpose2d in one pass (fixed
+    image chunks, partials added in chunk order, as conv2d_backward).  d_bias comes from
+    the fused direct pass only (want_db); None otherwise (the caller takes _bias_grad)."""
     cdef Py_ssize_t nch = _chunks(g), per
     per = (g.N + nch - 1) // nch
     nch = (g.N + per - 1) // per
@@ -1974,6 +1982,7 @@ cdef tuple _tbwd(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray x, Geo* g):
     cdef const float* pa
     cdef const Py_ssize_t* pt
     cdef const Py_ssize_t* pr
+    cdef double* pdbp = NULL
     cdef int nt = _threads_for(g.N * g.O * g.OH * g.OW * g.Cg * g.kh * g.kw, 1 << 18)
     if nt > nch:
         nt = <int>nch
@@ -1993,12 +2002,16 @@ cdef tuple _tbwd(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray x, Geo* g):
             pa = <const float*>_data(ap, cnp.PyArray_SIZE(ap), F32)
             pt = <const Py_ssize_t*>_data(toff, cnp.PyArray_SIZE(toff), INTP)
             pr = <const Py_ssize_t*>_data(runs, _RUN, INTP)
+            dbp = np.zeros((g.N, g.C), dtype=np.float64) if want_db else None
+            if want_db:
+                pdbp = <double*>_data(dbp, g.N * g.C, F64)
             with nogil:
-                _tboth(pz, pgx, pdx, pp, pa, pt, pr, &d, nch, per, g, nt)
+                _tboth(pz, pgx, pdx, pp, pa, pt, pr, &d, nch, per, g, nt, pdbp)
             # the summed partials, (kh*kw, C, O), in the weight's (O, C, kh, kw) order
             dws = part[0] if nch == 1 else _sum_parts(part)
             dws = dws.reshape(g.kh * g.kw, g.C, g.O).transpose(2, 1, 0)
-            return dx, np.ascontiguousarray(dws.reshape((<object>weight).shape), dtype=dy.dtype)
+            return (dx, np.ascontiguousarray(dws.reshape((<object>weight).shape), dtype=dy.dtype),
+                    _sum_parts(dbp).astype(dy.dtype) if want_db else None)
         # d_input on the direct kernel; d_weight alone on the fused pass
         _run_direct(dy, ap, toff, runs, NULL, dx, &d, g.N * g.O * g.OH * g.OW * g.C * g.kh * g.kw)
         dxg = None
@@ -2007,7 +2020,7 @@ cdef tuple _tbwd(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray x, Geo* g):
             _tbwd_run(<float>0, dy, weight, x, dxg, part, nch, per, g, nt)
         else:
             _tbwd_run(<double>0, dy, weight, x, dxg, part, nch, per, g, nt)
-    return dx, (part[0] if nch == 1 else _sum_parts(part).astype(dy.dtype))
+    return dx, (part[0] if nch == 1 else _sum_parts(part).astype(dy.dtype)), None
 
 
 cdef bint _dx_as_conv(Geo* g, tuple padding):
