@@ -160,6 +160,40 @@ fnn_sgz_pack_at(const float *A, ptrdiff_t lda, ptrdiff_t kc, ptrdiff_t mc, float
     }
 }
 
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(FNN_SGZ_NO_ASM)
+#include "fnn_sgemm_asm.h"
+#define FNN_SGZ_HAVE_ASM 1
+#define FNN_SGZ_ASM_CLOBBERS \
+    "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", \
+    "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", \
+    "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", \
+    "xmm31", "memory", "cc"
+/* The full tile's k loop (12 rows, kc >= 1) in assembly, into acc (fnn_sgemm_asm.h):
+ * A in place, row r at a + r lda */
+static inline void fnn_sgz_k12_inplace(const float *a, ptrdiff_t lda, const float *b,
+                                       ptrdiff_t kc, float *acc)
+{
+    const float *a0 = a, *a3 = a + 3 * lda, *a6 = a + 6 * lda, *a9 = a + 9 * lda;
+    ptrdiff_t ld = lda * (ptrdiff_t)sizeof(float), k = kc;
+    __asm__ volatile(FNN_SGZ_ASM_INPLACE
+                     : [a0] "+r"(a0), [a3] "+r"(a3), [a6] "+r"(a6), [a9] "+r"(a9),
+                       [b] "+r"(b), [k] "+r"(k)
+                     : [ld] "r"(ld), [acc] "r"(acc)
+                     : FNN_SGZ_ASM_CLOBBERS);
+}
+/* A packed: step k's twelve values at a + 12 k */
+static inline void fnn_sgz_k12_packed(const float *a, const float *b, ptrdiff_t kc, float *acc)
+{
+    ptrdiff_t k = kc;
+    __asm__ volatile(FNN_SGZ_ASM_PACKED
+                     : [a0] "+r"(a), [b] "+r"(b), [k] "+r"(k)
+                     : [acc] "r"(acc)
+                     : FNN_SGZ_ASM_CLOBBERS);
+}
+#else
+#define FNN_SGZ_HAVE_ASM 0
+#endif
+
 /* One tile: rows [0, mr) by the 32 columns of panel b (columns under masks m0 | m1).
  * A's element (r, k) is a[r * rs + k * ks].  first: C = alpha acc + bias (the tile's 32
  * column values, when bias is not NULL; C is not read) or alpha acc + beta C (beta == 0:
@@ -170,6 +204,21 @@ fnn_sgz_tile(const int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks, const flo
              float alpha, float beta, const float *bias, int first)
 {
     __m512 c0[FNN_SGZ_MR], c1[FNN_SGZ_MR];
+#if FNN_SGZ_HAVE_ASM
+    if (mr == FNN_SGZ_MR && (ks == 1 || (rs == 1 && ks == FNN_SGZ_MR))) {
+        float acc[2 * 16 * FNN_SGZ_MR] __attribute__((aligned(64)));
+        if (ks == 1)
+            fnn_sgz_k12_inplace(a, rs, b, kc, acc);
+        else
+            fnn_sgz_k12_packed(a, b, kc, acc);
+#pragma GCC unroll 12
+        for (int r = 0; r < FNN_SGZ_MR; r++) {
+            c0[r] = _mm512_load_ps(acc + 32 * r);
+            c1[r] = _mm512_load_ps(acc + 32 * r + 16);
+        }
+        goto epilogue;
+    }
+#endif
 #pragma GCC unroll 12
     for (int r = 0; r < mr; r++) {
         c0[r] = _mm512_setzero_ps();
@@ -186,6 +235,9 @@ fnn_sgz_tile(const int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks, const flo
             c1[r] = _mm512_fmadd_ps(av, b1, c1[r]);
         }
     }
+#if FNN_SGZ_HAVE_ASM
+epilogue:;
+#endif
     const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
     const __m512 bb0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
     const __m512 bb1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();

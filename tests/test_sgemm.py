@@ -98,21 +98,33 @@ def test_sgemm_own_kernel_agrees_with_blas(mod):
 
 
 @pytest.mark.parametrize("mod", MODS)
-def test_sgemm_output_does_not_depend_on_its_tile(mod):
-    """Rows computed in a full 12-row tile and the same rows in a tail tile, and columns in
-    a full panel or a masked tail, are the same sums in the same order: equal bits (a
-    promise of the own kernel; BLAS makes none)."""
+@pytest.mark.parametrize("ta", [False, True], ids=["a_in_place", "a_packed"])
+def test_sgemm_output_does_not_depend_on_its_tile(mod, ta):
+    """Rows computed in a full 12-row tile (its k loop in assembly where the build has
+    it, fnn_sgemm_asm.h) and the same rows in a tail tile (the C loop), and columns in a
+    full panel or a masked tail, are the same sums in the same order: equal bits (a
+    promise of the own kernel; BLAS makes none).  Both layouts of A: read in place, and
+    packed (a transposed A); k odd (the assembly's single last step)."""
     if not mod._use_own_sgemm(True):
         pytest.skip("this variant has no own float32 GEMM (it is the avx512 build's)")
     mod._use_own_sgemm(mod._own_sgemm_default())
     rng = np.random.default_rng(5)
-    a = rng.standard_normal((50, 300)).astype(np.float32)
-    b = rng.standard_normal((300, 70)).astype(np.float32)
+    a = rng.standard_normal((50, 301)).astype(np.float32)
+    b = rng.standard_normal((301, 70)).astype(np.float32)
+    at = np.ascontiguousarray(a.T)
     full = np.zeros((50, 70), np.float32)
-    mod._gemm_hook(False, False, 1.0, a, b, 0.0, full)
+    mod._gemm_hook(ta, False, 1.0, at if ta else a, b, 0.0, full)
     part = np.zeros((25, 40), np.float32)        # rows 25..49: a tail tile of 1; cols: 8 masked
-    mod._gemm_hook(False, False, 1.0, a[25:], np.ascontiguousarray(b[:, :40]), 0.0, part)
+    mod._gemm_hook(ta, False, 1.0, np.ascontiguousarray(at[:, 25:]) if ta else a[25:],
+                   np.ascontiguousarray(b[:, :40]), 0.0, part)
     np.testing.assert_array_equal(part, full[25:, :40])
+
+
+def test_sgemm_asm_header_is_generated():
+    """csrc/fnn_sgemm_asm.h is tools/gen_sgemm_asm.py's output, unedited."""
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "gen_sgemm_asm.py"), "--check"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
 
 
 @pytest.mark.parametrize("mod", MODS)
