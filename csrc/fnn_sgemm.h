@@ -11,7 +11,10 @@
  * FNN_SGZ_KC k by FNN_SGZ_NC columns, into 32-column panels, zero-padded past N, so a
  * panel's k step is one 128-byte line pair.  Loop order: for each column block and k
  * block, pack B; then for each 12-row tile, run along the block's panels: the tile's A
- * (12 x KC floats, 18 KiB) stays in L1, the packed block (768 KiB) in L2.
+ * (12 x KC floats, 18 KiB) stays in L1, the packed block (768 KiB) in L2.  A full
+ * 12-row tile runs its k loop in inline assembly (fnn_sgemm_asm.h, x86-64 GCC/Clang; the
+ * same operations per accumulator as the C loop, which the tail tiles and
+ * FNN_SGZ_NO_ASM builds run).
  *
  * Measured on one core of an Intel Xeon with two 512-bit FMA units (242 GFLOP/s peak),
  * benchmarks/sgemm.py: 186-221 GFLOP/s on the GEMM blocks of fastnn's training benchmarks,
