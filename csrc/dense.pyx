@@ -153,28 +153,11 @@ cdef void _gemm_blocks(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t 
 
 
 # d_bias (column sums of dy) as work items of the backward's region: one per chunk of
-# _BIAS_CHUNK rows, its float64 partial sums read along whole rows (fnn_colsum.h), handed
+# _BIAS_CHUNK rows, its float64 partial sums read along whole rows (fnn_colsum.pxi), handed
 # out after the GEMM blocks to whichever thread is free; the caller adds the partials in
 # chunk order -- _col_sum's arithmetic, the same bits.
-cdef extern from "fnn_colsum.h" nogil:
-    void fnn_colsum_chunk_f(const float* a, Py_ssize_t rows, Py_ssize_t n, Py_ssize_t chunk,
-                            Py_ssize_t c, double* part)
-    void fnn_colsum_chunk_d(const double* a, Py_ssize_t rows, Py_ssize_t n, Py_ssize_t chunk,
-                            Py_ssize_t c, double* part)
-    void fnn_colsum_finish_f(const double* part, Py_ssize_t nch, Py_ssize_t n, float* out)
-    void fnn_colsum_finish_d(const double* part, Py_ssize_t nch, Py_ssize_t n, double* out)
-
 cdef enum:
     _BIAS_CHUNK = 256     # rows per partial: as _col_sum(.., CH=256) before
-
-
-cdef inline void _col_sum_chunk(const real* a, Py_ssize_t rows, Py_ssize_t n, Py_ssize_t c,
-                                double* part) noexcept nogil:
-    """Chunk c's float64 partial column sums of a (fnn_colsum.h)."""
-    if real is float:
-        fnn_colsum_chunk_f(a, rows, n, _BIAS_CHUNK, c, part)
-    else:
-        fnn_colsum_chunk_d(a, rows, n, _BIAS_CHUNK, c, part)
 
 
 cdef void _gemm_blocks2(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K,
@@ -200,7 +183,7 @@ cdef void _gemm_blocks2(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t
                 _gemm_block(ta2, tb2, M2, N2, K2, 0, A2, lda2, B2, ldb2, C2, ldc2, bm2, bn2,
                             b - nb1, NULL)
             else:
-                _col_sum_chunk(S, srows, sn, b - nb2, part)
+                _col_sum_chunk(S, srows, sn, _BIAS_CHUNK, b - nb2, part)
         return
     for b in prange(nb, schedule="dynamic", num_threads=nt):
         if b < nb1:
@@ -209,7 +192,7 @@ cdef void _gemm_blocks2(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t
             _gemm_block(ta2, tb2, M2, N2, K2, 0, A2, lda2, B2, ldb2, C2, ldc2, bm2, bn2,
                         b - nb1, NULL)
         else:
-            _col_sum_chunk(S, srows, sn, b - nb2, part)
+            _col_sum_chunk(S, srows, sn, _BIAS_CHUNK, b - nb2, part)
 
 
 def _gemm_split(Py_ssize_t M, Py_ssize_t N, Py_ssize_t K):
@@ -390,10 +373,7 @@ cdef void _linear_bwd_run(real z, cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, 
                               n_in, bm_w, bn_w, nt, pdy, rows, n_out, part)
     if pdb != NULL:
         with nogil:
-            if real is float:
-                fnn_colsum_finish_f(part, nch, n_out, pdb)
-            else:
-                fnn_colsum_finish_d(part, nch, n_out, pdb)
+            _col_sum_finish(part, nch, n_out, pdb)
         free(part)
 
 

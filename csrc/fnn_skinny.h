@@ -238,6 +238,17 @@ static inline void fnn_skinny_oi_f32(const float *x, ptrdiff_t M, ptrdiff_t K, c
  * plus the blocks' sums in order): a float32 chain of at most FNN_IO_KB terms per output,
  * not K (C is stored once per block, rarely enough not to collide with B's loads). */
 #define FNN_IO_KB 64
+/* The masks of a 64-column chunk's four 16-lane vectors when w columns are left (all
+ * lanes past w off). */
+static inline void fnn_sk_masks64(ptrdiff_t w, __mmask16 mk[4])
+{
+    for (int v = 0; v < 4; v++) {
+        const ptrdiff_t left = w - 16 * v;
+        mk[v] = left >= 16 ? (__mmask16)0xFFFF
+              : left > 0 ? (__mmask16)((1u << left) - 1) : (__mmask16)0;
+    }
+}
+
 static inline __attribute__((always_inline)) void
 fnn_io_tile(const int R, const int V, const float *A, ptrdiff_t lda, ptrdiff_t K,
             const float *B, ptrdiff_t ldb, const __mmask16 *mk, const float *bias, float *C,
@@ -312,11 +323,7 @@ static inline void fnn_few_rows_io_f32(const float *A, ptrdiff_t lda, ptrdiff_t 
     for (; j < n1; j += 16 * V) {
         const ptrdiff_t w = n1 - j;
         __mmask16 mk[4];
-        for (int v = 0; v < 4; v++) {
-            const ptrdiff_t left = w - 16 * v;
-            mk[v] = left >= 16 ? (__mmask16)0xFFFF
-                  : left > 0 ? (__mmask16)((1u << left) - 1) : (__mmask16)0;
-        }
+        fnn_sk_masks64(w, mk);
         for (ptrdiff_t m = 0; m < M; m += RG) {
             const int R = M - m < RG ? (int)(M - m) : RG;
             const float *a = A + m * lda;
@@ -375,11 +382,7 @@ static inline void fnn_few_k_outer_f32(const float *A, ptrdiff_t lda, const floa
     for (ptrdiff_t j = 0; j < Q; j += 64) {
         const ptrdiff_t w = Q - j;
         __mmask16 mk[4];
-        for (int v = 0; v < 4; v++) {
-            const ptrdiff_t left = w - 16 * v;
-            mk[v] = left >= 16 ? (__mmask16)0xFFFF
-                  : left > 0 ? (__mmask16)((1u << left) - 1) : (__mmask16)0;
-        }
+        fnn_sk_masks64(w, mk);
         ptrdiff_t p = p0;
         for (; p + 4 <= p1; p += 4)
             fnn_fr_outer_tile(4, A, lda, B + j, ldb, K, p, mk, C + j, ldc);
