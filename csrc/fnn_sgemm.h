@@ -42,6 +42,7 @@
 #define FNN_SGZ_KC 384
 #define FNN_SGZ_NC 512
 #define FNN_SGZ_MC 144     /* rows of a packed block of A when trans_a (12 tiles) */
+#define FNN_SGZ_PACK_ROWS 4  /* rows of B packed together (fnn_sgz_pack_b) */
 
 /* The packing buffer: one per thread, allocated at the thread's first call and kept for
  * its life (OpenMP's pool threads persist), so a call allocates nothing; a thread that
@@ -110,38 +111,56 @@ static inline __attribute__((always_inline)) void fnn_sgz_transpose16(__m512 r[1
 static inline void
 fnn_sgz_pack_b(int trans_b, const float *B, ptrdiff_t ldb, ptrdiff_t kc, ptrdiff_t nc, float *pb)
 {
+    if (!trans_b) {
+        /* B's rows are read whole, FNN_SGZ_PACK_ROWS at a time (sequential streams the
+         * hardware prefetcher follows), each panel getting a run of that many k steps:
+         * walking one panel down all kc rows instead read 128 bytes per row at ldb
+         * apart, a stride the prefetcher does not follow (12% of the samples of a GPT
+         * demo d_weight block with B from L3 sat on those loads) */
+        const ptrdiff_t jf = nc & ~(ptrdiff_t)(FNN_SGZ_NR - 1), w = nc - jf;
+        const __mmask16 m0 = (__mmask16)(w >= 16 ? 0xFFFF : (1u << w) - 1);
+        const __mmask16 m1 = (__mmask16)(w > 16 ? (1u << (w - 16)) - 1 : 0);
+        for (ptrdiff_t k0 = 0; k0 < kc; k0 += FNN_SGZ_PACK_ROWS) {
+            const ptrdiff_t k1 = kc - k0 < FNN_SGZ_PACK_ROWS ? kc : k0 + FNN_SGZ_PACK_ROWS;
+            for (ptrdiff_t j = 0; j < jf; j += FNN_SGZ_NR)
+                for (ptrdiff_t k = k0; k < k1; k++) {
+                    const float *src = B + k * ldb + j;
+                    float *dst = pb + j * kc + k * 32;
+                    _mm512_store_ps(dst, _mm512_loadu_ps(src));
+                    _mm512_store_ps(dst + 16, _mm512_loadu_ps(src + 16));
+                }
+            if (w)
+                for (ptrdiff_t k = k0; k < k1; k++) {
+                    const float *src = B + k * ldb + jf;
+                    float *dst = pb + jf * kc + k * 32;
+                    _mm512_store_ps(dst, _mm512_maskz_loadu_ps(m0, src));
+                    _mm512_store_ps(dst + 16, _mm512_maskz_loadu_ps(m1, src + 16));
+                }
+        }
+        return;
+    }
     for (ptrdiff_t j = 0; j < nc; j += FNN_SGZ_NR) {
         const ptrdiff_t w = nc - j < FNN_SGZ_NR ? nc - j : FNN_SGZ_NR;
         float *dst = pb + j * kc;
-        if (!trans_b) {
-            const __mmask16 m0 = (__mmask16)(w >= 16 ? 0xFFFF : (1u << w) - 1);
-            const __mmask16 m1 = (__mmask16)(w >= 32 ? 0xFFFF : w > 16 ? (1u << (w - 16)) - 1 : 0);
-            for (ptrdiff_t k = 0; k < kc; k++) {
-                const float *src = B + k * ldb + j;
-                _mm512_store_ps(dst + k * 32, _mm512_maskz_loadu_ps(m0, src));
-                _mm512_store_ps(dst + k * 32 + 16, _mm512_maskz_loadu_ps(m1, src + 16));
-            }
-        } else {
-            /* op(B)[k, j + c] = B[(j + c) * ldb + k]: 32 rows of B, each a run along k,
-             * transposed 16 x 16 at a time */
-            for (int c0 = 0; c0 < FNN_SGZ_NR; c0 += 16) {
-                const float *src = B + (j + c0) * ldb;
-                const int rows = w - c0 < 0 ? 0 : (w - c0 < 16 ? (int)(w - c0) : 16);
-                ptrdiff_t k = 0;
-                for (; k + 16 <= kc; k += 16) {
-                    __m512 r[16];
+        /* op(B)[k, j + c] = B[(j + c) * ldb + k]: 32 rows of B, each a run along k,
+         * transposed 16 x 16 at a time */
+        for (int c0 = 0; c0 < FNN_SGZ_NR; c0 += 16) {
+            const float *src = B + (j + c0) * ldb;
+            const int rows = w - c0 < 0 ? 0 : (w - c0 < 16 ? (int)(w - c0) : 16);
+            ptrdiff_t k = 0;
+            for (; k + 16 <= kc; k += 16) {
+                __m512 r[16];
 #pragma GCC unroll 16
-                    for (int i = 0; i < 16; i++)
-                        r[i] = i < rows ? _mm512_loadu_ps(src + i * ldb + k) : _mm512_setzero_ps();
-                    fnn_sgz_transpose16(r);
+                for (int i = 0; i < 16; i++)
+                    r[i] = i < rows ? _mm512_loadu_ps(src + i * ldb + k) : _mm512_setzero_ps();
+                fnn_sgz_transpose16(r);
 #pragma GCC unroll 16
-                    for (int i = 0; i < 16; i++)
-                        _mm512_store_ps(dst + (k + i) * 32 + c0, r[i]);
-                }
-                for (; k < kc; k++)
-                    for (int i = 0; i < 16; i++)
-                        dst[k * 32 + c0 + i] = i < rows ? src[i * ldb + k] : 0.0f;
+                for (int i = 0; i < 16; i++)
+                    _mm512_store_ps(dst + (k + i) * 32 + c0, r[i]);
             }
+            for (; k < kc; k++)
+                for (int i = 0; i < 16; i++)
+                    dst[k * 32 + c0 + i] = i < rows ? src[i * ldb + k] : 0.0f;
         }
     }
 }
@@ -197,6 +216,23 @@ static inline void fnn_sgz_k12_packed(const float *a, const float *b, ptrdiff_t 
 #define FNN_SGZ_HAVE_ASM 0
 #endif
 
+/* A tile's C lines are claimed for writing (PREFETCHW) when its k loop starts, so the
+ * read-for-ownership of a C that is not in this core's cache (a fresh output, last
+ * written by the other core) runs under the k loop instead of stalling the tile's
+ * last stores: GPT demo forward blocks, one core, operands from L3: 512x384x128
+ * 136 -> 146-163 GFLOP/s, 512x512x128 145-157 -> 167-173 (185-215 with all in L2).
+ * Software prefetch of the next tile's A and of the next block's B and A, tried
+ * beside it, was no faster in the GPT step.  PREFETCHW: every x86-64-v4 CPU has it, but
+ * x86-64-v4 does not name it, so GCC's builtin would emit a plain prefetch. */
+static inline __attribute__((always_inline)) void fnn_sgz_prefetchw(const float *p)
+{
+#if defined(__GNUC__) && defined(__x86_64__)
+    __asm__ volatile("prefetchw %0" : : "m"(*(const char *)p));
+#else
+    _mm_prefetch((const char *)p, _MM_HINT_T0);
+#endif
+}
+
 /* One tile: rows [0, mr) by the 32 columns of panel b (columns under masks m0 | m1).
  * A's element (r, k) is a[r * rs + k * ks].  first: C = alpha acc + bias (the tile's 32
  * column values, when bias is not NULL; C is not read) or alpha acc + beta C (beta == 0:
@@ -207,6 +243,12 @@ fnn_sgz_tile(const int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks, const flo
              float alpha, float beta, const float *bias, int first)
 {
     __m512 c0[FNN_SGZ_MR], c1[FNN_SGZ_MR];
+    if (first)
+#pragma GCC unroll 12
+        for (int r = 0; r < mr; r++) {
+            fnn_sgz_prefetchw(c + r * ldc);
+            fnn_sgz_prefetchw(c + r * ldc + 16);
+        }
 #if FNN_SGZ_HAVE_ASM
     if (mr == FNN_SGZ_MR && (ks == 1 || (rs == 1 && ks == FNN_SGZ_MR))) {
         float acc[2 * 16 * FNN_SGZ_MR] __attribute__((aligned(64)));
