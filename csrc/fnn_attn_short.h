@@ -22,6 +22,7 @@
 #include <string.h>
 #include "fnn_math.h"
 #include "fnn_philox.h"
+#include "fnn_transpose16.h"
 
 /* Dropout on the attention weights (training): weight (row, j) of a (sequence, head) is
  * kept with the multiplier `keep` when Philox element (row0 + row) * S + j is >= p, as the
@@ -54,6 +55,43 @@ static inline void fnn_ats_drop_row(const fnn_ats_drop *d, uint64_t idx0, ptrdif
 
 #define FNN_ATS_LMAX 64     /* keys per (sequence, head) */
 #define FNN_ATS_EMAX 128    /* features per head (query/key and value) */
+
+/* t[e * FNN_ATS_LMAX + j] = scale * x[j * ld + e] for j < n, e < E, and zeros for the
+ * padding columns n <= j < 16 ceil(n / 16): the keys (scaled) or values of a (sequence,
+ * head) turned feature-major on the stack.  AVX-512: 16 x 16 blocks transposed in
+ * registers (compiled as scalar stores, the transposes were ~14% of the training
+ * backward's time at the GPT demo's 64 x 32 heads); the same products, the same bits. */
+static inline void fnn_ats_transpose(const float *x, ptrdiff_t ld, ptrdiff_t n, ptrdiff_t E,
+                                     float scale, float *t)
+{
+#if defined(__AVX512F__)
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (ptrdiff_t j0 = 0; j0 < n; j0 += 16) {
+        const int rows = n - j0 < 16 ? (int)(n - j0) : 16;
+        for (ptrdiff_t e0 = 0; e0 < E; e0 += 16) {
+            const int w = E - e0 < 16 ? (int)(E - e0) : 16;
+            const __mmask16 m = (__mmask16)((1u << w) - 1u);
+            __m512 r[16];
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++)
+                r[i] = i < rows ? _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + (j0 + i) * ld + e0), vs)
+                                : _mm512_setzero_ps();
+            fnn_transpose16_ps(r);
+            for (int i = 0; i < w; i++)
+                _mm512_store_ps(t + (e0 + i) * FNN_ATS_LMAX + j0, r[i]);
+        }
+    }
+#else
+    const ptrdiff_t lp = (n + 15) / 16 * 16;
+    ptrdiff_t j, e;
+    for (j = 0; j < n; j++)                 /* contiguous reads of each row */
+        for (e = 0; e < E; e++)
+            t[e * FNN_ATS_LMAX + j] = scale * x[j * ld + e];
+    for (j = n; j < lp; j++)
+        for (e = 0; e < E; e++)
+            t[e * FNN_ATS_LMAX + j] = 0.0f;
+#endif
+}
 
 #if defined(FNN_HAVE_AVX512)
 /* One query row with AVX-512: the scores in nv <= 4 zmm accumulators (one axpy per
@@ -246,8 +284,8 @@ static void fnn_ats_head_f32(const float *q, ptrdiff_t qld, const float *k, ptrd
     float kt[FNN_ATS_EMAX * FNN_ATS_LMAX] __attribute__((aligned(64)));
     float s[FNN_ATS_LMAX] __attribute__((aligned(64)));
     float acc[FNN_ATS_EMAX] __attribute__((aligned(64)));
-    int nv = (int)((Lk + 15) / 16);
-    ptrdiff_t lp = (ptrdiff_t)nv * 16, i, j, e, n;
+    int nv;
+    ptrdiff_t i, n;
     if (Lk == 0) {
         for (i = 0; i < Lq; i++) {
             memset(out + i * old, 0, (size_t)Ev * sizeof(float));
@@ -256,12 +294,7 @@ static void fnn_ats_head_f32(const float *q, ptrdiff_t qld, const float *k, ptrd
         }
         return;
     }
-    for (j = 0; j < Lk; j++)                /* contiguous reads of each key row */
-        for (e = 0; e < E; e++)
-            kt[e * FNN_ATS_LMAX + j] = scale * k[j * kld + e];
-    for (j = Lk; j < lp; j++)
-        for (e = 0; e < E; e++)
-            kt[e * FNN_ATS_LMAX + j] = 0.0f;
+    fnn_ats_transpose(k, kld, Lk, E, scale, kt);
     for (i = 0; i < Lq; i++) {
         n = causal && i + 1 < Lk ? i + 1 : Lk;
         nv = (int)((n + 15) / 16);
@@ -287,23 +320,89 @@ static void fnn_ats_head_f32(const float *q, ptrdiff_t qld, const float *k, ptrd
 #define FNN_ATB_EMAX 64
 
 #if defined(FNN_HAVE_AVX512)
-/* x[u] = sum_e a[e] * t[e][16u..16u+16) for u < nu (runtime), four chains over e mod 4 */
+/* x[u] = sum_e a[e] * t[e][16u..16u+16) for u < nu, four chains over e mod 4 per
+ * vector; nu a compile-time constant here, so the 4 nu chains of all vectors run side
+ * by side (one vector at a time left 4 chains of E / 4 dependent FMAs: latency-bound) */
+static inline __attribute__((always_inline)) void
+fnn_atb_rowdot_n(const int nu, const float *a, const float *t, ptrdiff_t E, __m512 *x)
+{
+    __m512 s0[4], s1[4], s2[4], s3[4];
+    for (int u = 0; u < nu; u++)
+        s0[u] = s1[u] = s2[u] = s3[u] = _mm512_setzero_ps();
+    for (ptrdiff_t e = 0; e < E; e += 4) {         /* E is a multiple of 16 */
+        const __m512 b0 = _mm512_set1_ps(a[e]), b1 = _mm512_set1_ps(a[e + 1]);
+        const __m512 b2 = _mm512_set1_ps(a[e + 2]), b3 = _mm512_set1_ps(a[e + 3]);
+        const float *t0 = t + e * FNN_ATS_LMAX;
+        for (int u = 0; u < nu; u++) {
+            s0[u] = _mm512_fmadd_ps(b0, _mm512_load_ps(t0 + 16 * u), s0[u]);
+            s1[u] = _mm512_fmadd_ps(b1, _mm512_load_ps(t0 + FNN_ATS_LMAX + 16 * u), s1[u]);
+            s2[u] = _mm512_fmadd_ps(b2, _mm512_load_ps(t0 + 2 * FNN_ATS_LMAX + 16 * u), s2[u]);
+            s3[u] = _mm512_fmadd_ps(b3, _mm512_load_ps(t0 + 3 * FNN_ATS_LMAX + 16 * u), s3[u]);
+        }
+    }
+    for (int u = 0; u < nu; u++)
+        x[u] = _mm512_add_ps(_mm512_add_ps(s0[u], s1[u]), _mm512_add_ps(s2[u], s3[u]));
+}
+
 static inline __attribute__((always_inline)) void
 fnn_atb_rowdot(const float *a, const float *t, ptrdiff_t E, int nu, __m512 *x)
 {
-    for (int u = 0; u < nu; u++) {
-        __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-        const float *tc = t + 16 * u;
-        for (ptrdiff_t e = 0; e < E; e += 4) {     /* E is a multiple of 16 */
-            s0 = _mm512_fmadd_ps(_mm512_set1_ps(a[e]), _mm512_load_ps(tc + e * FNN_ATS_LMAX), s0);
-            s1 = _mm512_fmadd_ps(_mm512_set1_ps(a[e + 1]),
-                                 _mm512_load_ps(tc + (e + 1) * FNN_ATS_LMAX), s1);
-            s2 = _mm512_fmadd_ps(_mm512_set1_ps(a[e + 2]),
-                                 _mm512_load_ps(tc + (e + 2) * FNN_ATS_LMAX), s2);
-            s3 = _mm512_fmadd_ps(_mm512_set1_ps(a[e + 3]),
-                                 _mm512_load_ps(tc + (e + 3) * FNN_ATS_LMAX), s3);
+    switch (nu) {
+    case 1: fnn_atb_rowdot_n(1, a, t, E, x); break;
+    case 2: fnn_atb_rowdot_n(2, a, t, E, x); break;
+    case 3: fnn_atb_rowdot_n(3, a, t, E, x); break;
+    default: fnn_atb_rowdot_n(4, a, t, E, x); break;
+    }
+}
+
+/* dQ rows i (n0 keys) and i + 1 (n1 keys): dq_r = sum_j dS_rj K_j, each row in two chains
+ * (even and odd keys; an odd last key into the even chain), the two rows side by side
+ * over their common key pairs (each K row loaded once for both), then each row's rest:
+ * per row the same FMAs in the same order as a row on its own */
+static inline __attribute__((always_inline)) void
+fnn_atb_dq2(int ne, const float *d0, ptrdiff_t n0, const float *d1, ptrdiff_t n1,
+            const float *k, ptrdiff_t kld, float *q0, float *q1)
+{
+    __m512 a0[4], a1[4], b0[4], b1[4];
+    for (int c = 0; c < ne; c++)
+        a0[c] = a1[c] = b0[c] = b1[c] = _mm512_setzero_ps();
+    const ptrdiff_t jc = (n0 < n1 ? n0 : n1) & ~(ptrdiff_t)1;
+    ptrdiff_t j;
+    for (j = 0; j < jc; j += 2) {
+        const __m512 s0 = _mm512_set1_ps(d0[j]), s1 = _mm512_set1_ps(d0[j + 1]);
+        const __m512 t0 = _mm512_set1_ps(d1[j]), t1 = _mm512_set1_ps(d1[j + 1]);
+        const float *kr = k + j * kld;
+        for (int c = 0; c < ne; c++) {
+            const __m512 x0 = _mm512_loadu_ps(kr + 16 * c), x1 = _mm512_loadu_ps(kr + kld + 16 * c);
+            a0[c] = _mm512_fmadd_ps(s0, x0, a0[c]);
+            a1[c] = _mm512_fmadd_ps(s1, x1, a1[c]);
+            b0[c] = _mm512_fmadd_ps(t0, x0, b0[c]);
+            b1[c] = _mm512_fmadd_ps(t1, x1, b1[c]);
         }
-        x[u] = _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3));
+    }
+    for (int r = 0; r < 2; r++) {
+        const float *d = r ? d1 : d0;
+        const ptrdiff_t n = r ? n1 : n0;
+        __m512 *c0 = r ? b0 : a0, *c1 = r ? b1 : a1;
+        ptrdiff_t jj = jc;
+        for (; jj + 2 <= n; jj += 2) {
+            const __m512 s0 = _mm512_set1_ps(d[jj]), s1 = _mm512_set1_ps(d[jj + 1]);
+            const float *kr = k + jj * kld;
+            for (int c = 0; c < ne; c++) {
+                c0[c] = _mm512_fmadd_ps(s0, _mm512_loadu_ps(kr + 16 * c), c0[c]);
+                c1[c] = _mm512_fmadd_ps(s1, _mm512_loadu_ps(kr + kld + 16 * c), c1[c]);
+            }
+        }
+        if (jj < n) {
+            const __m512 s0 = _mm512_set1_ps(d[jj]);
+            for (int c = 0; c < ne; c++)
+                c0[c] = _mm512_fmadd_ps(s0, _mm512_loadu_ps(k + jj * kld + 16 * c), c0[c]);
+        }
+    }
+    for (int c = 0; c < ne; c++) {
+        _mm512_storeu_ps(q0 + 16 * c, _mm512_add_ps(a0[c], a1[c]));
+        if (q1)
+            _mm512_storeu_ps(q1 + 16 * c, _mm512_add_ps(b0[c], b1[c]));
     }
 }
 
@@ -348,21 +447,9 @@ fnn_atb_pair512(int ne, int nev, const float *q, ptrdiff_t qld, const float *k, 
     float *kt = ws, *vt = kt + FNN_ATB_EMAX * LM, *P = vt + FNN_ATB_EMAX * LM;
     float *dS = P + LM * LM;
     const int nvs = (int)((S + 15) / 16);
-    ptrdiff_t i, j, e;
-    /* row by row (contiguous reads), then the padding keys S..16 nvs as zeros */
-    for (j = 0; j < S; j++) {
-        const float *kr = k + j * kld, *vr = v + j * vld;
-        for (e = 0; e < E; e++)
-            kt[e * LM + j] = scale * kr[e];
-        for (e = 0; e < Ev; e++)
-            vt[e * LM + j] = vr[e];
-    }
-    for (j = S; j < 16 * nvs; j++) {
-        for (e = 0; e < E; e++)
-            kt[e * LM + j] = 0.0f;
-        for (e = 0; e < Ev; e++)
-            vt[e * LM + j] = 0.0f;
-    }
+    ptrdiff_t i, j;
+    fnn_ats_transpose(k, kld, S, E, scale, kt);
+    fnn_ats_transpose(v, vld, S, Ev, 1.0f, vt);
     const __m512 vsc = _mm512_set1_ps(scale);
     for (i = 0; i < L; i++) {
         const ptrdiff_t n = causal && i + 1 < S ? i + 1 : S;
@@ -397,25 +484,17 @@ fnn_atb_pair512(int ne, int nev, const float *q, ptrdiff_t qld, const float *k, 
             _mm512_store_ps(Pr + 16 * u, _mm512_setzero_ps());
             _mm512_store_ps(dSr + 16 * u, _mm512_setzero_ps());
         }
-        /* dQ_i = sum_j dS_ij K_j: even and odd keys in two chains */
-        __m512 a0[4], a1[4];
-        for (int c = 0; c < ne; c++)
-            a0[c] = a1[c] = _mm512_setzero_ps();
-        for (j = 0; j + 2 <= n; j += 2) {
-            const __m512 s0 = _mm512_set1_ps(dSr[j]), s1 = _mm512_set1_ps(dSr[j + 1]);
-            const float *kr = k + j * kld;
-            for (int c = 0; c < ne; c++) {
-                a0[c] = _mm512_fmadd_ps(s0, _mm512_loadu_ps(kr + 16 * c), a0[c]);
-                a1[c] = _mm512_fmadd_ps(s1, _mm512_loadu_ps(kr + kld + 16 * c), a1[c]);
-            }
+    }
+    /* dQ_i = sum_j dS_ij K_j, two rows at a time (fnn_atb_dq2) */
+    for (i = 0; i < L; i += 2) {
+        const ptrdiff_t n0 = causal && i + 1 < S ? i + 1 : S;
+        if (i + 1 < L) {
+            const ptrdiff_t n1 = causal && i + 2 < S ? i + 2 : S;
+            fnn_atb_dq2(ne, dS + i * LM, n0, dS + (i + 1) * LM, n1, k, kld, dq + i * dqld,
+                        dq + (i + 1) * dqld);
+        } else {
+            fnn_atb_dq2(ne, dS + i * LM, n0, dS + i * LM, 0, k, kld, dq + i * dqld, NULL);
         }
-        if (j < n) {
-            const __m512 s0 = _mm512_set1_ps(dSr[j]);
-            for (int c = 0; c < ne; c++)
-                a0[c] = _mm512_fmadd_ps(s0, _mm512_loadu_ps(k + j * kld + 16 * c), a0[c]);
-        }
-        for (int c = 0; c < ne; c++)
-            _mm512_storeu_ps(dq + i * dqld + 16 * c, _mm512_add_ps(a0[c], a1[c]));
     }
     /* dK_j = sum_i dS_ij Q_i, dV_j = sum_i P_ij dO_i; causal: rows i >= j only (the
      * others are zero); the padded columns j >= S are zero and not written */

@@ -31,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "fnn_alloc.h"
+#include "fnn_transpose16.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -74,36 +75,6 @@ static inline float *fnn_sgz_buffer(void)
         fnn_sgz_buf = (float *)(raw + (64 - ((uintptr_t)raw & 63)) % 64);
     }
     return fnn_sgz_buf;
-}
-
-/* In-register transpose of 16 rows of 16 floats: r[i][j] -> r[j][i]. */
-static inline __attribute__((always_inline)) void fnn_sgz_transpose16(__m512 r[16])
-{
-    __m512 t[16], u[16];
-#pragma GCC unroll 8
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    /* u[4 g + c], lane L: rows 4g..4g+3 of column 4 L + c */
-#pragma GCC unroll 4
-    for (int g = 0; g < 16; g += 4) {
-        u[g] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[g]), _mm512_castps_pd(t[g + 2])));
-        u[g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[g]), _mm512_castps_pd(t[g + 2])));
-        u[g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[g + 1]), _mm512_castps_pd(t[g + 3])));
-        u[g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[g + 1]), _mm512_castps_pd(t[g + 3])));
-    }
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; c++) {
-        const __m512 a = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
-        const __m512 b = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
-        const __m512 a2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
-        const __m512 b2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
-        r[c] = _mm512_shuffle_f32x4(a, a2, 0x88);
-        r[8 + c] = _mm512_shuffle_f32x4(a, a2, 0xDD);
-        r[4 + c] = _mm512_shuffle_f32x4(b, b2, 0x88);
-        r[12 + c] = _mm512_shuffle_f32x4(b, b2, 0xDD);
-    }
 }
 
 /* Pack B's k rows [0, kc) and columns [0, nc) (op(B) is K x N) into 32-column panels:
@@ -153,7 +124,7 @@ fnn_sgz_pack_b(int trans_b, const float *B, ptrdiff_t ldb, ptrdiff_t kc, ptrdiff
 #pragma GCC unroll 16
                 for (int i = 0; i < 16; i++)
                     r[i] = i < rows ? _mm512_loadu_ps(src + i * ldb + k) : _mm512_setzero_ps();
-                fnn_sgz_transpose16(r);
+                fnn_transpose16_ps(r);
 #pragma GCC unroll 16
                 for (int i = 0; i < 16; i++)
                     _mm512_store_ps(dst + (k + i) * 32 + c0, r[i]);
