@@ -178,6 +178,178 @@ fnn_ats_row512(int nv, int nc, const float *q, const float *kt, ptrdiff_t E,
         _mm512_storeu_ps(out + 16 * c, _mm512_mul_ps(_mm512_add_ps(o[c], o1[c]), vi));
 }
 
+/* Two query rows (n0 <= n1 keys, no dropout) with AVX-512, side by side: nv = the
+ * vectors of row 1's keys (row 0's lanes past n0 are masked as in its own call, so its
+ * scores, weights and output are the bits fnn_ats_row512 gives it); each key's transposed
+ * row and each value row loaded once for both.  For nv <= 2 the two rows' 8 nv score
+ * chains run in one loop (one row's 4 nv chains at ~25 keys left the FMAs latency-bound);
+ * the output's common key pairs likewise.  -> 1, or 0 with nothing written when a row
+ * has a NaN score or no finite one (the caller runs each row alone). */
+static inline __attribute__((always_inline)) int
+fnn_ats_rows2_512(int nv, int nc, const float *q0, const float *q1, const float *kt,
+                  ptrdiff_t E, const float *v, ptrdiff_t vld, ptrdiff_t n0, ptrdiff_t n1,
+                  float *out0, float *out1, float *s0, float *s1, float *lse0, float *lse1)
+{
+    __m512 x[2][4];
+    ptrdiff_t e = 0, j;
+    if (nv <= 2) {
+        __m512 a[2][4][2];
+        for (int r = 0; r < 2; r++)
+            for (int p = 0; p < 4; p++)
+                for (int u = 0; u < nv; u++)
+                    a[r][p][u] = _mm512_setzero_ps();
+        for (; e + 4 <= E; e += 4) {
+            const float *kr = kt + e * FNN_ATS_LMAX;
+            for (int p = 0; p < 4; p++) {
+                const __m512 b0 = _mm512_set1_ps(q0[e + p]), b1 = _mm512_set1_ps(q1[e + p]);
+                for (int u = 0; u < nv; u++) {
+                    const __m512 kv = _mm512_load_ps(kr + p * FNN_ATS_LMAX + 16 * u);
+                    a[0][p][u] = _mm512_fmadd_ps(b0, kv, a[0][p][u]);
+                    a[1][p][u] = _mm512_fmadd_ps(b1, kv, a[1][p][u]);
+                }
+            }
+        }
+        for (; e < E; e++) {
+            const __m512 b0 = _mm512_set1_ps(q0[e]), b1 = _mm512_set1_ps(q1[e]);
+            const float *kr = kt + e * FNN_ATS_LMAX;
+            for (int u = 0; u < nv; u++) {
+                const __m512 kv = _mm512_load_ps(kr + 16 * u);
+                a[0][0][u] = _mm512_fmadd_ps(b0, kv, a[0][0][u]);
+                a[1][0][u] = _mm512_fmadd_ps(b1, kv, a[1][0][u]);
+            }
+        }
+        for (int r = 0; r < 2; r++)
+            for (int u = 0; u < nv; u++)
+                x[r][u] = _mm512_add_ps(_mm512_add_ps(a[r][0][u], a[r][1][u]),
+                                        _mm512_add_ps(a[r][2][u], a[r][3][u]));
+    } else {
+        for (int r = 0; r < 2; r++) {
+            const float *q = r ? q1 : q0;
+            __m512 a[4], a1[4], a2[4], a3[4];
+            for (int u = 0; u < nv; u++)
+                a[u] = a1[u] = a2[u] = a3[u] = _mm512_setzero_ps();
+            for (e = 0; e + 4 <= E; e += 4) {
+                const __m512 b0 = _mm512_set1_ps(q[e]), b1 = _mm512_set1_ps(q[e + 1]);
+                const __m512 b2 = _mm512_set1_ps(q[e + 2]), b3 = _mm512_set1_ps(q[e + 3]);
+                const float *kr = kt + e * FNN_ATS_LMAX;
+                for (int u = 0; u < nv; u++) {
+                    a[u] = _mm512_fmadd_ps(b0, _mm512_load_ps(kr + 16 * u), a[u]);
+                    a1[u] = _mm512_fmadd_ps(b1, _mm512_load_ps(kr + FNN_ATS_LMAX + 16 * u), a1[u]);
+                    a2[u] = _mm512_fmadd_ps(b2, _mm512_load_ps(kr + 2 * FNN_ATS_LMAX + 16 * u), a2[u]);
+                    a3[u] = _mm512_fmadd_ps(b3, _mm512_load_ps(kr + 3 * FNN_ATS_LMAX + 16 * u), a3[u]);
+                }
+            }
+            for (; e < E; e++) {
+                const __m512 b = _mm512_set1_ps(q[e]);
+                const float *kr = kt + e * FNN_ATS_LMAX;
+                for (int u = 0; u < nv; u++)
+                    a[u] = _mm512_fmadd_ps(b, _mm512_load_ps(kr + 16 * u), a[u]);
+            }
+            for (int u = 0; u < nv; u++)
+                x[r][u] = _mm512_add_ps(_mm512_add_ps(a[u], a1[u]), _mm512_add_ps(a2[u], a3[u]));
+        }
+    }
+    float inv[2];
+    for (int r = 0; r < 2; r++) {
+        const ptrdiff_t n = r ? n1 : n0;
+        float *s = r ? s1 : s0;
+        __m512 mx = _mm512_set1_ps(-INFINITY), sum = _mm512_setzero_ps();
+        __mmask16 nan = 0;
+        for (int u = 0; u < nv; u++) {
+            const ptrdiff_t left = n - 16 * u;
+            const __mmask16 live = left >= 16 ? (__mmask16)0xffff
+                                 : left > 0 ? (__mmask16)((1u << left) - 1u) : (__mmask16)0;
+            x[r][u] = _mm512_mask_blend_ps(live, _mm512_set1_ps(-INFINITY), x[r][u]);
+            nan |= _mm512_cmp_ps_mask(x[r][u], x[r][u], _CMP_UNORD_Q);
+            mx = _mm512_max_ps(mx, x[r][u]);
+        }
+        const float m = _mm512_reduce_max_ps(mx);
+        if (nan || m == -INFINITY)
+            return 0;
+        const __m512 vm = _mm512_set1_ps(m);
+        for (int u = 0; u < nv; u++) {
+            x[r][u] = fnn_exp_nonpos_ps16(_mm512_sub_ps(x[r][u], vm));
+            sum = _mm512_add_ps(sum, x[r][u]);
+            _mm512_store_ps(s + 16 * u, x[r][u]);
+        }
+        const float tot = _mm512_reduce_add_ps(sum);
+        inv[r] = 1.0f / tot;
+        *(r ? lse1 : lse0) = m + logf(tot);
+    }
+    __m512 o0[4], o0b[4], o1[4], o1b[4];
+    for (int c = 0; c < nc; c++)
+        o0[c] = o0b[c] = o1[c] = o1b[c] = _mm512_setzero_ps();
+    const ptrdiff_t jc = n0 & ~(ptrdiff_t)1;       /* n0 <= n1: the common key pairs */
+    for (j = 0; j < jc; j += 2) {
+        const __m512 p0 = _mm512_set1_ps(s0[j]), p0b = _mm512_set1_ps(s0[j + 1]);
+        const __m512 p1 = _mm512_set1_ps(s1[j]), p1b = _mm512_set1_ps(s1[j + 1]);
+        const float *vr = v + j * vld;
+        for (int c = 0; c < nc; c++) {
+            const __m512 va = _mm512_loadu_ps(vr + 16 * c), vb = _mm512_loadu_ps(vr + vld + 16 * c);
+            o0[c] = _mm512_fmadd_ps(p0, va, o0[c]);
+            o0b[c] = _mm512_fmadd_ps(p0b, vb, o0b[c]);
+            o1[c] = _mm512_fmadd_ps(p1, va, o1[c]);
+            o1b[c] = _mm512_fmadd_ps(p1b, vb, o1b[c]);
+        }
+    }
+    for (int r = 0; r < 2; r++) {     /* each row's rest: its own pairs, then an odd last key */
+        const ptrdiff_t n = r ? n1 : n0;
+        const float *s = r ? s1 : s0;
+        __m512 *oe = r ? o1 : o0, *oo = r ? o1b : o0b;
+        for (j = jc; j + 2 <= n; j += 2) {
+            const __m512 p = _mm512_set1_ps(s[j]), pb = _mm512_set1_ps(s[j + 1]);
+            const float *vr = v + j * vld;
+            for (int c = 0; c < nc; c++) {
+                oe[c] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vr + 16 * c), oe[c]);
+                oo[c] = _mm512_fmadd_ps(pb, _mm512_loadu_ps(vr + vld + 16 * c), oo[c]);
+            }
+        }
+        if (j < n) {
+            const __m512 p = _mm512_set1_ps(s[j]);
+            const float *vr = v + j * vld;
+            for (int c = 0; c < nc; c++)
+                oe[c] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vr + 16 * c), oe[c]);
+        }
+    }
+    const __m512 vi0 = _mm512_set1_ps(inv[0]), vi1 = _mm512_set1_ps(inv[1]);
+    for (int c = 0; c < nc; c++) {
+        _mm512_storeu_ps(out0 + 16 * c, _mm512_mul_ps(_mm512_add_ps(o0[c], o0b[c]), vi0));
+        _mm512_storeu_ps(out1 + 16 * c, _mm512_mul_ps(_mm512_add_ps(o1[c], o1b[c]), vi1));
+    }
+    return 1;
+}
+
+#define FNN_ATS_NV2(nc)                                                                  \
+    switch (nv) {                                                                        \
+    case 1: return fnn_ats_rows2_512(1, nc, q0, q1, kt, E, v, vld, n0, n1, out0, out1,   \
+                                     s0, s1, lse0, lse1);                                \
+    case 2: return fnn_ats_rows2_512(2, nc, q0, q1, kt, E, v, vld, n0, n1, out0, out1,   \
+                                     s0, s1, lse0, lse1);                                \
+    case 3: return fnn_ats_rows2_512(3, nc, q0, q1, kt, E, v, vld, n0, n1, out0, out1,   \
+                                     s0, s1, lse0, lse1);                                \
+    default: return fnn_ats_rows2_512(4, nc, q0, q1, kt, E, v, vld, n0, n1, out0, out1,  \
+                                      s0, s1, lse0, lse1);                               \
+    }
+
+/* Two rows (n0 <= n1 keys, nv vectors of n1) -> 1 when done here (Ev a multiple of 16 up
+ * to 64, no dropout), else 0 with nothing written */
+static int fnn_ats_rows2_vec(int nv, const float *q0, const float *q1, const float *kt,
+                             ptrdiff_t E, const float *v, ptrdiff_t vld, ptrdiff_t n0,
+                             ptrdiff_t n1, ptrdiff_t Ev, float *out0, float *out1, float *s0,
+                             float *s1, float *lse0, float *lse1)
+{
+    if (Ev % 16)
+        return 0;
+    switch (Ev / 16) {
+    case 1: FNN_ATS_NV2(1)
+    case 2: FNN_ATS_NV2(2)
+    case 3: FNN_ATS_NV2(3)
+    case 4: FNN_ATS_NV2(4)
+    default: return 0;
+    }
+}
+#undef FNN_ATS_NV2
+
 #define FNN_ATS_NV(nc)                                                                   \
     switch (nv) {                                                                        \
     case 1: fnn_ats_row512(1, nc, q, kt, E, v, vld, Lk, out, s, lse, mult); return 1;    \
@@ -207,6 +379,15 @@ static int fnn_ats_row_vec(int nv, const float *q, const float *kt, ptrdiff_t E,
 }
 #undef FNN_ATS_NV
 #else
+static int fnn_ats_rows2_vec(int nv, const float *q0, const float *q1, const float *kt,
+                             ptrdiff_t E, const float *v, ptrdiff_t vld, ptrdiff_t n0,
+                             ptrdiff_t n1, ptrdiff_t Ev, float *out0, float *out1, float *s0,
+                             float *s1, float *lse0, float *lse1)
+{
+    (void)nv; (void)q0; (void)q1; (void)kt; (void)E; (void)v; (void)vld; (void)n0; (void)n1;
+    (void)Ev; (void)out0; (void)out1; (void)s0; (void)s1; (void)lse0; (void)lse1;
+    return 0;
+}
 static int fnn_ats_row_vec(int nv, const float *q, const float *kt, ptrdiff_t E,
                            const float *v, ptrdiff_t vld, ptrdiff_t Lk, ptrdiff_t Ev,
                            float *out, float *s, float *lse, const float *mult)
@@ -295,8 +476,23 @@ static void fnn_ats_head_f32(const float *q, ptrdiff_t qld, const float *k, ptrd
         return;
     }
     fnn_ats_transpose(k, kld, Lk, E, scale, kt);
+    float s1[FNN_ATS_LMAX] __attribute__((aligned(64)));
+    float lse2[2];
     for (i = 0; i < Lq; i++) {
         n = causal && i + 1 < Lk ? i + 1 : Lk;
+        if (!drop && i + 1 < Lq) {      /* two rows at once (fnn_ats_rows2_vec) */
+            const ptrdiff_t n1 = causal && i + 2 < Lk ? i + 2 : Lk;
+            if (fnn_ats_rows2_vec((int)((n1 + 15) / 16), q + i * qld, q + (i + 1) * qld, kt, E,
+                                  v, vld, n, n1, Ev, out + i * old, out + (i + 1) * old, s, s1,
+                                  &lse2[0], &lse2[1])) {
+                if (lse) {
+                    lse[i] = lse2[0];
+                    lse[i + 1] = lse2[1];
+                }
+                i++;
+                continue;
+            }
+        }
         nv = (int)((n + 15) / 16);
         if (drop)
             fnn_ats_drop_row(drop, (row0 + (uint64_t)i) * (uint64_t)Lk, n, (ptrdiff_t)nv * 16,
