@@ -10,9 +10,10 @@
  * <= 1: the sum in float on AVX-512, in double in the plain C form); the output row is
  * the probability-weighted sum of value rows, then times 1 / sum.  No reduction across
  * vector lanes: every score and every output element is summed in an order fixed by the
- * shapes alone, whatever the thread count (on AVX-512 a score is four partial sums over
- * the features mod 4 and an output two over even and odd keys, added at the end: more
- * independent FMA chains for rows of ~25 keys).  A NaN score makes its row NaN; a range
+ * shapes alone, whatever the thread count (one FMA chain over the features per score,
+ * over the keys per output element; on AVX-512 four query rows run side by side, which
+ * gives the FMA units independent chains and loads each key and value row once for
+ * four rows).  A NaN score makes its row NaN; a range
  * without keys, or a row whose scores are all -inf, gives zeros (the tiled path's
  * conventions). */
 #ifndef FNN_ATTN_SHORT_H
@@ -94,306 +95,145 @@ static inline void fnn_ats_transpose(const float *x, ptrdiff_t ld, ptrdiff_t n, 
 }
 
 #if defined(FNN_HAVE_AVX512)
-/* One query row with AVX-512: the scores in nv <= 4 zmm accumulators (one axpy per
- * feature), softmax on whole vectors (lanes past Lk are -inf: exp gives 0), the output
- * in nc <= 8 zmm accumulators (Ev = 16 nc).  nv and nc are compile-time constants in each
- * inlined copy. */
+/* Four query rows with AVX-512 (rows q + r qld, r < 4, n[r] keys each, nv = the vectors
+ * of the most keys): the scores of each row and key vector are one FMA chain over the
+ * features in order (4 nv chains side by side, each transposed key row loaded once for
+ * the four rows); softmax per row on whole vectors (lanes past n[r] are -inf: exp gives
+ * 0); each output vector one FMA chain over the keys in order, each value row loaded
+ * once for the rows that see it.  out[r] = rows of Ev = 16 nc; s: 4 rows of
+ * FNN_ATS_LMAX (the weights); lse (may be NULL): 4 values; mult (may be NULL): 4 rows
+ * of dropout multipliers (the denominator is taken before them).  nv and nc are
+ * compile-time constants in each inlined copy.  A row with a NaN score is NaN (as
+ * torch), one without a finite score zeros, its lse NaN / -inf.  fnn_ats_row_c sums in
+ * the same orders (one chain per score, one per output element, FMA-contracted). */
 static inline __attribute__((always_inline)) void
-fnn_ats_row512(int nv, int nc, const float *q, const float *kt, ptrdiff_t E,
-               const float *v, ptrdiff_t vld, ptrdiff_t Lk, float *out, float *s, float *lse,
-               const float *mult)
+fnn_ats_rows4_512(int nv, int nc, const float *q, ptrdiff_t qld, const float *kt,
+                  ptrdiff_t E, const float *v, ptrdiff_t vld, const ptrdiff_t *n,
+                  float *const *out, float *s, float *lse, const float *mult)
 {
-    __m512 a[4], a1[4], a2[4], a3[4], o[8], o1[8];
-    ptrdiff_t e = 0, j;
-    /* four partial sums per score vector (features e mod 4, added at the end): four
-     * times the independent FMA chains of one row (latency, not throughput, bound) */
-    for (int u = 0; u < nv; u++)
-        a[u] = a1[u] = a2[u] = a3[u] = _mm512_setzero_ps();
-    for (; e + 4 <= E; e += 4) {
-        const __m512 b0 = _mm512_set1_ps(q[e]), b1 = _mm512_set1_ps(q[e + 1]);
-        const __m512 b2 = _mm512_set1_ps(q[e + 2]), b3 = _mm512_set1_ps(q[e + 3]);
-        const float *kr = kt + e * FNN_ATS_LMAX;
-        for (int u = 0; u < nv; u++) {
-            a[u] = _mm512_fmadd_ps(b0, _mm512_load_ps(kr + 16 * u), a[u]);
-            a1[u] = _mm512_fmadd_ps(b1, _mm512_load_ps(kr + FNN_ATS_LMAX + 16 * u), a1[u]);
-            a2[u] = _mm512_fmadd_ps(b2, _mm512_load_ps(kr + 2 * FNN_ATS_LMAX + 16 * u), a2[u]);
-            a3[u] = _mm512_fmadd_ps(b3, _mm512_load_ps(kr + 3 * FNN_ATS_LMAX + 16 * u), a3[u]);
-        }
-    }
-    for (; e < E; e++) {
-        const __m512 b = _mm512_set1_ps(q[e]);
-        const float *kr = kt + e * FNN_ATS_LMAX;
+    __m512 a[4][4];
+    for (int r = 0; r < 4; r++)
         for (int u = 0; u < nv; u++)
-            a[u] = _mm512_fmadd_ps(b, _mm512_load_ps(kr + 16 * u), a[u]);
-    }
-    for (int u = 0; u < nv; u++)
-        a[u] = _mm512_add_ps(_mm512_add_ps(a[u], a1[u]), _mm512_add_ps(a2[u], a3[u]));
-    __m512 mx = _mm512_set1_ps(-INFINITY);
-    __mmask16 nan = 0;
-    for (int u = 0; u < nv; u++) {
-        ptrdiff_t left = Lk - 16 * u;
-        __mmask16 live = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
-        a[u] = _mm512_mask_blend_ps(live, _mm512_set1_ps(-INFINITY), a[u]);
-        nan |= _mm512_cmp_ps_mask(a[u], a[u], _CMP_UNORD_Q);
-        mx = _mm512_max_ps(mx, a[u]);
-    }
-    float m = _mm512_reduce_max_ps(mx);
-    if (nan || m == -INFINITY) {
-        /* NaN scores: a NaN row (as torch); no key with a finite score: zeros */
-        for (int c = 0; c < nc; c++)
-            _mm512_storeu_ps(out + 16 * c, _mm512_set1_ps(nan ? NAN : 0.0f));
-        if (lse)
-            *lse = nan ? NAN : -INFINITY;
-        return;
-    }
-    __m512 sum = _mm512_setzero_ps(), vm = _mm512_set1_ps(m);
-    for (int u = 0; u < nv; u++) {
-        a[u] = fnn_exp_nonpos_ps16(_mm512_sub_ps(a[u], vm));
-        sum = _mm512_add_ps(sum, a[u]);      /* the denominator: weights before dropout */
-        if (mult)
-            a[u] = _mm512_mul_ps(a[u], _mm512_load_ps(mult + 16 * u));
-        _mm512_store_ps(s + 16 * u, a[u]);
-    }
-    const float tot = _mm512_reduce_add_ps(sum), inv = 1.0f / tot;
-    if (lse)
-        *lse = m + logf(tot);
-    for (int c = 0; c < nc; c++)
-        o[c] = o1[c] = _mm512_setzero_ps();
-    for (j = 0; j + 2 <= Lk; j += 2) {       /* even and odd keys: two chains per vector */
-        const __m512 p0 = _mm512_set1_ps(s[j]), p1 = _mm512_set1_ps(s[j + 1]);
-        const float *vr = v + j * vld;
-        for (int c = 0; c < nc; c++) {
-            o[c] = _mm512_fmadd_ps(p0, _mm512_loadu_ps(vr + 16 * c), o[c]);
-            o1[c] = _mm512_fmadd_ps(p1, _mm512_loadu_ps(vr + vld + 16 * c), o1[c]);
-        }
-    }
-    if (j < Lk) {
-        const __m512 p0 = _mm512_set1_ps(s[j]);
-        const float *vr = v + j * vld;
-        for (int c = 0; c < nc; c++)
-            o[c] = _mm512_fmadd_ps(p0, _mm512_loadu_ps(vr + 16 * c), o[c]);
-    }
-    const __m512 vi = _mm512_set1_ps(inv);
-    for (int c = 0; c < nc; c++)
-        _mm512_storeu_ps(out + 16 * c, _mm512_mul_ps(_mm512_add_ps(o[c], o1[c]), vi));
-}
-
-/* Two query rows (n0 <= n1 keys, no dropout) with AVX-512, side by side: nv = the
- * vectors of row 1's keys (row 0's lanes past n0 are masked as in its own call, so its
- * scores, weights and output are the bits fnn_ats_row512 gives it); each key's transposed
- * row and each value row loaded once for both.  For nv <= 2 the two rows' 8 nv score
- * chains run in one loop (one row's 4 nv chains at ~25 keys left the FMAs latency-bound);
- * the output's common key pairs likewise.  -> 1, or 0 with nothing written when a row
- * has a NaN score or no finite one (the caller runs each row alone). */
-static inline __attribute__((always_inline)) int
-fnn_ats_rows2_512(int nv, int nc, const float *q0, const float *q1, const float *kt,
-                  ptrdiff_t E, const float *v, ptrdiff_t vld, ptrdiff_t n0, ptrdiff_t n1,
-                  float *out0, float *out1, float *s0, float *s1, float *lse0, float *lse1)
-{
-    __m512 x[2][4];
-    ptrdiff_t e = 0, j;
-    if (nv <= 2) {
-        __m512 a[2][4][2];
-        for (int r = 0; r < 2; r++)
-            for (int p = 0; p < 4; p++)
-                for (int u = 0; u < nv; u++)
-                    a[r][p][u] = _mm512_setzero_ps();
-        for (; e + 4 <= E; e += 4) {
-            const float *kr = kt + e * FNN_ATS_LMAX;
-            for (int p = 0; p < 4; p++) {
-                const __m512 b0 = _mm512_set1_ps(q0[e + p]), b1 = _mm512_set1_ps(q1[e + p]);
-                for (int u = 0; u < nv; u++) {
-                    const __m512 kv = _mm512_load_ps(kr + p * FNN_ATS_LMAX + 16 * u);
-                    a[0][p][u] = _mm512_fmadd_ps(b0, kv, a[0][p][u]);
-                    a[1][p][u] = _mm512_fmadd_ps(b1, kv, a[1][p][u]);
-                }
-            }
-        }
-        for (; e < E; e++) {
-            const __m512 b0 = _mm512_set1_ps(q0[e]), b1 = _mm512_set1_ps(q1[e]);
-            const float *kr = kt + e * FNN_ATS_LMAX;
-            for (int u = 0; u < nv; u++) {
-                const __m512 kv = _mm512_load_ps(kr + 16 * u);
-                a[0][0][u] = _mm512_fmadd_ps(b0, kv, a[0][0][u]);
-                a[1][0][u] = _mm512_fmadd_ps(b1, kv, a[1][0][u]);
-            }
-        }
-        for (int r = 0; r < 2; r++)
+            a[r][u] = _mm512_setzero_ps();
+    for (ptrdiff_t e = 0; e < E; e++) {
+        const float *kr = kt + e * FNN_ATS_LMAX;
+        __m512 kv[4];
+        for (int u = 0; u < nv; u++)
+            kv[u] = _mm512_load_ps(kr + 16 * u);
+        for (int r = 0; r < 4; r++) {
+            const __m512 b = _mm512_set1_ps(q[r * qld + e]);
             for (int u = 0; u < nv; u++)
-                x[r][u] = _mm512_add_ps(_mm512_add_ps(a[r][0][u], a[r][1][u]),
-                                        _mm512_add_ps(a[r][2][u], a[r][3][u]));
-    } else {
-        for (int r = 0; r < 2; r++) {
-            const float *q = r ? q1 : q0;
-            __m512 a[4], a1[4], a2[4], a3[4];
-            for (int u = 0; u < nv; u++)
-                a[u] = a1[u] = a2[u] = a3[u] = _mm512_setzero_ps();
-            for (e = 0; e + 4 <= E; e += 4) {
-                const __m512 b0 = _mm512_set1_ps(q[e]), b1 = _mm512_set1_ps(q[e + 1]);
-                const __m512 b2 = _mm512_set1_ps(q[e + 2]), b3 = _mm512_set1_ps(q[e + 3]);
-                const float *kr = kt + e * FNN_ATS_LMAX;
-                for (int u = 0; u < nv; u++) {
-                    a[u] = _mm512_fmadd_ps(b0, _mm512_load_ps(kr + 16 * u), a[u]);
-                    a1[u] = _mm512_fmadd_ps(b1, _mm512_load_ps(kr + FNN_ATS_LMAX + 16 * u), a1[u]);
-                    a2[u] = _mm512_fmadd_ps(b2, _mm512_load_ps(kr + 2 * FNN_ATS_LMAX + 16 * u), a2[u]);
-                    a3[u] = _mm512_fmadd_ps(b3, _mm512_load_ps(kr + 3 * FNN_ATS_LMAX + 16 * u), a3[u]);
-                }
-            }
-            for (; e < E; e++) {
-                const __m512 b = _mm512_set1_ps(q[e]);
-                const float *kr = kt + e * FNN_ATS_LMAX;
-                for (int u = 0; u < nv; u++)
-                    a[u] = _mm512_fmadd_ps(b, _mm512_load_ps(kr + 16 * u), a[u]);
-            }
-            for (int u = 0; u < nv; u++)
-                x[r][u] = _mm512_add_ps(_mm512_add_ps(a[u], a1[u]), _mm512_add_ps(a2[u], a3[u]));
+                a[r][u] = _mm512_fmadd_ps(b, kv[u], a[r][u]);
         }
     }
-    float inv[2];
-    for (int r = 0; r < 2; r++) {
-        const ptrdiff_t n = r ? n1 : n0;
-        float *s = r ? s1 : s0;
+    float inv[4];
+    int bad[4];
+    for (int r = 0; r < 4; r++) {
+        float *sr = s + r * FNN_ATS_LMAX;
         __m512 mx = _mm512_set1_ps(-INFINITY), sum = _mm512_setzero_ps();
         __mmask16 nan = 0;
         for (int u = 0; u < nv; u++) {
-            const ptrdiff_t left = n - 16 * u;
+            const ptrdiff_t left = n[r] - 16 * u;
             const __mmask16 live = left >= 16 ? (__mmask16)0xffff
                                  : left > 0 ? (__mmask16)((1u << left) - 1u) : (__mmask16)0;
-            x[r][u] = _mm512_mask_blend_ps(live, _mm512_set1_ps(-INFINITY), x[r][u]);
-            nan |= _mm512_cmp_ps_mask(x[r][u], x[r][u], _CMP_UNORD_Q);
-            mx = _mm512_max_ps(mx, x[r][u]);
+            a[r][u] = _mm512_mask_blend_ps(live, _mm512_set1_ps(-INFINITY), a[r][u]);
+            nan |= _mm512_cmp_ps_mask(a[r][u], a[r][u], _CMP_UNORD_Q);
+            mx = _mm512_max_ps(mx, a[r][u]);
         }
         const float m = _mm512_reduce_max_ps(mx);
-        if (nan || m == -INFINITY)
-            return 0;
+        bad[r] = nan ? 1 : m == -INFINITY ? 2 : 0;
+        if (bad[r]) {
+            for (int u = 0; u < nv; u++)
+                _mm512_store_ps(sr + 16 * u, _mm512_setzero_ps());
+            inv[r] = 0.0f;
+            if (lse)
+                lse[r] = bad[r] == 1 ? NAN : -INFINITY;
+            continue;
+        }
         const __m512 vm = _mm512_set1_ps(m);
         for (int u = 0; u < nv; u++) {
-            x[r][u] = fnn_exp_nonpos_ps16(_mm512_sub_ps(x[r][u], vm));
-            sum = _mm512_add_ps(sum, x[r][u]);
-            _mm512_store_ps(s + 16 * u, x[r][u]);
+            __m512 p = fnn_exp_nonpos_ps16(_mm512_sub_ps(a[r][u], vm));
+            sum = _mm512_add_ps(sum, p);      /* the denominator: weights before dropout */
+            if (mult)
+                p = _mm512_mul_ps(p, _mm512_load_ps(mult + r * FNN_ATS_LMAX + 16 * u));
+            _mm512_store_ps(sr + 16 * u, p);
         }
         const float tot = _mm512_reduce_add_ps(sum);
         inv[r] = 1.0f / tot;
-        *(r ? lse1 : lse0) = m + logf(tot);
+        if (lse)
+            lse[r] = m + logf(tot);
     }
-    __m512 o0[4], o0b[4], o1[4], o1b[4];
-    for (int c = 0; c < nc; c++)
-        o0[c] = o0b[c] = o1[c] = o1b[c] = _mm512_setzero_ps();
-    const ptrdiff_t jc = n0 & ~(ptrdiff_t)1;       /* n0 <= n1: the common key pairs */
-    for (j = 0; j < jc; j += 2) {
-        const __m512 p0 = _mm512_set1_ps(s0[j]), p0b = _mm512_set1_ps(s0[j + 1]);
-        const __m512 p1 = _mm512_set1_ps(s1[j]), p1b = _mm512_set1_ps(s1[j + 1]);
+    __m512 o[4][8];
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < nc; c++)
+            o[r][c] = _mm512_setzero_ps();
+    /* keys all four rows see, then each row's own (causal rows see one key more each) */
+    ptrdiff_t jc = n[0];
+    for (int r = 1; r < 4; r++)
+        jc = n[r] < jc ? n[r] : jc;
+    for (ptrdiff_t j = 0; j < jc; j++) {
         const float *vr = v + j * vld;
-        for (int c = 0; c < nc; c++) {
-            const __m512 va = _mm512_loadu_ps(vr + 16 * c), vb = _mm512_loadu_ps(vr + vld + 16 * c);
-            o0[c] = _mm512_fmadd_ps(p0, va, o0[c]);
-            o0b[c] = _mm512_fmadd_ps(p0b, vb, o0b[c]);
-            o1[c] = _mm512_fmadd_ps(p1, va, o1[c]);
-            o1b[c] = _mm512_fmadd_ps(p1b, vb, o1b[c]);
-        }
-    }
-    for (int r = 0; r < 2; r++) {     /* each row's rest: its own pairs, then an odd last key */
-        const ptrdiff_t n = r ? n1 : n0;
-        const float *s = r ? s1 : s0;
-        __m512 *oe = r ? o1 : o0, *oo = r ? o1b : o0b;
-        for (j = jc; j + 2 <= n; j += 2) {
-            const __m512 p = _mm512_set1_ps(s[j]), pb = _mm512_set1_ps(s[j + 1]);
-            const float *vr = v + j * vld;
-            for (int c = 0; c < nc; c++) {
-                oe[c] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vr + 16 * c), oe[c]);
-                oo[c] = _mm512_fmadd_ps(pb, _mm512_loadu_ps(vr + vld + 16 * c), oo[c]);
-            }
-        }
-        if (j < n) {
-            const __m512 p = _mm512_set1_ps(s[j]);
-            const float *vr = v + j * vld;
+        __m512 vv[8];
+        for (int c = 0; c < nc; c++)
+            vv[c] = _mm512_loadu_ps(vr + 16 * c);
+        for (int r = 0; r < 4; r++) {
+            const __m512 p = _mm512_set1_ps(s[r * FNN_ATS_LMAX + j]);
             for (int c = 0; c < nc; c++)
-                oe[c] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vr + 16 * c), oe[c]);
+                o[r][c] = _mm512_fmadd_ps(p, vv[c], o[r][c]);
         }
     }
-    const __m512 vi0 = _mm512_set1_ps(inv[0]), vi1 = _mm512_set1_ps(inv[1]);
-    for (int c = 0; c < nc; c++) {
-        _mm512_storeu_ps(out0 + 16 * c, _mm512_mul_ps(_mm512_add_ps(o0[c], o0b[c]), vi0));
-        _mm512_storeu_ps(out1 + 16 * c, _mm512_mul_ps(_mm512_add_ps(o1[c], o1b[c]), vi1));
+    for (int r = 0; r < 4; r++)
+        for (ptrdiff_t j = jc; j < n[r]; j++) {
+            const __m512 p = _mm512_set1_ps(s[r * FNN_ATS_LMAX + j]);
+            for (int c = 0; c < nc; c++)
+                o[r][c] = _mm512_fmadd_ps(p, _mm512_loadu_ps(v + j * vld + 16 * c), o[r][c]);
+        }
+    for (int r = 0; r < 4; r++) {
+        const __m512 vi = bad[r] == 1 ? _mm512_set1_ps(NAN) : _mm512_set1_ps(inv[r]);
+        for (int c = 0; c < nc; c++)
+            _mm512_storeu_ps(out[r] + 16 * c, bad[r] ? (bad[r] == 1 ? vi : _mm512_setzero_ps())
+                                                      : _mm512_mul_ps(o[r][c], vi));
     }
-    return 1;
 }
 
-#define FNN_ATS_NV2(nc)                                                                  \
+#define FNN_ATS_NV4(nc)                                                                  \
     switch (nv) {                                                                        \
-    case 1: return fnn_ats_rows2_512(1, nc, q0, q1, kt, E, v, vld, n0, n1, out0, out1,   \
-                                     s0, s1, lse0, lse1);                                \
-    case 2: return fnn_ats_rows2_512(2, nc, q0, q1, kt, E, v, vld, n0, n1, out0, out1,   \
-                                     s0, s1, lse0, lse1);                                \
-    case 3: return fnn_ats_rows2_512(3, nc, q0, q1, kt, E, v, vld, n0, n1, out0, out1,   \
-                                     s0, s1, lse0, lse1);                                \
-    default: return fnn_ats_rows2_512(4, nc, q0, q1, kt, E, v, vld, n0, n1, out0, out1,  \
-                                      s0, s1, lse0, lse1);                               \
+    case 1: fnn_ats_rows4_512(1, nc, q, qld, kt, E, v, vld, n, out, s, lse, mult); return 1; \
+    case 2: fnn_ats_rows4_512(2, nc, q, qld, kt, E, v, vld, n, out, s, lse, mult); return 1; \
+    case 3: fnn_ats_rows4_512(3, nc, q, qld, kt, E, v, vld, n, out, s, lse, mult); return 1; \
+    default: fnn_ats_rows4_512(4, nc, q, qld, kt, E, v, vld, n, out, s, lse, mult); return 1; \
     }
 
-/* Two rows (n0 <= n1 keys, nv vectors of n1) -> 1 when done here (Ev a multiple of 16 up
- * to 64, no dropout), else 0 with nothing written */
-static int fnn_ats_rows2_vec(int nv, const float *q0, const float *q1, const float *kt,
-                             ptrdiff_t E, const float *v, ptrdiff_t vld, ptrdiff_t n0,
-                             ptrdiff_t n1, ptrdiff_t Ev, float *out0, float *out1, float *s0,
-                             float *s1, float *lse0, float *lse1)
+/* Four rows (fnn_ats_rows4_512) -> 1 when done here (Ev a multiple of 16 up to 128), else
+ * 0 with nothing written */
+static int fnn_ats_rows4_vec(int nv, const float *q, ptrdiff_t qld, const float *kt,
+                             ptrdiff_t E, const float *v, ptrdiff_t vld, const ptrdiff_t *n,
+                             ptrdiff_t Ev, float *const *out, float *s, float *lse,
+                             const float *mult)
 {
     if (Ev % 16)
         return 0;
     switch (Ev / 16) {
-    case 1: FNN_ATS_NV2(1)
-    case 2: FNN_ATS_NV2(2)
-    case 3: FNN_ATS_NV2(3)
-    case 4: FNN_ATS_NV2(4)
+    case 1: FNN_ATS_NV4(1)
+    case 2: FNN_ATS_NV4(2)
+    case 3: FNN_ATS_NV4(3)
+    case 4: FNN_ATS_NV4(4)
+    case 5: FNN_ATS_NV4(5)
+    case 6: FNN_ATS_NV4(6)
+    case 7: FNN_ATS_NV4(7)
+    case 8: FNN_ATS_NV4(8)
     default: return 0;
     }
 }
-#undef FNN_ATS_NV2
-
-#define FNN_ATS_NV(nc)                                                                   \
-    switch (nv) {                                                                        \
-    case 1: fnn_ats_row512(1, nc, q, kt, E, v, vld, Lk, out, s, lse, mult); return 1;    \
-    case 2: fnn_ats_row512(2, nc, q, kt, E, v, vld, Lk, out, s, lse, mult); return 1;    \
-    case 3: fnn_ats_row512(3, nc, q, kt, E, v, vld, Lk, out, s, lse, mult); return 1;    \
-    default: fnn_ats_row512(4, nc, q, kt, E, v, vld, Lk, out, s, lse, mult); return 1;   \
-    }
-
-/* -> 1 when the row was done here (Ev a multiple of 16), else 0 */
-static int fnn_ats_row_vec(int nv, const float *q, const float *kt, ptrdiff_t E,
-                           const float *v, ptrdiff_t vld, ptrdiff_t Lk, ptrdiff_t Ev,
-                           float *out, float *s, float *lse, const float *mult)
-{
-    if (Ev % 16)
-        return 0;
-    switch (Ev / 16) {
-    case 1: FNN_ATS_NV(1)
-    case 2: FNN_ATS_NV(2)
-    case 3: FNN_ATS_NV(3)
-    case 4: FNN_ATS_NV(4)
-    case 5: FNN_ATS_NV(5)
-    case 6: FNN_ATS_NV(6)
-    case 7: FNN_ATS_NV(7)
-    case 8: FNN_ATS_NV(8)
-    default: return 0;
-    }
-}
-#undef FNN_ATS_NV
+#undef FNN_ATS_NV4
 #else
-static int fnn_ats_rows2_vec(int nv, const float *q0, const float *q1, const float *kt,
-                             ptrdiff_t E, const float *v, ptrdiff_t vld, ptrdiff_t n0,
-                             ptrdiff_t n1, ptrdiff_t Ev, float *out0, float *out1, float *s0,
-                             float *s1, float *lse0, float *lse1)
+static int fnn_ats_rows4_vec(int nv, const float *q, ptrdiff_t qld, const float *kt,
+                             ptrdiff_t E, const float *v, ptrdiff_t vld, const ptrdiff_t *n,
+                             ptrdiff_t Ev, float *const *out, float *s, float *lse,
+                             const float *mult)
 {
-    (void)nv; (void)q0; (void)q1; (void)kt; (void)E; (void)v; (void)vld; (void)n0; (void)n1;
-    (void)Ev; (void)out0; (void)out1; (void)s0; (void)s1; (void)lse0; (void)lse1;
-    return 0;
-}
-static int fnn_ats_row_vec(int nv, const float *q, const float *kt, ptrdiff_t E,
-                           const float *v, ptrdiff_t vld, ptrdiff_t Lk, ptrdiff_t Ev,
-                           float *out, float *s, float *lse, const float *mult)
-{
-    (void)nv; (void)q; (void)kt; (void)E; (void)v; (void)vld; (void)Lk; (void)Ev; (void)out;
-    (void)s; (void)lse; (void)mult;
+    (void)nv; (void)q; (void)qld; (void)kt; (void)E; (void)v; (void)vld; (void)n; (void)Ev;
+    (void)out; (void)s; (void)lse; (void)mult;
     return 0;
 }
 #endif
@@ -461,12 +301,12 @@ static void fnn_ats_head_f32(const float *q, ptrdiff_t qld, const float *k, ptrd
                              ptrdiff_t Lq, ptrdiff_t Lk, ptrdiff_t E, ptrdiff_t Ev, float scale,
                              int causal, float *lse, const fnn_ats_drop *drop, uint64_t row0)
 {
-    float mult[FNN_ATS_LMAX] __attribute__((aligned(64)));
+    float mult[4 * FNN_ATS_LMAX] __attribute__((aligned(64)));
     float kt[FNN_ATS_EMAX * FNN_ATS_LMAX] __attribute__((aligned(64)));
-    float s[FNN_ATS_LMAX] __attribute__((aligned(64)));
+    float s[4 * FNN_ATS_LMAX] __attribute__((aligned(64)));
     float acc[FNN_ATS_EMAX] __attribute__((aligned(64)));
-    int nv;
-    ptrdiff_t i, n;
+    float qbuf[4 * FNN_ATS_EMAX], spare[FNN_ATS_EMAX], lse4[4];
+    ptrdiff_t i;
     if (Lk == 0) {
         for (i = 0; i < Lq; i++) {
             memset(out + i * old, 0, (size_t)Ev * sizeof(float));
@@ -476,31 +316,46 @@ static void fnn_ats_head_f32(const float *q, ptrdiff_t qld, const float *k, ptrd
         return;
     }
     fnn_ats_transpose(k, kld, Lk, E, scale, kt);
-    float s1[FNN_ATS_LMAX] __attribute__((aligned(64)));
-    float lse2[2];
-    for (i = 0; i < Lq; i++) {
-        n = causal && i + 1 < Lk ? i + 1 : Lk;
-        if (!drop && i + 1 < Lq) {      /* two rows at once (fnn_ats_rows2_vec) */
-            const ptrdiff_t n1 = causal && i + 2 < Lk ? i + 2 : Lk;
-            if (fnn_ats_rows2_vec((int)((n1 + 15) / 16), q + i * qld, q + (i + 1) * qld, kt, E,
-                                  v, vld, n, n1, Ev, out + i * old, out + (i + 1) * old, s, s1,
-                                  &lse2[0], &lse2[1])) {
-                if (lse) {
-                    lse[i] = lse2[0];
-                    lse[i + 1] = lse2[1];
-                }
-                i++;
-                continue;
-            }
+    for (i = 0; i < Lq; i += 4) {
+        /* four rows at a time (fnn_ats_rows4_vec); past Lq the last row again, into a
+         * spare output */
+        const int rows = Lq - i < 4 ? (int)(Lq - i) : 4;
+        const float *qq = q + i * qld;
+        ptrdiff_t ql = qld, nn[4], nmax = 0;
+        float *op[4];
+        if (rows < 4) {
+            for (int r = 0; r < 4; r++)
+                memcpy(qbuf + r * E, q + (i + (r < rows ? r : rows - 1)) * qld,
+                       (size_t)E * sizeof(float));
+            qq = qbuf;
+            ql = E;
         }
-        nv = (int)((n + 15) / 16);
+        for (int r = 0; r < 4; r++) {
+            const ptrdiff_t ir = i + (r < rows ? r : rows - 1);
+            nn[r] = causal && ir + 1 < Lk ? ir + 1 : Lk;
+            nmax = nn[r] > nmax ? nn[r] : nmax;
+            op[r] = r < rows ? out + (i + r) * old : spare;
+        }
+        const int nv = (int)((nmax + 15) / 16);
         if (drop)
-            fnn_ats_drop_row(drop, (row0 + (uint64_t)i) * (uint64_t)Lk, n, (ptrdiff_t)nv * 16,
-                             mult);
-        if (!fnn_ats_row_vec(nv, q + i * qld, kt, E, v, vld, n, Ev, out + i * old, s,
-                             lse ? lse + i : NULL, drop ? mult : NULL))
-            fnn_ats_row_c(q + i * qld, kt, E, v, vld, n, (ptrdiff_t)nv * 16, Ev,
-                          out + i * old, s, acc, lse ? lse + i : NULL, drop ? mult : NULL);
+            for (int r = 0; r < 4; r++)
+                fnn_ats_drop_row(drop, (row0 + (uint64_t)(i + (r < rows ? r : rows - 1)))
+                                 * (uint64_t)Lk, nn[r], (ptrdiff_t)nv * 16,
+                                 mult + r * FNN_ATS_LMAX);
+        if (fnn_ats_rows4_vec(nv, qq, ql, kt, E, v, vld, nn, Ev, op, s, lse4,
+                              drop ? mult : NULL)) {
+            if (lse)
+                for (int r = 0; r < rows; r++)
+                    lse[i + r] = lse4[r];
+            continue;
+        }
+        for (int r = 0; r < rows; r++) {
+            const ptrdiff_t n = nn[r], lp = (n + 15) / 16 * 16;
+            if (drop)
+                fnn_ats_drop_row(drop, (row0 + (uint64_t)(i + r)) * (uint64_t)Lk, n, lp, mult);
+            fnn_ats_row_c(q + (i + r) * qld, kt, E, v, vld, n, lp, Ev, out + (i + r) * old, s,
+                          acc, lse ? lse + i + r : NULL, drop ? mult : NULL);
+        }
     }
 }
 
@@ -516,38 +371,42 @@ static void fnn_ats_head_f32(const float *q, ptrdiff_t qld, const float *k, ptrd
 #define FNN_ATB_EMAX 64
 
 #if defined(FNN_HAVE_AVX512)
-/* x[u] = sum_e a[e] * t[e][16u..16u+16) for u < nu, four chains over e mod 4 per
- * vector; nu a compile-time constant here, so the 4 nu chains of all vectors run side
- * by side (one vector at a time left 4 chains of E / 4 dependent FMAs: latency-bound) */
+/* x[r][u] = sum_e a_r[e] * t[e][16u..16u+16) for four rows a_r and u < nu: one FMA
+ * chain over e in order per (row, vector), as the forward's scores (fnn_ats_rows4_512),
+ * the 4 nu chains side by side, each t row loaded once for the four rows; nu a
+ * compile-time constant here */
 static inline __attribute__((always_inline)) void
-fnn_atb_rowdot_n(const int nu, const float *a, const float *t, ptrdiff_t E, __m512 *x)
+fnn_atb_rowdot4_n(const int nu, const float *const *a, const float *t, ptrdiff_t E,
+                  __m512 (*x)[4])
 {
-    __m512 s0[4], s1[4], s2[4], s3[4];
-    for (int u = 0; u < nu; u++)
-        s0[u] = s1[u] = s2[u] = s3[u] = _mm512_setzero_ps();
-    for (ptrdiff_t e = 0; e < E; e += 4) {         /* E is a multiple of 16 */
-        const __m512 b0 = _mm512_set1_ps(a[e]), b1 = _mm512_set1_ps(a[e + 1]);
-        const __m512 b2 = _mm512_set1_ps(a[e + 2]), b3 = _mm512_set1_ps(a[e + 3]);
-        const float *t0 = t + e * FNN_ATS_LMAX;
-        for (int u = 0; u < nu; u++) {
-            s0[u] = _mm512_fmadd_ps(b0, _mm512_load_ps(t0 + 16 * u), s0[u]);
-            s1[u] = _mm512_fmadd_ps(b1, _mm512_load_ps(t0 + FNN_ATS_LMAX + 16 * u), s1[u]);
-            s2[u] = _mm512_fmadd_ps(b2, _mm512_load_ps(t0 + 2 * FNN_ATS_LMAX + 16 * u), s2[u]);
-            s3[u] = _mm512_fmadd_ps(b3, _mm512_load_ps(t0 + 3 * FNN_ATS_LMAX + 16 * u), s3[u]);
+    __m512 acc[4][4];
+    for (int r = 0; r < 4; r++)
+        for (int u = 0; u < nu; u++)
+            acc[r][u] = _mm512_setzero_ps();
+    for (ptrdiff_t e = 0; e < E; e++) {
+        const float *te = t + e * FNN_ATS_LMAX;
+        __m512 tv[4];
+        for (int u = 0; u < nu; u++)
+            tv[u] = _mm512_load_ps(te + 16 * u);
+        for (int r = 0; r < 4; r++) {
+            const __m512 b = _mm512_set1_ps(a[r][e]);
+            for (int u = 0; u < nu; u++)
+                acc[r][u] = _mm512_fmadd_ps(b, tv[u], acc[r][u]);
         }
     }
-    for (int u = 0; u < nu; u++)
-        x[u] = _mm512_add_ps(_mm512_add_ps(s0[u], s1[u]), _mm512_add_ps(s2[u], s3[u]));
+    for (int r = 0; r < 4; r++)
+        for (int u = 0; u < nu; u++)
+            x[r][u] = acc[r][u];
 }
 
 static inline __attribute__((always_inline)) void
-fnn_atb_rowdot(const float *a, const float *t, ptrdiff_t E, int nu, __m512 *x)
+fnn_atb_rowdot4(const float *const *a, const float *t, ptrdiff_t E, int nu, __m512 (*x)[4])
 {
     switch (nu) {
-    case 1: fnn_atb_rowdot_n(1, a, t, E, x); break;
-    case 2: fnn_atb_rowdot_n(2, a, t, E, x); break;
-    case 3: fnn_atb_rowdot_n(3, a, t, E, x); break;
-    default: fnn_atb_rowdot_n(4, a, t, E, x); break;
+    case 1: fnn_atb_rowdot4_n(1, a, t, E, x); break;
+    case 2: fnn_atb_rowdot4_n(2, a, t, E, x); break;
+    case 3: fnn_atb_rowdot4_n(3, a, t, E, x); break;
+    default: fnn_atb_rowdot4_n(4, a, t, E, x); break;
     }
 }
 
@@ -647,38 +506,52 @@ fnn_atb_pair512(int ne, int nev, const float *q, ptrdiff_t qld, const float *k, 
     fnn_ats_transpose(k, kld, S, E, scale, kt);
     fnn_ats_transpose(v, vld, S, Ev, 1.0f, vt);
     const __m512 vsc = _mm512_set1_ps(scale);
-    for (i = 0; i < L; i++) {
-        const ptrdiff_t n = causal && i + 1 < S ? i + 1 : S;
-        const int nu = (int)((n + 15) / 16);
-        __m512 sc[4], dp[4];
-        float *Pr = P + i * LM, *dSr = dS + i * LM;
-        const float li = lse[i];
-        const float *dor = dout + i * old;
-        if (drop)
-            fnn_ats_drop_row(drop, (row0 + (uint64_t)i) * (uint64_t)S, n, 16 * nu, mult);
-        fnn_atb_rowdot(q + i * qld, kt, E, nu, sc);
-        fnn_atb_rowdot(dor, vt, Ev, nu, dp);
-        const __m512 vl = _mm512_set1_ps(li), vd = _mm512_set1_ps(D[i]);
-        for (int u = 0; u < nu; u++) {
-            const ptrdiff_t left = n - 16 * u;
-            const __mmask16 live = left >= 16 ? (__mmask16)0xffff
-                                              : (__mmask16)((1u << left) - 1u);
-            /* a row without keys (lse -inf) has zero weights; a NaN lse gives NaN */
-            __m512 p = li == -INFINITY ? _mm512_setzero_ps()
-                       : _mm512_maskz_mov_ps(live, fnn_exp_nonpos_ps16(_mm512_sub_ps(sc[u], vl)));
-            __m512 g = dp[u], pd = p;
-            if (drop) {                 /* dV takes the dropped weights, dP the mask */
-                const __m512 mu = _mm512_load_ps(mult + 16 * u);
-                pd = _mm512_mul_ps(p, mu);
-                g = _mm512_mul_ps(g, mu);
-            }
-            _mm512_store_ps(Pr + 16 * u, pd);
-            _mm512_store_ps(dSr + 16 * u,
-                            _mm512_mul_ps(_mm512_mul_ps(p, _mm512_sub_ps(g, vd)), vsc));
+    for (i = 0; i < L; i += 4) {
+        /* four rows' scores and dP rows at a time (fnn_atb_rowdot4; past L the last row
+         * again, not stored) */
+        const int rows = L - i < 4 ? (int)(L - i) : 4;
+        const float *qr[4], *dr[4];
+        ptrdiff_t nn[4], nmax = 0;
+        for (int r = 0; r < 4; r++) {
+            const ptrdiff_t ir = i + (r < rows ? r : rows - 1);
+            qr[r] = q + ir * qld;
+            dr[r] = dout + ir * old;
+            nn[r] = causal && ir + 1 < S ? ir + 1 : S;
+            nmax = nn[r] > nmax ? nn[r] : nmax;
         }
-        for (int u = nu; u < nvs; u++) {
-            _mm512_store_ps(Pr + 16 * u, _mm512_setzero_ps());
-            _mm512_store_ps(dSr + 16 * u, _mm512_setzero_ps());
+        const int nu = (int)((nmax + 15) / 16);
+        __m512 sc[4][4], dp[4][4];
+        fnn_atb_rowdot4(qr, kt, E, nu, sc);
+        fnn_atb_rowdot4(dr, vt, Ev, nu, dp);
+        for (int r = 0; r < rows; r++) {
+            const ptrdiff_t n = nn[r];
+            float *Pr = P + (i + r) * LM, *dSr = dS + (i + r) * LM;
+            const float li = lse[i + r];
+            if (drop)
+                fnn_ats_drop_row(drop, (row0 + (uint64_t)(i + r)) * (uint64_t)S, n, 16 * nu,
+                                 mult);
+            const __m512 vl = _mm512_set1_ps(li), vd = _mm512_set1_ps(D[i + r]);
+            for (int u = 0; u < nu; u++) {
+                const ptrdiff_t left = n - 16 * u;
+                const __mmask16 live = left >= 16 ? (__mmask16)0xffff
+                                     : left > 0 ? (__mmask16)((1u << left) - 1u) : (__mmask16)0;
+                /* a row without keys (lse -inf) has zero weights; a NaN lse gives NaN */
+                __m512 p = li == -INFINITY ? _mm512_setzero_ps()
+                           : _mm512_maskz_mov_ps(live, fnn_exp_nonpos_ps16(_mm512_sub_ps(sc[r][u], vl)));
+                __m512 g = dp[r][u], pd = p;
+                if (drop) {                 /* dV takes the dropped weights, dP the mask */
+                    const __m512 mu = _mm512_load_ps(mult + 16 * u);
+                    pd = _mm512_mul_ps(p, mu);
+                    g = _mm512_mul_ps(g, mu);
+                }
+                _mm512_store_ps(Pr + 16 * u, pd);
+                _mm512_store_ps(dSr + 16 * u,
+                                _mm512_mul_ps(_mm512_mul_ps(p, _mm512_sub_ps(g, vd)), vsc));
+            }
+            for (int u = nu; u < nvs; u++) {
+                _mm512_store_ps(Pr + 16 * u, _mm512_setzero_ps());
+                _mm512_store_ps(dSr + 16 * u, _mm512_setzero_ps());
+            }
         }
     }
     /* dQ_i = sum_j dS_ij K_j, two rows at a time (fnn_atb_dq2) */
