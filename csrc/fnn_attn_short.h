@@ -105,7 +105,7 @@ static inline void fnn_ats_transpose(const float *x, ptrdiff_t ld, ptrdiff_t n, 
  * of dropout multipliers (the denominator is taken before them).  nv and nc are
  * compile-time constants in each inlined copy.  A row with a NaN score is NaN (as
  * torch), one without a finite score zeros, its lse NaN / -inf.  fnn_ats_row_c sums in
- * the same orders (one chain per score, one per output element, FMA-contracted). */
+ * the same orders (one chain per score, one per output element). */
 static inline __attribute__((always_inline)) void
 fnn_ats_rows4_512(int nv, int nc, const float *q, ptrdiff_t qld, const float *kt,
                   ptrdiff_t E, const float *v, ptrdiff_t vld, const ptrdiff_t *n,
