@@ -231,6 +231,37 @@ def test_transformer_block_matches_torch():
         np.testing.assert_allclose(p.grad, P[n].grad.numpy(), err_msg=n, **TOL)
 
 
+def test_transformer_block_with_replaced_sublayers():
+    """The block adds a residual into its sublayer's output in place only for its own
+    sublayer kinds: a replaced MLP that keeps its output for backward (Tanh's y) still
+    gets the right gradient, and identity sublayers leave the caller's arrays alone."""
+    rng = np.random.default_rng(6)
+    d = 8
+    m = nn.TransformerBlock(d, 2).double()
+    m.mlp = nn.Sequential(nn.Linear(d, d), nn.Tanh()).double()
+    x = rng.standard_normal((2, 5, d))
+    dy = rng.standard_normal((2, 5, d))
+    x0, dy0 = x.copy(), dy.copy()
+    m(x)
+    dx = m.backward(dy)
+    assert np.array_equal(x, x0) and np.array_equal(dy, dy0)
+    m.eval()
+    num = np.empty_like(x)
+    for i in np.ndindex(x.shape):
+        xp, xm = x.copy(), x.copy()
+        xp[i] += 1e-6
+        xm[i] -= 1e-6
+        num[i] = ((m(xp) - m(xm)) * dy).sum() / 2e-6
+    np.testing.assert_allclose(dx, num, rtol=1e-5, atol=1e-7)
+    ident = nn.TransformerBlock(d, 2).double()
+    ident.ln_1, ident.attn, ident.ln_2, ident.mlp = (nn.Identity() for _ in range(4))
+    y = ident(x)
+    g = ident.backward(dy)
+    assert np.array_equal(x, x0) and np.array_equal(dy, dy0)
+    np.testing.assert_array_equal(y, 4 * x)
+    np.testing.assert_array_equal(g, 4 * dy)
+
+
 # ---------------------------------------------------------------- torch encoder / decoder
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("activation", ["relu", "gelu"])

@@ -34,25 +34,32 @@ class TransformerBlock(Module):
         self.mlp = FeedForward(d, dropout=dropout, dtype=dtype)
 
     def forward(self, x):
-        x = _residual(self.attn(self.ln_1(x)), x)
-        return _residual(self.mlp(self.ln_2(x)), x)
+        x = _residual(self.attn(self.ln_1(x)), x, type(self.attn) is CausalSelfAttention)
+        return _residual(self.mlp(self.ln_2(x)), x, type(self.mlp) is FeedForward)
 
     def backward(self, dy):
-        dx = _residual(self.ln_2.backward(self.mlp.backward(dy)), dy, self.ln_2)
-        return _residual(self.ln_1.backward(self.attn.backward(dx)), dx, self.ln_1)
+        dx = _residual(self.ln_2.backward(self.mlp.backward(dy)), dy, _owned_grad(self.ln_2))
+        return _residual(self.ln_1.backward(self.attn.backward(dx)), dx, _owned_grad(self.ln_1))
 
 
-def _residual(fresh, x, producer=None):
-    """x + fresh.  ``fresh`` is the array a sublayer's forward or backward just made, which
-    nothing else holds: on the host it takes the sum in place (no new array: a numpy add
-    of the GPT demo's 1024 x 128 activations 26 -> 12 us), unless ``producer``, the module
-    whose backward made it, has backward hooks, which were handed that array."""
-    if (type(fresh) is np.ndarray and type(x) is np.ndarray and fresh.shape == x.shape
-            and fresh.dtype == x.dtype and fresh.flags.writeable
-            and (producer is None or not producer._backward_hooks)):
-        np.add(fresh, x, out=fresh)
-        return fresh
-    return x + fresh
+def _owned_grad(ln):
+    """Whether ``ln``'s backward result is an array nothing else holds: fastnn's LayerNorm
+    (its d_input is fresh) without backward hooks (they were handed that array)."""
+    return type(ln) is LayerNorm and not ln._backward_hooks
+
+
+def _residual(out, x, owned):
+    """x + out, where ``out`` is what a sublayer's forward or backward just returned.  When
+    ``owned`` (the sublayer is one of this block's own kinds, whose result is a fresh
+    array that nothing keeps -- a replaced sublayer may return its input or an output it
+    saved for its backward) the sum goes into ``out`` on the host: no new array (a numpy
+    add of the GPT demo's 1024 x 128 activations 26 -> 12 us)."""
+    if (owned and type(out) is np.ndarray and type(x) is np.ndarray and out.shape == x.shape
+            and out.dtype == x.dtype and out.flags.writeable
+            and not np.may_share_memory(out, x)):
+        np.add(out, x, out=out)
+        return out
+    return x + out
 
 
 _ACT = {"relu": (F.relu_fwd, F.relu_bwd),
