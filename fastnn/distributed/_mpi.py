@@ -44,6 +44,7 @@ __all__ = ["init", "get_comm", "launcher_world_size", "DistributedDataParallel",
 
 _INSTALL = "pip install 'fastnn[mpi]'"
 _state = {"comm": None, "abort_hook": False}
+_ABORT_RELAY_S = 0.5     # a failing rank's wait between its traceback and MPI_Abort
 
 
 def _mpi():
@@ -112,6 +113,10 @@ def _install_abort_hook(MPI):
             previous(tp, value, tb)
             sys.stderr.flush()
             sys.stdout.flush()
+            # MPI_Abort has the launcher kill every process of the job, and what this rank
+            # just wrote may still sit in the pipe to the launcher: a short wait lets it be
+            # relayed (on a loaded 2-core machine only the traceback's first line arrived)
+            time.sleep(_ABORT_RELAY_S)
         finally:
             MPI.COMM_WORLD.Abort(1)
 
