@@ -95,10 +95,38 @@ static inline void fnn_ats_transpose(const float *x, ptrdiff_t ld, ptrdiff_t n, 
 }
 
 #if defined(FNN_HAVE_AVX512)
+/* x[r][u] = sum_e a_r[e] * t[e][16u..16u+16) for four rows a_r and u < nu: one FMA
+ * chain over e in order per (row, vector), the 4 nu chains side by side, each t row
+ * loaded once for the four rows; nu a compile-time constant here.  The forward's scores
+ * and the backward's recomputation of them are this one function: the same bits. */
+static inline __attribute__((always_inline)) void
+fnn_ats_dots4(const int nu, const float *const *a, const float *t, ptrdiff_t E,
+                  __m512 (*x)[4])
+{
+    __m512 acc[4][4];
+    for (int r = 0; r < 4; r++)
+        for (int u = 0; u < nu; u++)
+            acc[r][u] = _mm512_setzero_ps();
+    for (ptrdiff_t e = 0; e < E; e++) {
+        const float *te = t + e * FNN_ATS_LMAX;
+        __m512 tv[4];
+        for (int u = 0; u < nu; u++)
+            tv[u] = _mm512_load_ps(te + 16 * u);
+        for (int r = 0; r < 4; r++) {
+            const __m512 b = _mm512_set1_ps(a[r][e]);
+            for (int u = 0; u < nu; u++)
+                acc[r][u] = _mm512_fmadd_ps(b, tv[u], acc[r][u]);
+        }
+    }
+    for (int r = 0; r < 4; r++)
+        for (int u = 0; u < nu; u++)
+            x[r][u] = acc[r][u];
+}
+
 /* Four query rows with AVX-512 (rows q + r qld, r < 4, n[r] keys each, nv = the vectors
  * of the most keys): the scores of each row and key vector are one FMA chain over the
- * features in order (4 nv chains side by side, each transposed key row loaded once for
- * the four rows); softmax per row on whole vectors (lanes past n[r] are -inf: exp gives
+ * features in order (fnn_ats_dots4, which the backward's recomputation shares); softmax
+ * per row on whole vectors (lanes past n[r] are -inf: exp gives
  * 0); each output vector one FMA chain over the keys in order, each value row loaded
  * once for the rows that see it.  out[r] = rows of Ev = 16 nc; s: 4 rows of
  * FNN_ATS_LMAX (the weights); lse (may be NULL): 4 values; mult (may be NULL): 4 rows
@@ -111,21 +139,9 @@ fnn_ats_rows4_512(int nv, int nc, const float *q, ptrdiff_t qld, const float *kt
                   ptrdiff_t E, const float *v, ptrdiff_t vld, const ptrdiff_t *n,
                   float *const *out, float *s, float *lse, const float *mult)
 {
+    const float *qr[4] = {q, q + qld, q + 2 * qld, q + 3 * qld};
     __m512 a[4][4];
-    for (int r = 0; r < 4; r++)
-        for (int u = 0; u < nv; u++)
-            a[r][u] = _mm512_setzero_ps();
-    for (ptrdiff_t e = 0; e < E; e++) {
-        const float *kr = kt + e * FNN_ATS_LMAX;
-        __m512 kv[4];
-        for (int u = 0; u < nv; u++)
-            kv[u] = _mm512_load_ps(kr + 16 * u);
-        for (int r = 0; r < 4; r++) {
-            const __m512 b = _mm512_set1_ps(q[r * qld + e]);
-            for (int u = 0; u < nv; u++)
-                a[r][u] = _mm512_fmadd_ps(b, kv[u], a[r][u]);
-        }
-    }
+    fnn_ats_dots4(nv, qr, kt, E, a);
     float inv[4];
     int bad[4];
     for (int r = 0; r < 4; r++) {
@@ -371,42 +387,14 @@ static void fnn_ats_head_f32(const float *q, ptrdiff_t qld, const float *k, ptrd
 #define FNN_ATB_EMAX 64
 
 #if defined(FNN_HAVE_AVX512)
-/* x[r][u] = sum_e a_r[e] * t[e][16u..16u+16) for four rows a_r and u < nu: one FMA
- * chain over e in order per (row, vector), as the forward's scores (fnn_ats_rows4_512),
- * the 4 nu chains side by side, each t row loaded once for the four rows; nu a
- * compile-time constant here */
-static inline __attribute__((always_inline)) void
-fnn_atb_rowdot4_n(const int nu, const float *const *a, const float *t, ptrdiff_t E,
-                  __m512 (*x)[4])
-{
-    __m512 acc[4][4];
-    for (int r = 0; r < 4; r++)
-        for (int u = 0; u < nu; u++)
-            acc[r][u] = _mm512_setzero_ps();
-    for (ptrdiff_t e = 0; e < E; e++) {
-        const float *te = t + e * FNN_ATS_LMAX;
-        __m512 tv[4];
-        for (int u = 0; u < nu; u++)
-            tv[u] = _mm512_load_ps(te + 16 * u);
-        for (int r = 0; r < 4; r++) {
-            const __m512 b = _mm512_set1_ps(a[r][e]);
-            for (int u = 0; u < nu; u++)
-                acc[r][u] = _mm512_fmadd_ps(b, tv[u], acc[r][u]);
-        }
-    }
-    for (int r = 0; r < 4; r++)
-        for (int u = 0; u < nu; u++)
-            x[r][u] = acc[r][u];
-}
-
 static inline __attribute__((always_inline)) void
 fnn_atb_rowdot4(const float *const *a, const float *t, ptrdiff_t E, int nu, __m512 (*x)[4])
 {
     switch (nu) {
-    case 1: fnn_atb_rowdot4_n(1, a, t, E, x); break;
-    case 2: fnn_atb_rowdot4_n(2, a, t, E, x); break;
-    case 3: fnn_atb_rowdot4_n(3, a, t, E, x); break;
-    default: fnn_atb_rowdot4_n(4, a, t, E, x); break;
+    case 1: fnn_ats_dots4(1, a, t, E, x); break;
+    case 2: fnn_ats_dots4(2, a, t, E, x); break;
+    case 3: fnn_ats_dots4(3, a, t, E, x); break;
+    default: fnn_ats_dots4(4, a, t, E, x); break;
     }
 }
 
