@@ -8,6 +8,9 @@
 # chunks, reduced in chunk order, so it is the same at any thread count.  The weight is
 # (out, in) C-contiguous, or the transpose of a C-contiguous (in, out) array (GPT-2's
 # Conv1D layout, read as it is; d_weight then comes back in that layout too).
+# A transformer MLP's and residual stream's elementwise neighbours run inside the GEMM
+# blocks' epilogues (linear_act, linear_backward_act, linear_residual: "block epilogues"
+# below).
 cimport cython
 cimport numpy as cnp
 from cython.parallel cimport prange
@@ -30,7 +33,8 @@ include "fnn_span.pxi"
 include "fnn_gemm.pxi"
 include "fnn_colsum.pxi"
 
-OPS = ("linear", "linear_backward", "linear_act_infer", "skinny_linear", "pack_linear_weight",
+OPS = ("linear", "linear_backward", "linear_act", "linear_act_backward", "linear_backward_act",
+       "linear_residual", "linear_act_infer", "skinny_linear", "pack_linear_weight",
        "packed_linear_infer")
 
 
@@ -106,32 +110,104 @@ cdef inline void _split(Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, int* bm, int* 
     bn[0] = <int>_even_blocks(N, _MIN_BLOCK_COLS, _MIN_SPLIT_COLS, _MAX_COL_BLOCKS)
 
 
+# ---------------------------------------------------------------- block epilogues
+# An elementwise step run on each finished block of C by the thread that made it, while
+# the block is still in its core's cache (a separate pass over the whole output would read
+# it back from the other core's cache or L3, and cost a call and a parallel region of its
+# own): a linear layer's activation (linear_act: H = act(C), C kept as the activation's
+# input), the derivative of the activation that produced this linear layer's input
+# (linear_backward_act: C = C * act'(U)), or a residual sum (linear_residual: C += R).
+# U, R and H have C's layout.  The activation steps are fnn_activation.h's kernels, so an
+# element comes out as activation.pyx's pass computes it -- the same bits whenever the
+# 16-element vectors line up (whole rows of a width that is a multiple of 16; else a
+# table-form vector may take the general form, or the reverse: same accuracy bounds).
+cdef extern from "fnn_activation.h" nogil:
+    enum:
+        FNN_RELU_FWD
+        FNN_GELU_FWD
+        FNN_GELU_BWD
+        FNN_GELUT_FWD
+        FNN_GELUT_BWD
+    void fnn_act_f(int op, const float* a, const float* b, float* o, Py_ssize_t n,
+                   const double* p)
+    void fnn_act_d(int op, const double* a, const double* b, double* o, Py_ssize_t n,
+                   const double* p)
+
+cdef enum:
+    _POST_ACT = 1     # H = act(C)
+    _POST_GRAD = 2    # C = C * act'(U)
+    _POST_ADD = 3     # C = C + R
+
+ctypedef struct _Post:
+    int kind
+    int op            # the fnn_activation.h kernel (a forward op, or its backward op)
+    const void* aux   # U or R
+    void* out         # H
+
+
+cdef inline void _post_span(const _Post* p, real* c, Py_ssize_t off, Py_ssize_t n) noexcept nogil:
+    cdef double prm[3]
+    cdef Py_ssize_t i
+    cdef const real* aux = <const real*>p.aux
+    prm[0] = prm[1] = prm[2] = 0.0
+    if p.kind == _POST_ADD:
+        for i in range(n):
+            c[off + i] = c[off + i] + aux[off + i]
+    elif real is float:
+        if p.kind == _POST_ACT:
+            fnn_act_f(p.op, c + off, NULL, <float*>p.out + off, n, prm)
+        else:
+            fnn_act_f(p.op, c + off, aux + off, c + off, n, prm)
+    else:
+        if p.kind == _POST_ACT:
+            fnn_act_d(p.op, c + off, NULL, <double*>p.out + off, n, prm)
+        else:
+            fnn_act_d(p.op, c + off, aux + off, c + off, n, prm)
+
+
+cdef inline void _post_run(const _Post* p, real* C, Py_ssize_t ldc, Py_ssize_t m0,
+                           Py_ssize_t m1, Py_ssize_t n0, Py_ssize_t n1) noexcept nogil:
+    """The post step on rows [m0, m1) x columns [n0, n1) of C (ldc): one span when the
+    rows are whole, else row by row."""
+    cdef Py_ssize_t r
+    if n0 == 0 and n1 == ldc:
+        _post_span(p, C, m0 * ldc, (m1 - m0) * ldc)
+        return
+    for r in range(m0, m1):
+        _post_span(p, C, r * ldc + n0, n1 - n0)
+
+
 cdef inline void _gemm_block(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K,
                              real beta, const real* A, Py_ssize_t lda, const real* B,
                              Py_ssize_t ldb, real* C, Py_ssize_t ldc, int bm, int bn, int b,
-                             const real* bias) noexcept nogil:
+                             const real* bias, const _Post* post=NULL) noexcept nogil:
     """Block b (row-major over bm x bn) of C[M, N] = op(A) op(B) + beta C: one
     single-threaded BLAS call.  With ``bias`` (then beta is ignored): on the own float32
     kernel the bias goes in with its first stores (gemm_bias); else the block of C starts
-    as the broadcast bias, filled right before its GEMM (still in cache for it)."""
+    as the broadcast bias, filled right before its GEMM (still in cache for it).  With
+    ``post``, its elementwise step follows on the finished block (_post_run)."""
     cdef Py_ssize_t m0 = (M * (b // bn)) // bm
     cdef Py_ssize_t m1 = (M * (b // bn + 1)) // bm
     cdef Py_ssize_t n0 = (N * (b % bn)) // bn
     cdef Py_ssize_t n1 = (N * (b % bn + 1)) // bn
     cdef Py_ssize_t r
+    cdef bint done = False
     if bias != NULL:
-        if gemm_bias(ta, tb, <int>(m1 - m0), <int>(n1 - n0), <int>K,
-                     (A + m0) if ta else (A + m0 * lda), <int>lda,
-                     (B + n0 * ldb) if tb else (B + n0), <int>ldb, bias + n0,
-                     C + m0 * ldc + n0, <int>ldc):
-            return
-        beta = 1.0
-        for r in range(m0, m1):
-            memcpy(&C[r * ldc + n0], &bias[n0], (n1 - n0) * sizeof(real))
-    gemm(ta, tb, <int>(m1 - m0), <int>(n1 - n0), <int>K, <real>1.0,
-         (A + m0) if ta else (A + m0 * lda), <int>lda,
-         (B + n0 * ldb) if tb else (B + n0), <int>ldb, beta,
-         C + m0 * ldc + n0, <int>ldc)
+        done = gemm_bias(ta, tb, <int>(m1 - m0), <int>(n1 - n0), <int>K,
+                         (A + m0) if ta else (A + m0 * lda), <int>lda,
+                         (B + n0 * ldb) if tb else (B + n0), <int>ldb, bias + n0,
+                         C + m0 * ldc + n0, <int>ldc)
+        if not done:
+            beta = 1.0
+            for r in range(m0, m1):
+                memcpy(&C[r * ldc + n0], &bias[n0], (n1 - n0) * sizeof(real))
+    if not done:
+        gemm(ta, tb, <int>(m1 - m0), <int>(n1 - n0), <int>K, <real>1.0,
+             (A + m0) if ta else (A + m0 * lda), <int>lda,
+             (B + n0 * ldb) if tb else (B + n0), <int>ldb, beta,
+             C + m0 * ldc + n0, <int>ldc)
+    if post != NULL:
+        _post_run(post, C, ldc, m0, m1, n0, n1)
 
 
 # The blocks are handed out dynamically: which thread runs a block does not change its
@@ -140,16 +216,16 @@ cdef inline void _gemm_block(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ss
 cdef void _gemm_blocks(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, real beta,
                        const real* A, Py_ssize_t lda, const real* B, Py_ssize_t ldb,
                        real* C, Py_ssize_t ldc, int bm, int bn, int nt,
-                       const real* bias=NULL) noexcept nogil:
+                       const real* bias=NULL, const _Post* post=NULL) noexcept nogil:
     """C[M, N] = op(A) op(B) + beta C in bm x bn fixed blocks of C (_gemm_block), shared
-    out over ``nt`` threads."""
+    out over ``nt`` threads; ``post``: each block's epilogue step."""
     cdef int b
     if bm * bn <= 1 or nt <= 1:
         for b in range(bm * bn):
-            _gemm_block(ta, tb, M, N, K, beta, A, lda, B, ldb, C, ldc, bm, bn, b, bias)
+            _gemm_block(ta, tb, M, N, K, beta, A, lda, B, ldb, C, ldc, bm, bn, b, bias, post)
         return
     for b in prange(bm * bn, schedule="dynamic", num_threads=nt):
-        _gemm_block(ta, tb, M, N, K, beta, A, lda, B, ldb, C, ldc, bm, bn, b, bias)
+        _gemm_block(ta, tb, M, N, K, beta, A, lda, B, ldb, C, ldc, bm, bn, b, bias, post)
 
 
 # d_bias (column sums of dy) as work items of the backward's region: one per chunk of
@@ -167,18 +243,19 @@ cdef void _gemm_blocks2(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t
                         const real* A2, Py_ssize_t lda2, const real* B2, Py_ssize_t ldb2,
                         real* C2, Py_ssize_t ldc2, int bm2, int bn2, int nt,
                         const real* S=NULL, Py_ssize_t srows=0, Py_ssize_t sn=0,
-                        double* part=NULL) noexcept nogil:
+                        double* part=NULL, const _Post* post=NULL) noexcept nogil:
     """Two independent blocked GEMMs (beta 0) in one parallel region, the blocks of both
     handed out dynamically (the backward's d_input and d_weight: one fork/join instead of
     two, and the threads balance over both); with ``part``, the float64 partial column
     sums of S (srows x sn, for the bias gradient) too: one item per chunk of _BIAS_CHUNK
-    rows after the blocks (_col_sum_chunk; the caller adds the partials up)."""
+    rows after the blocks (_col_sum_chunk; the caller adds the partials up).  ``post``:
+    the first GEMM's block epilogue step."""
     cdef int b, nb1 = bm * bn, nb2 = bm * bn + bm2 * bn2
     cdef int nb = nb2 + (<int>((srows + _BIAS_CHUNK - 1) // _BIAS_CHUNK) if part != NULL else 0)
     if nt <= 1:
         for b in range(nb):
             if b < nb1:
-                _gemm_block(ta, tb, M, N, K, 0, A, lda, B, ldb, C, ldc, bm, bn, b, NULL)
+                _gemm_block(ta, tb, M, N, K, 0, A, lda, B, ldb, C, ldc, bm, bn, b, NULL, post)
             elif b < nb2:
                 _gemm_block(ta2, tb2, M2, N2, K2, 0, A2, lda2, B2, ldb2, C2, ldc2, bm2, bn2,
                             b - nb1, NULL)
@@ -187,7 +264,7 @@ cdef void _gemm_blocks2(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t
         return
     for b in prange(nb, schedule="dynamic", num_threads=nt):
         if b < nb1:
-            _gemm_block(ta, tb, M, N, K, 0, A, lda, B, ldb, C, ldc, bm, bn, b, NULL)
+            _gemm_block(ta, tb, M, N, K, 0, A, lda, B, ldb, C, ldc, bm, bn, b, NULL, post)
         elif b < nb2:
             _gemm_block(ta2, tb2, M2, N2, K2, 0, A2, lda2, B2, ldb2, C2, ldc2, bm2, bn2,
                         b - nb1, NULL)
@@ -249,7 +326,7 @@ cdef inline const real* _pw(cnp.ndarray w, bint w_in_out, real tag) except? NULL
 # ``if dtype == float32: f[float](...) else: f[double](...)``.
 cdef void _linear_run(real z, cnp.ndarray x, cnp.ndarray weight, bint w_in_out, object bias,
                       cnp.ndarray y, Py_ssize_t rows, Py_ssize_t n_in, Py_ssize_t n_out,
-                      int bm, int bn, int nt_g) except *:
+                      int bm, int bn, int nt_g, const _Post* post) except *:
     cdef real* py = _p(y, rows * n_out, z)
     cdef const real* px = _p(x, rows * n_in, z)
     cdef const real* pw = _pw(weight, w_in_out, z)
@@ -260,10 +337,10 @@ cdef void _linear_run(real z, cnp.ndarray x, cnp.ndarray weight, bint w_in_out, 
         with nogil:
             if w_in_out:     # y = x Wc, Wc (in, out)
                 _gemm_blocks(False, False, rows, n_out, n_in, z, px, n_in, pw, n_out, py,
-                             n_out, bm, bn, nt_g, pb)
+                             n_out, bm, bn, nt_g, pb, post)
             else:            # y = x W^T, W (out, in)
                 _gemm_blocks(False, True, rows, n_out, n_in, z, px, n_in, pw, n_in, py,
-                             n_out, bm, bn, nt_g, pb)
+                             n_out, bm, bn, nt_g, pb, post)
 
 
 cdef inline bint _few_rows(cnp.ndarray x, bint w_in_out, Py_ssize_t rows, Py_ssize_t n_in,
@@ -312,37 +389,102 @@ cdef int _few_rows_run(cnp.ndarray x, cnp.ndarray weight, bint w_in_out, object 
     return 0
 
 
+cdef cnp.ndarray _linear(cnp.ndarray x, cnp.ndarray weight, object bias, _Post* post,
+                         object post_out, object post_aux):
+    """y = x W^T + b, then ``post`` on y (its out / aux arrays: post_out, post_aux, y's
+    shape, C-contiguous): in each GEMM block's epilogue, or over all of y after the
+    few-row kernels."""
+    cdef Py_ssize_t n_in = weight.shape[1], n_out = weight.shape[0]
+    cdef Py_ssize_t rows = _rows(x)
+    cdef bint w_in_out = _weight_in_out(weight)
+    shape = (<object>x).shape[:-1] + (n_out,)
+    cdef cnp.ndarray y = np.empty(shape, dtype=x.dtype)
+    cdef int T = F32 if x.dtype == np.float32 else F64
+    if post != NULL:
+        post.out = _ptr_or_null(post_out, rows * n_out, T)
+        post.aux = _ptr_or_null(post_aux, rows * n_out, T)
+    if _few_rows_fwd(x, w_in_out, rows, n_in, n_out):
+        if _few_rows_run(x, weight, w_in_out, bias, y, rows, n_in, n_out):
+            raise MemoryError("linear: out of memory for the packed input rows")
+        if post != NULL:
+            _post_all(post, y, rows, n_out)
+        return y
+    # The bias fill runs inside the GEMM's blocks, each block's on its own thread.
+    cdef int bm, bn
+    _split(rows, n_out, n_in, &bm, &bn)
+    cdef int nmax = fnn_max_threads()
+    cdef int nt_g = bm * bn if bm * bn < nmax else nmax
+    if T == F32:
+        _linear_run(<float>0, x, weight, w_in_out, bias, y, rows, n_in, n_out, bm, bn, nt_g,
+                    post)
+    else:
+        _linear_run(<double>0, x, weight, w_in_out, bias, y, rows, n_in, n_out, bm, bn, nt_g,
+                    post)
+    return y
+
+
+cdef void _post_all(const _Post* post, cnp.ndarray c, Py_ssize_t rows, Py_ssize_t n) except *:
+    """``post`` over all of c (rows x n, C-contiguous) on this thread (after the few-row
+    kernels, whose outputs are small)."""
+    cdef int T = F32 if c.dtype == np.float32 else F64
+    cdef void* pc = _data(c, rows * n, T)
+    if T == F32:
+        with nogil:
+            _post_run(post, <float*>pc, n, 0, rows, 0, n)
+    else:
+        with nogil:
+            _post_run(post, <double*>pc, n, 0, rows, 0, n)
+
+
 def linear(cnp.ndarray x, cnp.ndarray weight, object bias):
     """linear(x, weight, bias) -> (y, saved).
 
     IN  x (..., in) C-contiguous; weight (out, in) C-contiguous, or the transpose of a
         C-contiguous (in, out) array (GPT-2's Conv1D layout, taken without a copy), same
         dtype; bias (out,) or None.   OUT y (..., out)."""
-    cdef Py_ssize_t n_in = weight.shape[1], n_out = weight.shape[0]
-    cdef Py_ssize_t rows = _rows(x)
-    cdef bint w_in_out = _weight_in_out(weight)
-    shape = (<object>x).shape[:-1] + (n_out,)
-    cdef cnp.ndarray y = np.empty(shape, dtype=x.dtype)
-    if _few_rows_fwd(x, w_in_out, rows, n_in, n_out):
-        if _few_rows_run(x, weight, w_in_out, bias, y, rows, n_in, n_out):
-            raise MemoryError("linear: out of memory for the packed input rows")
-        return y, (x, weight, bias is not None)
-    # The bias fill runs inside the GEMM's blocks, each block's on its own thread.
-    cdef int bm, bn
-    _split(rows, n_out, n_in, &bm, &bn)
-    cdef int nmax = fnn_max_threads()
-    cdef int nt_g = bm * bn if bm * bn < nmax else nmax
-    if x.dtype == np.float32:
-        _linear_run(<float>0, x, weight, w_in_out, bias, y, rows, n_in, n_out, bm, bn, nt_g)
-    else:
-        _linear_run(<double>0, x, weight, w_in_out, bias, y, rows, n_in, n_out, bm, bn, nt_g)
-    return y, (x, weight, bias is not None)
+    return _linear(x, weight, bias, NULL, None, None), (x, weight, bias is not None)
+
+
+cdef int _act_op(str activation, bint backward) except -1:
+    """The fnn_activation.h kernel of a fused training activation ("gelu", "gelu_tanh")."""
+    if activation == "gelu":
+        return FNN_GELU_BWD if backward else FNN_GELU_FWD
+    if activation == "gelu_tanh":
+        return FNN_GELUT_BWD if backward else FNN_GELUT_FWD
+    raise ValueError(f"activation must be 'gelu' or 'gelu_tanh', got {activation!r}")
+
+
+def linear_act(cnp.ndarray x, cnp.ndarray weight, object bias, str activation):
+    """linear_act(x, weight, bias, activation) -> (h, saved): h = act(x W^T + b), training.
+
+    IN  as linear; activation "gelu" (erf) or "gelu_tanh".  OUT h (..., out).  saved: (x,
+        weight, has_bias, u, activation), u = x W^T + b the activation's input.  Each
+        GEMM block's activation runs in its epilogue (the block still in cache)."""
+    cdef _Post post
+    post.kind = _POST_ACT
+    post.op = _act_op(activation, False)
+    cdef cnp.ndarray h = np.empty((<object>x).shape[:-1] + (weight.shape[0],), dtype=x.dtype)
+    u = _linear(x, weight, bias, &post, h, None)
+    return h, (x, weight, bias is not None, u, activation)
+
+
+def linear_residual(cnp.ndarray x, cnp.ndarray weight, object bias, cnp.ndarray residual):
+    """linear_residual(x, weight, bias, residual) -> (y, saved): y = x W^T + b + residual.
+
+    IN  as linear; residual C-contiguous, y's shape and dtype.  OUT y; saved: linear's (the
+        residual's gradient is d_y itself: linear_backward serves).  The sum runs in each
+        GEMM block's epilogue: the same bits as linear's y + residual."""
+    cdef _Post post
+    post.kind = _POST_ADD
+    post.op = 0
+    return (_linear(x, weight, bias, &post, None, residual),
+            (x, weight, bias is not None))
 
 
 cdef void _linear_bwd_run(real z, cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, bint w_in_out,
                           cnp.ndarray dx, cnp.ndarray dw, object db, Py_ssize_t rows,
                           Py_ssize_t n_in, Py_ssize_t n_out, int bm_x, int bn_x,
-                          int bm_w, int bn_w, int nt) except *:
+                          int bm_w, int bn_w, int nt, const _Post* post) except *:
     cdef const real* pdy = _p(dy, rows * n_out, z)
     cdef const real* pw = _pw(w, w_in_out, z)
     cdef const real* px = _p(x, rows * n_in, z)
@@ -364,13 +506,13 @@ cdef void _linear_bwd_run(real z, cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, 
                 _gemm_blocks2(False, True, rows, n_in, n_out, pdy, n_out, pw, n_out, pdx,
                               n_in, bm_x, bn_x,
                               True, False, n_in, n_out, rows, px, n_in, pdy, n_out, pdw,
-                              n_out, bm_w, bn_w, nt, pdy, rows, n_out, part)
+                              n_out, bm_w, bn_w, nt, pdy, rows, n_out, part, post)
             else:
                 # dx = dy W; dW (out, in) = dy^T x
                 _gemm_blocks2(False, False, rows, n_in, n_out, pdy, n_out, pw, n_in, pdx,
                               n_in, bm_x, bn_x,
                               True, False, n_out, n_in, rows, pdy, n_out, px, n_in, pdw,
-                              n_in, bm_w, bn_w, nt, pdy, rows, n_out, part)
+                              n_in, bm_w, bn_w, nt, pdy, rows, n_out, part, post)
     if pdb != NULL:
         with nogil:
             _col_sum_finish(part, nch, n_out, pdb)
@@ -429,11 +571,75 @@ def linear_backward(cnp.ndarray dy, tuple saved):
     """linear_backward(dy, saved) -> (d_input, d_weight, d_bias or None).  dy C-contiguous.
     d_weight has the weight's layout: for a weight given as the transpose of an (in, out)
     array it is the transpose of a fresh C-contiguous (in, out) array."""
+    return _linear_backward(dy, saved, NULL, None)
+
+
+def linear_backward_act(cnp.ndarray dy, tuple saved, cnp.ndarray u, str activation):
+    """linear_backward_act(dy, saved, u, activation) -> (d_u, d_weight, d_bias or None).
+
+    linear_backward for a layer whose input was act(u) (linear_act's output; u its saved
+    pre-activation, C-contiguous, the input's shape): d_input comes back multiplied by
+    act'(u), the gradient of u -- in each d_input GEMM block's epilogue, so the
+    activation's backward is no pass of its own."""
+    cdef _Post post
+    post.kind = _POST_GRAD
+    post.op = _act_op(activation, True)
+    return _linear_backward(dy, saved, &post, u)
+
+
+cdef void _act_grad_run(int op, const real* dh, const real* u, real* du, Py_ssize_t n,
+                        int nt) noexcept nogil:
+    cdef double prm[3]
+    cdef Py_ssize_t i0, i1
+    cdef int t
+    prm[0] = prm[1] = prm[2] = 0.0
+    for t in prange(nt, schedule="static", num_threads=nt):
+        i0 = ((n * t) // nt) & ~(<Py_ssize_t>15)
+        i1 = n if t == nt - 1 else ((n * (t + 1)) // nt) & ~(<Py_ssize_t>15)
+        if real is float:
+            fnn_act_f(op, dh + i0, u + i0, du + i0, i1 - i0, prm)
+        else:
+            fnn_act_d(op, dh + i0, u + i0, du + i0, i1 - i0, prm)
+
+
+cdef cnp.ndarray _act_grad(cnp.ndarray dh, cnp.ndarray u, int op):
+    """dh * act'(u) (op: the activation's backward kernel) over fastnn's threads, in
+    chunks of whole 16-element vectors (activation.pyx's split: the same bits)."""
+    cdef cnp.ndarray du = np.empty_like(u)
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(u)
+    cdef int nt = _threads_for(n, 1 << 14)
+    if n == 0:
+        return du
+    cdef int T = F32 if u.dtype == np.float32 else F64
+    cdef const void* pdh = _data(dh, n, T)
+    cdef const void* pu = _data(u, n, T)
+    cdef void* pdu = _data(du, n, T)
+    if T == F32:
+        with nogil:
+            _act_grad_run(op, <const float*>pdh, <const float*>pu, <float*>pdu, n, nt)
+    else:
+        with nogil:
+            _act_grad_run(op, <const double*>pdh, <const double*>pu, <double*>pdu, n, nt)
+    return du
+
+
+def linear_act_backward(cnp.ndarray dh, tuple saved):
+    """linear_act_backward(dh, saved) -> (d_input, d_weight, d_bias or None): d_u = dh *
+    act'(u), then linear_backward.  dh C-contiguous."""
+    x, w, has_bias, u, activation = saved
+    du = _act_grad(dh, u, _act_op(activation, True))
+    return _linear_backward(du, (x, w, has_bias), NULL, None)
+
+
+cdef tuple _linear_backward(cnp.ndarray dy, tuple saved, _Post* post, object post_aux):
     cdef cnp.ndarray x = saved[0], w = saved[1]
     cdef bint has_bias = saved[2]
     cdef Py_ssize_t n_in = w.shape[1], n_out = w.shape[0]
     cdef Py_ssize_t rows = _rows(x)
     cdef bint w_in_out = _weight_in_out(w)
+    if post != NULL:
+        post.out = NULL
+        post.aux = _ptr_or_null(post_aux, rows * n_in, F32 if x.dtype == np.float32 else F64)
     cdef cnp.ndarray dx = np.empty_like(x)
     cdef cnp.ndarray dw = np.empty((n_in, n_out) if w_in_out else (n_out, n_in), dtype=x.dtype)
     cdef cnp.ndarray db = np.empty(n_out, dtype=x.dtype) if has_bias else None
@@ -447,16 +653,18 @@ def linear_backward(cnp.ndarray dy, tuple saved):
     if _few_rows(x, w_in_out, rows, n_in, n_out):
         if _linear_bwd_few(dy, x, w, w_in_out, dx, dw, db, rows, n_in, n_out, bm_w, bn_w):
             raise MemoryError("linear_backward: out of memory for the packed rows")
+        if post != NULL:
+            _post_all(post, dx, rows, n_in)
         return dx, (dw.T if w_in_out else dw), db
     # both GEMMs' blocks in one region; two unsplit (small) products stay on this thread
     cdef int nb = bm_x * bn_x + bm_w * bn_w
     cdef int nt = 1 if nb <= 2 else (nb if nb < nmax else nmax)
     if x.dtype == np.float32:
         _linear_bwd_run(<float>0, dy, x, w, w_in_out, dx, dw, db, rows, n_in, n_out,
-                        bm_x, bn_x, bm_w, bn_w, nt)
+                        bm_x, bn_x, bm_w, bn_w, nt, post)
     else:
         _linear_bwd_run(<double>0, dy, x, w, w_in_out, dx, dw, db, rows, n_in, n_out,
-                        bm_x, bn_x, bm_w, bn_w, nt)
+                        bm_x, bn_x, bm_w, bn_w, nt, post)
     return dx, (dw.T if w_in_out else dw), db
 
 
@@ -469,16 +677,6 @@ def linear_backward(cnp.ndarray dy, tuple saved):
 # separate pass over the whole output.  Blocks of C come from the shape alone (row blocks
 # of 256 rows for tall C, else two or four column blocks of >= 128 columns), so the
 # result does not depend on the thread count.
-
-cdef extern from "fnn_activation.h" nogil:
-    enum:
-        FNN_RELU_FWD
-        FNN_GELU_FWD
-        FNN_GELUT_FWD
-    void fnn_act_f(int op, const float* a, const float* b, float* o, Py_ssize_t n,
-                   const double* p)
-    void fnn_act_d(int op, const double* a, const double* b, double* o, Py_ssize_t n,
-                   const double* p)
 
 cdef inline void* _ptr_or_null(object a, Py_ssize_t n, int typenum) except? NULL:
     return NULL if a is None else _data(<cnp.ndarray>a, n, typenum)

@@ -21,7 +21,8 @@ cnp.import_array()
 include "fnn_runtime.pxi"
 include "fnn_span.pxi"
 
-OPS = ("layer_norm", "layer_norm_backward", "layer_norm_infer", "add_layer_norm_infer")
+OPS = ("layer_norm", "layer_norm_backward", "layer_norm_backward_plus", "layer_norm_infer",
+       "add_layer_norm_infer")
 
 
 cdef extern from "fnn_norm.h" nogil:
@@ -130,15 +131,23 @@ def layer_norm_infer(cnp.ndarray x, object weight, object bias, Py_ssize_t D, do
     return y
 
 
+cdef inline void _add_row(real* a, const real* b, Py_ssize_t n) noexcept nogil:
+    """a += b over one row (still in L1: just made)."""
+    cdef Py_ssize_t j
+    for j in range(n):
+        a[j] = a[j] + b[j]
+
+
 cdef int _ln_bwd(const real* dy, const real* x, const real* w, const real* mean,
                  const real* rstd, Py_ssize_t rows, Py_ssize_t D, real* dx,
-                 real* dw, real* db) except -1 nogil:
+                 real* dw, real* db, const real* plus=NULL) except -1 nogil:
     cdef Py_ssize_t CH = 64
     cdef Py_ssize_t nch = (rows + CH - 1) // CH
     cdef Py_ssize_t c, r, j, r0, r1
     cdef int nt = _threads_for(rows * D, 1 << 14)
     cdef bint want_params = dw != NULL
-    cdef bint stream = rows * D * <Py_ssize_t>sizeof(real) >= FNN_STREAM_BYTES
+    # (with ``plus`` each d_input row is read back right after it is made: no NT stores)
+    cdef bint stream = plus == NULL and rows * D * <Py_ssize_t>sizeof(real) >= FNN_STREAM_BYTES
     # per-chunk partials of d_weight / d_bias in the input precision (<= CH terms each),
     # summed over chunks in double, in chunk order
     cdef real* part = NULL
@@ -156,6 +165,8 @@ cdef int _ln_bwd(const real* dy, const real* x, const real* w, const real* mean,
         pb = pw + D if want_params else NULL
         for r in range(r0, r1):
             _ln_bwd_row(dy + r * D, x + r * D, w, mean[r], rstd[r], D, dx + r * D, pw, pb, stream)
+            if plus != NULL:
+                _add_row(dx + r * D, plus + r * D, D)
     if want_params:
         acc = <double*>fnn_calloc(2 * D + 1, sizeof(double))
         if acc == NULL:
@@ -175,6 +186,18 @@ cdef int _ln_bwd(const real* dy, const real* x, const real* w, const real* mean,
 
 def layer_norm_backward(cnp.ndarray dy, tuple saved):
     """layer_norm_backward(dy, saved) -> (d_input, d_weight or None, d_bias or None)."""
+    return _layer_norm_backward(dy, saved, None)
+
+
+def layer_norm_backward_plus(cnp.ndarray dy, tuple saved, cnp.ndarray plus):
+    """layer_norm_backward_plus(dy, saved, plus) -> (d_input + plus, d_weight, d_bias):
+    layer_norm_backward with another gradient of the input added into d_input as each
+    row is made (a pre-LN residual block: the residual branch's gradient).  plus
+    C-contiguous, the input's shape and dtype."""
+    return _layer_norm_backward(dy, saved, plus)
+
+
+cdef tuple _layer_norm_backward(cnp.ndarray dy, tuple saved, object plus):
     cdef cnp.ndarray x = saved[0]
     weight = saved[1]
     cdef bint has_bias = saved[2]
@@ -199,16 +222,17 @@ def layer_norm_backward(cnp.ndarray dy, tuple saved):
     cdef const void* px = _data(x, rows * D, T)
     cdef const void* ps = _data(stats, 2 * rows, T)     # mean, then rstd
     cdef void* pdx = _data(dx, rows * D, T)
+    cdef const void* pplus = _data_or_null(plus, rows * D, T)
     if T == F32:
         with nogil:
             _ln_bwd[float](<const float*>pdy, <const float*>px, <const float*>pw,
                            <const float*>ps, <const float*>ps + rows, rows, D,
-                           <float*>pdx, <float*>pdw, <float*>pdb)
+                           <float*>pdx, <float*>pdw, <float*>pdb, <const float*>pplus)
     else:
         with nogil:
             _ln_bwd[double](<const double*>pdy, <const double*>px, <const double*>pw,
                             <const double*>ps, <const double*>ps + rows, rows, D,
-                            <double*>pdx, <double*>pdw, <double*>pdb)
+                            <double*>pdx, <double*>pdw, <double*>pdb, <const double*>pplus)
     if weight is None:
         dw = None
     return dx, dw, db

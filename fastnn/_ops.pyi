@@ -93,6 +93,18 @@ class Ops(Protocol):
         ...
     def linear_backward(self, dy, saved) -> Any:
         ...
+    def linear_act(self, x, weight, bias, activation) -> Any:
+        """h = act(x W^T + b) for training, activation "gelu" (erf) or "gelu_tanh" -> (h,
+        saved); saved = (x, weight, has_bias, u, activation), u = x W^T + b (the activation's
+        input, rounded to x's dtype as linear returns it)."""
+    def linear_act_backward(self, dh, saved) -> Any:
+        """-> (d_input, d_weight, d_bias or None): d_u = dh act'(u), then linear_backward."""
+    def linear_backward_act(self, dy, saved, u, activation) -> Any:
+        """linear_backward for a layer whose input was act(u) (linear_act's output): d_input
+        comes back multiplied by act'(u), the gradient of u."""
+    def linear_residual(self, x, weight, bias, residual) -> Any:
+        """y = x W^T + b + residual (residual: y's shape) -> (y, saved), saved as linear's (the
+        residual's gradient is d_y itself).  y rounds as linear's output plus the residual."""
     def linear_act_infer(self, x, weight_t, bias, activation) -> Any:
         """act(x weight_t + b), weight_t (in, out): the inference GEMM with its bias and
         activation fused ("none", "relu", "gelu" (erf), "gelu_tanh")."""
@@ -183,6 +195,9 @@ class Ops(Protocol):
         ...
     def layer_norm_backward(self, dy, saved) -> Any:
         ...
+    def layer_norm_backward_plus(self, dy, saved, plus) -> Any:
+        """layer_norm_backward with ``plus`` (the input's shape) added to d_input: a pre-LN
+        residual block's two input gradients in one call."""
     def layer_norm_infer(self, x, weight, bias, D, eps) -> Any:
         """layer_norm's output alone (inference-only: returns just y, saves nothing)."""
     def add_layer_norm_infer(self, x, residual, weight, bias, D, eps) -> Any:

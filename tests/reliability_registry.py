@@ -219,6 +219,29 @@ FUZZ.append(Op(
     ]))
 
 
+def _linear_act_draw(D, dt):
+    args, kwargs = _linear_draw(D, dt)
+    return args + [D.choice(["gelu", "gelu_tanh"])], kwargs
+
+
+def _torch_linear_act(torch, x, w, b, activation):
+    approximate = "tanh" if activation == "gelu_tanh" else "none"
+    return torch.nn.functional.gelu(torch.nn.functional.linear(x, w, b), approximate=approximate)
+
+
+FUZZ.append(Op(
+    "linear_act", F.linear_act_fwd, F.linear_act_bwd, _linear_act_draw,
+    ("input", "weight", "bias", "activation"), ("linear_act", "linear_act_backward"),
+    blas=True, family="dense", grad_of=(0, 1, 2), torch_fn=_torch_linear_act,
+    bad=[
+        Bad("in_features mismatch", _set(1, lambda w: np.concatenate([w, w[:, :1]], 1)), "in_features"),
+        Bad("bias wrong length", _set(2, lambda b: np.zeros(b.shape[0] + 1, b.dtype) if b is not None
+                                       else np.zeros(99, np.float32)), "bias"),
+        Bad("activation='relu'", _set(3, "relu"), "activation"),
+        Bad("activation=None", _set(3, None), "activation"),
+    ]))
+
+
 def _linear_module(dt):
     fastnn.manual_seed(0)
     return nn.Linear(6, 5).to(dt)

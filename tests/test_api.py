@@ -28,7 +28,7 @@ ADDED_FUNCTIONAL = [
 EXTENSIONS = [
     "std_layer_norm", "add_layer_norm", "rnn", "gru", "lstm", "rnn_cell", "gru_cell",
     "lstm_cell", "multi_head_attention_fwd", "multi_head_attention_bwd", "attention_mask",
-    "varlen_attention",
+    "varlen_attention", "linear_act_fwd", "linear_act_bwd",
 ]
 # helpers that used to be public names of fastnn.functional
 FORMER_HELPERS = [

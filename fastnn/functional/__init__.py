@@ -7,7 +7,8 @@ are the differentiable pair the modules (and tests) use.
 only.  Also reachable as attributes, but not star-exported: the ``_fwd`` / ``_bwd``
 pairs, and fastnn's own ops that torch.nn.functional does not have (``std_layer_norm``,
 ``add_layer_norm``, the whole-sequence ``rnn`` / ``gru`` / ``lstm`` and their cells,
-``multi_head_attention_fwd`` / ``_bwd``, ``attention_mask``, ``varlen_attention``).
+``multi_head_attention_fwd`` / ``_bwd``, ``attention_mask``, ``varlen_attention``, and
+``linear_act_fwd`` / ``_bwd``: a linear layer with its GELU fused, for training).
 Argument checks live in fastnn._validate; the family modules (fastnn.functional.conv, ...)
 stay importable but are not names of this namespace.
 """

@@ -1,11 +1,15 @@
-"""Dense family: linear."""
+"""Dense family: linear, and linear fused with what surrounds it in a transformer's MLP and
+residual stream (linear_act_fwd / linear_act_bwd, linear_bwd's ``act``, linear_fwd's
+``residual``): the same values as the separate ops, without their passes over memory."""
 import numpy as np
 
 from .._backend import dispatch, host_backend
 from .._validate import float_array, host_floats, same_dtype
 from ._core import grad_in, make_ctx
 
-__all__ = ["linear", "linear_fwd", "linear_bwd"]
+__all__ = ["linear", "linear_fwd", "linear_bwd", "linear_act_fwd", "linear_act_bwd"]
+
+_TRAIN_ACTS = ("gelu", "gelu_tanh")
 
 
 def _check(x, weight, bias):
@@ -29,22 +33,68 @@ def _check(x, weight, bias):
     return x, weight, bias
 
 
-def linear_fwd(x, weight, bias=None):
-    """y = x @ weight.T + bias, for x of any rank (..., in_features) -> (y, ctx)."""
+def linear_fwd(x, weight, bias=None, residual=None):
+    """y = x @ weight.T + bias, for x of any rank (..., in_features) -> (y, ctx).
+    ``residual`` (y's shape and dtype): y = x @ weight.T + bias + residual, the sum made
+    as each block of the product is finished (a transformer's residual connection; its
+    gradient is d_y itself, so linear_bwd is unchanged)."""
     be = _fast(x, weight, bias)
-    if be is not None:
+    if residual is None:
+        if be is None:
+            x, weight, bias = _check(x, weight, bias)
+            be = dispatch(x, weight, bias)
         y, saved = be.linear(x, weight, bias)
         return y, make_ctx(be, saved, y)
-    x, weight, bias = _check(x, weight, bias)
-    be = dispatch(x, weight, bias)
-    y, saved = be.linear(x, weight, bias)
+    out_shape = tuple(x.shape)[:-1] + (weight.shape[0],)
+    if be is None or not host_floats(x, residual) or residual.shape != out_shape:
+        x, weight, bias = _check(x, weight, bias)
+        residual = float_array(residual, "residual")
+        if tuple(residual.shape) != out_shape:
+            raise ValueError(f"residual must have the output's shape {out_shape}, got "
+                             f"{tuple(residual.shape)}")
+        same_dtype(x, residual, "residual")
+        be = dispatch(x, weight, bias, residual)
+    y, saved = be.linear_residual(x, weight, bias, residual)
     return y, make_ctx(be, saved, y)
 
 
-def linear_bwd(ctx, dy):
-    """-> (d_input, d_weight, d_bias or None)."""
+def linear_bwd(ctx, dy, act=None):
+    """-> (d_input, d_weight, d_bias or None).  ``act``: the ctx of the linear_act_fwd whose
+    output was this layer's input -- d_input then comes back as the gradient of that
+    activation's input (d_input * act'(u), made as each block of d_input is finished),
+    for linear_act_bwd(act, ..., pre_activation=True)."""
     be, saved, dy = grad_in(ctx, dy)
-    return be.linear_backward(dy, saved)
+    if act is None:
+        return be.linear_backward(dy, saved)
+    abe, asaved, ashape, _ = act
+    u, activation = asaved[3], asaved[4]
+    if abe is not be or tuple(u.shape) != tuple(saved[0].shape) or u.dtype != dy.dtype:
+        raise ValueError("linear_bwd: act must be the ctx of the linear_act_fwd whose output "
+                         "was this layer's input")
+    return be.linear_backward_act(dy, saved, u, activation)
+
+
+def linear_act_fwd(x, weight, bias, activation):
+    """h = act(x @ weight.T + bias) -> (h, ctx), the activation ("gelu" (erf) or
+    "gelu_tanh", as gelu's approximate "none" / "tanh") applied as each block of the
+    product is finished; ctx keeps the activation's input for the backward."""
+    if activation not in _TRAIN_ACTS:
+        raise ValueError(f"activation must be one of {_TRAIN_ACTS}, got {activation!r}")
+    be = _fast(x, weight, bias)
+    if be is None:
+        x, weight, bias = _check(x, weight, bias)
+        be = dispatch(x, weight, bias)
+    h, saved = be.linear_act(x, weight, bias, activation)
+    return h, make_ctx(be, saved, h)
+
+
+def linear_act_bwd(ctx, dh, pre_activation=False):
+    """-> (d_input, d_weight, d_bias or None).  ``pre_activation``: ``dh`` is already the
+    gradient of the activation's input (linear_bwd(.., act=ctx) made it)."""
+    be, saved, dh = grad_in(ctx, dh)
+    if pre_activation:
+        return be.linear_backward(dh, saved[:3])
+    return be.linear_act_backward(dh, saved)
 
 
 def _fast(x, weight, bias):

@@ -1,7 +1,7 @@
 """Norm family: layer_norm."""
 from .._backend import dispatch, host_backend
 from .._validate import float_array, norm_fast_args, normalized_dims, param_arrays, positive_float
-from .._validate import same_dtype
+from .._validate import grad_like, same_dtype
 from ._core import grad_in, make_ctx
 
 __all__ = ["layer_norm", "layer_norm_fwd", "layer_norm_bwd",
@@ -31,10 +31,15 @@ def layer_norm_fwd(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     return y, make_ctx(be, saved, y)
 
 
-def layer_norm_bwd(ctx, dy):
-    """-> (d_input, d_weight or None, d_bias or None)."""
+def layer_norm_bwd(ctx, dy, plus=None):
+    """-> (d_input, d_weight or None, d_bias or None).  ``plus`` (the input's shape and
+    dtype): added to d_input as each row is made (a pre-LN residual block's other input
+    gradient), the same values as d_input + plus."""
     be, saved, dy = grad_in(ctx, dy)
-    return be.layer_norm_backward(dy, saved)
+    if plus is None:
+        return be.layer_norm_backward(dy, saved)
+    plus = grad_like(plus, ctx[2], ctx[3], "plus")     # the output's shape is the input's
+    return be.layer_norm_backward_plus(dy, saved, plus)
 
 
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):

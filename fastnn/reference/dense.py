@@ -3,7 +3,8 @@ import numpy as np
 
 from ._util import cast, f64
 
-OPS = ("linear", "linear_backward", "linear_act_infer", "skinny_linear", "pack_linear_weight",
+OPS = ("linear", "linear_backward", "linear_act", "linear_act_backward", "linear_backward_act",
+       "linear_residual", "linear_act_infer", "skinny_linear", "pack_linear_weight",
        "packed_linear_infer")
 
 
@@ -23,6 +24,50 @@ def linear_backward(dy, saved):
     dw = g.T @ x2
     db = g.sum(axis=0) if has_bias else None
     return cast(dx, x), cast(dw, x), cast(db, x)
+
+
+_TRAIN_ACT = {"gelu": "none", "gelu_tanh": "tanh"}
+
+
+def _approximate(activation):
+    """gelu's ``approximate`` for a fused training activation ("gelu", "gelu_tanh")."""
+    if activation not in _TRAIN_ACT:
+        raise ValueError(f"activation must be 'gelu' or 'gelu_tanh', got {activation!r}")
+    return _TRAIN_ACT[activation]
+
+
+def linear_act(x, weight, bias, activation):
+    """h = act(x W^T + b) for training, activation "gelu" (erf) or "gelu_tanh" -> (h,
+    saved); saved = (x, weight, has_bias, u, activation), u = x W^T + b (the activation's
+    input, rounded to x's dtype as linear returns it)."""
+    from .activation import gelu
+    approximate = _approximate(activation)
+    u, saved = linear(x, weight, bias)
+    return gelu(u, approximate, None)[0], saved + (u, activation)
+
+
+def linear_act_backward(dh, saved):
+    """-> (d_input, d_weight, d_bias or None): d_u = dh act'(u), then linear_backward."""
+    from .activation import gelu_backward
+    x, weight, has_bias, u, activation = saved
+    du = gelu_backward(dh, (u, _approximate(activation) == "tanh"))
+    return linear_backward(du, (x, weight, has_bias))
+
+
+def linear_backward_act(dy, saved, u, activation):
+    """linear_backward for a layer whose input was act(u) (linear_act's output): d_input
+    comes back multiplied by act'(u), the gradient of u."""
+    from .activation import gelu_backward
+    approximate = _approximate(activation)
+    dx, dw, db = linear_backward(dy, saved)
+    return gelu_backward(dx, (u, approximate == "tanh")), dw, db
+
+
+def linear_residual(x, weight, bias, residual):
+    """y = x W^T + b + residual (residual: y's shape) -> (y, saved), saved as linear's (the
+    residual's gradient is d_y itself).  y rounds as linear's output plus the residual."""
+    y, saved = linear(x, weight, bias)
+    return cast(f64(y) + f64(residual), x), saved
 
 
 def linear_act_infer(x, weight_t, bias, activation):

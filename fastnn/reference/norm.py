@@ -3,7 +3,8 @@ import numpy as np
 
 from ._util import cast, f64
 
-OPS = ("layer_norm", "layer_norm_backward", "layer_norm_infer", "add_layer_norm_infer")
+OPS = ("layer_norm", "layer_norm_backward", "layer_norm_backward_plus", "layer_norm_infer",
+       "add_layer_norm_infer")
 
 
 def layer_norm(x, weight, bias, D, eps):
@@ -37,6 +38,12 @@ def layer_norm_backward(dy, saved):
     if db is not None:
         db = cast(db.reshape(weight.shape if weight is not None else (D,)), x)
     return cast(dx.reshape(x.shape), x), dw, db
+
+def layer_norm_backward_plus(dy, saved, plus):
+    """layer_norm_backward with ``plus`` (the input's shape) added to d_input: a pre-LN
+    residual block's two input gradients in one call."""
+    dx, dw, db = layer_norm_backward(dy, saved)
+    return cast(f64(dx) + f64(plus), dx), dw, db
 
 
 def layer_norm_infer(x, weight, bias, D, eps):

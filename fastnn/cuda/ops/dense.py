@@ -4,6 +4,14 @@ Forward is one GEMM with the bias added in its epilogue (tiled kernel) or right 
 (cuBLAS).  Backward: dx = dy W and dW = dy^T x are GEMMs on the same buffers; db is a
 deterministic column sum of dy (fixed row chunks, partials reduced in order).
 
+Training, fused with what surrounds the layer (the cpu backend runs these steps in its GEMM
+blocks' epilogues; here they are the same device kernels as the unfused ops, in one call):
+  linear_act        h = act(x W^T + b) (gelu / gelu_tanh), u = x W^T + b kept for backward.
+  linear_act_backward / linear_backward_act
+                    d_u = dh act'(u), then linear_backward; linear_backward whose d_input
+                    comes back multiplied by act'(u) (the layer's input was act(u)).
+  linear_residual   x W^T + b + residual.
+
 Inference only:
   linear_act_infer  act(x W_t + b) with W_t (in, out): the same GEMM, bias and activation
                     in its epilogue (one store per output, no activation pass over memory).
@@ -25,7 +33,8 @@ from .. import _kit
 from .._gemm import ACT, gemm
 from .._kit import ROW_THREADS, SBUF, THREADS, block_sum, cuda, dm, gid, gsz, kernel
 
-OPS = ("linear", "linear_backward", "linear_act_infer", "skinny_linear", "pack_linear_weight",
+OPS = ("linear", "linear_backward", "linear_act", "linear_act_backward", "linear_backward_act",
+       "linear_residual", "linear_act_infer", "skinny_linear", "pack_linear_weight",
        "packed_linear_infer")
 PANEL = 16          # the cpu micro-kernel's panel width (fastnn.reference.dense.PANEL)
 
@@ -109,6 +118,42 @@ def linear_backward(dy, saved):
     dw = gemm(g, x2, ta=True)
     db = _kit.colsum(g) if has_bias else None
     return dx, dw, db
+
+
+_TRAIN_ACT = {"gelu": "none", "gelu_tanh": "tanh"}
+
+
+def _approximate(activation):
+    if activation not in _TRAIN_ACT:
+        raise ValueError(f"activation must be 'gelu' or 'gelu_tanh', got {activation!r}")
+    return _TRAIN_ACT[activation]
+
+
+def linear_act(x, weight, bias, activation):
+    from .activation import gelu
+    approximate = _approximate(activation)
+    u, saved = linear(x, weight, bias)
+    return gelu(u, approximate)[0], saved + (u, activation)
+
+
+def linear_act_backward(dh, saved):
+    from .activation import gelu_backward
+    x, weight, has_bias, u, activation = saved
+    du = gelu_backward(dh, (u, _approximate(activation) == "tanh"))
+    return linear_backward(du, (x, weight, has_bias))
+
+
+def linear_backward_act(dy, saved, u, activation):
+    from .activation import gelu_backward
+    approximate = _approximate(activation)
+    dx, dw, db = linear_backward(dy, saved)
+    return gelu_backward(dx, (_kit.dev(u), approximate == "tanh")), dw, db
+
+
+def linear_residual(x, weight, bias, residual):
+    from .layout import add
+    y, saved = linear(x, weight, bias)
+    return add(y, residual), saved
 
 
 def linear_act_infer(x, weight_t, bias, activation):

@@ -18,7 +18,8 @@ import math
 from .. import _kit
 from .._kit import ROW_THREADS, SBUF, THREADS, block_sum, cuda, gid, gsz, kernel
 
-OPS = ("layer_norm", "layer_norm_backward", "layer_norm_infer", "add_layer_norm_infer")
+OPS = ("layer_norm", "layer_norm_backward", "layer_norm_backward_plus", "layer_norm_infer",
+       "add_layer_norm_infer")
 
 
 @_kit.per_dtype
@@ -206,6 +207,12 @@ def add_layer_norm_infer(x, residual, weight, bias, D, eps):
 def layer_norm_backward(dy, saved):
     x, weight, has_bias, mean, rstd, D = saved
     return _norm_backward(dy, x, weight, has_bias, mean, rstd, D, None)
+
+def layer_norm_backward_plus(dy, saved, plus):
+    """layer_norm_backward with ``plus`` added to d_input."""
+    from .layout import add
+    dx, dw, db = layer_norm_backward(dy, saved)
+    return add(dx, plus), dw, db
 
 
 def _norm_backward(dy, x, weight, has_bias, mean, rstd, D, std):
