@@ -18,7 +18,7 @@ from ..functional.attention import joined, padding_lengths
 from . import init
 from .dense import Linear
 from .dropout import Dropout
-from .blocks import Conv1D
+from .blocks import Conv1D, _Fused, _identity_dropout, add_residual
 from .module import Module, Parameter
 
 __all__ = ["MultiheadAttention", "CausalSelfAttention"]
@@ -277,7 +277,10 @@ class CausalSelfAttention(Module):
         self.c_proj = Conv1D(d, d, dtype)
         self.resid_dropout = Dropout(self.dropout)
 
-    def forward(self, x):
+    def forward(self, x, *, residual=None):
+        """resid_dropout(c_proj(attention(c_attn(x)))), plus ``residual`` when given (a
+        transformer block's residual connection: made inside c_proj's product when
+        resid_dropout passes its input through and c_proj is a plain Conv1D)."""
         x = float_array(x, "input")
         if x.ndim != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"input must have shape (B, T, d_model={self.d_model}), got "
@@ -287,12 +290,23 @@ class CausalSelfAttention(Module):
         q, k, v = _split3(qkv, d)
         p = self.dropout if self.training else 0.0
         o, ca = F.multi_head_attention_fwd(q, k, v, self.n_heads, True, None, None, p, True)
+        if (residual is not None and self.c_proj._plain()
+                and _identity_dropout(self.resid_dropout)):
+            y, cp = F.linear_fwd(o, self.c_proj._linear_weight(), self.c_proj.bias.data,
+                                 residual=residual)
+            self._keep(_Fused((ca, cp), False))
+            return y
         self._keep(ca)
-        return self.resid_dropout(self.c_proj(o))
+        return add_residual(self.resid_dropout(self.c_proj(o)), residual)
 
     def backward(self, dy):
         ca = self._take()
-        do = self.c_proj.backward(self.resid_dropout.backward(dy))
+        if type(ca) is _Fused:
+            ca, cp = ca.ctxs
+            do, dw, db = F.linear_bwd(cp, dy)
+            self.c_proj._accumulate(dw, db)
+        else:
+            do = self.c_proj.backward(self.resid_dropout.backward(dy))
         dq, dk, dv = F.multi_head_attention_bwd(ca, do)
         return self.c_attn.backward(_join3(dq, dk, dv))
 

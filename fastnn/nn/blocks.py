@@ -39,22 +39,34 @@ class Conv1D(Module):
         self.bias = Parameter(init.zeros((self.nf,), dt))
 
     def forward(self, x):
-        w = self.weight.data
-        # on the host the (out, in) weight linear takes is a view, w.T: the kernels read the
-        # (in, out) layout as it is, no copy per call
-        y, ctx = F.linear_fwd(x, w.T if type(w) is np.ndarray else _transposed(w),
-                              self.bias.data)
+        y, ctx = F.linear_fwd(x, self._linear_weight(), self.bias.data)
         self._keep(ctx)
         return y
 
     def backward(self, dy):
         dx, dwt, db = F.linear_bwd(self._take(), dy)
+        self._accumulate(dwt, db)
+        return dx
+
+    def _linear_weight(self):
+        """The (out, in) weight linear takes: on the host a view, weight.T (the kernels read
+        the (in, out) layout as it is, no copy per call); on a device a transposed copy."""
+        w = self.weight.data
+        return w.T if type(w) is np.ndarray else _transposed(w)
+
+    def _accumulate(self, dwt, db):
+        """Add a linear backward's (out, in) d_weight and d_bias to the gradients."""
         dw = dwt.T if type(dwt) is np.ndarray else None
         # the cpu kernels return d_weight in the weight's layout (dwt.T is C-contiguous)
         self.weight.accumulate_grad(dw if dw is not None and dw.flags.c_contiguous
                                     else _transposed(dwt))
         self.bias.accumulate_grad(db)
-        return dx
+
+    def _plain(self):
+        """Whether a container may run this layer's product itself (fused with its
+        neighbours): a Conv1D as defined here, with no backward hooks to be handed its
+        gradients."""
+        return type(self) is Conv1D and not self._backward_hooks
 
     def extra_repr(self):
         return f"nf={self.nf}, nx={self.nx}"
@@ -65,6 +77,29 @@ _ACTIVATIONS = {
     "gelu": (lambda h: F.gelu_fwd(h, "none"), F.gelu_bwd),
     "relu": (lambda h: F.relu_fwd(h), lambda ctx, d: F.relu_bwd(ctx, d)),
 }
+_FUSED = ("gelu_tanh", "gelu")   # activations F.linear_act_fwd runs in c_fc's product
+
+
+def _identity_dropout(d):
+    """Whether dropout module ``d`` passes its input through (p = 0 or eval mode) and has
+    no backward hooks: a residual sum may then move before it."""
+    return (type(d) is Dropout and (d.p == 0 or not d.training)
+            and not d._backward_hooks)
+
+
+class _Fused:
+    """A container's cache when it ran its sublayers' products itself: the F ctxs, and
+    whether its output dropout ran (else a residual sum went into the last product)."""
+    __slots__ = ("ctxs", "dropout")
+
+    def __init__(self, ctxs, dropout):
+        self.ctxs = ctxs
+        self.dropout = dropout
+
+
+def add_residual(y, residual):
+    """residual + y for a sublayer that was asked for its residual sum but made none."""
+    return y if residual is None else _add(residual, y)
 
 
 class FeedForward(Module):
@@ -83,17 +118,39 @@ class FeedForward(Module):
         self.c_proj = Conv1D(self.d_model, self.d_ff, dtype)
         self.dropout = Dropout(dropout)
 
-    def forward(self, x):
+    def forward(self, x, *, residual=None):
+        """dropout(c_proj(act(c_fc(x)))), plus ``residual`` when given (a transformer
+        block's residual connection: then made inside c_proj's product when the dropout
+        passes its input through).  With GELU activations and plain Conv1D sublayers the
+        activation runs inside c_fc's product and its backward inside c_proj's
+        (F.linear_act_fwd, F.linear_bwd(act=)): the same values, fewer passes."""
+        if self.activation in _FUSED and self.c_fc._plain() and self.c_proj._plain():
+            h, cfc = F.linear_act_fwd(x, self.c_fc._linear_weight(), self.c_fc.bias.data,
+                                      self.activation)
+            into = residual is not None and _identity_dropout(self.dropout)
+            y, cproj = F.linear_fwd(h, self.c_proj._linear_weight(), self.c_proj.bias.data,
+                                    residual=residual if into else None)
+            self._keep(_Fused((cfc, cproj), not into))
+            return y if into else add_residual(self.dropout(y), residual)
         act_fwd, _ = _ACTIVATIONS[self.activation]
         h, act_ctx = act_fwd(self.c_fc(x))
         self._keep(act_ctx)
-        return self.dropout(self.c_proj(h))
+        return add_residual(self.dropout(self.c_proj(h)), residual)
 
     def backward(self, dy):
+        ctx = self._take()
+        if type(ctx) is _Fused:
+            cfc, cproj = ctx.ctxs
+            if ctx.dropout:
+                dy = self.dropout.backward(dy)
+            du, dw, db = F.linear_bwd(cproj, dy, act=cfc)
+            self.c_proj._accumulate(dw, db)
+            dx, dw, db = F.linear_act_bwd(cfc, du, pre_activation=True)
+            self.c_fc._accumulate(dw, db)
+            return dx
         _, act_bwd = _ACTIVATIONS[self.activation]
-        act_ctx = self._take()
         dh = self.c_proj.backward(self.dropout.backward(dy))
-        return self.c_fc.backward(act_bwd(act_ctx, dh))
+        return self.c_fc.backward(act_bwd(ctx, dh))
 
     def extra_repr(self):
         return f"d_model={self.d_model}, d_ff={self.d_ff}, activation={self.activation!r}"

@@ -44,7 +44,16 @@ class LayerNorm(Module):
         return y
 
     def backward(self, dy):
-        dx, dw, db = F.layer_norm_bwd(self._take(), dy)
+        return self._grads(F.layer_norm_bwd(self._take(), dy))
+
+    def _backward_plus(self, dy, plus):
+        """backward(dy) + plus, the sum made as each row of d_input is (a pre-LN residual
+        block's two input gradients).  For a container's backward, when this module has no
+        backward hooks (they would be handed d_input alone)."""
+        return self._grads(F.layer_norm_bwd(self._take(), dy, plus=plus))
+
+    def _grads(self, grads):
+        dx, dw, db = grads
         if self.weight is not None:
             self.weight.accumulate_grad(dw)
         if self.bias is not None:

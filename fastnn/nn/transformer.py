@@ -7,12 +7,10 @@ sublayer's three input gradients (query, key, value are the same array) are summ
 """
 import copy
 
-import numpy as np
-
 from .. import functional as F
 from .._validate import int_arg, positive_float
 from .attention import CausalSelfAttention, MultiheadAttention
-from .blocks import FeedForward
+from .blocks import FeedForward, add_residual
 from .dense import Linear
 from .dropout import Dropout
 from .module import Module, ModuleList
@@ -34,32 +32,29 @@ class TransformerBlock(Module):
         self.mlp = FeedForward(d, dropout=dropout, dtype=dtype)
 
     def forward(self, x):
-        x = _residual(self.attn(self.ln_1(x)), x, type(self.attn) is CausalSelfAttention)
-        return _residual(self.mlp(self.ln_2(x)), x, type(self.mlp) is FeedForward)
+        x = _sublayer(self.attn, CausalSelfAttention, self.ln_1(x), x)
+        return _sublayer(self.mlp, FeedForward, self.ln_2(x), x)
 
     def backward(self, dy):
-        dx = _residual(self.ln_2.backward(self.mlp.backward(dy)), dy, _owned_grad(self.ln_2))
-        return _residual(self.ln_1.backward(self.attn.backward(dx)), dx, _owned_grad(self.ln_1))
+        dx = _norm_back(self.ln_2, self.mlp.backward(dy), dy)
+        return _norm_back(self.ln_1, self.attn.backward(dx), dx)
 
 
-def _owned_grad(ln):
-    """Whether ``ln``'s backward result is an array nothing else holds: fastnn's LayerNorm
-    (its d_input is fresh) without backward hooks (they were handed that array)."""
-    return type(ln) is LayerNorm and not ln._backward_hooks
+def _sublayer(sub, own, h, x):
+    """x + sub(h).  The block's own kinds take x as their ``residual`` (made inside their
+    last product, F.linear_fwd(residual=)); a replaced sublayer's result is added to x."""
+    if type(sub) is own:
+        return sub(h, residual=x)
+    return add_residual(sub(h), x)
 
 
-def _residual(out, x, owned):
-    """x + out, where ``out`` is what a sublayer's forward or backward just returned.  When
-    ``owned`` (the sublayer is one of this block's own kinds, whose result is a fresh
-    array that nothing keeps -- a replaced sublayer may return its input or an output it
-    saved for its backward) the sum goes into ``out`` on the host: no new array (a numpy
-    add of the GPT demo's 1024 x 128 activations 26 -> 12 us)."""
-    if (owned and type(out) is np.ndarray and type(x) is np.ndarray and out.shape == x.shape
-            and out.dtype == x.dtype and out.flags.writeable
-            and not np.may_share_memory(out, x)):
-        np.add(out, x, out=out)
-        return out
-    return x + out
+def _norm_back(ln, d, plus):
+    """ln.backward(d) + plus (the residual branch's gradient): made inside fastnn's
+    LayerNorm backward (F.layer_norm_bwd(plus=)) when it has no backward hooks (they are
+    handed d_input alone); else the two added."""
+    if type(ln) is LayerNorm and not ln._backward_hooks:
+        return ln._backward_plus(d, plus)
+    return add_residual(ln.backward(d), plus)
 
 
 _ACT = {"relu": (F.relu_fwd, F.relu_bwd),
