@@ -60,7 +60,8 @@ static inline void FNN_TNAME(fnn_ln_bwd_sums)(const FNN_T* restrict dy, const FN
                 }
             for (; j < b1; ++j) { FNN_T g = dy[j]; a[j & 31] += g; c[j & 31] += g * x[j]; }
         }
-        for (int k = 0; k < 32; ++k) { sum_g += (double)a[k]; sum_gx += (double)c[k]; }
+        sum_g += FNN_TNAME(fnn_ln_fold32)(a);
+        sum_gx += FNN_TNAME(fnn_ln_fold32)(c);
     }
     *sum_g_out = sum_g; *sum_gx_out = sum_gx;
 }
