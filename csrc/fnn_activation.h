@@ -216,6 +216,36 @@ static void fnn_relu_mask_fwd_f(int leaky, double slope, const float* x, float* 
         uint16_t bits = (uint16_t)k;
         memcpy(m + (i >> 3), &bits, 2);
     }
+#elif defined(__AVX2__)
+    /* 8 lanes a vector, 32 elements (4 mask bytes) a step, then 8 at a time: the same
+       compares as the SSE2 loop below, at twice its width (that loop ran at half the
+       rate of torch's in-cache relu on a Zen 3) */
+    const __m256 s8 = _mm256_set1_ps((float)slope), z8 = _mm256_setzero_ps();
+#define FNN_RELU_MASK8(v, pass)                                          \
+    if (leaky) {                                                         \
+        pass = _mm256_cmp_ps(v, z8, _CMP_GT_OQ);                         \
+        v = _mm256_blendv_ps(_mm256_mul_ps(v, s8), v, pass);             \
+    } else {                                                             \
+        v = _mm256_andnot_ps(_mm256_cmp_ps(v, z8, _CMP_LT_OQ), v);       \
+        pass = _mm256_cmp_ps(v, z8, _CMP_NLE_UQ);                        \
+    }
+    for (; i + 32 <= n; i += 32) {
+        uint32_t bits = 0;
+        for (int h = 0; h < 32; h += 8) {
+            __m256 v = _mm256_loadu_ps(x + i + h), pass;
+            FNN_RELU_MASK8(v, pass)
+            _mm256_storeu_ps(y + i + h, v);
+            bits |= (uint32_t)_mm256_movemask_ps(pass) << h;
+        }
+        memcpy(m + (i >> 3), &bits, 4);
+    }
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i), pass;
+        FNN_RELU_MASK8(v, pass)
+        _mm256_storeu_ps(y + i, v);
+        m[i >> 3] = (uint8_t)_mm256_movemask_ps(pass);
+    }
+#undef FNN_RELU_MASK8
 #elif defined(__SSE2__)
     const __m128 s4 = _mm_set1_ps((float)slope), z4 = _mm_setzero_ps();
     for (; i + 8 <= n; i += 8) {
@@ -249,6 +279,16 @@ static void fnn_relu_mask_bwd_f(int leaky, double slope, const float* dy, const 
         __m512 g = _mm512_loadu_ps(dy + i);
         _mm512_storeu_ps(dx + i, leaky ? _mm512_mask_blend_ps((__mmask16)bits, _mm512_mul_ps(g, s16), g)
                                        : _mm512_maskz_mov_ps((__mmask16)bits, g));
+    }
+#elif defined(__AVX2__)
+    const __m256 s8 = _mm256_set1_ps((float)slope);
+    const __m256i sel8 = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    for (; i + 8 <= n; i += 8) {
+        __m256 pass = _mm256_castsi256_ps(_mm256_cmpeq_epi32(
+            _mm256_and_si256(_mm256_set1_epi32(m[i >> 3]), sel8), sel8));
+        __m256 g = _mm256_loadu_ps(dy + i);
+        _mm256_storeu_ps(dx + i, leaky ? _mm256_blendv_ps(_mm256_mul_ps(g, s8), g, pass)
+                                       : _mm256_and_ps(pass, g));
     }
 #elif defined(__SSE2__)
     const __m128 s4 = _mm_set1_ps((float)slope);
