@@ -124,6 +124,7 @@ cdef extern from "fnn_conv.h" nogil:
     void fnn_cv3_pad_tile(const float* x, float* xp, Py_ssize_t C, Py_ssize_t H, Py_ssize_t W,
                           Py_ssize_t We, Py_ssize_t PR, Py_ssize_t h0, Py_ssize_t pl)
     int FNN_HAVE_CVW
+    int FNN_HAVE_WG
     void fnn_cvw_transpose(const float* x, float* xt, Py_ssize_t C, Py_ssize_t W, Py_ssize_t We,
                            Py_ssize_t pl)
     void fnn_cvw_run(const float* a, Py_ssize_t lda, Py_ssize_t arow, const Py_ssize_t* aoff,
@@ -470,15 +471,22 @@ def _set_wg_plane_max(Py_ssize_t n):
 
 
 def _winograd_built():
-    """Whether this build has the Winograd 3x3 path (AVX-512 builds)."""
+    """Whether this build runs the 3x3 forward (and d_input) on Winograd (AVX2 and AVX-512
+    builds)."""
+    return FNN_HAVE_WG != 0
+
+
+def _avx512_direct_built():
+    """Whether this build has the AVX-512 builds' direct kernels: the tap-list conv2d for
+    other stride-1 kernels, the direct d_weight (fnn_cvw_run) and Winograd's d_weight."""
     return FNN_HAVE_CVW != 0
 
 
 cdef bint _wg_ok(Geo* g):
-    """Winograd F(2x2, 3x3) for a _cv3_ok geometry: AVX-512 builds (FNN_HAVE_CVW: its GEMMs
-    are the 6 x 64 zmm tiles), the padded image within _WG_PLANE_MAX."""
+    """Winograd F(2x2, 3x3) for a _cv3_ok geometry: AVX2 and AVX-512 builds (FNN_HAVE_WG),
+    the padded image within _WG_PLANE_MAX."""
     cdef Py_ssize_t th, tw, We, PH, ldv
-    if not (_WINOGRAD and FNN_HAVE_CVW != 0 and _cv3_ok(g)):
+    if not (_WINOGRAD and FNN_HAVE_WG != 0 and _cv3_ok(g)):
         return False
     fnn_wg_dims(g.OH, g.OW, &th, &tw, &We, &PH, &ldv)
     return g.C * PH * We <= _WG_PLANE_MAX
@@ -534,10 +542,10 @@ cdef int _fwd_wg(const float* x, const float* U, const float* b, const float* ze
 
 
 cdef bint _wg_wgrad_ok(Geo* g, Py_ssize_t nch):
-    """d_weight on the Winograd transforms (fnn_wg_wgrad_image): a _wg_ok geometry with
+    """d_weight on the Winograd transforms (fnn_wg_wgrad_image, AVX-512 builds): a _wg_ok geometry with
     input channels of 4 and output channels of 16 (fnn_cvw_run's blocks), the 16 x C x O
     partials of the nch chunks within 64 MiB."""
-    return (_wg_ok(g) and g.C % 4 == 0 and g.O % 16 == 0
+    return (FNN_HAVE_CVW != 0 and _wg_ok(g) and g.C % 4 == 0 and g.O % 16 == 0
             and nch * 16 * g.C * g.O * 4 <= (64 << 20))
 
 

@@ -13,6 +13,7 @@
 #ifndef FNN_CONV_H
 #define FNN_CONV_H
 #include <stddef.h>
+#include <string.h>
 
 /* fnn_conv_t.h names its type FNN_CV_T and its functions FNN_CV_FN(name) */
 #define FNN_CV_T FNN_T
@@ -78,15 +79,18 @@ static inline ptrdiff_t fnn_cv3_o6(ptrdiff_t O) { return O / 12 * 12; }
  * tap t of channel c; the weights are packed by blocks of 6 (then 4) output channels as
  * Ap[o0*C*nt + (c*nt + t)*m + r] = w[o0 + r, c, t].  The sums run channel by channel,
  * taps in list order, on top of what ct holds: fixed by the shapes. */
+/* a tile's accumulator: C's value, or 0 when the tile starts the sums (zero) */
+#define FNN_CVD_ACC(p) (zero ? _mm256_setzero_ps() : _mm256_loadu_ps(p))
 static inline void fnn_cvd_tile6(const float* restrict A, const float* restrict B,
                                  ptrdiff_t plane, const ptrdiff_t* restrict toff,
-                                 ptrdiff_t nt, ptrdiff_t nc, float* restrict C, ptrdiff_t ldc) {
-    __m256 c00 = _mm256_loadu_ps(C), c01 = _mm256_loadu_ps(C + 8);
-    __m256 c10 = _mm256_loadu_ps(C + ldc), c11 = _mm256_loadu_ps(C + ldc + 8);
-    __m256 c20 = _mm256_loadu_ps(C + 2 * ldc), c21 = _mm256_loadu_ps(C + 2 * ldc + 8);
-    __m256 c30 = _mm256_loadu_ps(C + 3 * ldc), c31 = _mm256_loadu_ps(C + 3 * ldc + 8);
-    __m256 c40 = _mm256_loadu_ps(C + 4 * ldc), c41 = _mm256_loadu_ps(C + 4 * ldc + 8);
-    __m256 c50 = _mm256_loadu_ps(C + 5 * ldc), c51 = _mm256_loadu_ps(C + 5 * ldc + 8);
+                                 ptrdiff_t nt, ptrdiff_t nc, float* restrict C, ptrdiff_t ldc,
+                                 const int zero) {
+    __m256 c00 = FNN_CVD_ACC(C), c01 = FNN_CVD_ACC(C + 8);
+    __m256 c10 = FNN_CVD_ACC(C + ldc), c11 = FNN_CVD_ACC(C + ldc + 8);
+    __m256 c20 = FNN_CVD_ACC(C + 2 * ldc), c21 = FNN_CVD_ACC(C + 2 * ldc + 8);
+    __m256 c30 = FNN_CVD_ACC(C + 3 * ldc), c31 = FNN_CVD_ACC(C + 3 * ldc + 8);
+    __m256 c40 = FNN_CVD_ACC(C + 4 * ldc), c41 = FNN_CVD_ACC(C + 4 * ldc + 8);
+    __m256 c50 = FNN_CVD_ACC(C + 5 * ldc), c51 = FNN_CVD_ACC(C + 5 * ldc + 8);
     for (ptrdiff_t c = 0; c < nc; ++c, B += plane)
         for (ptrdiff_t t = 0; t < nt; ++t, A += 6) {
             const float* bp = B + toff[t];
@@ -114,11 +118,12 @@ static inline void fnn_cvd_tile6(const float* restrict A, const float* restrict 
 
 static inline void fnn_cvd_tile4(const float* restrict A, const float* restrict B,
                                  ptrdiff_t plane, const ptrdiff_t* restrict toff,
-                                 ptrdiff_t nt, ptrdiff_t nc, float* restrict C, ptrdiff_t ldc) {
-    __m256 c00 = _mm256_loadu_ps(C), c01 = _mm256_loadu_ps(C + 8);
-    __m256 c10 = _mm256_loadu_ps(C + ldc), c11 = _mm256_loadu_ps(C + ldc + 8);
-    __m256 c20 = _mm256_loadu_ps(C + 2 * ldc), c21 = _mm256_loadu_ps(C + 2 * ldc + 8);
-    __m256 c30 = _mm256_loadu_ps(C + 3 * ldc), c31 = _mm256_loadu_ps(C + 3 * ldc + 8);
+                                 ptrdiff_t nt, ptrdiff_t nc, float* restrict C, ptrdiff_t ldc,
+                                 const int zero) {
+    __m256 c00 = FNN_CVD_ACC(C), c01 = FNN_CVD_ACC(C + 8);
+    __m256 c10 = FNN_CVD_ACC(C + ldc), c11 = FNN_CVD_ACC(C + ldc + 8);
+    __m256 c20 = FNN_CVD_ACC(C + 2 * ldc), c21 = FNN_CVD_ACC(C + 2 * ldc + 8);
+    __m256 c30 = FNN_CVD_ACC(C + 3 * ldc), c31 = FNN_CVD_ACC(C + 3 * ldc + 8);
     for (ptrdiff_t c = 0; c < nc; ++c, B += plane)
         for (ptrdiff_t t = 0; t < nt; ++t, A += 4) {
             const float* bp = B + toff[t];
@@ -146,6 +151,17 @@ static inline void fnn_cvd_tile4(const float* restrict A, const float* restrict 
  * window (16 rows of a chunk) and results stay in L1 (with the 16-position block
  * outermost, a many-channel input sweeps one stream per channel every 16 positions).
  * The sum order per output is the same either way (channel blocks in order). */
+/* Winograd F(2x2, 3x3) (below: AVX-512 builds, and after fnn_cvd_run_init: AVX2 builds):
+ * chunks of FNN_WG_TB tiles, their scratch sizes */
+#define FNN_WG_TB 64
+static inline void fnn_wg_dims(ptrdiff_t OH, ptrdiff_t OW, ptrdiff_t* th, ptrdiff_t* tw,
+                               ptrdiff_t* We, ptrdiff_t* PH, ptrdiff_t* ldv) {
+    *th = (OH + 1) / 2; *tw = (OW + 1) / 2;
+    *We = 2 * ((*tw + 15) / 16 * 16) + 4;   /* the last 16-tile vector's loads stay in a row */
+    *PH = 2 * *th + 2;
+    *ldv = FNN_WG_TB + 16;                  /* a 16-lane load from the last tile stays in */
+}
+
 #if defined(__AVX512F__)
 /* AVX-512 builds: m x (16*nv) register tiles of zmm accumulators (6 x 64: 24 of the 32
  * registers, the weight broadcast folded into the FMA), each summing over up to
@@ -281,6 +297,7 @@ static inline void fnn_cvd_run_init(const float* restrict Ap, const float* restr
  * sum per weight runs over the positions in order, on top of what dw holds.
  * Nv % 16 == 0, M % 4 == 0 (blocks of 6, then 4, as fnn_cv3_o6). */
 #define FNN_HAVE_CVW 1
+#define FNN_HAVE_WG 1
 FNN_CVD_AI void fnn_cvw_ztile(const float* restrict a, ptrdiff_t lda, ptrdiff_t arow,
                               const float* restrict b, ptrdiff_t ldb, ptrdiff_t brow,
                               ptrdiff_t Q, ptrdiff_t R, float* restrict dw, ptrdiff_t ldw,
@@ -418,15 +435,6 @@ static inline void fnn_cvw_run(const float* restrict a, ptrdiff_t lda, ptrdiff_t
  * tile row per vector (even / odd columns split and merged by permutes).  Every sum's
  * order is fixed by the shapes: the same bits at any thread count.
  * Scratch: xp C*PH*We, V 16*C*ldv, M 16*O*ldv floats (fnn_wg_dims). */
-#define FNN_WG_TB 64
-static inline void fnn_wg_dims(ptrdiff_t OH, ptrdiff_t OW, ptrdiff_t* th, ptrdiff_t* tw,
-                               ptrdiff_t* We, ptrdiff_t* PH, ptrdiff_t* ldv) {
-    *th = (OH + 1) / 2; *tw = (OW + 1) / 2;
-    *We = 2 * ((*tw + 15) / 16 * 16) + 4;   /* the last 16-tile vector's loads stay in a row */
-    *PH = 2 * *th + 2;
-    *ldv = FNN_WG_TB + 16;                  /* a 16-lane load from the last tile stays in */
-}
-
 /* input transform of tiles [t0, t1) of one image into V (positions t - t0) */
 static inline void fnn_wg_in(const float* restrict xp, ptrdiff_t C, ptrdiff_t PH, ptrdiff_t We,
                              ptrdiff_t tw, ptrdiff_t t0, ptrdiff_t t1, float* restrict V,
@@ -631,12 +639,12 @@ static __attribute__((noinline)) void fnn_cvd_run(const float* restrict Ap, cons
             for (; ob < o6; ob += 6) {
                 const float* A = Ap + ob * C * nt + cb * nt * 6;
                 for (pb = p0; pb < p1; pb += FNN_CV3_NR)
-                    fnn_cvd_tile6(A, B + pb, plane, to, nt, nc, ct + ob * ldc + pb, ldc);
+                    fnn_cvd_tile6(A, B + pb, plane, to, nt, nc, ct + ob * ldc + pb, ldc, 0);
             }
             for (; ob < O; ob += 4) {
                 const float* A = Ap + ob * C * nt + cb * nt * 4;
                 for (pb = p0; pb < p1; pb += FNN_CV3_NR)
-                    fnn_cvd_tile4(A, B + pb, plane, to, nt, nc, ct + ob * ldc + pb, ldc);
+                    fnn_cvd_tile4(A, B + pb, plane, to, nt, nc, ct + ob * ldc + pb, ldc, 0);
             }
             cb += nc;
         }
@@ -809,6 +817,159 @@ static inline void fnn_cvw_run(const float* a, ptrdiff_t lda, ptrdiff_t arow,
                                const ptrdiff_t* aoff, const float* b, ptrdiff_t ldb,
                                ptrdiff_t brow, const ptrdiff_t* boff, ptrdiff_t nt, ptrdiff_t Q,
                                ptrdiff_t R, ptrdiff_t M, ptrdiff_t Nv, float* dw) {}
+#if FNN_HAVE_CV3
+/* Winograd F(2x2, 3x3) forward in AVX2 builds: the AVX-512 scheme above (the same
+ * transforms, the same sums per lane) on 8-tile vectors, and the GEMMs M[xi] = U[xi] V[xi]
+ * on the 6 x 16 / 4 x 16 tiles summing up to FNN_WG_CB channels per tile call.  d_weight
+ * stays on the direct 3x3 kernel (fnn_wg_wgrad_image is the AVX-512 builds'). */
+#define FNN_HAVE_WG 1
+#define FNN_WG_CB 64
+
+/* the even and odd elements of the 16 floats l (0-7), h (8-15) */
+static inline void fnn_wg_deint8(__m256 l, __m256 h, __m256* ev, __m256* od) {
+    __m256 e = _mm256_shuffle_ps(l, h, _MM_SHUFFLE(2, 0, 2, 0));   /* l0 l2 h0 h2 | l4 l6 h4 h6 */
+    __m256 o = _mm256_shuffle_ps(l, h, _MM_SHUFFLE(3, 1, 3, 1));
+    *ev = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0)));
+    *od = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), _MM_SHUFFLE(3, 1, 2, 0)));
+}
+
+/* input transform of tiles [t0, t1) into V (positions t - t0), 8 tiles of a tile row a
+ * vector.  A group shorter than 8 stores 8 lanes too: the extra lanes land on positions
+ * of later groups (written after it) or past the chunk (within ldv), never on earlier
+ * ones. */
+static inline void fnn_wg_in8(const float* restrict xp, ptrdiff_t C, ptrdiff_t PH, ptrdiff_t We,
+                              ptrdiff_t tw, ptrdiff_t t0, ptrdiff_t t1, float* restrict V,
+                              ptrdiff_t ldv) {
+    const ptrdiff_t xs = C * ldv;   /* one xi plane */
+    for (ptrdiff_t ty = t0 / tw; ty * tw < t1; ++ty) {
+        ptrdiff_t xa = t0 - ty * tw > 0 ? t0 - ty * tw : 0;
+        ptrdiff_t xb = t1 - ty * tw < tw ? t1 - ty * tw : tw;
+        for (ptrdiff_t tx = xa; tx < xb; tx += 8) {
+            ptrdiff_t p = ty * tw + tx - t0;
+            for (ptrdiff_t c = 0; c < C; ++c) {
+                const float* base = xp + (c * PH + 2 * ty) * We + 2 * tx;
+                __m256 e[4][4];
+                for (int a = 0; a < 4; ++a) {
+                    const float* r = base + a * We;
+                    __m256 d0, d1, d2, d3;
+                    fnn_wg_deint8(_mm256_loadu_ps(r), _mm256_loadu_ps(r + 8), &d0, &d1);
+                    fnn_wg_deint8(_mm256_loadu_ps(r + 2), _mm256_loadu_ps(r + 10), &d2, &d3);
+                    e[a][0] = _mm256_sub_ps(d0, d2);
+                    e[a][1] = _mm256_add_ps(d1, d2);
+                    e[a][2] = _mm256_sub_ps(d2, d1);
+                    e[a][3] = _mm256_sub_ps(d1, d3);
+                }
+                float* v = V + c * ldv + p;
+                for (int b = 0; b < 4; ++b) {
+                    _mm256_storeu_ps(v + (0 + b) * xs, _mm256_sub_ps(e[0][b], e[2][b]));
+                    _mm256_storeu_ps(v + (4 + b) * xs, _mm256_add_ps(e[1][b], e[2][b]));
+                    _mm256_storeu_ps(v + (8 + b) * xs, _mm256_sub_ps(e[2][b], e[1][b]));
+                    _mm256_storeu_ps(v + (12 + b) * xs, _mm256_sub_ps(e[1][b], e[3][b]));
+                }
+            }
+        }
+    }
+}
+
+/* the 16 columns a0 b0 a1 b1 ... a7 b7 (y0 = a, y1 = b) into yr, nc of them */
+static inline void fnn_wg_store16(float* restrict yr, __m256 a, __m256 b, ptrdiff_t nc) {
+    __m256 lo = _mm256_unpacklo_ps(a, b), hi = _mm256_unpackhi_ps(a, b);
+    __m256 q0 = _mm256_permute2f128_ps(lo, hi, 0x20), q1 = _mm256_permute2f128_ps(lo, hi, 0x31);
+    if (nc == 16) {
+        _mm256_storeu_ps(yr, q0);
+        _mm256_storeu_ps(yr + 8, q1);
+    } else {   /* the row's end: never past it (the next row is y's, already written) */
+        float t[16];
+        _mm256_storeu_ps(t, q0);
+        _mm256_storeu_ps(t + 8, q1);
+        memcpy(yr, t, (size_t)nc * sizeof(float));
+    }
+}
+
+/* output transform of tiles [t0, t1) from M (positions t - t0), bias added, into y */
+static inline void fnn_wg_out8(const float* restrict M, ptrdiff_t ldv, ptrdiff_t O,
+                               const float* restrict bias, ptrdiff_t OH, ptrdiff_t OW,
+                               ptrdiff_t tw, ptrdiff_t t0, ptrdiff_t t1, float* restrict y) {
+    const ptrdiff_t xs = O * ldv;
+    for (ptrdiff_t ty = t0 / tw; ty * tw < t1; ++ty) {
+        ptrdiff_t xa = t0 - ty * tw > 0 ? t0 - ty * tw : 0;
+        ptrdiff_t xb = t1 - ty * tw < tw ? t1 - ty * tw : tw;
+        for (ptrdiff_t tx = xa; tx < xb; tx += 8) {
+            ptrdiff_t nl = xb - tx < 8 ? xb - tx : 8, p = ty * tw + tx - t0;
+            ptrdiff_t nc = OW - 2 * tx < 2 * nl ? OW - 2 * tx : 2 * nl;   /* columns written */
+            int two = 2 * ty + 1 < OH;
+            for (ptrdiff_t o = 0; o < O; ++o) {
+                const float* m = M + o * ldv + p;
+                __m256 s0[4], s1[4];
+                for (int a = 0; a < 4; ++a) {
+                    __m256 m0 = _mm256_loadu_ps(m + (4 * a) * xs);
+                    __m256 m1 = _mm256_loadu_ps(m + (4 * a + 1) * xs);
+                    __m256 m2 = _mm256_loadu_ps(m + (4 * a + 2) * xs);
+                    __m256 m3 = _mm256_loadu_ps(m + (4 * a + 3) * xs);
+                    s0[a] = _mm256_add_ps(_mm256_add_ps(m0, m1), m2);
+                    s1[a] = _mm256_sub_ps(_mm256_sub_ps(m1, m2), m3);
+                }
+                __m256 bv = _mm256_set1_ps(bias[o]);
+                float* yr = y + (o * OH + 2 * ty) * OW + 2 * tx;
+                fnn_wg_store16(yr, _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(s0[0], s0[1]), s0[2]), bv),
+                               _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(s1[0], s1[1]), s1[2]), bv), nc);
+                if (two)
+                    fnn_wg_store16(yr + OW,
+                                   _mm256_add_ps(_mm256_sub_ps(_mm256_sub_ps(s0[1], s0[2]), s0[3]), bv),
+                                   _mm256_add_ps(_mm256_sub_ps(_mm256_sub_ps(s1[1], s1[2]), s1[3]), bv), nc);
+            }
+        }
+    }
+}
+
+/* M[o*ldv + p] = sum_c U(o, c) V[c*ldv + p] for p < np rounded up to 16 (U packed as
+ * fnn_cvd_run's one-tap weights); channels in blocks of FNN_WG_CB, in order */
+static __attribute__((noinline)) void fnn_wg_gemm(const float* restrict U, const float* restrict V,
+                                                  ptrdiff_t ldv, ptrdiff_t C, ptrdiff_t O,
+                                                  float* restrict M, ptrdiff_t np) {
+    const ptrdiff_t toff[1] = {0};
+    ptrdiff_t o6 = fnn_cv3_o6(O);
+    for (ptrdiff_t cb = 0; cb < C; cb += FNN_WG_CB) {
+        ptrdiff_t nc = C - cb < FNN_WG_CB ? C - cb : FNN_WG_CB, ob = 0;
+        const float* B = V + cb * ldv;
+        for (; ob < o6; ob += 6)
+            for (ptrdiff_t pb = 0; pb < np; pb += FNN_CV3_NR) {
+                if (cb == 0)
+                    fnn_cvd_tile6(U + ob * C + cb * 6, B + pb, ldv, toff, 1, nc, M + ob * ldv + pb, ldv, 1);
+                else
+                    fnn_cvd_tile6(U + ob * C + cb * 6, B + pb, ldv, toff, 1, nc, M + ob * ldv + pb, ldv, 0);
+            }
+        for (; ob < O; ob += 4)
+            for (ptrdiff_t pb = 0; pb < np; pb += FNN_CV3_NR) {
+                if (cb == 0)
+                    fnn_cvd_tile4(U + ob * C + cb * 4, B + pb, ldv, toff, 1, nc, M + ob * ldv + pb, ldv, 1);
+                else
+                    fnn_cvd_tile4(U + ob * C + cb * 4, B + pb, ldv, toff, 1, nc, M + ob * ldv + pb, ldv, 0);
+            }
+    }
+}
+
+/* One image, as the AVX-512 fnn_wg_image (zeros: unused here) */
+static inline void fnn_wg_image(const float* restrict x, const float* restrict U,
+                                const float* restrict bias, float* restrict y, ptrdiff_t C,
+                                ptrdiff_t H, ptrdiff_t W, ptrdiff_t O, ptrdiff_t OH,
+                                ptrdiff_t OW, ptrdiff_t pt, ptrdiff_t pl, float* restrict xp,
+                                float* restrict V, float* restrict M, const float* restrict zeros) {
+    ptrdiff_t th, tw, We, PH, ldv, T;
+    (void)zeros;
+    fnn_wg_dims(OH, OW, &th, &tw, &We, &PH, &ldv);
+    T = th * tw;
+    fnn_cv3_pad_tile(x, xp, C, H, W, We, PH, -pt, pl);
+    for (ptrdiff_t t0 = 0; t0 < T; t0 += FNN_WG_TB) {
+        ptrdiff_t t1 = t0 + FNN_WG_TB < T ? t0 + FNN_WG_TB : T;
+        fnn_wg_in8(xp, C, PH, We, tw, t0, t1, V, ldv);
+        for (int k = 0; k < 16; ++k)
+            fnn_wg_gemm(U + k * O * C, V + k * C * ldv, ldv, C, O, M + k * O * ldv, t1 - t0);
+        fnn_wg_out8(M, ldv, O, bias, OH, OW, tw, t0, t1, y);
+    }
+}
+#else
+#define FNN_HAVE_WG 0
 static inline void fnn_wg_dims(ptrdiff_t OH, ptrdiff_t OW, ptrdiff_t* th, ptrdiff_t* tw,
                                ptrdiff_t* We, ptrdiff_t* PH, ptrdiff_t* ldv) {
     *th = *tw = *We = *PH = *ldv = 1;
@@ -817,6 +978,7 @@ static inline void fnn_wg_image(const float* x, const float* U, const float* bia
                                 ptrdiff_t C, ptrdiff_t H, ptrdiff_t W, ptrdiff_t O, ptrdiff_t OH,
                                 ptrdiff_t OW, ptrdiff_t pt, ptrdiff_t pl, float* xp, float* V,
                                 float* M, const float* zeros) {}
+#endif
 static inline void fnn_wg_wgrad_image(const float* x, const float* dy, float* dU, ptrdiff_t C,
                                       ptrdiff_t H, ptrdiff_t W, ptrdiff_t O, ptrdiff_t OH,
                                       ptrdiff_t OW, ptrdiff_t pt, ptrdiff_t pl, float* xp,

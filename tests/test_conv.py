@@ -495,8 +495,8 @@ def test_direct_paths_fail_allocations_cleanly(case):
 ])
 def test_conv2d_3x3_winograd_equals_the_direct_path_and_torch(geo, plane_limit):
     """conv2d 3x3 stride 1 (float32, groups 1, O % 4 == 0) runs its forward and d_input
-    (the forward of the flipped weights) on Winograd F(2x2, 3x3) in AVX-512 builds, and its
-    d_weight too where C % 4 == 0 and O % 16 == 0; conv._WINOGRAD = False forces the direct
+    (the forward of the flipped weights) on Winograd F(2x2, 3x3) in AVX2 and AVX-512
+    builds, and in AVX-512 builds its d_weight too where C % 4 == 0 and O % 16 == 0; conv._WINOGRAD = False forces the direct
     3x3 kernel (and a padded image over plane_limit elements falls back to it).  Both agree
     with each other and with torch, the results do not depend on the thread count, and in
     AVX-512 builds the two paths differ (the switch reaches a different kernel)."""
@@ -514,7 +514,7 @@ def test_conv2d_3x3_winograd_equals_the_direct_path_and_torch(geo, plane_limit):
         assert not np.array_equal(res[0][0], direct[0])       # forward
         if C % 4 == 0:   # d_input: a conv2d with C output channels
             assert not np.array_equal(res[0][1], direct[1])
-        if C % 4 == 0 and O % 16 == 0:
+        if C % 4 == 0 and O % 16 == 0 and conv._avx512_direct_built():
             assert not np.array_equal(res[0][2], direct[2])   # d_weight
     want = _torch_grads(torch.nn.functional.conv2d, x, w, b, p, 1, dy)
     for got in (res[0], direct):
@@ -553,7 +553,7 @@ def test_conv2d_stride1_taps_direct_equals_the_gemm_path_and_torch(geo, plane_li
     b = rng.standard_normal(O).astype(np.float32)
     res, gemm, dy = _direct_and_gemm(conv, F.conv2d_fwd, F.conv2d_bwd, x, w, b, p, d,
                                      plane_limit)
-    if conv._winograd_built() and plane_limit is None:   # the AVX-512 builds
+    if conv._avx512_direct_built() and plane_limit is None:
         assert not np.array_equal(res[0][0], gemm[0])        # forward
         if C % 4 == 0:                                         # d_input: C output channels
             assert not np.array_equal(res[0][1], gemm[1])
@@ -569,7 +569,8 @@ def test_conv2d_stride1_taps_direct_equals_the_gemm_path_and_torch(geo, plane_li
 def test_bench_conv3x3_rows_count_the_arithmetic_done():
     """fastnn bench's conv2d 3x3 rows (16x64x56x56 -> 64) count the multiply-adds the
     loaded kernels do: Winograd F(2x2, 3x3)'s 16 per 2 x 2 tile and channel pair where it
-    runs (AVX-512 builds), the direct 9 per output and channel pair elsewhere -- so the
+    runs (the forward and d_input in AVX2 and AVX-512 builds, d_weight in AVX-512 builds),
+    the direct 9 per output and channel pair elsewhere -- so the
     row's share of sgemm never counts work that was not done."""
     import importlib
     import fastnn._backend
@@ -579,8 +580,9 @@ def test_bench_conv3x3_rows_count_the_arithmetic_done():
     direct = 2.0 * 16 * 64 * 56 * 56 * 64 * 9
     wino = 2.0 * 16 * 64 * 64 * 16 * 28 * 28
     want = wino if conv._winograd_built() else direct
+    wgrad = wino if conv._winograd_built() and conv._avx512_direct_built() else direct
     assert rows["conv2d 3x3 fwd"].flops == want
-    assert rows["conv2d 3x3 fwd+bwd"].flops == 3 * want
+    assert rows["conv2d 3x3 fwd+bwd"].flops == 2 * want + wgrad
     conv._WINOGRAD = False
     try:
         assert bench_conv.cases()[0].flops == direct

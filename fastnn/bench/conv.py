@@ -14,17 +14,19 @@ F32 = 4
 
 
 def _winograd(k, pad, groups):
-    """Whether the loaded kernels run this conv2d (3x3, stride 1, 'same' padding, groups
-    1) on Winograd F(2x2, 3x3) (AVX-512 builds)."""
+    """(forward and d_input, d_weight): whether the loaded kernels run this conv2d (3x3,
+    stride 1, 'same' padding, groups 1) on Winograd F(2x2, 3x3) -- the forward and d_input
+    in AVX2 and AVX-512 builds, d_weight in AVX-512 builds."""
     if k != 3 or pad != 1 or groups != 1:
-        return False
+        return False, False
     try:
         import importlib
         from fastnn._backend import backend
         conv = importlib.import_module(backend("cpu").conv2d.__module__)
-        return bool(conv._winograd_built() and conv._WINOGRAD)
+        fwd = bool(conv._winograd_built() and conv._WINOGRAD)
+        return fwd, fwd and bool(conv._avx512_direct_built())
     except (ImportError, AttributeError):
-        return False
+        return False, False
 
 
 def _conv_case(N, C, H, W, O, k, pad, groups, fwd_only, op):
@@ -72,14 +74,18 @@ def _conv_case(N, C, H, W, O, k, pad, groups, fwd_only, op):
                     tm(tx).backward(tdy)
             fns["torch"] = t
         return fns
-    flops = 2.0 * N * O * H * W * (C // groups) * k * k
-    if _winograd(k, pad, groups):
+    direct = 2.0 * N * O * H * W * (C // groups) * k * k
+    fwd = wgrad = direct
+    wino, wino_wgrad = _winograd(k, pad, groups)
+    if wino:
         # the multiply-adds the kernel does: 16 per 2 x 2 output tile and channel pair,
-        # not the direct 36 -- so the row's share of sgemm is a share of work done (its
-        # d_weight runs on the same transforms here: O % 16 == 0, C % 4 == 0)
-        flops = 2.0 * N * O * (C // groups) * 16 * ((H + 1) // 2) * ((W + 1) // 2)
+        # not the direct 36 -- so the row's share of sgemm is a share of work done (the
+        # forward and d_input; d_weight too where it runs on the same transforms:
+        # AVX-512 builds, O % 16 == 0, C % 4 == 0)
+        fwd = 2.0 * N * O * (C // groups) * 16 * ((H + 1) // 2) * ((W + 1) // 2)
+        wgrad = fwd if wino_wgrad else direct
     return BenchCase("conv", op, f"{N}x{C}x{H}x{W}->{O} k{k}" + (f" g{groups}" if groups > 1 else ""),
-                     make, flops=flops if fwd_only else 3 * flops, min_time=0.3, max_reps=20)
+                     make, flops=fwd if fwd_only else 2 * fwd + wgrad, min_time=0.3, max_reps=20)
 
 
 def _pool_case(kind, N, C, H, W, k, s, p, fwd_only):
