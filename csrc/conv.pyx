@@ -45,6 +45,10 @@
 #     71 ms (torch 35 / 113).  Other stride-1 conv2d (5x5, dilated, 1x3 / 3x1, ...): forward
 #     and d_input as one run of kH*kW taps on the tap-list kernel over the padded image,
 #     d_weight (C % 16 == 0) on fnn_cvw_run against the padded image transposed.
+#   * AVX2 builds (session 17): the 3x3 forward and d_input on the same Winograd transforms
+#     (8 tiles a vector; fnn_wg_* after fnn_cvd_run_init in fnn_conv.h), their GEMMs on
+#     the 6 x 16 / 4 x 16 tiles; d_weight stays on the direct 3x3 kernel.  16x64x56x56 ->
+#     64, 2 threads on a Zen 3: forward 21.5 -> 15.4 ms, fwd+bwd 66 -> 54 ms (torch 21 / 71).
 #   * backward with stride 1: d_input is the forward convolution of dy with the flipped,
 #     transposed weights (padding dilation*(k-1) - padding), so it runs on the forward
 #     kernels above instead of d_col GEMM + col2im.
