@@ -353,11 +353,37 @@ cdef inline bint _few_rows(cnp.ndarray x, bint w_in_out, Py_ssize_t rows, Py_ssi
             and n_out > 0 and x.dtype == np.float32)
 
 
+# AVX2 builds (no AVX-512 tiles): the forward of up to _SK2_OI rows on an (out, in) weight,
+# _SK2_IO on an (in, out) one, runs on skinny_linear's kernels (fnn_skinny.h's AVX2 dot
+# rows; the row-axpy pass) -- BLAS's small-M sgemm re-reads the weight: 2 threads, Zen 3,
+# (1, 768) x (3072, 768)^T 405 -> 108 us (torch 195), 4 rows 350 -> 218, 6 rows 541 ->
+# 403, 8 rows 476 -> 404 (16 rows: BLAS 665, these 831); (in, out) at 768 -> 3072: 1 row
+# 89 -> 84 us, 4 rows 518 -> 328, 6 rows 880 -> 519 (8 rows: BLAS 437, these 670).
+# FASTNN_SGEMM=blas (or _use_few_rows_avx2(False)) keeps BLAS.
+DEF _SK2_OI = 8
+DEF _SK2_IO = 6
+cdef bint _sk2_on = False
+
+
+def _use_few_rows_avx2(on):
+    """Route few-row float32 linear forwards to the AVX2 skinny kernels (True, where the
+    build has them and not the AVX-512 tiles) or the GEMM; returns whether they are used."""
+    global _sk2_on
+    _sk2_on = bool(on) and FNN_SK_AVX2 != 0 and FNN_HAVE_SKINNY_OI == 0
+    return _sk2_on
+
+
+_use_few_rows_avx2(_own_sgemm_default())
+
+
 cdef inline bint _few_rows_fwd(cnp.ndarray x, bint w_in_out, Py_ssize_t rows,
                                Py_ssize_t n_in, Py_ssize_t n_out):
     """_few_rows for the forward, but two rows on an (out, in) weight stay on BLAS: its
     two-row product streams the weight as fast or faster (3072 -> 768: 142 us against
-    the dot tiles' 169, 2 threads)."""
+    the dot tiles' 169, 2 threads).  AVX2 builds: the few rows above."""
+    if _sk2_on:
+        return (0 < rows <= (_SK2_IO if w_in_out else _SK2_OI) and n_in > 0 and n_out > 0
+                and x.dtype == np.float32)
     return _few_rows(x, w_in_out, rows, n_in, n_out) and (w_in_out or rows != 2)
 
 
@@ -380,6 +406,8 @@ cdef int _few_rows_run(cnp.ndarray x, cnp.ndarray weight, bint w_in_out, object 
     cdef float* py
     if not w_in_out:
         return _skinny_run[float](<float>0, False, x, weight, bias, y, M, K, N)
+    if _sk2_on:      # the weight's (in, out) memory: its transpose, C-contiguous
+        return _skinny_run[float](<float>0, True, x, (<object>weight).T, bias, y, M, K, N)
     pb = <const float*>_ptr_or_null(bias, N, F32)
     px = <const float*>_data(x, M * K, F32)
     pw = <const float*>_data_strided(weight, F32)
@@ -1035,6 +1063,7 @@ cdef void _skinny_io_rows(const real* x, const real* w, real* p, Py_ssize_t M, P
 cdef extern from "fnn_skinny.h" nogil:
     void fnn_dot_rows_f32(const float* x, Py_ssize_t K, const float* w, int nr, float* out)
     int FNN_HAVE_SKINNY_OI
+    int FNN_SK_AVX2
     enum:
         FNN_SK_KB
     Py_ssize_t fnn_skinny_oi_scratch(Py_ssize_t M, Py_ssize_t K)

@@ -19,6 +19,7 @@
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
+#define FNN_SK_AVX2 1   /* fnn_dot_rows_f32 in AVX2 intrinsics (dense.pyx routes few rows here) */
 
 static inline float fnn_hsum8(__m256 v) {
     __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
@@ -394,6 +395,7 @@ static inline void fnn_few_k_outer_f32(const float *A, ptrdiff_t lda, const floa
 #endif
 
 #else
+#define FNN_SK_AVX2 0
 
 static inline void fnn_dot_rows_f32(const float *x, ptrdiff_t K, const float *w, int nr,
                                     float *out) {

@@ -299,25 +299,38 @@ def test_few_row_linear_against_float64(mod, io, shape):
 @pytest.mark.parametrize("mod", MODS)
 def test_few_row_linear_route(mod):
     """Which kernel a few-row float32 linear forward runs: the avx512 build's few-row
-    kernels up to 23 rows (two rows on an (out, in) weight excepted), the GEMM otherwise
-    (and under _use_own_sgemm(False), and in float64)."""
+    kernels up to 23 rows (two rows on an (out, in) weight excepted); the avx2 build's
+    skinny kernels up to 8 rows on an (out, in) weight and 6 on an (in, out) one; the
+    GEMM otherwise (and under _use_own_sgemm(False) / _use_few_rows_avx2(False), in the
+    base build, and in float64)."""
     w = np.zeros((64, 32), np.float32)
     wio = np.zeros((32, 64), np.float32).T
     own = mod._use_own_sgemm(True)
+    avx2 = mod._use_few_rows_avx2(True)
+    assert not (own and avx2)
     try:
-        for rows, weight, want in [(1, w, "few_rows"), (2, w, "gemm"), (3, w, "few_rows"),
-                                   (23, w, "few_rows"), (24, w, "gemm"), (2, wio, "few_rows"),
-                                   (1, wio, "few_rows"), (23, wio, "few_rows"), (24, wio, "gemm")]:
+        for rows, weight, want, want2 in [
+                (1, w, "few_rows", "few_rows"), (2, w, "gemm", "few_rows"),
+                (3, w, "few_rows", "few_rows"), (8, w, "few_rows", "few_rows"),
+                (9, w, "few_rows", "gemm"), (23, w, "few_rows", "gemm"), (24, w, "gemm", "gemm"),
+                (2, wio, "few_rows", "few_rows"), (1, wio, "few_rows", "few_rows"),
+                (6, wio, "few_rows", "few_rows"), (7, wio, "few_rows", "gemm"),
+                (23, wio, "few_rows", "gemm"), (24, wio, "gemm", "gemm")]:
             x = np.zeros((rows, 32), np.float32)
-            assert mod._linear_route(x, weight) == (want if own else "gemm"), (rows, want)
+            expect = want if own else want2 if avx2 else "gemm"
+            assert mod._linear_route(x, weight) == expect, (rows, expect)
         x3 = np.zeros((2, 3, 32), np.float32)                       # 6 rows
-        assert mod._linear_route(x3, w) == ("few_rows" if own else "gemm")
+        assert mod._linear_route(x3, w) == ("few_rows" if own or avx2 else "gemm")
         assert mod._linear_route(np.zeros((8, 32)), np.zeros((64, 32))) == "gemm"
         if own:
             mod._use_own_sgemm(False)
             assert mod._linear_route(np.zeros((8, 32), np.float32), w) == "gemm"
+        if avx2:
+            mod._use_few_rows_avx2(False)
+            assert mod._linear_route(np.zeros((4, 32), np.float32), w) == "gemm"
     finally:
         mod._use_own_sgemm(mod._own_sgemm_default())
+        mod._use_few_rows_avx2(mod._own_sgemm_default())
 
 
 @pytest.mark.parametrize("mod", MODS)
@@ -372,7 +385,20 @@ def test_few_row_linear_out_of_memory():
     w = np.ones((40, 64), np.float32)
     want = mod.linear(x, w, None)[0]
     if mod._linear_route(x, w) != "few_rows":
-        pytest.skip("the few-row kernels are the avx512 build's")
+        pytest.skip("this build has no few-row kernels (the base build)")
+    if not mod._own_sgemm_on():
+        # the avx2 build: its (out, in) dot rows allocate nothing; the (in, out) pass
+        # takes its partial sums from the checked allocator
+        wio = np.ones((64, 40), np.float32).T
+        want = mod.linear(x, wio, None)[0]
+        mod._fail_allocation(0)
+        try:
+            with pytest.raises(MemoryError):
+                mod.linear(x, wio, None)
+        finally:
+            mod._fail_allocation(-1)
+        np.testing.assert_array_equal(mod.linear(x, wio, None)[0], want)
+        return
     mod._fail_allocation(0)
     try:
         with pytest.raises(MemoryError):
