@@ -933,19 +933,11 @@ static __attribute__((noinline)) void fnn_wg_gemm(const float* restrict U, const
         ptrdiff_t nc = C - cb < FNN_WG_CB ? C - cb : FNN_WG_CB, ob = 0;
         const float* B = V + cb * ldv;
         for (; ob < o6; ob += 6)
-            for (ptrdiff_t pb = 0; pb < np; pb += FNN_CV3_NR) {
-                if (cb == 0)
-                    fnn_cvd_tile6(U + ob * C + cb * 6, B + pb, ldv, toff, 1, nc, M + ob * ldv + pb, ldv, 1);
-                else
-                    fnn_cvd_tile6(U + ob * C + cb * 6, B + pb, ldv, toff, 1, nc, M + ob * ldv + pb, ldv, 0);
-            }
+            for (ptrdiff_t pb = 0; pb < np; pb += FNN_CV3_NR)
+                fnn_cvd_tile6(U + ob * C + cb * 6, B + pb, ldv, toff, 1, nc, M + ob * ldv + pb, ldv, cb == 0);
         for (; ob < O; ob += 4)
-            for (ptrdiff_t pb = 0; pb < np; pb += FNN_CV3_NR) {
-                if (cb == 0)
-                    fnn_cvd_tile4(U + ob * C + cb * 4, B + pb, ldv, toff, 1, nc, M + ob * ldv + pb, ldv, 1);
-                else
-                    fnn_cvd_tile4(U + ob * C + cb * 4, B + pb, ldv, toff, 1, nc, M + ob * ldv + pb, ldv, 0);
-            }
+            for (ptrdiff_t pb = 0; pb < np; pb += FNN_CV3_NR)
+                fnn_cvd_tile4(U + ob * C + cb * 4, B + pb, ldv, toff, 1, nc, M + ob * ldv + pb, ldv, cb == 0);
     }
 }
 

@@ -375,47 +375,39 @@ def test_few_row_linear_bits_do_not_depend_on_threads():
     np.testing.assert_array_equal(part, one[:, 101:300])
 
 
+def _fails_then_recovers(mod, fn):
+    """fn() raises MemoryError when the next allocation fails, and the next call (no
+    failure injected) gives the undisturbed result."""
+    want = fn()
+    mod._fail_allocation(0)
+    try:
+        with pytest.raises(MemoryError):
+            fn()
+    finally:
+        mod._fail_allocation(-1)
+    for g, w_ in zip(fn(), want):
+        np.testing.assert_array_equal(g, w_)
+
+
 def test_few_row_linear_out_of_memory():
-    """The packed-rows scratch failing to allocate is a MemoryError, and the next call
+    """The few-row kernels' scratch failing to allocate is a MemoryError, and the next call
     (no failure injected) gives the undisturbed result."""
     from fastnn.cpu import load_order
     import importlib
     mod = importlib.import_module(f"fastnn._cpu.{load_order()[0]}.dense")
     x = np.ones((5, 64), np.float32)
     w = np.ones((40, 64), np.float32)
-    want = mod.linear(x, w, None)[0]
+    wio = np.ones((64, 40), np.float32).T
     if mod._linear_route(x, w) != "few_rows":
         pytest.skip("this build has no few-row kernels (the base build)")
     if not mod._own_sgemm_on():
         # the avx2 build: its (out, in) dot rows allocate nothing; the (in, out) pass
         # takes its partial sums from the checked allocator
-        wio = np.ones((64, 40), np.float32).T
-        want = mod.linear(x, wio, None)[0]
-        mod._fail_allocation(0)
-        try:
-            with pytest.raises(MemoryError):
-                mod.linear(x, wio, None)
-        finally:
-            mod._fail_allocation(-1)
-        np.testing.assert_array_equal(mod.linear(x, wio, None)[0], want)
+        _fails_then_recovers(mod, lambda: mod.linear(x, wio, None)[:1])
         return
-    mod._fail_allocation(0)
-    try:
-        with pytest.raises(MemoryError):
-            mod.linear(x, w, None)
-    finally:
-        mod._fail_allocation(-1)
-    np.testing.assert_array_equal(mod.linear(x, w, None)[0], want)
-    # linear_backward of GPT-2's (in, out) weight: its d_input on the dot tiles
-    wio = np.ones((64, 40), np.float32).T
+    # the avx512 build: the packed input rows; linear_backward of GPT-2's (in, out)
+    # weight, its d_input on the dot tiles
+    _fails_then_recovers(mod, lambda: mod.linear(x, w, None)[:1])
     saved = mod.linear(x, wio, None)[1]
     dy = np.ones((5, 40), np.float32)
-    want = mod.linear_backward(dy, saved)
-    mod._fail_allocation(0)
-    try:
-        with pytest.raises(MemoryError):
-            mod.linear_backward(dy, saved)
-    finally:
-        mod._fail_allocation(-1)
-    for g, w_ in zip(mod.linear_backward(dy, saved), want):
-        np.testing.assert_array_equal(g, w_)
+    _fails_then_recovers(mod, lambda: mod.linear_backward(dy, saved))
