@@ -204,7 +204,17 @@ def main(argv=None):
     check = getattr(args, "check", None)
     if check is not None:
         check(args)
-    args.func(args)
+    try:
+        args.func(args)
+        sys.stdout.flush()      # a closed pipe shows here, not at the interpreter's exit
+    except BrokenPipeError:
+        # the reader went away (`fastnn info | head -1`): stop quietly with the status a
+        # Unix tool killed by SIGPIPE has; stdout goes to /dev/null so that the exit's
+        # flush does not fail again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 141
     return 0
 
 

@@ -73,6 +73,21 @@ def test_info_names_what_the_gemms_run_on():
     assert line and "own" not in line[0] and "BLAS" in line[0], r.stdout
 
 
+def test_a_closed_pipe_ends_the_command_quietly():
+    """`fastnn info | head -1`: when the reader has gone, the command stops with status
+    141 (a Unix tool's on SIGPIPE) and no traceback."""
+    import subprocess
+    r, w = os.pipe()
+    os.close(r)                 # the reader is gone before the first write
+    try:
+        p = subprocess.run([sys.executable, "-m", "fastnn", "info"], stdout=w,
+                           stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(w)
+    assert p.returncode == 141 and "Traceback" not in p.stderr, p.stderr
+    assert "BrokenPipe" not in p.stderr, p.stderr
+
+
 def test_serial_build_is_reported(monkeypatch):
     """A kernel build without OpenMP says so (the _build module's OPENMP is 0)."""
     for v in cli.build_info()["variants"]:
