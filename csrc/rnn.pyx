@@ -218,36 +218,42 @@ cdef inline void _step_state(const Layer* L, int d, Py_ssize_t t, bint first, co
         ldp[0] = DH
 
 
-cdef void _fwd_gemm(const Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, const real* hp,
-                    Py_ssize_t ldp, real* gt) noexcept nogil:
-    """Hidden projection h_{t-1} W_hh^T of this thread's unit blocks, one GEMM per block:
-    added onto the gate pre-activations gt (GRU: into its scratch gh, kept apart because
-    r multiplies the n part)."""
-    cdef Py_ssize_t G = L.G, H = L.H, UB = L.UB, u, c0, nu, ldc
+cdef void _fwd_gemm(const Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, Py_ssize_t b0,
+                    Py_ssize_t b1, const real* hp, Py_ssize_t ldp, real* gt) noexcept nogil:
+    """Hidden projection h_{t-1} W_hh^T of this thread's unit blocks and batch rows
+    [b0, b1), one GEMM per block: added onto the gate pre-activations gt (GRU: into its
+    scratch gh, kept apart because r multiplies the n part)."""
+    cdef Py_ssize_t G = L.G, H = L.H, UB = L.UB, u, c0, nu, ldc, M = b1 - b0
     cdef const real* whh = <const real*>L.whh[d]
     cdef real* C
     cdef bint acc = L.mode != GRU
+    if M <= 0:
+        return
     if L.mode == GRU:
         C = <real*>L.gh + d * L.B * G * H
         ldc = G * H
     else:
         C = gt
         ldc = L.D * G * H
+    C += b0 * ldc
+    hp += b0 * ldp
     for u in range(u0, u1):
         c0 = u * G * UB
         nu = _units(L, u)
         if real is float:
             if L.whp[d] != NULL:
-                fnn_rnn_pgemm(L.B, G * nu, H, hp, ldp, L.whp[d] + u * _pack_stride(L, False),
+                fnn_rnn_pgemm(M, G * nu, H, hp, ldp, L.whp[d] + u * _pack_stride(L, False),
                               C + c0, ldc, acc)
                 continue
-        gemm(False, True, <int>L.B, <int>(G * nu), <int>H, <real>1, hp, <int>ldp,
+        gemm(False, True, <int>M, <int>(G * nu), <int>H, <real>1, hp, <int>ldp,
              whh + c0 * H, <int>H, <real>(1 if acc else 0), C + c0, <int>ldc)
 
 
-cdef void _fwd_cells(const Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, Py_ssize_t t,
-                     const real* hp, const real* cp, Py_ssize_t ldp) noexcept nogil:
-    """The fused pointwise pass of step t over this thread's unit blocks, row by row."""
+cdef void _fwd_cells(const Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, Py_ssize_t b0,
+                     Py_ssize_t b1, Py_ssize_t t, const real* hp, const real* cp,
+                     Py_ssize_t ldp) noexcept nogil:
+    """The fused pointwise pass of step t over this thread's unit blocks and batch rows
+    [b0, b1), row by row."""
     cdef Py_ssize_t G = L.G, H = L.H, UB = L.UB, GH = L.G * L.H
     cdef Py_ssize_t DGH = L.D * GH, DH = L.D * L.H, b, u, c0, j0, nu
     cdef const real* gt = <const real*>L.xp + t * L.B * DGH + d * GH
@@ -258,7 +264,7 @@ cdef void _fwd_cells(const Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, Py_ssi
     cdef real* orow
     cdef real* arow
     cdef bint relu = L.mode == RNN_RELU
-    for b in range(L.B):
+    for b in range(b0, b1):
         orow = <real*>L.out + t * L.B * DH + b * DH + d * H
         arow = <real*>L.aux + t * L.B * DH + b * DH + d * H if L.aux != NULL else NULL
         for u in range(u0, u1):
@@ -275,34 +281,32 @@ cdef void _fwd_cells(const Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, Py_ssi
                 _rnn_fwd_row(gt + b * DGH + c0, bias + c0, orow + j0, relu, nu)
 
 
-cdef void _fwd_dir(Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, bint sync,
-                   real* tag) noexcept nogil:
-    """Direction d's forward time loop over unit blocks [u0, u1): per step the hidden
-    GEMM, the pointwise pass, then (sync: the direction is shared by several threads)
-    the team's barrier (the next step reads all of h_t)."""
+cdef void _fwd_dir(Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, Py_ssize_t b0,
+                   Py_ssize_t b1, bint sync, real* tag) noexcept nogil:
+    """Direction d's forward time loop over unit blocks [u0, u1) and batch rows [b0, b1):
+    per step the hidden GEMM, the pointwise pass, then (sync: the direction's units are
+    shared by several threads) the team's barrier (the next step reads all of h_t)."""
     cdef Py_ssize_t s, t, ldp
     cdef const real* hp
     cdef const real* cp
     cdef real* gt
-    if real is float:
-        if L.whp[d] != NULL:
-            _pack_blocks(L, d, u0, u1, False)
     for s in range(L.T):
         t = s if d == 0 else L.T - 1 - s
         _step_state[real](L, d, t, s == 0, &hp, &cp, &ldp)
         gt = <real*>L.xp + t * L.B * L.D * L.G * L.H + d * L.G * L.H
         # a zero initial state adds nothing (GRU still needs its gh = 0 scratch)
         if not (s == 0 and L.hzero and L.mode != GRU):
-            _fwd_gemm(L, d, u0, u1, hp, ldp, gt)
-        _fwd_cells(L, d, u0, u1, t, hp, cp, ldp)
+            _fwd_gemm(L, d, u0, u1, b0, b1, hp, ldp, gt)
+        _fwd_cells(L, d, u0, u1, b0, b1, t, hp, cp, ldp)
         if sync:
             fnn_rnn_barrier()
 
 
-cdef void _bwd_cells(const Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, Py_ssize_t t,
-                     const real* hp, const real* cp, Py_ssize_t ldp) noexcept nogil:
+cdef void _bwd_cells(const Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, Py_ssize_t b0,
+                     Py_ssize_t b1, Py_ssize_t t, const real* hp, const real* cp,
+                     Py_ssize_t ldp) noexcept nogil:
     """The fused pointwise backward pass of step t: dh (and dc) into the pre-activation
-    gradients dG_t of this thread's unit blocks."""
+    gradients dG_t of this thread's unit blocks and batch rows [b0, b1)."""
     cdef Py_ssize_t G = L.G, H = L.H, UB = L.UB, GH = L.G * L.H
     cdef Py_ssize_t DGH = L.D * GH, DH = L.D * L.H, lddy = L.lddy, b, u, c0, j0, nu
     cdef const real* at = <const real*>L.act + t * L.B * DGH + d * GH
@@ -314,7 +318,7 @@ cdef void _bwd_cells(const Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, Py_ssi
     cdef const real* orow
     cdef const real* arow
     cdef bint relu = L.mode == RNN_RELU
-    for b in range(L.B):
+    for b in range(b0, b1):
         orow = <const real*>L.out + t * L.B * DH + b * DH + d * H
         arow = <const real*>L.aux + t * L.B * DH + b * DH + d * H if L.aux != NULL else NULL
         for u in range(u0, u1):
@@ -334,78 +338,117 @@ cdef void _bwd_cells(const Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, Py_ssi
                              dgt + b * DGH + c0, relu, nu)
 
 
-cdef void _bwd_gemm(const Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, const real* dght) noexcept nogil:
-    """dh_{t-1}[:, block] = dG_t W_hh[:, block] for this thread's blocks (GRU: added onto
-    the direct part the pointwise pass left in dh)."""
-    cdef Py_ssize_t GH = L.G * L.H, H = L.H, u, j0, nu
+cdef void _bwd_gemm(const Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, Py_ssize_t b0,
+                    Py_ssize_t b1, const real* dght) noexcept nogil:
+    """dh_{t-1}[b0:b1, block] = dG_t[b0:b1] W_hh[:, block] for this thread's blocks (GRU:
+    added onto the direct part the pointwise pass left in dh)."""
+    cdef Py_ssize_t GH = L.G * L.H, H = L.H, u, j0, nu, M = b1 - b0
+    cdef Py_ssize_t ldg = L.D * GH
     cdef const real* whh = <const real*>L.whh[d]
-    cdef real* dh = <real*>L.dh + d * L.B * H
+    cdef real* dh = <real*>L.dh + d * L.B * H + b0 * H
     cdef bint acc = L.mode == GRU
+    if M <= 0:
+        return
+    dght += b0 * ldg
     for u in range(u0, u1):
         j0 = u * L.UB
         nu = _units(L, u)
         if real is float:
             if L.whp[d] != NULL:
-                fnn_rnn_pgemm(L.B, nu, GH, dght, L.D * GH, L.whp[d] + u * _pack_stride(L, True),
+                fnn_rnn_pgemm(M, nu, GH, dght, ldg, L.whp[d] + u * _pack_stride(L, True),
                               dh + j0, H, acc)
                 continue
-        gemm(False, False, <int>L.B, <int>nu, <int>GH, <real>1, dght, <int>(L.D * GH), whh + j0,
+        gemm(False, False, <int>M, <int>nu, <int>GH, <real>1, dght, <int>ldg, whh + j0,
              <int>H, <real>(1 if acc else 0), dh + j0, <int>H)
 
 
-cdef void _bwd_dir(Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, bint sync,
-                   real* tag) noexcept nogil:
-    """Direction d's backward time loop (reversed): per step the pointwise pass, the
-    team's barrier when sync (the GEMM reads all of dG_t), then the recurrent GEMM."""
+cdef void _bwd_dir(Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, Py_ssize_t b0,
+                   Py_ssize_t b1, bint sync, real* tag) noexcept nogil:
+    """Direction d's backward time loop (reversed) over unit blocks [u0, u1) and batch rows
+    [b0, b1): per step the pointwise pass, the team's barrier when sync (the GEMM reads
+    all of dG_t), then the recurrent GEMM."""
     cdef Py_ssize_t s, t, ldp, DGH = L.D * L.G * L.H
     cdef const real* hp
     cdef const real* cp
     cdef bint first
-    if real is float:
-        if L.whp[d] != NULL:
-            _pack_blocks(L, d, u0, u1, True)
     for s in range(L.T):
         t = L.T - 1 - s if d == 0 else s
         first = s == L.T - 1          # the step whose predecessor is h0
         _step_state[real](L, d, t, first, &hp, &cp, &ldp)
-        _bwd_cells[real](L, d, u0, u1, t, hp, cp, ldp)
+        _bwd_cells[real](L, d, u0, u1, b0, b1, t, hp, cp, ldp)
         if sync:
             fnn_rnn_barrier()
         if not first or L.need_dh0:
-            _bwd_gemm(L, d, u0, u1, <const real*>L.dgh + t * L.B * DGH + d * L.G * L.H)
+            _bwd_gemm(L, d, u0, u1, b0, b1,
+                      <const real*>L.dgh + t * L.B * DGH + d * L.G * L.H)
+
+
+cdef enum:
+    ROW_SPLIT_MIN = 8     # batch rows per thread for the barrier-free row split
+
+
+cdef inline bint _row_split(Py_ssize_t B, Py_ssize_t ntd, bint packed) noexcept nogil:
+    """Whether ntd threads sharing a direction split its batch rows (each thread all the
+    units of its rows: a thread reads only the h_{t-1} rows it wrote, so the time loop
+    runs without a barrier per step) rather than its unit blocks (a barrier per step).
+    Rows: at least ROW_SPLIT_MIN per thread, as a GEMM tile has rows; and only on the
+    packed kernel, whose every output is the same FMA chain whatever rows a call gets
+    (a BLAS call's bits may depend on its M: the results would depend on the thread
+    count)."""
+    return packed and ntd > 1 and B >= ROW_SPLIT_MIN * ntd
 
 
 cdef void _run_team(Layer* L, bint backward, real* tag) noexcept nogil:
-    """Called by every thread of the team: pick a direction and a range of unit blocks."""
+    """Called by every thread of the team: pick a direction and a range of unit blocks
+    (or, _row_split, of batch rows), pack that range of W_hh, run the time loop."""
     cdef int n = fnn_rnn_team(), tid = fnn_rnn_tid()
     cdef int D = <int>L.D, ntd, d, r
-    cdef bint sync
-    cdef Py_ssize_t NB = L.NBLK, u0, u1
+    cdef bint sync, rows
+    cdef Py_ssize_t NB = L.NBLK, B = L.B, u0, u1, b0, b1, p0, p1
     if n < D:  # one thread: the directions one after the other
         for d in range(D):
+            if real is float:
+                if L.whp[d] != NULL:
+                    _pack_blocks(L, d, 0, NB, backward)
             if backward:
-                _bwd_dir(L, d, 0, NB, False, tag)
+                _bwd_dir(L, d, 0, NB, 0, B, False, tag)
             else:
-                _fwd_dir(L, d, 0, NB, False, tag)
+                _fwd_dir(L, d, 0, NB, 0, B, False, tag)
         return
     ntd = n // D
-    # a direction of its own per thread (two threads, bidirectional): a thread reads only
-    # what it wrote, so the directions run without a barrier per step -- one thread held
-    # up (a busy machine) no longer holds up the other at every step, only at the end
-    sync = n != D
-    if tid >= D * ntd:  # a spare thread: no blocks, but it keeps the barrier count
+    rows = _row_split(B, ntd, L.whp[0] != NULL)
+    # a direction of its own per thread (two threads, bidirectional), or a batch-row share
+    # of one: a thread reads only what it wrote, so the steps run without a barrier -- one
+    # thread held up (a busy machine) no longer holds up the other at every step
+    sync = n != D and not rows
+    if tid >= D * ntd:  # a spare thread: no work, but it keeps the barrier count
         d = 0
-        u0 = 0
-        u1 = 0
+        r = 0
+        u0 = u1 = p0 = p1 = b0 = b1 = 0
     else:
         d = tid // ntd
         r = tid % ntd
-        u0 = r * NB // ntd
-        u1 = (r + 1) * NB // ntd
+        p0 = r * NB // ntd      # the unit blocks this thread packs
+        p1 = (r + 1) * NB // ntd
+        if rows:
+            u0 = 0
+            u1 = NB
+            b0 = r * B // ntd
+            b1 = (r + 1) * B // ntd
+        else:
+            u0 = p0
+            u1 = p1
+            b0 = 0
+            b1 = B
+    if real is float:
+        if L.whp[d] != NULL and p1 > p0:
+            _pack_blocks(L, d, p0, p1, backward)
+    if rows and n != D:
+        fnn_rnn_barrier()       # every block of W_hh packed before any thread reads it
     if backward:
-        _bwd_dir(L, d, u0, u1, sync, tag)
+        _bwd_dir(L, d, u0, u1, b0, b1, sync, tag)
     else:
-        _fwd_dir(L, d, u0, u1, sync, tag)
+        _fwd_dir(L, d, u0, u1, b0, b1, sync, tag)
 
 
 cdef void _run_layer(Layer* L, bint backward, int team, real* tag) noexcept nogil:
@@ -416,11 +459,13 @@ cdef void _run_layer(Layer* L, bint backward, int team, real* tag) noexcept nogi
             _run_team(L, backward, tag)
 
 
-cdef int _team_size(Py_ssize_t D, Py_ssize_t B, Py_ssize_t G, Py_ssize_t H, Py_ssize_t NB):
-    """Threads for a layer's time loop: only when a step has enough GEMM work to share."""
+cdef int _team_size(Py_ssize_t D, Py_ssize_t B, Py_ssize_t G, Py_ssize_t H, Py_ssize_t NB,
+                    bint packed):
+    """Threads for a layer's time loop: only when a step has enough GEMM work to share;
+    at most one per unit block unless the batch rows are split (_row_split)."""
     cdef int nt = _threads_for(D * B * G * H * H, 1 << 16)
     cdef int per = <int>(nt // D)
-    if per > NB:
+    if per > NB and not _row_split(B, per, packed):
         per = <int>NB
     if per < 1:
         return 1
@@ -532,6 +577,20 @@ def _use_packed(bint on):
     return old
 
 
+def _time_loop_split(str mode, Py_ssize_t B, Py_ssize_t H, bint bidirectional, dtype):
+    """How the time loop of a layer of this shape would share its work at the current
+    thread count: (threads, "rows" | "units" | "directions" | "one"), for tests."""
+    cdef Py_ssize_t G = {"LSTM": 4, "GRU": 3}.get(mode, 1), D = 2 if bidirectional else 1
+    cdef Py_ssize_t UB = _block_size(G, H), NB = (H + UB - 1) // UB
+    cdef bint packed = _packed_on and np.dtype(dtype) == np.float32
+    cdef int team = _team_size(D, B, G, H, NB, packed)
+    if team < D or team == 1:
+        return team, "one"
+    if team == D:
+        return team, "directions"
+    return team, "rows" if _row_split(B, team // D, packed) else "units"
+
+
 # ------------------------------------------------------------------ saved state
 cdef class _Stack:
     """The shape of one call's stack, fixed by its arguments; and, once the forward has
@@ -565,6 +624,11 @@ cdef class _LayerState:
 
 
 # ------------------------------------------------------------------ forward
+cdef inline bint _packs(_Stack s):
+    """Whether the stack's per-step GEMMs run on the packed kernel (float32, packed on)."""
+    return _packed_on and s.dtype == np.float32
+
+
 cdef _Stack _stack(int mode, x, h0, c0, tuple weights, int L, bint bidirectional,
                    bint batch_first, double p, bint train, uint64_t seed, uint64_t offset):
     cdef _Stack s = _Stack.__new__(_Stack)
@@ -742,7 +806,7 @@ cdef tuple _forward_stack(_Stack s, const real[::1] x, Py_ssize_t I, tuple weigh
     time-major (T, B, I) input."""
     cdef Py_ssize_t T = s.T, B = s.B
     cdef int k
-    cdef int team = _team_size(s.D, B, s.G, s.H, s.NB)
+    cdef int team = _team_size(s.D, B, s.G, s.H, s.NB, _packs(s))
     cdef const real[::1] inp = x
     cdef _LayerState st
     shape = (s.L * s.D, B, s.H)
@@ -917,7 +981,7 @@ cdef _weight_grads(_Stack s, int k, real[::1] dg, real[::1] dgh, list dweights):
 cdef tuple _backward_stack(_Stack s, const real[::1] dy, Py_ssize_t lddy, d_h_n, d_c_n):
     """Every layer in reverse (the dropout masks applied to d(input) between them)."""
     cdef int k
-    cdef int team = _team_size(s.D, s.B, s.G, s.H, s.NB)
+    cdef int team = _team_size(s.D, s.B, s.G, s.H, s.NB, _packs(s))
     shape = (s.L * s.D, s.B, s.H)
     dweights = [None] * (s.L * s.D * s.nw)
     dh0 = np.empty(shape, s.dtype)

@@ -429,6 +429,48 @@ def test_packed_recurrent_gemm_agrees_with_blas(kind, B):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_row_split_time_loop_matches_torch_and_thread_counts(kind):
+    """A direction shared by several threads splits its batch rows when each thread gets at
+    least 8 (the packed float32 kernel): no barrier per step.  Unidirectional B = 24 splits
+    rows at 2 and 3 threads; B = 12 splits units at 2 (too few rows; the plain RNN's step
+    is too small to share at all); the results equal torch and are the same bits at every
+    thread count."""
+    cmod = _cpu_rnn_module()
+    if not cmod._use_packed(True):
+        cmod._use_packed(False)
+        pytest.skip("this build has no packed recurrent kernel (the base variant): "
+                    "its time loop splits units only")
+    mode = kind.split("_")[0]
+    old = fastnn.get_num_threads()
+    rng = np.random.default_rng(5)
+    try:
+        for B, splits in ((24, {2: "rows", 3: "rows"}),
+                          (12, {2: "units"} if mode != "RNN" else {2: "one"})):
+            x = rng.standard_normal((5, B, 40)).astype(np.float32)
+            dy = rng.standard_normal((5, B, 96)).astype(np.float32)
+            results = []
+            for n in (1, 2, 3):
+                fastnn.set_num_threads(n)
+                team, how = cmod._time_loop_split(mode, B, 96, False, np.float32)
+                if n in splits:
+                    assert how == splits[n] and team == (n if how != "one" else 1), \
+                        (B, n, team, how)
+                fastnn.manual_seed(0)
+                m = nn.RNN(40, 96, 2, kind.split("_")[1]) if mode == "RNN" \
+                    else getattr(nn, kind)(40, 96, 2)
+                y, _ = m(x)
+                dx = m.backward(dy)
+                results.append([y, dx] + [p.grad for p in m.parameters()])
+            for r in results[1:]:
+                for a, b in zip(r, results[0]):
+                    np.testing.assert_array_equal(a, b)
+        fastnn.set_num_threads(2)
+        _compare(kind, 4, 24, 24, 72, 2, False, False, True, np.float32)
+    finally:
+        fastnn.set_num_threads(old)
+
+
 def _cpu_rnn_module():
     import importlib
     from fastnn._backend import backend
