@@ -818,15 +818,17 @@ cdef _tconv_fwd_direct(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray 
 
 
 # conv1d (forward, d_input, d_weight) on the direct kernels measured faster than on
-# OpenBLAS's GEMMs, and slower than on the own float32 GEMM (fnn_sgemm.h): 32x256x1024 ->
-# 256 k3, 2 threads, 3 alternating rounds: forward 38.1-41.8 -> 37.8-41.1 ms, backward
-# 84.4-92.4 -> 78.7-86.5 ms (torch fwd+bwd 114-123).  So they take the direct
-# kernels only where GEMMs run on BLAS -- or when a test forces them (_set_rows_direct).
+# OpenBLAS's GEMMs, and slower than on the avx512 build's own float32 GEMM (fnn_sgemm.h):
+# 32x256x1024 -> 256 k3, 2 threads, 3 alternating rounds: forward 38.1-41.8 -> 37.8-41.1
+# ms, backward 84.4-92.4 -> 78.7-86.5 ms (torch fwd+bwd 114-123).  The avx2 build's own
+# GEMM leaves those depths (768) and the d_weight's transposed A to BLAS.  So they take
+# the direct kernels except where GEMMs run on the avx512 build's own kernel -- or when a
+# test forces them (_set_rows_direct).
 cdef bint _ROWS_DIRECT_FORCED = False
 
 
 cdef inline bint _rows_direct_beats_gemm() noexcept nogil:
-    return _ROWS_DIRECT_FORCED or not _sgz_on
+    return _ROWS_DIRECT_FORCED or not (_sgz_on and FNN_SGZ_TRANS_A)
 
 
 def _set_rows_direct(bint forced):

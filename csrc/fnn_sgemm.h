@@ -1,4 +1,7 @@
-/* Row-major float32 GEMM for the AVX-512 build:  C[M, N] = alpha op(A) op(B) + beta C.
+/* Row-major float32 GEMM for the AVX-512 and AVX2 builds:  C[M, N] = alpha op(A) op(B) + beta C.
+ *
+ * The AVX-512 form is described first; the AVX2 form (6 x 16 tiles) follows the same plan
+ * at half the width, in C intrinsics, and takes fewer products (FNN_SGZ_TRANS_A, _KMAX).
  *
  * One thread's GEMM: the callers already share their work out over fastnn's OpenMP team
  * (row blocks, heads, time chunks) and call this from inside their parallel regions.
@@ -23,7 +26,7 @@
  *
  * Each output is sum over k blocks (in order) of a sum over k (in order, one FMA each),
  * times alpha, plus beta C on the first block; it does not depend on M or on the tile an
- * output falls in.  float64 and the other builds keep BLAS (fnn_gemm.pxi).
+ * output falls in.  float64 and the base build keep BLAS (fnn_gemm.pxi).
  * fnn_sgemm_z returns -1, touching nothing, when its packing buffer cannot be allocated:
  * the caller then runs BLAS. */
 #ifndef FNN_SGEMM_H
@@ -34,15 +37,38 @@
 #include "fnn_transpose16.h"
 
 #if defined(__AVX512F__)
-#include <immintrin.h>
-#include <pthread.h>
-#include <stdlib.h>
-#define FNN_HAVE_SGZ 1
 #define FNN_SGZ_MR 12
 #define FNN_SGZ_NR 32
 #define FNN_SGZ_KC 384
 #define FNN_SGZ_NC 512
 #define FNN_SGZ_MC 144     /* rows of a packed block of A when trans_a (12 tiles) */
+#define FNN_SGZ_TRANS_A 1  /* op(A) = A^T runs here too (A packed) */
+#elif defined(__AVX2__) && defined(__FMA__)
+/* AVX2 builds (16 ymm registers): a 6 x 16 tile, 12 accumulators; each k step loads two
+ * ymm of B and broadcasts 6 values of A into 12 FMAs.  The packed block of B (256 k by
+ * 256 columns, 256 KiB) stays in a 512 KiB L2. */
+#define FNN_SGZ_MR 6
+#define FNN_SGZ_NR 16
+#ifndef FNN_SGZ_KC
+#define FNN_SGZ_KC 256
+#endif
+#ifndef FNN_SGZ_NC
+#define FNN_SGZ_NC 256
+#endif
+#define FNN_SGZ_MC 144     /* rows of a block of A (24 tiles) */
+/* Left to BLAS, where OpenBLAS's Haswell kernels were faster on one Zen 3 core: a
+ * transposed A (A^T B, a weight gradient; packed here it ran at 81-91 GFLOP/s against
+ * 93-94, benchmarks/sgemm.py), and depths past 512 (K 768-3072 at M 512: 0.94-1.01x
+ * OpenBLAS's rate; K <= 512: 1.00-1.07x). */
+#define FNN_SGZ_TRANS_A 0
+#define FNN_SGZ_KMAX 512
+#endif
+
+#if defined(FNN_SGZ_MR)
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdlib.h>
+#define FNN_HAVE_SGZ 1
 #define FNN_SGZ_PACK_ROWS 4  /* rows of B packed together (fnn_sgz_pack_b) */
 
 /* The packing buffer: one per thread, allocated at the thread's first call and kept for
@@ -64,7 +90,8 @@ static inline float *fnn_sgz_buffer(void)
         pthread_once(&fnn_sgz_once, fnn_sgz_make_key);
         if (!fnn_sgz_key_ok)
             return NULL;
-        raw = (char *)fnn_alloc((size_t)FNN_SGZ_KC * (FNN_SGZ_NC + FNN_SGZ_MC) + 16,
+        raw = (char *)fnn_alloc((size_t)FNN_SGZ_KC *
+                                    (FNN_SGZ_NC + (FNN_SGZ_TRANS_A ? FNN_SGZ_MC : 0)) + 16,
                                 sizeof(float));
         if (raw == NULL)
             return NULL;
@@ -77,6 +104,7 @@ static inline float *fnn_sgz_buffer(void)
     return fnn_sgz_buf;
 }
 
+#if defined(__AVX512F__)
 /* Pack B's k rows [0, kc) and columns [0, nc) (op(B) is K x N) into 32-column panels:
  * panel p, step k at pb + p * kc * 32 + k * 32, columns past nc zero. */
 static inline void
@@ -291,6 +319,177 @@ fnn_sgz_rows(const int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks, const flo
     }
 }
 
+#else
+/* ---------------------------------------------------------------- AVX2 (6 x 16) */
+/* lanes [0, w) of a ymm, w in [0, 8] */
+static inline __m256i fnn_sgy_mask(ptrdiff_t w)
+{
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(w < 0 ? 0 : w > 8 ? 8 : w)), lane);
+}
+
+/* the 8 x 8 transpose of r[0..7] in place */
+static inline __attribute__((always_inline)) void fnn_sgy_transpose8(__m256 *r)
+{
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+    r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+    r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* Pack B's k rows [0, kc) and columns [0, nc) (op(B) is K x N) into 16-column panels:
+ * panel p, step k at pb + p * kc * 16 + k * 16, columns past nc zero. */
+static inline void
+fnn_sgz_pack_b(int trans_b, const float *B, ptrdiff_t ldb, ptrdiff_t kc, ptrdiff_t nc, float *pb)
+{
+    if (!trans_b) {
+        /* B's rows read whole, FNN_SGZ_PACK_ROWS at a time (streams the prefetcher
+           follows), as in the AVX-512 form */
+        const ptrdiff_t jf = nc & ~(ptrdiff_t)(FNN_SGZ_NR - 1), w = nc - jf;
+        const __m256i m0 = fnn_sgy_mask(w), m1 = fnn_sgy_mask(w - 8);
+        for (ptrdiff_t k0 = 0; k0 < kc; k0 += FNN_SGZ_PACK_ROWS) {
+            const ptrdiff_t k1 = kc - k0 < FNN_SGZ_PACK_ROWS ? kc : k0 + FNN_SGZ_PACK_ROWS;
+            for (ptrdiff_t j = 0; j < jf; j += FNN_SGZ_NR)
+                for (ptrdiff_t k = k0; k < k1; k++) {
+                    const float *src = B + k * ldb + j;
+                    float *dst = pb + j * kc + k * 16;
+                    _mm256_store_ps(dst, _mm256_loadu_ps(src));
+                    _mm256_store_ps(dst + 8, _mm256_loadu_ps(src + 8));
+                }
+            if (w)
+                for (ptrdiff_t k = k0; k < k1; k++) {
+                    const float *src = B + k * ldb + jf;
+                    float *dst = pb + jf * kc + k * 16;
+                    _mm256_store_ps(dst, _mm256_maskload_ps(src, m0));
+                    _mm256_store_ps(dst + 8, _mm256_maskload_ps(src + 8, m1));
+                }
+        }
+        return;
+    }
+    for (ptrdiff_t j = 0; j < nc; j += FNN_SGZ_NR) {
+        const ptrdiff_t w = nc - j < FNN_SGZ_NR ? nc - j : FNN_SGZ_NR;
+        float *dst = pb + j * kc;
+        /* op(B)[k, j + c] = B[(j + c) * ldb + k]: 16 rows of B, each a run along k,
+         * transposed 8 x 8 at a time */
+        for (int c0 = 0; c0 < FNN_SGZ_NR; c0 += 8) {
+            const float *src = B + (j + c0) * ldb;
+            const int rows = w - c0 < 0 ? 0 : (w - c0 < 8 ? (int)(w - c0) : 8);
+            ptrdiff_t k = 0;
+            for (; k + 8 <= kc; k += 8) {
+                __m256 r[8];
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; i++)
+                    r[i] = i < rows ? _mm256_loadu_ps(src + i * ldb + k) : _mm256_setzero_ps();
+                fnn_sgy_transpose8(r);
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; i++)
+                    _mm256_store_ps(dst + (k + i) * 16 + c0, r[i]);
+            }
+            for (; k < kc; k++)
+                for (int i = 0; i < 8; i++)
+                    dst[k * 16 + c0 + i] = i < rows ? src[i * ldb + k] : 0.0f;
+        }
+    }
+}
+
+/* One tile: rows [0, mr) by the 16 columns of panel b (the first w of them kept).  A's
+ * element (r, k) is a[r * rs + k * ks].  first: C = alpha acc + bias (C not read) or
+ * alpha acc + beta C (beta == 0: C not read); else C += alpha acc.  The same operations
+ * per output as the AVX-512 tile. */
+static inline __attribute__((always_inline)) void
+fnn_sgz_tile(const int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *b,
+             ptrdiff_t kc, float *c, ptrdiff_t ldc, ptrdiff_t w, float alpha, float beta,
+             const float *bias, int first)
+{
+    __m256 c0[FNN_SGZ_MR], c1[FNN_SGZ_MR];
+    if (first)
+#pragma GCC unroll 6
+        for (int r = 0; r < mr; r++)
+            __builtin_prefetch(c + r * ldc, 1, 3);
+#pragma GCC unroll 6
+    for (int r = 0; r < mr; r++) {
+        c0[r] = _mm256_setzero_ps();
+        c1[r] = _mm256_setzero_ps();
+    }
+    for (ptrdiff_t k = 0; k < kc; k++) {
+        const __m256 b0 = _mm256_load_ps(b + k * 16), b1 = _mm256_load_ps(b + k * 16 + 8);
+#pragma GCC unroll 6
+        for (int r = 0; r < mr; r++) {
+            const __m256 av = _mm256_broadcast_ss(a + r * rs + k * ks);
+            c0[r] = _mm256_fmadd_ps(av, b0, c0[r]);
+            c1[r] = _mm256_fmadd_ps(av, b1, c1[r]);
+        }
+    }
+    const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+    if (w >= 16) {
+        const __m256 bb0 = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
+        const __m256 bb1 = bias ? _mm256_loadu_ps(bias + 8) : _mm256_setzero_ps();
+#pragma GCC unroll 6
+        for (int r = 0; r < mr; r++) {
+            float *cr = c + r * ldc;
+            __m256 y0 = _mm256_mul_ps(c0[r], va), y1 = _mm256_mul_ps(c1[r], va);
+            if (first && bias) {
+                y0 = _mm256_add_ps(y0, bb0);
+                y1 = _mm256_add_ps(y1, bb1);
+            } else if (!first) {
+                y0 = _mm256_add_ps(y0, _mm256_loadu_ps(cr));
+                y1 = _mm256_add_ps(y1, _mm256_loadu_ps(cr + 8));
+            } else if (beta != 0.0f) {
+                y0 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(cr), y0);
+                y1 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(cr + 8), y1);
+            }
+            _mm256_storeu_ps(cr, y0);
+            _mm256_storeu_ps(cr + 8, y1);
+        }
+        return;
+    }
+    const __m256i m0 = fnn_sgy_mask(w), m1 = fnn_sgy_mask(w - 8);
+    const __m256 bb0 = bias ? _mm256_maskload_ps(bias, m0) : _mm256_setzero_ps();
+    const __m256 bb1 = bias ? _mm256_maskload_ps(bias + 8, m1) : _mm256_setzero_ps();
+#pragma GCC unroll 6
+    for (int r = 0; r < mr; r++) {
+        float *cr = c + r * ldc;
+        __m256 y0 = _mm256_mul_ps(c0[r], va), y1 = _mm256_mul_ps(c1[r], va);
+        if (first && bias) {
+            y0 = _mm256_add_ps(y0, bb0);
+            y1 = _mm256_add_ps(y1, bb1);
+        } else if (!first) {
+            y0 = _mm256_add_ps(y0, _mm256_maskload_ps(cr, m0));
+            y1 = _mm256_add_ps(y1, _mm256_maskload_ps(cr + 8, m1));
+        } else if (beta != 0.0f) {
+            y0 = _mm256_fmadd_ps(vb, _mm256_maskload_ps(cr, m0), y0);
+            y1 = _mm256_fmadd_ps(vb, _mm256_maskload_ps(cr + 8, m1), y1);
+        }
+        _mm256_maskstore_ps(cr, m0, y0);
+        _mm256_maskstore_ps(cr + 8, m1, y1);
+    }
+}
+
+/* Rows [i0, i0 + mr) of one k block along every panel of the packed column block. */
+static inline __attribute__((always_inline)) void
+fnn_sgz_rows(const int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *pb,
+             ptrdiff_t kc, ptrdiff_t nc, float *c, ptrdiff_t ldc, float alpha, float beta,
+             const float *bias, int first)
+{
+    for (ptrdiff_t j = 0; j < nc; j += FNN_SGZ_NR)
+        fnn_sgz_tile(mr, a, rs, ks, pb + j * kc, kc, c + j, ldc, nc - j, alpha, beta,
+                     bias ? bias + j : NULL, first);
+}
+
+#endif
+
 #define FNN_SGZ_ROWS_CASE(n) \
     case n: fnn_sgz_rows(n, a, rs, ks, pb, kc, nc, c, ldc, alpha, beta, bias, first); break;
 
@@ -301,25 +500,61 @@ fnn_sgz_rows_any(int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float
 {
     switch (mr) {
     FNN_SGZ_ROWS_CASE(1) FNN_SGZ_ROWS_CASE(2) FNN_SGZ_ROWS_CASE(3) FNN_SGZ_ROWS_CASE(4)
-    FNN_SGZ_ROWS_CASE(5) FNN_SGZ_ROWS_CASE(6) FNN_SGZ_ROWS_CASE(7) FNN_SGZ_ROWS_CASE(8)
+    FNN_SGZ_ROWS_CASE(5)
+#if FNN_SGZ_MR > 6
+    FNN_SGZ_ROWS_CASE(6) FNN_SGZ_ROWS_CASE(7) FNN_SGZ_ROWS_CASE(8)
     FNN_SGZ_ROWS_CASE(9) FNN_SGZ_ROWS_CASE(10) FNN_SGZ_ROWS_CASE(11)
+#endif
     default: fnn_sgz_rows(FNN_SGZ_MR, a, rs, ks, pb, kc, nc, c, ldc, alpha, beta, bias, first); break;
     }
 }
 #undef FNN_SGZ_ROWS_CASE
+
+/* The tiles of rows [i0, i0 + mc) of op(A) over k steps [p0, p0 + kc) along the packed
+ * column block pb (columns [jc, jc + nc) of C); trans_a: those rows are packed at pa. */
+static inline void
+fnn_sgz_block(int trans_a, const float *A, ptrdiff_t lda, const float *pa, ptrdiff_t i0,
+              ptrdiff_t mc, ptrdiff_t p0, ptrdiff_t kc, const float *pb, ptrdiff_t jc,
+              ptrdiff_t nc, float *C, ptrdiff_t ldc, float alpha, float beta,
+              const float *bias, int first)
+{
+    for (ptrdiff_t i = i0; i < i0 + mc; i += FNN_SGZ_MR) {
+        const int mr = i0 + mc - i < FNN_SGZ_MR ? (int)(i0 + mc - i) : FNN_SGZ_MR;
+        /* trans_a: the tile's packed run, k steps MR apart; else A in place */
+        const float *at = trans_a ? pa + (i - i0) * kc : A + i * lda + p0;
+        const ptrdiff_t trs = trans_a ? 1 : lda, tks = trans_a ? FNN_SGZ_MR : 1;
+        const float *bj = bias ? bias + jc : NULL;
+        if (mr == FNN_SGZ_MR)
+            fnn_sgz_rows(FNN_SGZ_MR, at, trs, tks, pb, kc, nc, C + i * ldc + jc, ldc, alpha,
+                         beta, bj, first);
+        else
+            fnn_sgz_rows_any(mr, at, trs, tks, pb, kc, nc, C + i * ldc + jc, ldc, alpha, beta,
+                             bj, first);
+    }
+}
 
 /* Row-major C[M, N] = alpha op(A) op(B) + beta C; op(A) is M x K (A stored (K, M) when
  * trans_a), op(B) is K x N (B stored (N, K) when trans_b).  M, N, K > 0.  bias (N
  * values) or NULL: with it C = alpha op(A) op(B) + bias[column] (beta ignored, C not
  * read: a linear layer's bias added in the first k block's stores, the same bits as a C
  * filled with the bias and beta = 1).  Returns 0, or -1 (C untouched) when the packing
- * buffer cannot be had. */
+ * buffer cannot be had, or for a transposed A or a depth past FNN_SGZ_KMAX in a build
+ * that leaves those to BLAS (the avx2 build): the caller then runs BLAS. */
 static int
 fnn_sgemm_z(int trans_a, int trans_b, ptrdiff_t M, ptrdiff_t N, ptrdiff_t K, float alpha,
             const float *A, ptrdiff_t lda, const float *B, ptrdiff_t ldb, float beta,
             float *C, ptrdiff_t ldc, const float *bias)
 {
-    float *pb = fnn_sgz_buffer(), *pa;
+    float *pb, *pa;
+#if !FNN_SGZ_TRANS_A
+    if (trans_a)
+        return -1;         /* the caller runs BLAS */
+#endif
+#if defined(FNN_SGZ_KMAX)
+    if (K > FNN_SGZ_KMAX)
+        return -1;
+#endif
+    pb = fnn_sgz_buffer();
     if (pb == NULL)
         return -1;
     pa = pb + (size_t)FNN_SGZ_KC * FNN_SGZ_NC;
@@ -333,21 +568,12 @@ fnn_sgemm_z(int trans_a, int trans_b, ptrdiff_t M, ptrdiff_t N, ptrdiff_t K, flo
                            kc, nc, pb);
             for (ptrdiff_t i0 = 0; i0 < M; i0 += FNN_SGZ_MC) {
                 const ptrdiff_t mc = M - i0 < FNN_SGZ_MC ? M - i0 : FNN_SGZ_MC;
+#if FNN_SGZ_TRANS_A
                 if (trans_a)
                     fnn_sgz_pack_at(A + p0 * lda + i0, lda, kc, mc, pa);
-                for (ptrdiff_t i = i0; i < i0 + mc; i += FNN_SGZ_MR) {
-                    const int mr = i0 + mc - i < FNN_SGZ_MR ? (int)(i0 + mc - i) : FNN_SGZ_MR;
-                    /* trans_a: the tile's packed run, k steps 12 apart; else A in place */
-                    const float *at = trans_a ? pa + (i - i0) * kc : A + i * lda + p0;
-                    const ptrdiff_t trs = trans_a ? 1 : lda, tks = trans_a ? FNN_SGZ_MR : 1;
-                    const float *bj = bias ? bias + jc : NULL;
-                    if (mr == FNN_SGZ_MR)
-                        fnn_sgz_rows(FNN_SGZ_MR, at, trs, tks, pb, kc, nc, C + i * ldc + jc,
-                                     ldc, alpha, beta, bj, kb == 0);
-                    else
-                        fnn_sgz_rows_any(mr, at, trs, tks, pb, kc, nc, C + i * ldc + jc, ldc,
-                                         alpha, beta, bj, kb == 0);
-                }
+#endif
+                fnn_sgz_block(trans_a, A, lda, pa, i0, mc, p0, kc, pb, jc, nc, C, ldc, alpha,
+                              beta, bias, kb == 0);
             }
         }
     }
@@ -356,6 +582,7 @@ fnn_sgemm_z(int trans_a, int trans_b, ptrdiff_t M, ptrdiff_t N, ptrdiff_t K, flo
 
 #else
 #define FNN_HAVE_SGZ 0
+#define FNN_SGZ_TRANS_A 0
 static inline int
 fnn_sgemm_z(int trans_a, int trans_b, ptrdiff_t M, ptrdiff_t N, ptrdiff_t K, float alpha,
             const float *A, ptrdiff_t lda, const float *B, ptrdiff_t ldb, float beta,

@@ -123,10 +123,12 @@ def variant_line(info):
 
 def gemm_line(info):
     """What the float32 matrix products run on."""
+    own_build = "avx512" in info["variants"] or "avx2" in info["variants"]
     return "float32 GEMM: " + {
-        "own": "fastnn's own AVX-512 kernel (FASTNN_SGEMM=blas: NumPy's OpenBLAS)",
-        "numpy-openblas": "NumPy's OpenBLAS" + (
-            " (FASTNN_SGEMM=blas)" if "avx512" in info["variants"] else ""),
+        "own": ("fastnn's own AVX-512 kernel" if "avx512" in info["variants"] else
+                "fastnn's own AVX2 kernel up to depth 512, NumPy's OpenBLAS for A^T B and "
+                "deeper products") + " (FASTNN_SGEMM=blas: NumPy's OpenBLAS)",
+        "numpy-openblas": "NumPy's OpenBLAS" + (" (FASTNN_SGEMM=blas)" if own_build else ""),
         "scipy-blas": "SciPy's BLAS",
     }.get(info.get("gemm"), "-")
 

@@ -56,11 +56,12 @@ def test_info_reports_the_build(capsys):
 
 
 def test_info_names_what_the_gemms_run_on():
-    """`fastnn info` says whether float32 GEMMs run on the own AVX-512 kernel (the avx512
-    build's default) or on BLAS, and FASTNN_SGEMM=blas switches it in a fresh process."""
+    """`fastnn info` says whether float32 GEMMs run on the own kernel (the avx512 and avx2
+    builds' default) or on BLAS, and FASTNN_SGEMM=blas switches it in a fresh process."""
     import subprocess
     b = cli.build_info()
-    want = "own" if "avx512" in b["variants"] else "numpy-openblas"
+    own_build = "avx512" in b["variants"] or "avx2" in b["variants"]
+    want = "own" if own_build else "numpy-openblas"
     assert b["gemm"] in (want, "scipy-blas")
     text = io.StringIO()
     cli.info(None, out=text)

@@ -1,9 +1,11 @@
-"""fastnn's own float32 GEMM (csrc/fnn_sgemm.h, the avx512 build) against BLAS and float64.
+"""fastnn's own float32 GEMM (csrc/fnn_sgemm.h, avx512 and avx2 builds) against BLAS and float64.
 
 Every family that includes fnn_gemm.pxi routes float32 GEMMs of at least 24 x 32 x 16
 through it; these tests drive the dispatcher directly (``_gemm_hook``) over the shapes
 that cross each blocking edge: the 12-row tile, the 32-column panel, the 144-row packed
-block of a transposed A, the 384-long k block and the 512-column block; all four
+block of a transposed A, the 384-long k block and the 512-column block (avx512 build); the
+6-row tile, 16-column panel, 504-row packed block of a transposed A, 256-long k block and
+256-column block (avx2 build); all four
 transpositions; alpha and beta (beta = 0 must not read C: NaN there stays out); row
 strides longer than the rows.  Variants without the kernel run BLAS through the same hook.
 """
@@ -58,6 +60,7 @@ def _check(mod, M, N, K, ta, tb, alpha, beta, pad=0, seed=0):
 SHAPES = [  # (M, N, K): each crosses a tile or block edge of fnn_sgemm.h
     (24, 32, 16), (25, 33, 17), (35, 31, 100), (36, 64, 384), (37, 65, 385),
     (143, 96, 40), (145, 47, 769), (300, 513, 20), (49, 1030, 33), (24, 545, 1000),
+    (509, 40, 300), (1010, 35, 20),   # the avx2 build's 504-row packed blocks of a transposed A
 ]
 
 
@@ -83,7 +86,7 @@ def test_sgemm_own_kernel_agrees_with_blas(mod):
     """The same products through the own kernel and through BLAS: both within the float32
     bound of the float64 product, and close to each other."""
     if not mod._use_own_sgemm(True):
-        pytest.skip("this variant has no own float32 GEMM (it is the avx512 build's)")
+        pytest.skip("this variant has no own float32 GEMM (the base build: BLAS only)")
     try:
         for (M, N, K) in [(200, 300, 500), (48, 64, 1024)]:
             for ta in (False, True):
@@ -106,7 +109,11 @@ def test_sgemm_output_does_not_depend_on_its_tile(mod, ta):
     promise of the own kernel; BLAS makes none).  Both layouts of A: read in place, and
     packed (a transposed A); k odd (the assembly's single last step)."""
     if not mod._use_own_sgemm(True):
-        pytest.skip("this variant has no own float32 GEMM (it is the avx512 build's)")
+        pytest.skip("this variant has no own float32 GEMM (the base build: BLAS only)")
+    if ta and not mod._own_sgemm_takes_transposed_a():
+        mod._use_own_sgemm(mod._own_sgemm_default())
+        pytest.skip("this variant's own GEMM leaves a transposed A to BLAS (the avx2 "
+                    "build: OpenBLAS's is faster there), which promises no such bits")
     mod._use_own_sgemm(mod._own_sgemm_default())
     rng = np.random.default_rng(5)
     a = rng.standard_normal((50, 301)).astype(np.float32)
@@ -133,7 +140,7 @@ def test_linear_bias_in_the_own_kernel_equals_a_bias_filled_c(mod):
     bits as the kernel on a C filled with the bias and beta = 1 (both weight layouts, two
     row blocks, a column tail)."""
     if not mod._use_own_sgemm(True):
-        pytest.skip("this variant has no own float32 GEMM (it is the avx512 build's)")
+        pytest.skip("this variant has no own float32 GEMM (the base build: BLAS only)")
     mod._use_own_sgemm(mod._own_sgemm_default())
     rng = np.random.default_rng(8)
     x = rng.standard_normal((300, 200)).astype(np.float32)
@@ -305,9 +312,9 @@ def test_few_row_linear_route(mod):
     base build, and in float64)."""
     w = np.zeros((64, 32), np.float32)
     wio = np.zeros((32, 64), np.float32).T
-    own = mod._use_own_sgemm(True)
-    avx2 = mod._use_few_rows_avx2(True)
-    assert not (own and avx2)
+    own_gemm = mod._use_own_sgemm(True)
+    avx2 = mod._use_few_rows_avx2(True)      # True only where the avx512 kernels are not
+    own = own_gemm and not avx2              # the avx512 build's few-row kernels
     try:
         for rows, weight, want, want2 in [
                 (1, w, "few_rows", "few_rows"), (2, w, "gemm", "few_rows"),
@@ -357,6 +364,9 @@ def test_few_row_linear_bits_do_not_depend_on_threads():
     x = rng.standard_normal((7, 9000)).astype(np.float32)     # two k blocks
     w = rng.standard_normal((515, 9000)).astype(np.float32)
     b = rng.standard_normal(515).astype(np.float32)
+    if mod._linear_route(x, w) != "few_rows":
+        pytest.skip("this build has no few-row kernels (the base build: BLAS, which "
+                    "promises no such bits)")
     wio = np.ascontiguousarray(w[:, :700].T).T        # GPT-2's layout: (in, out) as .T
     xio, dy = x[:, :700].copy(), rng.standard_normal((7, 515)).astype(np.float32)
     n = fastnn.get_num_threads()
@@ -400,7 +410,7 @@ def test_few_row_linear_out_of_memory():
     wio = np.ones((64, 40), np.float32).T
     if mod._linear_route(x, w) != "few_rows":
         pytest.skip("this build has no few-row kernels (the base build)")
-    if not mod._own_sgemm_on():
+    if mod._use_few_rows_avx2(mod._own_sgemm_default()):
         # the avx2 build: its (out, in) dot rows allocate nothing; the (in, out) pass
         # takes its partial sums from the checked allocator
         _fails_then_recovers(mod, lambda: mod.linear(x, wio, None)[:1])
