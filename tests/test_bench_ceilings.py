@@ -2,6 +2,13 @@
 own working-set size (a 16 MB input sits in a 32 MB L3; DRAM bandwidth is the wrong
 ceiling for it), the best of memcpy / ufunc copies on 1 and n threads and fastnn's own
 threaded copies (ordinary and non-temporal stores)."""
+import os
+
+import numpy as np
+import pytest
+
+from fastnn.bench import cli as bench_cli
+from fastnn.bench import core
 
 
 def test_stream_copy_copies():
@@ -12,11 +19,6 @@ def test_stream_copy_copies():
     assert act._stream_copy(a, b) is b and np.array_equal(a, b)
     with pytest.raises(ValueError, match="differ in size"):
         act._stream_copy(a, b[:-1])
-import numpy as np
-import pytest
-
-from fastnn.bench import cli as bench_cli
-from fastnn.bench import core
 
 
 def test_copy_bandwidth_measures_both_kinds_of_copy():
@@ -186,3 +188,30 @@ def test_implementations_are_timed_in_interleaved_rounds(monkeypatch):
     assert seen == [["fastnn", "onnxruntime", "torch"]]
     row = res["rows"][0]
     assert row["time_ratio_vs_torch"] == 1.0 and row["time_ratio_vs"] == {"onnxruntime": 1.0}
+
+
+def test_loss_rows_count_the_reread_past_the_cache(monkeypatch):
+    """A forward + backward loss row reads its inputs twice; what the last-level cache can
+    keep between the passes is not counted as memory traffic, so the row cannot beat its
+    copy ceiling by cache hits (mse_loss showed 106-124% of it)."""
+    from fastnn.bench import core, loss
+    n = 8 << 20
+    monkeypatch.setattr(core, "last_level_cache_bytes", lambda: 32 << 20)
+    rows = {c.op: c for c in loss.cases()}
+    mse = rows["mse_loss fwd+bwd"]
+    assert mse.bytes == 4.0 * n * 3 + 4.0 * n * 2 - (32 << 20)
+    assert mse.working_set == 4.0 * n * 3
+    monkeypatch.setattr(core, "last_level_cache_bytes", lambda: 1 << 30)   # all cached
+    assert {c.op: c for c in loss.cases()}["mse_loss fwd+bwd"].bytes == 4.0 * n * 3
+    ce = {c.op: c for c in loss.cases()}["cross_entropy fwd+bwd"]
+    assert ce.bytes == 4.0 * 8192 * 4096 * 2 and ce.working_set == ce.bytes
+
+
+def test_last_level_cache_size_is_read():
+    """On Linux the size comes from sysfs; anywhere it is a size or 0 (unknown)."""
+    import sys
+    from fastnn.bench import core
+    n = core.last_level_cache_bytes()
+    assert n >= 0
+    if sys.platform.startswith("linux") and os.path.isdir("/sys/devices/system/cpu/cpu0/cache"):
+        assert n >= 256 << 10
