@@ -90,7 +90,7 @@ static inline float *fnn_sgz_buffer(void)
         pthread_once(&fnn_sgz_once, fnn_sgz_make_key);
         if (!fnn_sgz_key_ok)
             return NULL;
-        raw = (char *)fnn_alloc((size_t)FNN_SGZ_KC *
+        raw = (char *)fnn_alloc_absorbed((size_t)FNN_SGZ_KC *
                                     (FNN_SGZ_NC + (FNN_SGZ_TRANS_A ? FNN_SGZ_MC : 0)) + 16,
                                 sizeof(float));
         if (raw == NULL)
