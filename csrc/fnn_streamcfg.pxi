@@ -4,6 +4,7 @@
 cdef extern from "fnn_stream.h" nogil:
     Py_ssize_t fnn_stream_min_bytes()
     Py_ssize_t fnn_stream_set_min_bytes(Py_ssize_t n)
+    Py_ssize_t fnn_llc_bytes()
 
 
 def _stream_min_bytes(Py_ssize_t n=-1):
@@ -14,3 +15,9 @@ def _stream_min_bytes(Py_ssize_t n=-1):
     if n < 0:
         return fnn_stream_min_bytes()
     return fnn_stream_set_min_bytes(n)
+
+
+def _llc_bytes():
+    """The last-level cache size (bytes) the default threshold is half of: Linux's sysfs
+    entries of cpu0, else glibc's sysconf; 0 where neither says.  Not an op."""
+    return fnn_llc_bytes()

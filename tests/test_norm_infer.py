@@ -102,3 +102,21 @@ def test_streamed_and_plain_stores_give_the_same_bits(dtype):
         np.testing.assert_array_equal(a, c)
     for m in mods:
         assert m._stream_min_bytes() >= 16 << 20
+
+
+def test_stream_threshold_is_half_the_sysfs_last_level_cache():
+    """The default threshold is max(16 MiB, half the last-level cache), the cache size read
+    from Linux's sysfs as fastnn bench reads it (not glibc's sysconf, which said 256 MiB
+    for a Zen 3 VM's 32 MiB L3 and so kept a 25 MiB layer_norm output from streaming)."""
+    import importlib
+    from fastnn.bench.core import last_level_cache_bytes
+    be = backend("cpu")
+    for m in (importlib.import_module(be.layer_norm.__module__),
+              importlib.import_module(be.softmax_backward.__module__)):
+        llc = m._llc_bytes()
+        assert llc >= 0
+        sysfs = last_level_cache_bytes()
+        if sysfs:                  # Linux with sysfs cache entries: the same reading
+            assert llc == sysfs
+        m._stream_min_bytes(0)
+        assert m._stream_min_bytes() == max(16 << 20, llc // 2)
