@@ -22,14 +22,15 @@ cdef dgemm64_t _dgemm64 = NULL
 cdef extern from "fnn_sgemm.h" nogil:
     int FNN_HAVE_SGZ
     int FNN_SGZ_TRANS_A
+    int fnn_sgemm_z_takes(int trans_a, Py_ssize_t K, Py_ssize_t lda)
     int fnn_sgemm_z(int trans_a, int trans_b, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K,
                     float alpha, const float* A, Py_ssize_t lda, const float* B, Py_ssize_t ldb,
                     float beta, float* C, Py_ssize_t ldc, const float* bias)
 
 # float32 GEMMs of at least this size run fastnn's own kernel (fnn_sgemm.h): in the avx512
 # build 5-20% faster than OpenBLAS's on one core of the machines measured; in the avx2 build
-# (6 x 16 tiles) 0-7% faster on a Zen 3 core for depths up to 512, deeper products and a
-# transposed A left to BLAS (fnn_sgemm.h).
+# (6 x 16 tiles) 0-7% faster on a Zen 3 core, a transposed A and deep products read from
+# rows a multiple of 4 KiB apart left to BLAS (fnn_sgemm.h: fnn_sgemm_z_takes).
 # FASTNN_SGEMM=blas (read at import) or _use_own_sgemm(False) keeps every GEMM on BLAS.
 cdef bint _sgz_on = False
 
@@ -50,6 +51,12 @@ def _own_sgemm_on():
 def _own_sgemm_takes_transposed_a():
     """Whether op(A) = A^T runs on the own kernel too (the avx512 build) rather than BLAS."""
     return bool(_sgz_on and FNN_SGZ_TRANS_A)
+
+
+def _own_sgemm_takes(bint trans_a, Py_ssize_t K, Py_ssize_t lda):
+    """Whether a float32 product of depth K with A's rows lda floats apart (A stored
+    (K, M) when trans_a) runs on the own kernel now (else BLAS); tests."""
+    return bool(_sgz_on and fnn_sgemm_z_takes(trans_a, K, lda))
 
 
 def _own_sgemm_default():

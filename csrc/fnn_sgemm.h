@@ -58,8 +58,12 @@
 #define FNN_SGZ_MC 144     /* rows of a block of A (24 tiles) */
 /* Left to BLAS, where OpenBLAS's Haswell kernels were faster on one Zen 3 core: a
  * transposed A (A^T B, a weight gradient; packed here it ran at 81-91 GFLOP/s against
- * 93-94, benchmarks/sgemm.py), and depths past 512 (K 768-3072 at M 512: 0.94-1.01x
- * OpenBLAS's rate; K <= 512: 1.00-1.07x). */
+ * 93-94, benchmarks/sgemm.py; with a vectorised pack and MC 48-144, 85-91 against 88-95),
+ * and depths past 512 read from an A whose rows are a multiple of 4 KiB apart (K = lda
+ * 1024-3072 at M 512: 89-93 GFLOP/s against 90-93).  Those rows share their L1 sets: the
+ * tile's 6 x 256 floats of A fill 6 of the 8 ways of 16 sets, and the packed B panel
+ * streaming past evicts them.  The same depths with rows 16 floats longer ran at 92-96
+ * against 90-93, and K 768 at 95-96 against 93. */
 #define FNN_SGZ_TRANS_A 0
 #define FNN_SGZ_KMAX 512
 #endif
@@ -414,10 +418,12 @@ fnn_sgz_tile(const int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks, const flo
              const float *bias, int first)
 {
     __m256 c0[FNN_SGZ_MR], c1[FNN_SGZ_MR];
-    if (first)
+    /* C's rows, wanted after the k loop: stored (first k block) or read and stored (the
+       later ones -- prefetching only the first block's left a deep product's later
+       blocks waiting on C: K 512-2048 at M 512 ran 89-92 GFLOP/s, 93-97 with it) */
 #pragma GCC unroll 6
-        for (int r = 0; r < mr; r++)
-            __builtin_prefetch(c + r * ldc, 1, 3);
+    for (int r = 0; r < mr; r++)
+        __builtin_prefetch(c + r * ldc, 1, 3);
 #pragma GCC unroll 6
     for (int r = 0; r < mr; r++) {
         c0[r] = _mm256_setzero_ps();
@@ -538,22 +544,34 @@ fnn_sgz_block(int trans_a, const float *A, ptrdiff_t lda, const float *pa, ptrdi
  * values) or NULL: with it C = alpha op(A) op(B) + bias[column] (beta ignored, C not
  * read: a linear layer's bias added in the first k block's stores, the same bits as a C
  * filled with the bias and beta = 1).  Returns 0, or -1 (C untouched) when the packing
- * buffer cannot be had, or for a transposed A or a depth past FNN_SGZ_KMAX in a build
- * that leaves those to BLAS (the avx2 build): the caller then runs BLAS. */
+ * buffer cannot be had, or for a product the build leaves to BLAS (fnn_sgemm_z_takes:
+ * the avx2 build's transposed A, and depths past FNN_SGZ_KMAX read from rows a multiple
+ * of 4 KiB apart): the caller then runs BLAS. */
+/* Whether this build's kernel takes a product of depth K with A's rows lda apart (A
+ * stored (M, K); trans_a: (K, M)); 0: fnn_sgemm_z returns -1 for it. */
+static inline int
+fnn_sgemm_z_takes(int trans_a, ptrdiff_t K, ptrdiff_t lda)
+{
+#if !FNN_SGZ_TRANS_A
+    if (trans_a)
+        return 0;
+#endif
+#if defined(FNN_SGZ_KMAX)
+    if (!trans_a && K > FNN_SGZ_KMAX && (lda & 1023) == 0)
+        return 0;
+#endif
+    (void)trans_a; (void)K; (void)lda;
+    return 1;
+}
+
 static int
 fnn_sgemm_z(int trans_a, int trans_b, ptrdiff_t M, ptrdiff_t N, ptrdiff_t K, float alpha,
             const float *A, ptrdiff_t lda, const float *B, ptrdiff_t ldb, float beta,
             float *C, ptrdiff_t ldc, const float *bias)
 {
     float *pb, *pa;
-#if !FNN_SGZ_TRANS_A
-    if (trans_a)
+    if (!fnn_sgemm_z_takes(trans_a, K, lda))
         return -1;         /* the caller runs BLAS */
-#endif
-#if defined(FNN_SGZ_KMAX)
-    if (K > FNN_SGZ_KMAX)
-        return -1;
-#endif
     pb = fnn_sgz_buffer();
     if (pb == NULL)
         return -1;
@@ -583,6 +601,12 @@ fnn_sgemm_z(int trans_a, int trans_b, ptrdiff_t M, ptrdiff_t N, ptrdiff_t K, flo
 #else
 #define FNN_HAVE_SGZ 0
 #define FNN_SGZ_TRANS_A 0
+static inline int
+fnn_sgemm_z_takes(int trans_a, ptrdiff_t K, ptrdiff_t lda)
+{
+    (void)trans_a; (void)K; (void)lda;
+    return 0;
+}
 static inline int
 fnn_sgemm_z(int trans_a, int trans_b, ptrdiff_t M, ptrdiff_t N, ptrdiff_t K, float alpha,
             const float *A, ptrdiff_t lda, const float *B, ptrdiff_t ldb, float beta,

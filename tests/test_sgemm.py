@@ -127,6 +127,35 @@ def test_sgemm_output_does_not_depend_on_its_tile(mod, ta):
     np.testing.assert_array_equal(part, full[25:, :40])
 
 
+@pytest.mark.parametrize("mod", MODS)
+def test_sgemm_routes_deep_products(mod):
+    """Which products the own kernel takes: every depth from rows whose stride is not a
+    multiple of 4 KiB (deep ones too); the avx2 build leaves depths past 512 read from
+    rows a multiple of 4 KiB apart, and a transposed A, to BLAS (fnn_sgemm.h); the
+    avx512 build takes them all.  The deep products it takes match float64 (K = 1000 and
+    a padded 1024: four k blocks, C read back after the first)."""
+    if not mod._use_own_sgemm(True):
+        pytest.skip("this variant has no own float32 GEMM (the base build: BLAS only)")
+    try:
+        avx2 = mod.__name__.split(".")[-2] == "avx2"
+        assert mod._own_sgemm_takes(False, 512, 512)
+        assert mod._own_sgemm_takes(False, 1000, 1000)
+        assert mod._own_sgemm_takes(False, 1024, 1040)
+        assert mod._own_sgemm_takes(False, 3072, 3072) is not avx2
+        assert mod._own_sgemm_takes(False, 1024, 2048) is not avx2
+        assert mod._own_sgemm_takes(True, 1024, 128) is mod._own_sgemm_takes_transposed_a()
+        for M, N, K, pad in ((50, 70, 1000, 0), (31, 47, 1024, 16), (13, 300, 700, 3)):
+            _check(mod, M, N, K, False, False, 1.0, 0.0, pad=pad, seed=11)
+            _check(mod, M, N, K, False, True, 0.5, 1.0, pad=pad, seed=12)
+    finally:
+        mod._use_own_sgemm(mod._own_sgemm_default())
+    mod._use_own_sgemm(False)
+    try:
+        assert not mod._own_sgemm_takes(False, 512, 512)
+    finally:
+        mod._use_own_sgemm(mod._own_sgemm_default())
+
+
 def test_sgemm_asm_header_is_generated():
     """csrc/fnn_sgemm_asm.h is tools/gen_sgemm_asm.py's output, unedited."""
     r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "gen_sgemm_asm.py"), "--check"],
