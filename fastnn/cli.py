@@ -126,8 +126,9 @@ def gemm_line(info):
     own_build = "avx512" in info["variants"] or "avx2" in info["variants"]
     return "float32 GEMM: " + {
         "own": ("fastnn's own AVX-512 kernel" if "avx512" in info["variants"] else
-                "fastnn's own AVX2 kernel up to depth 512, NumPy's OpenBLAS for A^T B and "
-                "deeper products") + " (FASTNN_SGEMM=blas: NumPy's OpenBLAS)",
+                "fastnn's own AVX2 kernel, NumPy's OpenBLAS for A^T B and for depths past "
+                "512 over rows a multiple of 4 KiB apart")
+               + " (FASTNN_SGEMM=blas: NumPy's OpenBLAS)",
         "numpy-openblas": "NumPy's OpenBLAS" + (" (FASTNN_SGEMM=blas)" if own_build else ""),
         "scipy-blas": "SciPy's BLAS",
     }.get(info.get("gemm"), "-")
