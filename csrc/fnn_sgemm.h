@@ -539,14 +539,6 @@ fnn_sgz_block(int trans_a, const float *A, ptrdiff_t lda, const float *pa, ptrdi
     }
 }
 
-/* Row-major C[M, N] = alpha op(A) op(B) + beta C; op(A) is M x K (A stored (K, M) when
- * trans_a), op(B) is K x N (B stored (N, K) when trans_b).  M, N, K > 0.  bias (N
- * values) or NULL: with it C = alpha op(A) op(B) + bias[column] (beta ignored, C not
- * read: a linear layer's bias added in the first k block's stores, the same bits as a C
- * filled with the bias and beta = 1).  Returns 0, or -1 (C untouched) when the packing
- * buffer cannot be had, or for a product the build leaves to BLAS (fnn_sgemm_z_takes:
- * the avx2 build's transposed A, and depths past FNN_SGZ_KMAX read from rows a multiple
- * of 4 KiB apart): the caller then runs BLAS. */
 /* Whether this build's kernel takes a product of depth K with A's rows lda apart (A
  * stored (M, K); trans_a: (K, M)); 0: fnn_sgemm_z returns -1 for it. */
 static inline int
@@ -564,6 +556,14 @@ fnn_sgemm_z_takes(int trans_a, ptrdiff_t K, ptrdiff_t lda)
     return 1;
 }
 
+/* Row-major C[M, N] = alpha op(A) op(B) + beta C; op(A) is M x K (A stored (K, M) when
+ * trans_a), op(B) is K x N (B stored (N, K) when trans_b).  M, N, K > 0.  bias (N
+ * values) or NULL: with it C = alpha op(A) op(B) + bias[column] (beta ignored, C not
+ * read: a linear layer's bias added in the first k block's stores, the same bits as a C
+ * filled with the bias and beta = 1).  Returns 0, or -1 (C untouched) when the packing
+ * buffer cannot be had, or for a product the build leaves to BLAS (fnn_sgemm_z_takes:
+ * the avx2 build's transposed A, and depths past FNN_SGZ_KMAX read from rows a multiple
+ * of 4 KiB apart): the caller then runs BLAS. */
 static int
 fnn_sgemm_z(int trans_a, int trans_b, ptrdiff_t M, ptrdiff_t N, ptrdiff_t K, float alpha,
             const float *A, ptrdiff_t lda, const float *B, ptrdiff_t ldb, float beta,
