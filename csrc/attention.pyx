@@ -298,7 +298,7 @@ cdef inline bint _short_train(const Geo* g, const void* mk) noexcept nogil:
     """The training forward / backward of every (b, h) pair runs fnn_attn_short.h's
     whole-pair kernels (no tiles, no BLAS): float32, no mask beyond is_causal (dropout
     with the tiled path's Philox mask), queries and keys <= FNN_ATS_LMAX, head widths
-    multiples of 16 <= 64, and a build with them (AVX-512).  By shape and build only, the
+    multiples of 16 <= 64, and a build with them (AVX-512 or AVX2).  By shape and build only, the
     same for both passes."""
     return mk == NULL and fnn_atb_fits(g.L, g.S, g.E, g.Ev) != 0
 
@@ -974,7 +974,7 @@ cdef inline void _short_task(const float* q, const float* k, const float* v, flo
 include "fnn_sgpool.pxi"
 SHORT_ATTENTION_POOL = _sg_pool != NULL
 # this build runs training attention of short sequences as whole-pair kernels
-# (_short_train: the AVX-512 build)
+# (_short_train: the avx512 and avx2 builds)
 SHORT_TRAIN = fnn_atb_fits(1, 1, 16, 16) != 0
 
 

@@ -11,7 +11,7 @@
  * the probability-weighted sum of value rows, then times 1 / sum.  No reduction across
  * vector lanes: every score and every output element is summed in an order fixed by the
  * shapes alone, whatever the thread count (one FMA chain over the features per score,
- * over the keys per output element; on AVX-512 four query rows run side by side, which
+ * over the keys per output element; on AVX-512 and AVX2 four query rows run side by side, which
  * gives the FMA units independent chains and loads each key and value row once for
  * four rows).  A NaN score makes its row NaN; a range
  * without keys, or a row whose scores are all -inf, gives zeros (the tiled path's
@@ -80,6 +80,27 @@ static inline void fnn_ats_transpose(const float *x, ptrdiff_t ld, ptrdiff_t n, 
             fnn_transpose16_ps(r);
             for (int i = 0; i < w; i++)
                 _mm512_store_ps(t + (e0 + i) * FNN_ATS_LMAX + j0, r[i]);
+        }
+    }
+#elif defined(FNN_HAVE_AVX2)
+    /* 8 x 8 blocks (fnn_transpose8_ps): key rows past n are zeros, features past E are
+     * masked off the loads and not stored */
+    const __m256 vs = _mm256_set1_ps(scale);
+    const ptrdiff_t lp = (n + 15) / 16 * 16;
+    for (ptrdiff_t j0 = 0; j0 < lp; j0 += 8) {
+        const int rows = n - j0 >= 8 ? 8 : n - j0 > 0 ? (int)(n - j0) : 0;
+        for (ptrdiff_t e0 = 0; e0 < E; e0 += 8) {
+            const int w = E - e0 < 8 ? (int)(E - e0) : 8;
+            const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(w),
+                                                 _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+            __m256 r[8];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++)
+                r[i] = i < rows ? _mm256_mul_ps(_mm256_maskload_ps(x + (j0 + i) * ld + e0, m), vs)
+                                : _mm256_setzero_ps();
+            fnn_transpose8_ps(r);
+            for (int i = 0; i < w; i++)
+                _mm256_store_ps(t + (e0 + i) * FNN_ATS_LMAX + j0, r[i]);
         }
     }
 #else
@@ -242,6 +263,163 @@ static int fnn_ats_rows4_vec(int nv, const float *q, ptrdiff_t qld, const float 
     }
 }
 #undef FNN_ATS_NV4
+#elif defined(FNN_HAVE_AVX2)
+/* The avx2 build's forms.  Sixteen ymm registers hold a tile of four rows by 16 keys or
+ * 16 features (8 sums) with its operands, so every pass below works on one 16-float chunk
+ * at a time and walks the chunks; each score, weight sum and gradient element is still one
+ * FMA chain in an order fixed by the shapes. */
+
+/* x[r][0..1] = sum_e a_r[e] * t[e][0..16) for four rows a_r: one FMA chain over e in order
+ * per score, the 8 chains side by side, each t row loaded once for the four rows.  The
+ * forward's scores and the backward's recomputation of them are this one function: the
+ * same bits. */
+static inline __attribute__((always_inline)) void
+fnn_ats_dots4x16(const float *const *a, const float *t, ptrdiff_t E, __m256 (*x)[2])
+{
+    __m256 acc[4][2];
+    for (int r = 0; r < 4; r++)
+        acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (ptrdiff_t e = 0; e < E; e++) {
+        const __m256 t0 = _mm256_load_ps(t + e * FNN_ATS_LMAX);
+        const __m256 t1 = _mm256_load_ps(t + e * FNN_ATS_LMAX + 8);
+        for (int r = 0; r < 4; r++) {
+            const __m256 b = _mm256_broadcast_ss(a[r] + e);
+            acc[r][0] = _mm256_fmadd_ps(b, t0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(b, t1, acc[r][1]);
+        }
+    }
+    for (int r = 0; r < 4; r++) {
+        x[r][0] = acc[r][0];
+        x[r][1] = acc[r][1];
+    }
+}
+
+/* all-ones in the lanes below `left` (clamped to 0..8) */
+static inline __m256 fnn_ats_live8(ptrdiff_t left)
+{
+    const int l = left >= 8 ? 8 : left > 0 ? (int)left : 0;
+    return _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(l),
+                                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+}
+
+/* a[0..1] += sum_{j0 <= j < n} p[j] x_j (16 floats of rows x + j xld) */
+static inline __attribute__((always_inline)) void
+fnn_ats_wsum_rest(const float *p, const float *x, ptrdiff_t xld, ptrdiff_t j0, ptrdiff_t n,
+                  __m256 *a)
+{
+    __m256 a0 = a[0], a1 = a[1];
+    for (ptrdiff_t j = j0; j < n; j++) {
+        const __m256 b = _mm256_broadcast_ss(p + j);
+        a0 = _mm256_fmadd_ps(b, _mm256_loadu_ps(x + j * xld), a0);
+        a1 = _mm256_fmadd_ps(b, _mm256_loadu_ps(x + j * xld + 8), a1);
+    }
+    a[0] = a0;
+    a[1] = a1;
+}
+
+/* o[r][0..1] = sum_{j < n[r]} p_r[j] x_j (16 floats of rows x + j xld; p rows of
+ * FNN_ATS_LMAX) for four rows: one FMA chain over the keys in order per output element,
+ * each x row loaded once for the rows that see it (the keys all four see first, then each
+ * row's own). */
+static inline __attribute__((always_inline)) void
+fnn_ats_wsum4x16(const float *p, const float *x, ptrdiff_t xld, const ptrdiff_t *n,
+                 __m256 (*o)[2])
+{
+    __m256 acc[4][2];
+    for (int r = 0; r < 4; r++)
+        acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    ptrdiff_t jc = n[0];
+    for (int r = 1; r < 4; r++)
+        jc = n[r] < jc ? n[r] : jc;
+    for (ptrdiff_t j = 0; j < jc; j++) {
+        const __m256 x0 = _mm256_loadu_ps(x + j * xld), x1 = _mm256_loadu_ps(x + j * xld + 8);
+        for (int r = 0; r < 4; r++) {
+            const __m256 b = _mm256_broadcast_ss(p + r * FNN_ATS_LMAX + j);
+            acc[r][0] = _mm256_fmadd_ps(b, x0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(b, x1, acc[r][1]);
+        }
+    }
+    /* each row's own keys: a call per row with its accumulators (a loop over the rows
+     * kept them in memory) */
+    fnn_ats_wsum_rest(p, x, xld, jc, n[0], acc[0]);
+    fnn_ats_wsum_rest(p + FNN_ATS_LMAX, x, xld, jc, n[1], acc[1]);
+    fnn_ats_wsum_rest(p + 2 * FNN_ATS_LMAX, x, xld, jc, n[2], acc[2]);
+    fnn_ats_wsum_rest(p + 3 * FNN_ATS_LMAX, x, xld, jc, n[3], acc[3]);
+    for (int r = 0; r < 4; r++) {
+        o[r][0] = acc[r][0];
+        o[r][1] = acc[r][1];
+    }
+}
+
+/* Four query rows (as fnn_ats_rows4_512, in 16-key and 16-feature chunks): the scores
+ * into s, softmax per row on whole vectors (lanes past n[r] -inf: exp gives 0), then each
+ * 16-float chunk of the output rows.  Ev a multiple of 16 up to FNN_ATS_EMAX. */
+static int fnn_ats_rows4_vec(int nv, const float *q, ptrdiff_t qld, const float *kt,
+                             ptrdiff_t E, const float *v, ptrdiff_t vld, const ptrdiff_t *n,
+                             ptrdiff_t Ev, float *const *out, float *s, float *lse,
+                             const float *mult)
+{
+    if (Ev % 16 || Ev > FNN_ATS_EMAX)
+        return 0;
+    const float *qr[4] = {q, q + qld, q + 2 * qld, q + 3 * qld};
+    __m256 x[4][2];
+    for (int u = 0; u < nv; u++) {
+        fnn_ats_dots4x16(qr, kt + 16 * u, E, x);
+        for (int r = 0; r < 4; r++) {
+            _mm256_store_ps(s + r * FNN_ATS_LMAX + 16 * u, x[r][0]);
+            _mm256_store_ps(s + r * FNN_ATS_LMAX + 16 * u + 8, x[r][1]);
+        }
+    }
+    float inv[4];
+    int bad[4];
+    for (int r = 0; r < 4; r++) {
+        float *sr = s + r * FNN_ATS_LMAX;
+        const __m256 ninf = _mm256_set1_ps(-INFINITY);
+        __m256 mx = ninf, nan = _mm256_setzero_ps(), sum = _mm256_setzero_ps();
+        for (int h = 0; h < 2 * nv; h++) {
+            const __m256 a = _mm256_blendv_ps(ninf, _mm256_load_ps(sr + 8 * h),
+                                              fnn_ats_live8(n[r] - 8 * h));
+            nan = _mm256_or_ps(nan, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+            mx = _mm256_max_ps(mx, a);
+            _mm256_store_ps(sr + 8 * h, a);
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        const float m = _mm_cvtss_f32(_mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1)));
+        bad[r] = _mm256_movemask_ps(nan) ? 1 : m == -INFINITY ? 2 : 0;
+        if (bad[r]) {
+            inv[r] = 0.0f;
+            if (lse)
+                lse[r] = bad[r] == 1 ? NAN : -INFINITY;
+            for (int h = 0; h < 2 * nv; h++)
+                _mm256_store_ps(sr + 8 * h, _mm256_setzero_ps());
+            continue;
+        }
+        const __m256 vm = _mm256_set1_ps(m);
+        for (int h = 0; h < 2 * nv; h++) {
+            __m256 p = fnn_exp_nonpos_ps(_mm256_sub_ps(_mm256_load_ps(sr + 8 * h), vm));
+            sum = _mm256_add_ps(sum, p);      /* the denominator: weights before dropout */
+            if (mult)
+                p = _mm256_mul_ps(p, _mm256_load_ps(mult + r * FNN_ATS_LMAX + 8 * h));
+            _mm256_store_ps(sr + 8 * h, p);
+        }
+        const float tot = fnn_hsum8(sum);
+        inv[r] = 1.0f / tot;
+        if (lse)
+            lse[r] = m + logf(tot);
+    }
+    for (ptrdiff_t c0 = 0; c0 < Ev; c0 += 16) {
+        __m256 o[4][2];
+        fnn_ats_wsum4x16(s, v + c0, vld, n, o);
+        for (int r = 0; r < 4; r++) {
+            const __m256 vi = bad[r] == 1 ? _mm256_set1_ps(NAN)
+                            : bad[r] ? _mm256_setzero_ps() : _mm256_set1_ps(inv[r]);
+            _mm256_storeu_ps(out[r] + c0, bad[r] ? vi : _mm256_mul_ps(o[r][0], vi));
+            _mm256_storeu_ps(out[r] + c0 + 8, bad[r] ? vi : _mm256_mul_ps(o[r][1], vi));
+        }
+    }
+    return 1;
+}
 #else
 static int fnn_ats_rows4_vec(int nv, const float *q, ptrdiff_t qld, const float *kt,
                              ptrdiff_t E, const float *v, ptrdiff_t vld, const ptrdiff_t *n,
@@ -376,7 +554,8 @@ static void fnn_ats_head_f32(const float *q, ptrdiff_t qld, const float *k, ptrd
 }
 
 /* Training backward of one (sequence, head) whose queries and keys fit L1 (L, S <=
- * FNN_ATS_LMAX; E, Ev multiples of 16 up to FNN_ATB_EMAX; AVX-512).  The tiled path spent
+ * FNN_ATS_LMAX; E, Ev multiples of 16 up to FNN_ATB_EMAX; AVX-512, or AVX2 in 16-float
+ * chunks: fnn_atb_pair256).  The tiled path spent
  * ~1 ms per GPT-demo layer (64 pairs of 64 x 64 x 32) in per-tile BLAS calls; here a pair
  * is a few microseconds of register-tiled loops.  Per query row i: P_i = exp(scores_i -
  * lse_i) (the forward's scores: scaled keys transposed on the stack, the same sums),
@@ -395,6 +574,30 @@ fnn_atb_rowdot4(const float *const *a, const float *t, ptrdiff_t E, int nu, __m5
     case 2: fnn_ats_dots4(2, a, t, E, x); break;
     case 3: fnn_ats_dots4(3, a, t, E, x); break;
     default: fnn_ats_dots4(4, a, t, E, x); break;
+    }
+}
+
+/* one dQ row's keys j0..n past the pairs it shares with its neighbour (fnn_atb_dq2): key
+ * pairs into the even (c0) and odd (c1) chains, an odd last key into the even one.  A
+ * function of its own, called with each row's arrays: selecting the arrays by a pointer
+ * kept them in memory (a store of every accumulator per key pair). */
+static inline __attribute__((always_inline)) void
+fnn_atb_dq_rest(int ne, const float *d, ptrdiff_t j0, ptrdiff_t n, const float *k,
+                ptrdiff_t kld, __m512 *c0, __m512 *c1)
+{
+    ptrdiff_t jj = j0;
+    for (; jj + 2 <= n; jj += 2) {
+        const __m512 s0 = _mm512_set1_ps(d[jj]), s1 = _mm512_set1_ps(d[jj + 1]);
+        const float *kr = k + jj * kld;
+        for (int c = 0; c < ne; c++) {
+            c0[c] = _mm512_fmadd_ps(s0, _mm512_loadu_ps(kr + 16 * c), c0[c]);
+            c1[c] = _mm512_fmadd_ps(s1, _mm512_loadu_ps(kr + kld + 16 * c), c1[c]);
+        }
+    }
+    if (jj < n) {
+        const __m512 s0 = _mm512_set1_ps(d[jj]);
+        for (int c = 0; c < ne; c++)
+            c0[c] = _mm512_fmadd_ps(s0, _mm512_loadu_ps(k + jj * kld + 16 * c), c0[c]);
     }
 }
 
@@ -423,25 +626,8 @@ fnn_atb_dq2(int ne, const float *d0, ptrdiff_t n0, const float *d1, ptrdiff_t n1
             b1[c] = _mm512_fmadd_ps(t1, x1, b1[c]);
         }
     }
-    for (int r = 0; r < 2; r++) {
-        const float *d = r ? d1 : d0;
-        const ptrdiff_t n = r ? n1 : n0;
-        __m512 *c0 = r ? b0 : a0, *c1 = r ? b1 : a1;
-        ptrdiff_t jj = jc;
-        for (; jj + 2 <= n; jj += 2) {
-            const __m512 s0 = _mm512_set1_ps(d[jj]), s1 = _mm512_set1_ps(d[jj + 1]);
-            const float *kr = k + jj * kld;
-            for (int c = 0; c < ne; c++) {
-                c0[c] = _mm512_fmadd_ps(s0, _mm512_loadu_ps(kr + 16 * c), c0[c]);
-                c1[c] = _mm512_fmadd_ps(s1, _mm512_loadu_ps(kr + kld + 16 * c), c1[c]);
-            }
-        }
-        if (jj < n) {
-            const __m512 s0 = _mm512_set1_ps(d[jj]);
-            for (int c = 0; c < ne; c++)
-                c0[c] = _mm512_fmadd_ps(s0, _mm512_loadu_ps(k + jj * kld + 16 * c), c0[c]);
-        }
-    }
+    fnn_atb_dq_rest(ne, d0, jc, n0, k, kld, a0, a1);
+    fnn_atb_dq_rest(ne, d1, jc, n1, k, kld, b0, b1);
     for (int c = 0; c < ne; c++) {
         _mm512_storeu_ps(q0 + 16 * c, _mm512_add_ps(a0[c], a1[c]));
         if (q1)
@@ -574,17 +760,201 @@ fnn_atb_pair512(int ne, int nev, const float *q, ptrdiff_t qld, const float *k, 
                             dk, dkld, dv, dvld, L, S, scale, causal, ws, drop, row0); return 1; \
     default: return 0;                                                                   \
     }
+#elif defined(FNN_HAVE_AVX2)
+/* fnn_atb_dq_rest on 16 features in two 8-lane vectors */
+static inline __attribute__((always_inline)) void
+fnn_atb_dq_rest8(const float *d, ptrdiff_t j0, ptrdiff_t n, const float *k, ptrdiff_t kld,
+                 __m256 *c0, __m256 *c1)
+{
+    ptrdiff_t jj = j0;
+    for (; jj + 2 <= n; jj += 2) {
+        const __m256 s0 = _mm256_broadcast_ss(d + jj), s1 = _mm256_broadcast_ss(d + jj + 1);
+        const float *kr = k + jj * kld;
+        for (int c = 0; c < 2; c++) {
+            c0[c] = _mm256_fmadd_ps(s0, _mm256_loadu_ps(kr + 8 * c), c0[c]);
+            c1[c] = _mm256_fmadd_ps(s1, _mm256_loadu_ps(kr + kld + 8 * c), c1[c]);
+        }
+    }
+    if (jj < n) {
+        const __m256 s0 = _mm256_broadcast_ss(d + jj);
+        for (int c = 0; c < 2; c++)
+            c0[c] = _mm256_fmadd_ps(s0, _mm256_loadu_ps(k + jj * kld + 8 * c), c0[c]);
+    }
+}
+
+/* dQ rows i (n0 keys) and i + 1 (n1 keys), the 16 features from k's first column (k, q0
+ * and q1 offset to the chunk): as fnn_atb_dq2 -- two chains per element (even and odd
+ * keys; an odd last key into the even chain), the rows side by side over their common key
+ * pairs, then each row's rest */
+static inline __attribute__((always_inline)) void
+fnn_atb_dq2x16(const float *d0, ptrdiff_t n0, const float *d1, ptrdiff_t n1, const float *k,
+               ptrdiff_t kld, float *q0, float *q1)
+{
+    __m256 a0[2], a1[2], b0[2], b1[2];
+    for (int c = 0; c < 2; c++)
+        a0[c] = a1[c] = b0[c] = b1[c] = _mm256_setzero_ps();
+    const ptrdiff_t jc = (n0 < n1 ? n0 : n1) & ~(ptrdiff_t)1;
+    ptrdiff_t j;
+    for (j = 0; j < jc; j += 2) {
+        const __m256 s0 = _mm256_broadcast_ss(d0 + j), s1 = _mm256_broadcast_ss(d0 + j + 1);
+        const __m256 t0 = _mm256_broadcast_ss(d1 + j), t1 = _mm256_broadcast_ss(d1 + j + 1);
+        const float *kr = k + j * kld;
+        for (int c = 0; c < 2; c++) {
+            const __m256 x0 = _mm256_loadu_ps(kr + 8 * c), x1 = _mm256_loadu_ps(kr + kld + 8 * c);
+            a0[c] = _mm256_fmadd_ps(s0, x0, a0[c]);
+            a1[c] = _mm256_fmadd_ps(s1, x1, a1[c]);
+            b0[c] = _mm256_fmadd_ps(t0, x0, b0[c]);
+            b1[c] = _mm256_fmadd_ps(t1, x1, b1[c]);
+        }
+    }
+    fnn_atb_dq_rest8(d0, jc, n0, k, kld, a0, a1);
+    fnn_atb_dq_rest8(d1, jc, n1, k, kld, b0, b1);
+    for (int c = 0; c < 2; c++) {
+        _mm256_storeu_ps(q0 + 8 * c, _mm256_add_ps(a0[c], a1[c]));
+        if (q1)
+            _mm256_storeu_ps(q1 + 8 * c, _mm256_add_ps(b0[c], b1[c]));
+    }
+}
+
+/* out[j] (16 floats from out's first column, stride old) = sum_{i = i0}^{L-1} w[i][j] a_i
+ * for the four keys j0..j0+3 (w rows of FNN_ATS_LMAX, a rows of stride ald, offset to the
+ * chunk); rows j >= S not written */
+static inline __attribute__((always_inline)) void
+fnn_atb_cols4x16(const float *w, const float *a, ptrdiff_t ald, ptrdiff_t i0, ptrdiff_t L,
+                 ptrdiff_t j0, ptrdiff_t S, float *out, ptrdiff_t old)
+{
+    __m256 c0[2], c1[2], c2[2], c3[2];
+    for (int c = 0; c < 2; c++)
+        c0[c] = c1[c] = c2[c] = c3[c] = _mm256_setzero_ps();
+    for (ptrdiff_t i = i0; i < L; i++) {
+        const float *wr = w + i * FNN_ATS_LMAX + j0, *ar = a + i * ald;
+        const __m256 w0 = _mm256_broadcast_ss(wr), w1 = _mm256_broadcast_ss(wr + 1);
+        const __m256 w2 = _mm256_broadcast_ss(wr + 2), w3 = _mm256_broadcast_ss(wr + 3);
+        for (int c = 0; c < 2; c++) {
+            const __m256 x = _mm256_loadu_ps(ar + 8 * c);
+            c0[c] = _mm256_fmadd_ps(w0, x, c0[c]);
+            c1[c] = _mm256_fmadd_ps(w1, x, c1[c]);
+            c2[c] = _mm256_fmadd_ps(w2, x, c2[c]);
+            c3[c] = _mm256_fmadd_ps(w3, x, c3[c]);
+        }
+    }
+    for (int c = 0; c < 2; c++) {
+        _mm256_storeu_ps(out + j0 * old + 8 * c, c0[c]);
+        if (j0 + 1 < S) _mm256_storeu_ps(out + (j0 + 1) * old + 8 * c, c1[c]);
+        if (j0 + 2 < S) _mm256_storeu_ps(out + (j0 + 2) * old + 8 * c, c2[c]);
+        if (j0 + 3 < S) _mm256_storeu_ps(out + (j0 + 3) * old + 8 * c, c3[c]);
+    }
+}
+
+/* The backward of one pair on the avx2 build: fnn_atb_pair512's steps in 16-key and
+ * 16-feature chunks.  Per four query rows and 16-key chunk: the scores (fnn_ats_dots4x16,
+ * the forward's sums), P into the dS rows, then dP (the same function over dO and the
+ * values transposed) and dS over them. */
+static void fnn_atb_pair256(const float *q, ptrdiff_t qld, const float *k, ptrdiff_t kld,
+                            const float *v, ptrdiff_t vld, const float *dout, ptrdiff_t old,
+                            const float *lse, const float *D, float *dq, ptrdiff_t dqld,
+                            float *dk, ptrdiff_t dkld, float *dv, ptrdiff_t dvld, ptrdiff_t L,
+                            ptrdiff_t S, ptrdiff_t E, ptrdiff_t Ev, float scale, int causal,
+                            float *ws, const fnn_ats_drop *drop, uint64_t row0)
+{
+    float mult[4 * FNN_ATS_LMAX] __attribute__((aligned(64)));
+    const ptrdiff_t LM = FNN_ATS_LMAX;
+    float *kt = ws, *vt = kt + FNN_ATB_EMAX * LM, *P = vt + FNN_ATB_EMAX * LM;
+    float *dS = P + LM * LM;
+    const int nvs = (int)((S + 15) / 16);
+    ptrdiff_t i, j, c0;
+    fnn_ats_transpose(k, kld, S, E, scale, kt);
+    fnn_ats_transpose(v, vld, S, Ev, 1.0f, vt);
+    const __m256 vsc = _mm256_set1_ps(scale);
+    for (i = 0; i < L; i += 4) {
+        /* past L the last row again, not stored */
+        const int rows = L - i < 4 ? (int)(L - i) : 4;
+        const float *qr[4], *dr[4];
+        ptrdiff_t nn[4], nmax = 0;
+        for (int r = 0; r < 4; r++) {
+            const ptrdiff_t ir = i + (r < rows ? r : rows - 1);
+            qr[r] = q + ir * qld;
+            dr[r] = dout + ir * old;
+            nn[r] = causal && ir + 1 < S ? ir + 1 : S;
+            nmax = nn[r] > nmax ? nn[r] : nmax;
+        }
+        const int nu = (int)((nmax + 15) / 16);
+        if (drop)
+            for (int r = 0; r < rows; r++)
+                fnn_ats_drop_row(drop, (row0 + (uint64_t)(i + r)) * (uint64_t)S, nn[r],
+                                 16 * nu, mult + r * LM);
+        for (int u = 0; u < nu; u++) {
+            __m256 x[4][2];
+            fnn_ats_dots4x16(qr, kt + 16 * u, E, x);
+            for (int r = 0; r < rows; r++) {
+                const float li = lse[i + r];
+                const __m256 vl = _mm256_set1_ps(li);
+                for (int h = 0; h < 2; h++) {
+                    /* a row without keys (lse -inf) has zero weights; a NaN lse gives NaN */
+                    const __m256 p = li == -INFINITY ? _mm256_setzero_ps()
+                        : _mm256_and_ps(fnn_ats_live8(nn[r] - 16 * u - 8 * h),
+                                        fnn_exp_nonpos_ps(_mm256_sub_ps(x[r][h], vl)));
+                    _mm256_store_ps(dS + (i + r) * LM + 16 * u + 8 * h, p);
+                }
+            }
+            fnn_ats_dots4x16(dr, vt + 16 * u, Ev, x);
+            for (int r = 0; r < rows; r++) {
+                const __m256 vd = _mm256_set1_ps(D[i + r]);
+                for (int h = 0; h < 2; h++) {
+                    const ptrdiff_t off = (i + r) * LM + 16 * u + 8 * h;
+                    const __m256 p = _mm256_load_ps(dS + off);
+                    __m256 g = x[r][h], pd = p;
+                    if (drop) {             /* dV takes the dropped weights, dP the mask */
+                        const __m256 mu = _mm256_load_ps(mult + r * LM + 16 * u + 8 * h);
+                        pd = _mm256_mul_ps(p, mu);
+                        g = _mm256_mul_ps(g, mu);
+                    }
+                    _mm256_store_ps(P + off, pd);
+                    _mm256_store_ps(dS + off,
+                                    _mm256_mul_ps(_mm256_mul_ps(p, _mm256_sub_ps(g, vd)), vsc));
+                }
+            }
+        }
+        for (int r = 0; r < rows; r++)
+            for (int u = 16 * nu; u < 16 * nvs; u += 8) {
+                _mm256_store_ps(P + (i + r) * LM + u, _mm256_setzero_ps());
+                _mm256_store_ps(dS + (i + r) * LM + u, _mm256_setzero_ps());
+            }
+    }
+    /* dQ_i = sum_j dS_ij K_j, two rows at a time (fnn_atb_dq2x16) */
+    for (i = 0; i < L; i += 2) {
+        const ptrdiff_t n0 = causal && i + 1 < S ? i + 1 : S;
+        const ptrdiff_t n1 = causal && i + 2 < S ? i + 2 : S;
+        for (c0 = 0; c0 < E; c0 += 16) {
+            if (i + 1 < L)
+                fnn_atb_dq2x16(dS + i * LM, n0, dS + (i + 1) * LM, n1, k + c0, kld,
+                               dq + i * dqld + c0, dq + (i + 1) * dqld + c0);
+            else
+                fnn_atb_dq2x16(dS + i * LM, n0, dS + i * LM, 0, k + c0, kld, dq + i * dqld + c0,
+                               NULL);
+        }
+    }
+    /* dK_j = sum_i dS_ij Q_i, dV_j = sum_i P_ij dO_i; causal: rows i >= j only (the
+     * others are zero); the padded columns j >= S are zero and not written */
+    for (j = 0; j < S; j += 4) {
+        const ptrdiff_t i0 = causal ? (j < L ? j : L) : 0;
+        for (c0 = 0; c0 < E; c0 += 16)
+            fnn_atb_cols4x16(dS, q + c0, qld, i0, L, j, S, dk + c0, dkld);
+        for (c0 = 0; c0 < Ev; c0 += 16)
+            fnn_atb_cols4x16(P, dout + c0, old, i0, L, j, S, dv + c0, dvld);
+    }
+}
 #endif
 
 /* Floats of workspace fnn_atb_pair_f32 needs (64-byte aligned): keys and values
  * transposed, the P and dS rows. */
 #define FNN_ATB_WS (2 * FNN_ATB_EMAX * FNN_ATS_LMAX + 2 * FNN_ATS_LMAX * FNN_ATS_LMAX)
 
-/* 1 when this build has the short backward for these shapes (AVX-512; L, S <=
+/* 1 when this build has the short backward for these shapes (AVX-512 or AVX2; L, S <=
  * FNN_ATS_LMAX; E, Ev multiples of 16 up to FNN_ATB_EMAX), else 0 */
 static inline int fnn_atb_fits(ptrdiff_t L, ptrdiff_t S, ptrdiff_t E, ptrdiff_t Ev)
 {
-#if defined(FNN_HAVE_AVX512)
+#if defined(FNN_HAVE_AVX512) || defined(FNN_HAVE_AVX2)
     return L <= FNN_ATS_LMAX && S <= FNN_ATS_LMAX && E > 0 && Ev > 0 && E % 16 == 0
            && Ev % 16 == 0 && E <= FNN_ATB_EMAX && Ev <= FNN_ATB_EMAX;
 #else
@@ -614,6 +984,10 @@ static int fnn_atb_pair_f32(const float *q, ptrdiff_t qld, const float *k, ptrdi
     case 3: FNN_ATB_NEV(3)
     default: FNN_ATB_NEV(4)
     }
+#elif defined(FNN_HAVE_AVX2)
+    fnn_atb_pair256(q, qld, k, kld, v, vld, dout, old, lse, D, dq, dqld, dk, dkld, dv, dvld,
+                    L, S, E, Ev, scale, causal, ws, drop, row0);
+    return 1;
 #else
     (void)q; (void)qld; (void)k; (void)kld; (void)v; (void)vld; (void)dout; (void)old;
     (void)lse; (void)D; (void)dq; (void)dqld; (void)dk; (void)dkld; (void)dv; (void)dvld;

@@ -122,6 +122,15 @@ static inline __m256 fnn_exp_nonpos_ps(__m256 d) {
                                  _mm256_slli_epi32(_mm256_castps_si256(t), 23));
     return _mm256_andnot_ps(under, _mm256_castsi256_ps(e));
 }
+
+/* the sum of a vector's 8 lanes, in the order (0+4)+(2+6) + (1+5)+(3+7) */
+static inline float fnn_hsum8(__m256 v) {
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+    __m128 s = _mm_add_ps(lo, hi);                 /* lanes (0+4, 1+5, 2+6, 3+7) */
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));        /* (0+4)+(2+6), (1+5)+(3+7) */
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
 #endif
 
 #if defined(__AVX512F__) && defined(__AVX512DQ__)

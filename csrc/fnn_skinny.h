@@ -16,18 +16,11 @@
 #define FNN_SKINNY_H
 #include <stddef.h>
 #include <stdint.h>
+#include "fnn_math.h"     /* fnn_hsum8 */
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define FNN_SK_AVX2 1   /* fnn_dot_rows_f32 in AVX2 intrinsics (dense.pyx routes few rows here) */
-
-static inline float fnn_hsum8(__m256 v) {
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-    __m128 s = _mm_add_ps(lo, hi);                 /* lanes (0+4, 1+5, 2+6, 3+7) */
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));        /* (0+4)+(2+6), (1+5)+(3+7) */
-    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-    return _mm_cvtss_f32(s);
-}
 
 static inline void fnn_dot_rows_f32(const float *x, ptrdiff_t K, const float *w, int nr,
                                     float *out) {

@@ -1,5 +1,6 @@
-/* In-register transposes for the AVX-512 build (the own GEMM's packing of a transposed B,
- * the short attention's transposed keys and values). */
+/* In-register transposes: 16 x 16 for the AVX-512 build (the own GEMM's packing of a
+ * transposed B, the short attention's transposed keys and values), 8 x 8 for the AVX2
+ * build (the short attention's). */
 #ifndef FNN_TRANSPOSE16_H
 #define FNN_TRANSPOSE16_H
 #if defined(__AVX512F__)
@@ -32,6 +33,34 @@ static inline __attribute__((always_inline)) void fnn_transpose16_ps(__m512 r[16
         r[8 + c] = _mm512_shuffle_f32x4(a, a2, 0xDD);
         r[4 + c] = _mm512_shuffle_f32x4(b, b2, 0x88);
         r[12 + c] = _mm512_shuffle_f32x4(b, b2, 0xDD);
+    }
+}
+#endif
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+
+/* In-register transpose of 8 rows of 8 floats: r[i][j] -> r[j][i]. */
+static inline __attribute__((always_inline)) void fnn_transpose8_ps(__m256 r[8])
+{
+    __m256 t[8], u[8];
+#pragma GCC unroll 4
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);      /* columns 0,1 | 4,5 of rows i, i+1 */
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);  /* columns 2,3 | 6,7 */
+    }
+    /* u[4 h + c]: column c (| c + 4) of rows 4h..4h+3 */
+#pragma GCC unroll 2
+    for (int h = 0; h < 8; h += 4) {
+        u[h] = _mm256_shuffle_ps(t[h], t[h + 2], 0x44);
+        u[h + 1] = _mm256_shuffle_ps(t[h], t[h + 2], 0xEE);
+        u[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0x44);
+        u[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0xEE);
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+        r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
     }
 }
 #endif
