@@ -356,11 +356,15 @@ cdef inline bint _few_rows(cnp.ndarray x, bint w_in_out, Py_ssize_t rows, Py_ssi
 # AVX2 builds (no AVX-512 tiles): the forward of up to _SK2_OI rows on an (out, in) weight,
 # _SK2_IO on an (in, out) one, runs on skinny_linear's kernels (fnn_skinny.h's AVX2 dot
 # rows; the row-axpy pass) -- BLAS's small-M sgemm re-reads the weight: 2 threads, Zen 3,
-# (1, 768) x (3072, 768)^T 405 -> 108 us (torch 195), 4 rows 350 -> 218, 6 rows 541 ->
-# 403, 8 rows 476 -> 404 (16 rows: BLAS 665, these 831); (in, out) at 768 -> 3072: 1 row
+# (1, 768) x (3072, 768)^T 405 -> 108 us (torch 195); (in, out) at 768 -> 3072: 1 row
 # 89 -> 84 us, 4 rows 518 -> 328, 6 rows 880 -> 519 (8 rows: BLAS 437, these 670).
+# The (out, in) dot tiles of 4 x rows by 3 weight rows (fnn_dot_rows4x3_f32, a ragged
+# last group padded with zero rows) took the (out, in) bound from 8 rows to 23 (the own
+# GEMM's 24): (M, 768) x (3072, 768)^T, BLAS (M > 8) or the 4 x 1 dot tiles before ->
+# now: 3 rows 236 -> 107 us, 8 rows 406 -> 237, 13 rows 689 -> 483, 16 rows 641 -> 459,
+# 23 rows 1087 -> 643 (torch 633, 620, 798, 810, 1196).
 # FASTNN_SGEMM=blas (or _use_few_rows_avx2(False)) keeps BLAS.
-DEF _SK2_OI = 8
+DEF _SK2_OI = 23
 DEF _SK2_IO = 6
 cdef bint _sk2_on = False
 
@@ -1021,7 +1025,8 @@ def linear_act_infer(cnp.ndarray x, cnp.ndarray weight_t, object bias, str activ
 # fixed blocks over the threads, each output is one thread's sum in a fixed order: results
 # do not depend on the thread count.
 cdef enum:
-    _SK_VB = 64       # output columns per block, weight (out, in)
+    _SK_VB = 64       # output columns per block, weight (out, in): the AVX-512 tiles
+    _SK_VB3 = 66      # the same for _skinny_oi (a multiple of its 3-row weight tiles)
 
 
 cdef void _skinny_io_rows(const real* x, const real* w, real* p, Py_ssize_t M, Py_ssize_t K,
@@ -1062,6 +1067,7 @@ cdef void _skinny_io_rows(const real* x, const real* w, real* p, Py_ssize_t M, P
 
 cdef extern from "fnn_skinny.h" nogil:
     void fnn_dot_rows_f32(const float* x, Py_ssize_t K, const float* w, int nr, float* out)
+    void fnn_dot_rows4x3_f32(const float* x, Py_ssize_t K, const float* w, float* out)
     int FNN_HAVE_SKINNY_OI
     int FNN_SK_AVX2
     enum:
@@ -1080,32 +1086,67 @@ cdef extern from "fnn_skinny.h" nogil:
 
 
 cdef void _skinny_oi(const real* x, const real* w, const real* b, real* y, Py_ssize_t M,
-                     Py_ssize_t K, Py_ssize_t N, Py_ssize_t n0, Py_ssize_t n1) noexcept nogil:
+                     Py_ssize_t K, Py_ssize_t N, Py_ssize_t n0, Py_ssize_t n1,
+                     const float* xt) noexcept nogil:
     """y[:, n0:n1] = x w[n0:n1]^T + b, w (N, K): each weight row is dotted with the x rows
-    (four at a time in float32, fnn_skinny.h) while it is in L1."""
-    cdef Py_ssize_t n, m, k, j, nr
+    while it is in L1.  float32 (fnn_skinny.h): three weight rows by four x rows at a time,
+    the last weight rows one at a time by four x rows; the M % 4 last rows as a group of
+    four from xt (those rows, then zero rows: _skinny_tail).  Every output is the same sum
+    (one 8-lane chain over k) whichever tile and thread computes it."""
+    cdef Py_ssize_t n, m, k, j, nr, c, rem = M % 4, mf = M - M % 4
     cdef const real* wr
     cdef const real* xr
-    cdef float out4[4]
+    cdef float out12[12]
     cdef real s, bn
+    if real is float:
+        n = n0
+        while n + 3 <= n1:
+            for m in range(0, mf, 4):
+                fnn_dot_rows4x3_f32(x + m * K, K, w + n * K, out12)
+                for k in range(4):
+                    for c in range(3):
+                        y[(m + k) * N + n + c] = out12[3 * k + c] + (b[n + c] if b != NULL else 0)
+            if rem:
+                fnn_dot_rows4x3_f32(xt, K, w + n * K, out12)
+                for k in range(rem):
+                    for c in range(3):
+                        y[(mf + k) * N + n + c] = out12[3 * k + c] + (b[n + c] if b != NULL else 0)
+            n += 3
+        for n in range(n, n1):
+            wr = w + n * K
+            bn = b[n] if b != NULL else 0
+            for m in range(0, mf, 4):
+                fnn_dot_rows_f32(x + m * K, K, wr, 4, out12)
+                for k in range(4):
+                    y[(m + k) * N + n] = out12[k] + bn
+            if rem:
+                fnn_dot_rows_f32(xt, K, wr, 4, out12)
+                for k in range(rem):
+                    y[(mf + k) * N + n] = out12[k] + bn
+        return
     for n in range(n0, n1):
         wr = w + n * K
         bn = b[n] if b != NULL else 0
-        m = 0
-        while m < M:
-            nr = M - m if M - m < 4 else 4
-            if real is float:
-                fnn_dot_rows_f32(x + m * K, K, wr, <int>nr, out4)
-                for k in range(nr):
-                    y[(m + k) * N + n] = out4[k] + bn
-            else:
-                for k in range(nr):
-                    xr = x + (m + k) * K
-                    s = 0
-                    for j in range(K):
-                        s = s + xr[j] * wr[j]
-                    y[(m + k) * N + n] = s + bn
-            m += nr
+        for m in range(M):
+            xr = x + m * K
+            s = 0
+            for j in range(K):
+                s = s + xr[j] * wr[j]
+            y[m * N + n] = s + bn
+
+
+cdef float* _skinny_tail(const float* x, Py_ssize_t M, Py_ssize_t K) noexcept nogil:
+    """The M % 4 last rows of x (K floats each) then zero rows: a group of four for
+    _skinny_oi (NULL when M is a multiple of 4, or out of memory: check M % 4)."""
+    cdef Py_ssize_t rem = M % 4
+    cdef float* xt
+    if rem == 0:
+        return NULL
+    xt = <float*>fnn_alloc(4 * K, sizeof(float))
+    if xt != NULL:
+        memcpy(xt, x + (M - rem) * K, rem * K * sizeof(float))
+        memset(xt + rem * K, 0, (4 - rem) * K * sizeof(float))
+    return xt
 
 
 cdef inline Py_ssize_t _bound(Py_ssize_t c, int nt, Py_ssize_t nblk, Py_ssize_t g,
@@ -1192,6 +1233,7 @@ cdef int _skinny(bint w_in_out, const real* x, const real* w, const real* b, rea
     cdef int nt = _threads_for(N * K, 1 << 16)
     cdef real* part
     cdef real s
+    cdef float* xt = NULL
     if not w_in_out:
         nblk = (N + _SK_VB - 1) // _SK_VB
         if nt > nblk:
@@ -1199,12 +1241,20 @@ cdef int _skinny(bint w_in_out, const real* x, const real* w, const real* b, rea
         if real is float:
             if FNN_HAVE_SKINNY_OI:
                 return _skinny_oi_z(x, w, b, y, M, K, N, nblk, nt)
+        nblk = (N + _SK_VB3 - 1) // _SK_VB3
+        if nt > nblk:
+            nt = <int>nblk
+        if real is float:
+            xt = _skinny_tail(x, M, K)
+            if xt == NULL and M % 4:
+                return -1
         for i in prange(nblk, nogil=True, schedule="static", num_threads=nt):
-            n0 = i * _SK_VB
-            n1 = n0 + _SK_VB
+            n0 = i * _SK_VB3
+            n1 = n0 + _SK_VB3
             if n1 > N:
                 n1 = N
-            _skinny_oi(x, w, b, y, M, K, N, n0, n1)
+            _skinny_oi(x, w, b, y, M, K, N, n0, n1, xt)
+        free(xt)
         return 0
     if real is float:
         if FNN_HAVE_SKINNY_OI:      # the row-strip tiles (fnn_skinny.h): one pass

@@ -16,6 +16,7 @@
 #define FNN_SKINNY_H
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h>
 #include "fnn_math.h"     /* fnn_hsum8 */
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -36,8 +37,9 @@ static inline void fnn_dot_rows_f32(const float *x, ptrdiff_t K, const float *w,
             a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x3 + k), wv, a3);
         }
         float s0 = fnn_hsum8(a0), s1 = fnn_hsum8(a1), s2 = fnn_hsum8(a2), s3 = fnn_hsum8(a3);
-        for (; k < K; k++) {
-            s0 += x0[k] * w[k]; s1 += x1[k] * w[k]; s2 += x2[k] * w[k]; s3 += x3[k] * w[k];
+        for (; k < K; k++) {        /* explicit FMAs: the same bits as fnn_dot_rows4x3_f32 */
+            s0 = fmaf(x0[k], w[k], s0); s1 = fmaf(x1[k], w[k], s1);
+            s2 = fmaf(x2[k], w[k], s2); s3 = fmaf(x3[k], w[k], s3);
         }
         out[0] = s0; out[1] = s1; out[2] = s2; out[3] = s3;
         return;
@@ -56,6 +58,57 @@ static inline void fnn_dot_rows_f32(const float *x, ptrdiff_t K, const float *w,
         for (; k < K; k++) s += xr[k] * w[k];
         out[r] = s;
     }
+}
+
+/* out[0], out[3], out[6], out[9] = the four x rows' (K apart) sums: acc folded by fnn_hsum8,
+ * then the tail k0..K of x_r . w in order */
+static inline void fnn_dot_rows4_fold(__m256 a0, __m256 a1, __m256 a2, __m256 a3,
+                                      const float *x, ptrdiff_t K, const float *w, ptrdiff_t k0,
+                                      float *out) {
+    float s0 = fnn_hsum8(a0), s1 = fnn_hsum8(a1), s2 = fnn_hsum8(a2), s3 = fnn_hsum8(a3);
+    for (ptrdiff_t k = k0; k < K; k++) {
+        s0 = fmaf(x[k], w[k], s0); s1 = fmaf(x[K + k], w[k], s1);
+        s2 = fmaf(x[2 * K + k], w[k], s2); s3 = fmaf(x[3 * K + k], w[k], s3);
+    }
+    out[0] = s0; out[3] = s1; out[6] = s2; out[9] = s3;
+}
+
+/* Four x rows by three weight rows (w, w + K, w + 2 K): out[3 r + c] = dot(x_r, w_c).
+ * Each is the four-row form's sum above (one 8-lane FMA chain over k, fnn_hsum8, then the
+ * tail's FMAs in order): the same bits.  12 accumulators, 7 loads per 12 FMAs, where the
+ * four-row form's 5 loads per 4 FMAs bound it by the loads (one Zen 3 core, 8 x 768 rows
+ * against 768 weight rows: 53 -> 88 GFLOP/s). */
+static inline void fnn_dot_rows4x3_f32(const float *x, ptrdiff_t K, const float *w,
+                                       float *out) {
+    const float *x0 = x, *x1 = x + K, *x2 = x + 2 * K, *x3 = x + 3 * K;
+    const float *w0 = w, *w1 = w + K, *w2 = w + 2 * K;
+    /* named accumulators, not an array: an array indexed in the fold kept them in memory */
+    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a10 = a00, a11 = a00, a12 = a00;
+    __m256 a20 = a00, a21 = a00, a22 = a00, a30 = a00, a31 = a00, a32 = a00;
+    ptrdiff_t k = 0;
+    for (; k + 8 <= K; k += 8) {
+        const __m256 v0 = _mm256_loadu_ps(w0 + k), v1 = _mm256_loadu_ps(w1 + k);
+        const __m256 v2 = _mm256_loadu_ps(w2 + k);
+        __m256 xv = _mm256_loadu_ps(x0 + k);
+        a00 = _mm256_fmadd_ps(xv, v0, a00);
+        a01 = _mm256_fmadd_ps(xv, v1, a01);
+        a02 = _mm256_fmadd_ps(xv, v2, a02);
+        xv = _mm256_loadu_ps(x1 + k);
+        a10 = _mm256_fmadd_ps(xv, v0, a10);
+        a11 = _mm256_fmadd_ps(xv, v1, a11);
+        a12 = _mm256_fmadd_ps(xv, v2, a12);
+        xv = _mm256_loadu_ps(x2 + k);
+        a20 = _mm256_fmadd_ps(xv, v0, a20);
+        a21 = _mm256_fmadd_ps(xv, v1, a21);
+        a22 = _mm256_fmadd_ps(xv, v2, a22);
+        xv = _mm256_loadu_ps(x3 + k);
+        a30 = _mm256_fmadd_ps(xv, v0, a30);
+        a31 = _mm256_fmadd_ps(xv, v1, a31);
+        a32 = _mm256_fmadd_ps(xv, v2, a32);
+    }
+    fnn_dot_rows4_fold(a00, a10, a20, a30, x, K, w0, k, out);
+    fnn_dot_rows4_fold(a01, a11, a21, a31, x, K, w1, k, out + 1);
+    fnn_dot_rows4_fold(a02, a12, a22, a32, x, K, w2, k, out + 2);
 }
 
 #if defined(__AVX512F__)

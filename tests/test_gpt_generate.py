@@ -295,3 +295,22 @@ def test_skinny_linear_matches_reference(dtype):
         fastnn.set_num_threads(n)
     for a, b in zip(one, two):
         np.testing.assert_array_equal(a, b)
+
+
+def test_skinny_linear_same_bits_whatever_the_tile():
+    """An (out, in) weight's few-row product takes three weight rows by four x rows per
+    tile where it can, else one weight row by up to four x rows: each output is the same
+    sum either way, so a column computed alone (one weight row) has the bits it has
+    inside the whole product -- for rows in and out of full 4-row groups and a depth
+    with a tail past the 8-float steps."""
+    from fastnn._backend import backend
+    cpu = backend("cpu")
+    rng = np.random.default_rng(3)
+    for M, K, N in [(8, 771, 200), (6, 64, 97), (4, 8, 9), (3, 40, 12)]:
+        x = rng.standard_normal((M, K)).astype(np.float32)
+        w = rng.standard_normal((N, K)).astype(np.float32)
+        b = rng.standard_normal(N).astype(np.float32)
+        whole = cpu.skinny_linear(x, w, b, False)
+        for n in range(N):
+            one = cpu.skinny_linear(x, w[n:n + 1], b[n:n + 1], False)
+            np.testing.assert_array_equal(whole[:, n:n + 1], one)

@@ -336,7 +336,7 @@ def test_few_row_linear_against_float64(mod, io, shape):
 def test_few_row_linear_route(mod):
     """Which kernel a few-row float32 linear forward runs: the avx512 build's few-row
     kernels up to 23 rows (two rows on an (out, in) weight excepted); the avx2 build's
-    skinny kernels up to 8 rows on an (out, in) weight and 6 on an (in, out) one; the
+    skinny kernels up to 23 rows on an (out, in) weight and 6 on an (in, out) one; the
     GEMM otherwise (and under _use_own_sgemm(False) / _use_few_rows_avx2(False), in the
     base build, and in float64)."""
     w = np.zeros((64, 32), np.float32)
@@ -348,7 +348,8 @@ def test_few_row_linear_route(mod):
         for rows, weight, want, want2 in [
                 (1, w, "few_rows", "few_rows"), (2, w, "gemm", "few_rows"),
                 (3, w, "few_rows", "few_rows"), (8, w, "few_rows", "few_rows"),
-                (9, w, "few_rows", "gemm"), (23, w, "few_rows", "gemm"), (24, w, "gemm", "gemm"),
+                (9, w, "few_rows", "few_rows"), (23, w, "few_rows", "few_rows"),
+                (24, w, "gemm", "gemm"),
                 (2, wio, "few_rows", "few_rows"), (1, wio, "few_rows", "few_rows"),
                 (6, wio, "few_rows", "few_rows"), (7, wio, "few_rows", "gemm"),
                 (23, wio, "few_rows", "gemm"), (24, wio, "gemm", "gemm")]:
