@@ -1091,14 +1091,20 @@ cdef void _skinny_oi(const real* x, const real* w, const real* b, real* y, Py_ss
     """y[:, n0:n1] = x w[n0:n1]^T + b, w (N, K): each weight row is dotted with the x rows
     while it is in L1.  float32 (fnn_skinny.h): three weight rows by four x rows at a time,
     the last weight rows one at a time by four x rows; the M % 4 last rows as a group of
-    four from xt (those rows, then zero rows: _skinny_tail).  Every output is the same sum
-    (one 8-lane chain over k) whichever tile and thread computes it."""
+    four from xt (those rows, then zero rows: _skinny_tail); a single row on its own form.
+    Every output is the same sum (one 8-lane chain over k; a single row: its own two) whichever
+    tile and thread computes it."""
     cdef Py_ssize_t n, m, k, j, nr, c, rem = M % 4, mf = M - M % 4
     cdef const real* wr
     cdef const real* xr
     cdef float out12[12]
     cdef real s, bn
     if real is float:
+        if M == 1:      # one row: its own form (padded to four rows it cost more in L3)
+            for n in range(n0, n1):
+                fnn_dot_rows_f32(x, K, w + n * K, 1, out12)
+                y[n] = out12[0] + (b[n] if b != NULL else 0)
+            return
         n = n0
         while n + 3 <= n1:
             for m in range(0, mf, 4):
@@ -1137,10 +1143,11 @@ cdef void _skinny_oi(const real* x, const real* w, const real* b, real* y, Py_ss
 
 cdef float* _skinny_tail(const float* x, Py_ssize_t M, Py_ssize_t K) noexcept nogil:
     """The M % 4 last rows of x (K floats each) then zero rows: a group of four for
-    _skinny_oi (NULL when M is a multiple of 4, or out of memory: check M % 4)."""
+    _skinny_oi (NULL when M is a multiple of 4 or 1 -- no group needed -- or out of
+    memory)."""
     cdef Py_ssize_t rem = M % 4
     cdef float* xt
-    if rem == 0:
+    if rem == 0 or M == 1:
         return NULL
     xt = <float*>fnn_alloc(4 * K, sizeof(float))
     if xt != NULL:
@@ -1246,7 +1253,7 @@ cdef int _skinny(bint w_in_out, const real* x, const real* w, const real* b, rea
             nt = <int>nblk
         if real is float:
             xt = _skinny_tail(x, M, K)
-            if xt == NULL and M % 4:
+            if xt == NULL and M % 4 and M > 1:
                 return -1
         for i in prange(nblk, nogil=True, schedule="static", num_threads=nt):
             n0 = i * _SK_VB3
