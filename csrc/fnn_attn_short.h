@@ -565,6 +565,40 @@ static void fnn_ats_head_f32(const float *q, ptrdiff_t qld, const float *k, ptrd
  * at any thread count. */
 #define FNN_ATB_EMAX 64
 
+/* The workspace of a pair (both vector forms): keys (scaled) and values transposed at
+ * kt / vt, the P and dS rows after them. */
+static inline __attribute__((always_inline)) void
+fnn_atb_stage(const float *k, ptrdiff_t kld, const float *v, ptrdiff_t vld, ptrdiff_t S,
+              ptrdiff_t E, ptrdiff_t Ev, float scale, float *ws, float **kt, float **vt,
+              float **P, float **dS)
+{
+    *kt = ws;
+    *vt = ws + FNN_ATB_EMAX * FNN_ATS_LMAX;
+    *P = *vt + FNN_ATB_EMAX * FNN_ATS_LMAX;
+    *dS = *P + FNN_ATS_LMAX * FNN_ATS_LMAX;
+    fnn_ats_transpose(k, kld, S, E, scale, *kt);
+    fnn_ats_transpose(v, vld, S, Ev, 1.0f, *vt);
+}
+
+/* The group of four query rows from row i that both vector forms work on (past L, the
+ * last row again, not stored): the rows of Q and dO, each row's key count (causal: up to
+ * its own) -> the most keys in the group. */
+static inline __attribute__((always_inline)) ptrdiff_t
+fnn_atb_group4(ptrdiff_t i, int rows, const float *q, ptrdiff_t qld, const float *dout,
+               ptrdiff_t old, ptrdiff_t S, int causal, const float **qr, const float **dr,
+               ptrdiff_t *nn)
+{
+    ptrdiff_t nmax = 0;
+    for (int r = 0; r < 4; r++) {
+        const ptrdiff_t ir = i + (r < rows ? r : rows - 1);
+        qr[r] = q + ir * qld;
+        dr[r] = dout + ir * old;
+        nn[r] = causal && ir + 1 < S ? ir + 1 : S;
+        nmax = nn[r] > nmax ? nn[r] : nmax;
+    }
+    return nmax;
+}
+
 #if defined(FNN_HAVE_AVX512)
 static inline __attribute__((always_inline)) void
 fnn_atb_rowdot4(const float *const *a, const float *t, ptrdiff_t E, int nu, __m512 (*x)[4])
@@ -673,26 +707,18 @@ fnn_atb_pair512(int ne, int nev, const float *q, ptrdiff_t qld, const float *k, 
 {
     float mult[FNN_ATS_LMAX] __attribute__((aligned(64)));
     const ptrdiff_t E = 16 * ne, Ev = 16 * nev, LM = FNN_ATS_LMAX;
-    float *kt = ws, *vt = kt + FNN_ATB_EMAX * LM, *P = vt + FNN_ATB_EMAX * LM;
-    float *dS = P + LM * LM;
+    float *kt, *vt, *P, *dS;
     const int nvs = (int)((S + 15) / 16);
     ptrdiff_t i, j;
-    fnn_ats_transpose(k, kld, S, E, scale, kt);
-    fnn_ats_transpose(v, vld, S, Ev, 1.0f, vt);
+    fnn_atb_stage(k, kld, v, vld, S, E, Ev, scale, ws, &kt, &vt, &P, &dS);
     const __m512 vsc = _mm512_set1_ps(scale);
     for (i = 0; i < L; i += 4) {
         /* four rows' scores and dP rows at a time (fnn_atb_rowdot4; past L the last row
          * again, not stored) */
         const int rows = L - i < 4 ? (int)(L - i) : 4;
         const float *qr[4], *dr[4];
-        ptrdiff_t nn[4], nmax = 0;
-        for (int r = 0; r < 4; r++) {
-            const ptrdiff_t ir = i + (r < rows ? r : rows - 1);
-            qr[r] = q + ir * qld;
-            dr[r] = dout + ir * old;
-            nn[r] = causal && ir + 1 < S ? ir + 1 : S;
-            nmax = nn[r] > nmax ? nn[r] : nmax;
-        }
+        ptrdiff_t nn[4];
+        const ptrdiff_t nmax = fnn_atb_group4(i, rows, q, qld, dout, old, S, causal, qr, dr, nn);
         const int nu = (int)((nmax + 15) / 16);
         __m512 sc[4][4], dp[4][4];
         fnn_atb_rowdot4(qr, kt, E, nu, sc);
@@ -859,25 +885,17 @@ static void fnn_atb_pair256(const float *q, ptrdiff_t qld, const float *k, ptrdi
 {
     float mult[4 * FNN_ATS_LMAX] __attribute__((aligned(64)));
     const ptrdiff_t LM = FNN_ATS_LMAX;
-    float *kt = ws, *vt = kt + FNN_ATB_EMAX * LM, *P = vt + FNN_ATB_EMAX * LM;
-    float *dS = P + LM * LM;
+    float *kt, *vt, *P, *dS;
     const int nvs = (int)((S + 15) / 16);
     ptrdiff_t i, j, c0;
-    fnn_ats_transpose(k, kld, S, E, scale, kt);
-    fnn_ats_transpose(v, vld, S, Ev, 1.0f, vt);
+    fnn_atb_stage(k, kld, v, vld, S, E, Ev, scale, ws, &kt, &vt, &P, &dS);
     const __m256 vsc = _mm256_set1_ps(scale);
     for (i = 0; i < L; i += 4) {
         /* past L the last row again, not stored */
         const int rows = L - i < 4 ? (int)(L - i) : 4;
         const float *qr[4], *dr[4];
-        ptrdiff_t nn[4], nmax = 0;
-        for (int r = 0; r < 4; r++) {
-            const ptrdiff_t ir = i + (r < rows ? r : rows - 1);
-            qr[r] = q + ir * qld;
-            dr[r] = dout + ir * old;
-            nn[r] = causal && ir + 1 < S ? ir + 1 : S;
-            nmax = nn[r] > nmax ? nn[r] : nmax;
-        }
+        ptrdiff_t nn[4];
+        const ptrdiff_t nmax = fnn_atb_group4(i, rows, q, qld, dout, old, S, causal, qr, dr, nn);
         const int nu = (int)((nmax + 15) / 16);
         if (drop)
             for (int r = 0; r < rows; r++)
