@@ -56,6 +56,11 @@ def test_bench_counts_the_mask_not_a_saved_array():
         assert rows[f"{name} fwd+bwd"].working_set == 8.0 * N + N / 8.0
         assert rows[f"{name} fwd"].bytes == 8.0 * N + N / 8.0
     assert rows["sigmoid fwd+bwd"].bytes == 20.0 * N
+    # every activation has its forward alone too (issue #16's forward goal), which moves
+    # x and y (rrelu: and its slopes)
+    ops = {op.rsplit(" ", 1)[0] for op in rows}
+    assert all(f"{name} fwd" in rows and f"{name} fwd+bwd" in rows for name in ops)
+    assert rows["sigmoid fwd"].bytes == 8.0 * N and rows["rrelu fwd"].bytes == 12.0 * N
     # the mask really is what the training forward keeps
     y, ctx = F.relu_fwd(np.ones(64, np.float32))
     assert ctx[1].nbytes == 8

@@ -1,5 +1,5 @@
-"""Activation family benchmarks: 4M float32 elements, forward + backward (and forward
-alone for relu / leaky_relu, whose target is a fraction of copy bandwidth).
+"""Activation family benchmarks: 4M float32 elements, each activation's forward alone and
+its forward + backward.
 
 Bytes counted are the minimum traffic: forward reads x and writes y; backward reads
 d_out and one saved array and writes d_input (rrelu's training forward also writes
@@ -132,8 +132,10 @@ def _ref_backward(ref, name):
 
 
 def cases():
-    out = [_case("relu", False), _case("leaky_relu", False)]
+    """Each activation's training forward alone (the ``_fwd`` form, which keeps what its
+    backward needs; torch's forward runs under no_grad) and its forward+backward."""
+    out = []
     for name in ("relu", "leaky_relu", "prelu", "rrelu", "elu", "selu", "celu", "gelu",
                  "gelu_tanh", "silu", "softplus", "sigmoid", "tanh", "softmin"):
-        out.append(_case(name, True))
+        out += [_case(name, False), _case(name, True)]
     return out
