@@ -784,7 +784,7 @@ cdef void _small_part(const float* x, const float* xt, const float* B, bint pack
                       const float* bias, float* y, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K,
                       int act, Py_ssize_t p0, Py_ssize_t p1) noexcept nogil:
     """Columns of panels p0..p1 of y = act(x B + bias), every row (xt: NULL or x
-    transposed, (K, M))."""
+    transposed by row blocks, fnn_sg_transpose_f32)."""
     cdef Py_ssize_t r, n0 = p0 * FNN_SG_NR, n1 = p1 * FNN_SG_NR
     cdef double p[3]
     p[0] = p[1] = p[2] = 0.0
