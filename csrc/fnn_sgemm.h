@@ -332,27 +332,6 @@ static inline __m256i fnn_sgy_mask(ptrdiff_t w)
     return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(w < 0 ? 0 : w > 8 ? 8 : w)), lane);
 }
 
-/* the 8 x 8 transpose of r[0..7] in place */
-static inline __attribute__((always_inline)) void fnn_sgy_transpose8(__m256 *r)
-{
-    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
-    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
-    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
-    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
-    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
-    r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
-    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
-    r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
-}
-
 /* Pack B's k rows [0, kc) and columns [0, nc) (op(B) is K x N) into 16-column panels:
  * panel p, step k at pb + p * kc * 16 + k * 16, columns past nc zero. */
 static inline void
@@ -396,7 +375,7 @@ fnn_sgz_pack_b(int trans_b, const float *B, ptrdiff_t ldb, ptrdiff_t kc, ptrdiff
 #pragma GCC unroll 8
                 for (int i = 0; i < 8; i++)
                     r[i] = i < rows ? _mm256_loadu_ps(src + i * ldb + k) : _mm256_setzero_ps();
-                fnn_sgy_transpose8(r);
+                fnn_transpose8_ps(r);
 #pragma GCC unroll 8
                 for (int i = 0; i < 8; i++)
                     _mm256_store_ps(dst + (k + i) * 16 + c0, r[i]);

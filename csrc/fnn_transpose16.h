@@ -1,6 +1,6 @@
 /* In-register transposes: 16 x 16 for the AVX-512 build (the own GEMM's packing of a
  * transposed B, the short attention's transposed keys and values), 8 x 8 for the AVX2
- * build (the short attention's). */
+ * build (the same two, and the small-M GEMM's row blocks of x). */
 #ifndef FNN_TRANSPOSE16_H
 #define FNN_TRANSPOSE16_H
 #if defined(__AVX512F__)
