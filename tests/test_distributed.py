@@ -280,9 +280,14 @@ def test_predict_dask_on_a_local_cluster_of_two_processes():
     model = BertEncoder(vocab_size=50, hidden_size=16, num_hidden_layers=1,
                         num_attention_heads=2, intermediate_size=32, max_position_embeddings=12)
     ids = np.random.default_rng(2).integers(0, 50, size=(20, 12))
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None, host="127.0.0.1",
-                                  memory_limit="1GiB") as cluster, \
+    # the scheduler's active memory manager (on by default) drops a replica no task waits
+    # for any more every 2 s: on a slow machine the broadcast model was gone from one
+    # worker by the time the test counted the copies ({worker 1: 1, worker 2: 0})
+    import dask
+    with dask.config.set({"distributed.scheduler.active-memory-manager.start": False}), \
+            distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                     dashboard_address=None, host="127.0.0.1",
+                                     memory_limit="1GiB") as cluster, \
             distributed.Client(cluster) as client:
         client.wait_for_workers(2)          # the broadcast reaches the workers up by then
         y = dist.predict_dask(model, da.from_array(ids, chunks=(5, 12)), batch_size=4)
