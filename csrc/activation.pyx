@@ -493,3 +493,36 @@ def _stream_copy(cnp.ndarray src, cnp.ndarray out):
             fnn_stream_copy_f(po + i0, ps + i0, i1 - i0)
             fnn_stream_fence()
     return out
+
+
+
+
+cdef void _update3(float* a, float* b, float* c, const float* g,
+                   Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        a[i] += g[i]
+        b[i] += g[i]
+        c[i] += g[i]
+
+
+def _update_in_place(cnp.ndarray a, cnp.ndarray b, cnp.ndarray c, cnp.ndarray g):
+    """a += g, b += g, c += g, one chunk of each array per thread, all four streams at
+    once (float32, C-contiguous, same size): an optimizer step's mix of streams (AdamW
+    updates a parameter and its two moments in place and reads the gradient), the
+    ceiling `fastnn bench` gives such a row.  Not an op."""
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(g), i0, i1
+    for x in (a, b, c):
+        if cnp.PyArray_SIZE(x) != n:
+            raise ValueError("_update_in_place: the arrays differ in size")
+    cdef float* pa = <float*>_data(a, n, F32)
+    cdef float* pb = <float*>_data(b, n, F32)
+    cdef float* pc = <float*>_data(c, n, F32)
+    cdef const float* pg = <const float*>_data(g, n, F32)
+    cdef int nt = _threads_for(n, GRAIN_MEM), t
+    with nogil:
+        for t in prange(nt, schedule="static", num_threads=nt):
+            i0 = _chunk(n, nt, t)
+            i1 = _chunk(n, nt, t + 1)
+            _update3(pa + i0, pb + i0, pc + i0, pg + i0, i1 - i0)
+    return a, b, c

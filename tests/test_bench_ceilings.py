@@ -21,8 +21,20 @@ def test_stream_copy_copies():
         act._stream_copy(a, b[:-1])
 
 
+def test_update_in_place_adds():
+    from fastnn.cpu import compiled_modules
+    act = next(m for m in compiled_modules() if m.__name__.endswith(".activation"))
+    g = np.arange(100003, dtype=np.float32)
+    outs = [np.full_like(g, float(k)) for k in range(3)]
+    res = act._update_in_place(*outs, g)
+    for k in range(3):
+        assert res[k] is outs[k] and np.array_equal(outs[k], g + k)
+    with pytest.raises(ValueError, match="differ in size"):
+        act._update_in_place(outs[0], outs[1][:-1], outs[2], g)
+
+
 def test_copy_bandwidth_measures_both_kinds_of_copy():
-    for how in ("memcpy", "ufunc", "kernel", "stream", "inplace"):
+    for how in ("memcpy", "ufunc", "kernel", "stream", "inplace", "update"):
         for threads in (1, 2):
             assert core.copy_bandwidth(1 << 20, min_time=0.0, threads=threads, how=how) > 0
 
@@ -47,7 +59,8 @@ def test_ceiling_is_taken_at_the_rows_size(monkeypatch):
     # an in-place row (an optimizer step) also gets an in-place update as a candidate
     calls.clear()
     assert ceil.copy_at(16 << 20, inplace=True) >= small
-    assert {h for _, _, h in calls} == {"memcpy", "ufunc", "kernel", "stream", "inplace"}
+    assert {h for _, _, h in calls} == {"memcpy", "ufunc", "kernel", "stream", "inplace",
+                                        "update"}
     n = len(calls)
     assert ceil.copy_at((16 << 20) + 100) == small and len(calls) == n      # cached per size
     # a refresh measures again and keeps the best rate seen

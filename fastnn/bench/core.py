@@ -139,13 +139,19 @@ def copy_bandwidth(nbytes=256 << 20, min_time=0.3, threads=1, how="memcpy"):
     threads, the kernels' threading without a Python thread pool's start-up), or
     "stream" (the same threading with non-temporal stores, as the kernels that stream a
     large output write it: no read-for-ownership of the destination), or "inplace" (neg
-    into its own input: an optimizer's in-place update moves its bytes this way)."""
+    into its own input: an optimizer's in-place update moves its bytes this way), or
+    "update" (three arrays += a fourth on the same threads: an optimizer step's mix of
+    streams -- AdamW updates a parameter and its two moments in place and reads the
+    gradient -- four quarters of ``nbytes``, seven moved)."""
     n = max(nbytes // 8, 1024)
-    a = np.ones(n, dtype=np.float32)
-    b = np.empty_like(a)
+    if how == "update":      # four arrays of a quarter each, not two halves
+        a, b = np.ones(n // 2, dtype=np.float32), None
+    else:
+        a = np.ones(n, dtype=np.float32)
+        b = np.empty_like(a)
     op = np.copyto if how == "memcpy" else (lambda dst, src: np.positive(src, out=dst))
     ex = None
-    if how in ("kernel", "stream", "inplace"):
+    if how in ("kernel", "stream", "inplace", "update"):
         import fastnn
         from fastnn._backend import backend
         if how == "kernel":
@@ -155,15 +161,20 @@ def copy_bandwidth(nbytes=256 << 20, min_time=0.3, threads=1, how="memcpy"):
             fn = lambda a, b: neg(a, a)  # noqa: E731
         else:
             from fastnn.cpu import compiled_modules
-            fn = next(m for m in compiled_modules()
-                      if m.__name__.endswith(".activation"))._stream_copy
+            act = next(m for m in compiled_modules() if m.__name__.endswith(".activation"))
+            if how == "stream":
+                fn = act._stream_copy
+            else:
+                outs = [a] + [np.ones_like(a) for _ in range(2)]
+                grad = np.ones_like(a)
+                fn = lambda a, b: act._update_in_place(*outs, grad)  # noqa: E731
         before = fastnn.get_num_threads()
         fastnn.set_num_threads(threads)
         try:
             t = time_fn(lambda: fn(a, b), min_time=min_time, max_reps=200)
         finally:
             fastnn.set_num_threads(before)
-        return 2 * a.nbytes / t / 1e9
+        return (7 if how == "update" else 2) * a.nbytes / t / 1e9
     if threads <= 1:
         fn = lambda: op(b, a)  # noqa: E731
     else:
@@ -222,7 +233,10 @@ class Ceilings:
         the better.  ``inplace``: for a row that updates its arrays in place (an optimizer
         step), an in-place update joins the candidates -- it pays no read-for-ownership,
         and in cache it runs 2-4x faster than any copy into a second array, so it is no
-        ceiling for a kernel that writes a new output."""
+        ceiling for a kernel that writes a new output -- and so does an in-place update
+        with an optimizer step's mix of streams (three arrays updated, a fourth read):
+        with more streams in flight, and more reads than writes, it moves bytes faster
+        than a one-array update, and AdamW's step did beat that one."""
         k = self.size_class(nbytes)
         key = (k, True) if inplace else k
         if refresh or key not in self._cache:
@@ -234,6 +248,7 @@ class Ceilings:
                 rates.append(copy_bandwidth(k, self.min_time, self.threads, "stream"))
                 if inplace:
                     rates.append(copy_bandwidth(k, self.min_time, self.threads, "inplace"))
+                    rates.append(copy_bandwidth(k, self.min_time, self.threads, "update"))
             except ImportError:      # the compiled kernels are not built
                 pass
             if inplace:          # an in-place row may also run at a copy's rate

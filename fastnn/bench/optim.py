@@ -55,6 +55,7 @@ def _adamw(shapes, label):
         return fns
 
     return BenchCase("optim", "AdamW step", label, make, bytes=n * 4 * 7.0, inplace=True,
+                     working_set=n * 4 * 4,
                      min_time=0.5, max_reps=20)
 
 
