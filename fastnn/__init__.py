@@ -51,6 +51,7 @@ from ._random import manual_seed, initial_seed  # noqa: E402
 from ._grad import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402
 from . import functional  # noqa: E402
 from . import nn  # noqa: E402
+from .nn.module import PendingCallsWarning  # noqa: E402
 from . import optim  # noqa: E402
 from . import models  # noqa: E402
 from .io import load, save  # noqa: E402
@@ -58,7 +59,7 @@ from .io import load, save  # noqa: E402
 __all__ = ["__version__", "set_backend", "get_backend", "use_backend", "available_backends",
            "set_num_threads", "get_num_threads", "manual_seed", "initial_seed", "functional",
            "nn", "optim", "models", "save", "load", "to_numpy", "to_device", "no_grad", "enable_grad",
-           "set_grad_enabled", "is_grad_enabled"]
+           "set_grad_enabled", "is_grad_enabled", "PendingCallsWarning"]
 
 
 def to_numpy(a):

@@ -591,11 +591,71 @@ def test_forward_only_loop_in_training_mode_warns_once(monkeypatch):
     x = np.ones((1, 6))
     for _ in range(5):
         f(x)
-    with pytest.warns(ResourceWarning, match="no_grad"):
+    with pytest.warns(fastnn.PendingCallsWarning, match="no_grad") as rec:
         f(x)
+    assert rec[0].filename == __file__   # it names the caller's line, not fastnn's
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         f(x)                             # once per module
     f.eval()
     assert f._pending_calls() == 0       # eval() drops pending calls
+
+
+def test_pending_calls_warning_is_shown_by_default():
+    """A ResourceWarning is ignored by Python's default filters: a forward-only loop in
+    training mode ran out of memory without a word.  The warning is a UserWarning."""
+    assert issubclass(fastnn.PendingCallsWarning, UserWarning)
+    assert not issubclass(fastnn.PendingCallsWarning, ResourceWarning)
+    import subprocess
+    import sys
+    code = ("import numpy as np, fastnn\n"
+            "from fastnn import nn\n"
+            "from fastnn.nn import module as M\n"
+            "M.PENDING_BYTES_WARN = 1 << 20\n"
+            "m = nn.LSTM(16, 16)\n"
+            "x = np.ones((64, 32, 16), np.float32)\n"
+            "for _ in range(64):\n"
+            "    m(x)\n")
+    err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stderr
+    assert "PendingCallsWarning: LSTM holds 64 training-mode calls" in err and "GiB" in err
+
+
+def test_pending_calls_warn_by_bytes_before_the_count(monkeypatch):
+    """An LSTM's cache is megabytes a call: a forward-only loop would fill the machine's
+    memory long before 10,000 calls, so the bytes held are checked at 64, 128, ... calls."""
+    from fastnn.nn import module as M
+    m = nn.LSTM(32, 32)
+    x = np.ones((64, 32, 32), np.float32)
+    m(x)
+    one = M._cache_bytes(m._ctx[-1], {id(p.data) for p in m.parameters()})
+    # the gate activations, outputs and cell states of 64 x 32 rows at least
+    assert one >= 64 * 32 * (4 * 32 + 2 * 32) * 4
+    monkeypatch.setattr(M, "PENDING_BYTES_WARN", 96 * one)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(126):
+            m(x)                          # 127 pending: checked at 64, under the limit
+    with pytest.warns(fastnn.PendingCallsWarning, match=r"LSTM holds 128 .* GiB of caches"):
+        m(x)
+    with fastnn.no_grad():
+        m(x)
+    m.eval()
+    assert m._pending_calls() == 0
+
+
+def test_pending_bytes_leave_out_parameters(monkeypatch):
+    """A cache that holds the layer's weight (as many do) adds only its input per call: a
+    large Linear called on one row is far from any limit."""
+    from fastnn.nn import module as M
+    monkeypatch.setattr(M, "PENDING_BYTES_WARN", 16 << 20)
+    lin = nn.Linear(1024, 1024)          # a 4 MiB weight
+    x = np.ones((1, 1024), np.float32)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(256):
+            lin(x)
+    assert M._cache_bytes(lin._ctx[-1], {id(p.data) for p in lin.parameters()}) < 64 << 10

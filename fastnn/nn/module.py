@@ -15,7 +15,10 @@ that raises (a wrong gradient shape or dtype) leaves the cache for the corrected
 then the module's backward hooks run.
 """
 import functools
+import gc
 import inspect
+import os
+import sys
 import types
 import warnings
 from collections import OrderedDict, namedtuple
@@ -23,11 +26,17 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from .._grad import _tls
-from .._backend import placed
+from .._backend import Backend, placed
 from .._validate import F32, F64, parameter_data
 
 __all__ = ["Parameter", "Module", "Sequential", "ModuleList", "ModuleDict", "IncompatibleKeys",
-           "CallHandle", "RemovableHandle"]
+           "CallHandle", "RemovableHandle", "PendingCallsWarning"]
+
+
+class PendingCallsWarning(UserWarning):
+    """A module holds many training-mode calls that no backward has consumed (a forward-only
+    loop in training mode: validation or inference without ``no_grad()`` or ``eval()``).
+    A UserWarning, so Python shows it by default (a ResourceWarning would be hidden)."""
 
 IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
@@ -78,6 +87,75 @@ class Parameter:
 # A module warns (once) when it holds more pending calls than this: forward-only loops in
 # training mode (validation without no_grad/eval) would otherwise grow without bound.
 PENDING_WARN = 10000
+# ... or sooner when its pending caches come to more than this many bytes (None: an eighth
+# of the machine's memory), checked at 64, 128, 256, ... pending calls: an LSTM(256, 256)
+# on (64, 32, 256) keeps 14 MiB a call, so 10,000 calls would need 140 GB.
+PENDING_BYTES_WARN = None
+_PENDING_CHECK_FROM = 64
+
+
+def _pending_bytes_limit():
+    if PENDING_BYTES_WARN is not None:
+        return PENDING_BYTES_WARN
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 8
+    except (ValueError, OSError, AttributeError):       # no sysconf (Windows)
+        return 4 << 30
+
+
+_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _user_stacklevel():
+    """warnings.warn's stacklevel that names the first caller outside the fastnn package
+    (the user's line that called the module), from the function calling warn."""
+    f, level = sys._getframe(2), 2
+    while f is not None and f.f_code.co_filename.startswith(_PKG):
+        f, level = f.f_back, level + 1
+    return level
+
+
+_WALK = (tuple, list, dict, set, frozenset)
+
+
+def _walks(o):
+    """Whether a cache walk descends into ``o``: containers and fastnn's own cache objects
+    (the recurrent layers' saved stacks), never a backend, module or parameter."""
+    if isinstance(o, _WALK):
+        return True
+    t = type(o)
+    return (t.__module__ or "").startswith("fastnn.") and not isinstance(
+        o, (Backend, Module, Parameter, type))
+
+
+def _cache_bytes(ctx, skip):
+    """Bytes of the arrays one cache holds (host arrays counted once per owning buffer,
+    device arrays by ``nbytes``), leaving out the arrays whose ids are in ``skip`` (the
+    module's parameters and buffers, which a cache may hold but no call adds).  Walks
+    containers and fastnn's cache objects (gc.get_referents), at most 4096 objects."""
+    seen = set(skip)
+    total = 0
+    todo = [ctx]
+    budget = 4096
+    while todo and budget > 0:
+        o = todo.pop()
+        budget -= 1
+        if isinstance(o, np.ndarray):
+            while isinstance(o.base, np.ndarray):      # a view: its owner, once
+                o = o.base
+            if id(o) not in seen:
+                seen.add(id(o))
+                total += o.nbytes
+            continue
+        if id(o) in seen:
+            continue
+        seen.add(id(o))
+        if hasattr(o, "__cuda_array_interface__"):
+            total += int(getattr(o, "nbytes", 0))
+        elif _walks(o):
+            todo.extend(gc.get_referents(o))
+    return total
+
 
 # What a container's training-mode call pushes when its forward kept nothing of its own, so
 # that every module counts its pending calls (_pending_calls) and its backward pops one.
@@ -289,17 +367,35 @@ class Module:
             st.append(ctx)
             if rec is not None:              # inside a recorded call: remember the push
                 rec.append((self, ctx))
-            if len(st) > PENDING_WARN:
+            n = len(st)
+            if n > PENDING_WARN:
                 self._warn_pending()
+            elif n >= _PENDING_CHECK_FROM and not n & (n - 1):    # 64, 128, 256, ...
+                self._check_pending_bytes(ctx, n)
 
-    def _warn_pending(self):
+    def _check_pending_bytes(self, ctx, n):
+        """Warn when n pending calls of the newest call's size pass the byte limit."""
+        if self.__dict__.get("_warned_pending"):
+            return
+        skip = set()
+        for a in [p.data for p in self.parameters()] + [b for _, b in self.named_buffers()]:
+            skip.add(id(a))
+            while isinstance(a, np.ndarray) and isinstance(a.base, np.ndarray):
+                a = a.base
+                skip.add(id(a))
+        held = n * _cache_bytes(ctx, skip)
+        if held > _pending_bytes_limit():
+            self._warn_pending(held)
+
+    def _warn_pending(self, held=None):
         if not self.__dict__.get("_warned_pending"):
             self.__dict__["_warned_pending"] = True
+            size = "" if held is None else f", about {held / (1 << 30):.1f} GiB of caches"
             warnings.warn(
                 f"{type(self).__name__} holds {len(self._ctx)} training-mode calls that no "
-                f"backward has consumed (each keeps its cache until its backward): run "
-                f"inference under fastnn.no_grad() or in eval() mode", ResourceWarning,
-                stacklevel=3)
+                f"backward has consumed{size} (each keeps its cache until its backward, "
+                f"eval() or release): run inference under fastnn.no_grad() or in eval() "
+                f"mode", PendingCallsWarning, stacklevel=_user_stacklevel())
 
     def _take(self):
         """The newest pending call's cache; the backward wrapper pops it when backward returns."""
