@@ -646,6 +646,33 @@ def test_pending_calls_warn_by_bytes_before_the_count(monkeypatch):
     assert m._pending_calls() == 0
 
 
+def test_pending_bytes_of_a_container_count_all_its_layers(monkeypatch):
+    """Each layer of a model may hold a modest cache a call while the model holds many
+    times that: the outermost container checks the sum of its call's caches (an array two
+    caches share counted once)."""
+    from fastnn.nn import module as M
+    fastnn.manual_seed(0)
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(64, 64), nn.Tanh()) for _ in range(8)])
+    x = np.ones((256, 64), np.float32)
+    model(x)
+    per_layer = 256 * 64 * 4
+    one = M._cache_bytes([c for m in model.modules() for c in m._ctx],
+                         {id(p.data) for p in model.parameters()})
+    assert 8 * per_layer <= one <= 17 * per_layer
+    # a limit no single layer's 64 calls reach, but the model's 64 calls do
+    monkeypatch.setattr(M, "PENDING_BYTES_WARN", 4 * 64 * per_layer)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(62):
+            model(x)
+    with pytest.warns(fastnn.PendingCallsWarning, match="Sequential holds 64") as rec:
+        model(x)
+    assert rec[0].filename == __file__
+    model.eval()
+    assert model._pending_calls() == 0
+
+
 def test_pending_bytes_leave_out_parameters(monkeypatch):
     """A cache that holds the layer's weight (as many do) adds only its input per call: a
     large Linear called on one row is far from any limit."""

@@ -349,6 +349,10 @@ class Module:
             mine.append((self, _CALL))
         if rec is not None:              # inside an enclosing recorded call
             rec.extend(mine)
+        else:                            # the outermost call: what the whole call keeps
+            n = len(st)
+            if n >= _PENDING_CHECK_FROM and not n & (n - 1):
+                self._check_pending_bytes([c for _, c in mine], n)
         return out, mine
 
     def forward(self, *args, **kwargs):
@@ -374,7 +378,8 @@ class Module:
                 self._check_pending_bytes(ctx, n)
 
     def _check_pending_bytes(self, ctx, n):
-        """Warn when n pending calls of the newest call's size pass the byte limit."""
+        """Warn when n pending calls of the newest call's size pass the byte limit (``ctx``:
+        the newest call's cache; a container's: the list of every cache its call pushed)."""
         if self.__dict__.get("_warned_pending"):
             return
         skip = set()
