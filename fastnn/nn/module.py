@@ -38,6 +38,7 @@ class PendingCallsWarning(UserWarning):
     loop in training mode: validation or inference without ``no_grad()`` or ``eval()``).
     A UserWarning, so Python shows it by default (a ResourceWarning would be hidden)."""
 
+
 IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
 
@@ -89,7 +90,7 @@ class Parameter:
 PENDING_WARN = 10000
 # ... or sooner when its pending caches come to more than this many bytes (None: an eighth
 # of the machine's memory), checked at 64, 128, 256, ... pending calls: an LSTM(256, 256)
-# on (64, 32, 256) keeps 14 MiB a call, so 10,000 calls would need 140 GB.
+# on (64, 32, 256) keeps 16 MiB a call, so 10,000 calls would need 160 GiB.
 PENDING_BYTES_WARN = None
 _PENDING_CHECK_FROM = 64
 
