@@ -444,9 +444,11 @@ def test_gpu_benchmark_script_runs_under_the_simulator():
     """benchmarks/gpu.py's timing section at --smoke sizes (the numbers mean nothing here;
     this proves the script a GPU session will run is not broken)."""
     import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "fastnn_gpu_bench", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                         "benchmarks", "gpu.py"))
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "benchmarks", "gpu.py")
+    if not os.path.exists(script):
+        pytest.skip("benchmarks/gpu.py is not beside these tests (an installed copy)")
+    spec = importlib.util.spec_from_file_location("fastnn_gpu_bench", script)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     rows = mod.op_benchmarks(quick=False, smoke=True, peak_gbs=None)

@@ -158,6 +158,8 @@ def test_sgemm_routes_deep_products(mod):
 
 def test_sgemm_asm_header_is_generated():
     """csrc/fnn_sgemm_asm.h is tools/gen_sgemm_asm.py's output, unedited."""
+    if not os.path.exists(os.path.join(ROOT, "tools", "gen_sgemm_asm.py")):
+        pytest.skip("tools/ and csrc/ are not beside these tests (an installed copy)")
     r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "gen_sgemm_asm.py"), "--check"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
