@@ -5,8 +5,10 @@
 # chunk of rows of the (N, C*S) matrix when S is small -- each unit leaves its sum and
 # sum of squares (double, 8 lanes, shifted by the channel's first value so the
 # variance does not cancel) in its own slot, and the slots are added in unit order:
-# bit-identical results at any thread count.  Then one fused pass y = x*scale + shift
-# with scale = w*rstd, shift = b - mean*scale per channel.
+# bit-identical results at any thread count.  Then one fused pass
+# y = (x - mean) * scale + b with scale = w*rstd per channel, mean rounded to x's type
+# (torch's x * scale + (b - mean * scale) cancels where |mean| >> std: a channel of
+# equal values 1e30 gave 2e25 instead of b).
 # Backward: one pass for sum(dy) and sum(dy*(x-mean)) per channel (same units), then
 # one fused pass dx = a*dy + k*(x - mean) + c0.  Running statistics are updated in place.
 # Both reductions share one driver (_channel_sums) and both elementwise passes another
@@ -41,7 +43,7 @@ cdef enum:
     ROW_CHUNK = 4096    # elements per row chunk otherwise
 
 cdef enum:              # what _per_channel writes
-    AFFINE = 0          # out = x * a[c] + c0[c]
+    AFFINE = 0          # out = (x - m[c]) * a[c] + c0[c]
     BWD_TRAIN = 1       # out = a[c] * g + kk[c] * (x - m[c]) + c0[c]
     BWD_EVAL = 2        # out = a[c] * g
 
@@ -130,9 +132,10 @@ cdef inline void _channels(const real* g, const real* x, real* out, Py_ssize_t C
     if mode == AFFINE:
         for c in range(C):
             aa = a[c]
+            mm = m[c]
             cc = c0[c]
             for k in range(S):
-                out[c * S + k] = x[c * S + k] * aa + cc
+                out[c * S + k] = (x[c * S + k] - mm) * aa + cc
     elif mode == BWD_TRAIN:
         for c in range(C):
             aa = a[c]
@@ -153,17 +156,17 @@ cdef void _per_channel(const real* g, const real* x, real* out, Py_ssize_t N, Py
                        const real* c0, int mode) noexcept nogil:
     """out over every (n, c) segment of S elements as `mode` says (the enum above): one
     plane a unit when planes are long, one row of C planes otherwise.  In BWD_EVAL x does
-    not enter, so a NaN in x does not reach dx -- as in the reference and torch; kk and m
-    are read in BWD_TRAIN only (NULL otherwise), g not in AFFINE."""
+    not enter, so a NaN in x does not reach dx -- as in the reference and torch; kk is
+    read in BWD_TRAIN only, m in BWD_TRAIN and AFFINE (NULL otherwise), g not in AFFINE."""
     cdef Py_ssize_t u, n, c, o
-    cdef bint train = mode == BWD_TRAIN
+    cdef bint train = mode == BWD_TRAIN, has_m = mode != BWD_EVAL
     cdef int nt = _threads_for(N * C * S, 1 << 15)
     if S >= PLANE_MIN:
         for u in prange(N * C, nogil=True, schedule="static", num_threads=nt):
             c = u % C
             o = u * S
             _channels(g + o if mode != AFFINE else NULL, x + o, out + o, 1, S, a + c,
-                      kk + c if train else NULL, m + c if train else NULL, c0 + c, mode)
+                      kk + c if train else NULL, m + c if has_m else NULL, c0 + c, mode)
     else:
         for n in prange(N, nogil=True, schedule="static", num_threads=nt):
             o = n * C * S
@@ -225,15 +228,16 @@ cdef tuple _batch_norm(const real* xd, cnp.ndarray x, object running_mean,
         mean[:] = running_mean
         rstd[:] = 1.0 / np.sqrt(np.asarray(running_var, dtype=np.float64) + eps)
     scale = rstd if wd is None else wd * rstd
-    sh = -mean * scale if bd is None else bd - mean * scale
     cdef cnp.ndarray a = scale.astype(x.dtype)
-    cdef cnp.ndarray b = sh.astype(x.dtype)
+    cdef cnp.ndarray b = (np.zeros(C) if bd is None else bd).astype(x.dtype)
+    cdef cnp.ndarray mx = mean.astype(x.dtype)
     cdef real* py = _typed(y, N * C * S, <real>0)
     cdef const real* pa = _typed(a, C, <real>0)
     cdef const real* pb = _typed(b, C, <real>0)
+    cdef const real* pm = _typed(mx, C, <real>0)
     with nogil:
-        _per_channel(<const real*>NULL, xd, py, N, C, S, pa, <const real*>NULL,
-                     <const real*>NULL, pb, AFFINE)
+        _per_channel(<const real*>NULL, xd, py, N, C, S, pa, <const real*>NULL, pm, pb,
+                     AFFINE)
     return y, (x, weight, bias is not None, mean, rstd, training)
 
 

@@ -13,6 +13,7 @@
 #ifndef FNN_REDUCE_H
 #define FNN_REDUCE_H
 #include <stddef.h>
+#include <math.h>
 
 #if defined(__GNUC__)
 #define FNN_ALWAYS_INLINE static inline __attribute__((always_inline))
@@ -177,6 +178,17 @@ static inline float fnn_term_dot_f(const fnn_sum_args* s, ptrdiff_t i) {
 static inline double fnn_term_dot_d(const fnn_sum_args* s, ptrdiff_t i) {
     return ((const double*)s->a)[i] * ((const double*)s->b)[i];
 }
+/* y (x - c): the deviation formed first, as fnn_term_sqdev_f, so a row whose mean
+   dwarfs its spread loses nothing to cancellation (sum y x - c sum y would) */
+static inline float fnn_term_dotdev_f(const fnn_sum_args* s, ptrdiff_t i) {
+    return ((const float*)s->b)[i] * (((const float*)s->a)[i] - (float)s->p);
+}
+static inline double fnn_term_dotdev_d(const fnn_sum_args* s, ptrdiff_t i) {
+    return ((const double*)s->b)[i] * (((const double*)s->a)[i] - s->p);
+}
+static inline double fnn_term_dotdev_fd(const fnn_sum_args* s, ptrdiff_t i) {
+    return (double)((const float*)s->b)[i] * ((double)((const float*)s->a)[i] - s->p);
+}
 #if defined(__AVX2__) && defined(__FMA__)
 static inline __m256 fnn_vstep_sum(__m256 acc, const fnn_sum_args* s, ptrdiff_t j) {
     return _mm256_add_ps(acc, _mm256_loadu_ps((const float*)s->a + j));
@@ -188,6 +200,10 @@ static inline __m256 fnn_vstep_sqdev(__m256 acc, const fnn_sum_args* s, ptrdiff_
 static inline __m256 fnn_vstep_dot(__m256 acc, const fnn_sum_args* s, ptrdiff_t j) {
     return _mm256_fmadd_ps(_mm256_loadu_ps((const float*)s->a + j),
                            _mm256_loadu_ps((const float*)s->b + j), acc);
+}
+static inline __m256 fnn_vstep_dotdev(__m256 acc, const fnn_sum_args* s, ptrdiff_t j) {
+    __m256 d = _mm256_sub_ps(_mm256_loadu_ps((const float*)s->a + j), _mm256_set1_ps((float)s->p));
+    return _mm256_fmadd_ps(_mm256_loadu_ps((const float*)s->b + j), d, acc);
 }
 #endif
 
@@ -209,6 +225,14 @@ static inline double fnn_dot_f(const float* x, const float* y, ptrdiff_t n) {
     fnn_sum_args s = {x, y, NULL, NULL, 0.0, 0.0};
     return fnn_float_sum_v(n, fnn_term_dot_f, FNN_VSTEP(fnn_vstep_dot), &s);
 }
+/* sum y (x - c) */
+static inline double fnn_dot_dev_f(const float* x, const float* y, ptrdiff_t n, double c) {
+    fnn_sum_args s = {x, y, NULL, NULL, c, 0.0};
+    double t = fnn_float_sum_v(n, fnn_term_dotdev_f, FNN_VSTEP(fnn_vstep_dotdev), &s);
+    if (!(fabs(t) <= 1e300))     /* a float product overflowed, or inf/NaN: redo in double */
+        t = fnn_double_sum(n, fnn_term_dotdev_fd, &s);
+    return t;
+}
 static inline double fnn_sum_d(const double* x, ptrdiff_t n) {
     fnn_sum_args s = {x, NULL, NULL, NULL, 0.0, 0.0};
     return fnn_double_sum(n, fnn_term_x_d, &s);
@@ -220,6 +244,10 @@ static inline double fnn_sumsq_dev_d(const double* x, ptrdiff_t n, double c) {
 static inline double fnn_dot_d(const double* x, const double* y, ptrdiff_t n) {
     fnn_sum_args s = {x, y, NULL, NULL, 0.0, 0.0};
     return fnn_double_sum(n, fnn_term_dot_d, &s);
+}
+static inline double fnn_dot_dev_d(const double* x, const double* y, ptrdiff_t n, double c) {
+    fnn_sum_args s = {x, y, NULL, NULL, c, 0.0};
+    return fnn_double_sum(n, fnn_term_dotdev_d, &s);
 }
 
 /* max over 32 lanes; a NaN sticks in its lane (v > m is false for it, v != v true),

@@ -2,14 +2,16 @@
 #
 # Each (n, g) block -- C/G channels x S positions -- is contiguous, so it is one "row" of
 # M = (C/G) * S elements: the forward takes its mean and the sum of squared deviations
-# in double (fnn_reduce.h's lane sums), then each channel is one affine pass
-# y = x * scale_c + shift_c with scale_c = rstd * w[c], shift_c = b[c] - mean * scale_c
-# (torch's form).  Saves mean and rstd per (n, g).
+# in double (fnn_reduce.h's lane sums), then each channel is one pass
+# y = (x - mean) * scale_c + b[c] with scale_c = rstd * w[c], mean rounded to x's type.
+# (torch's x * scale_c + (b[c] - mean * scale_c) cancels where |mean| >> std: a group
+# of equal values 1e30 -- variance 0, rstd = eps^-1/2 -- gave 2e25 instead of b[c].)
+# Saves mean and rstd per (n, g).
 # Backward, per block: one pass takes the per-channel sums A[n, c] = sum dy and
-# B[n, c] = sum dy * x (double), from which
+# B[n, c] = sum dy * (x - mean) (double; the deviation formed first), from which
 #   dx = rstd * (w_c dy - mean(g) - xhat * mean(g xhat)),  g = dy * w
-# is one more affine pass per channel, dx = a_c dy + b x + c.  The parameter gradients
-# d_weight[c] = sum_n rstd (B - mean A), d_bias[c] = sum_n A are added in n order from
+# is one more pass per channel, dx = a_c dy + b (x - mean) + c.  The parameter gradients
+# d_weight[c] = sum_n rstd B, d_bias[c] = sum_n A are added in n order from
 # the per-(n, c) sums: deterministic at any thread count, no atomics.
 # Rows are spread over OpenMP threads (static schedule); the work per row depends only
 # on the shapes, so a thread count never changes a result.
@@ -35,8 +37,8 @@ cdef extern from "fnn_reduce.h" nogil:
     double fnn_sum_d(const double* x, Py_ssize_t n)
     double fnn_sumsq_dev_f(const float* x, Py_ssize_t n, double c)
     double fnn_sumsq_dev_d(const double* x, Py_ssize_t n, double c)
-    double fnn_dot_f(const float* x, const float* y, Py_ssize_t n)
-    double fnn_dot_d(const double* x, const double* y, Py_ssize_t n)
+    double fnn_dot_dev_f(const float* x, const float* y, Py_ssize_t n, double c)
+    double fnn_dot_dev_d(const double* x, const double* y, Py_ssize_t n, double c)
 
 
 cdef inline double _sum(const real* x, Py_ssize_t n) noexcept nogil:
@@ -53,17 +55,19 @@ cdef inline double _sumsq_dev(const real* x, Py_ssize_t n, double c) noexcept no
         return fnn_sumsq_dev_d(x, n, c)
 
 
-cdef inline double _dot(const real* x, const real* y, Py_ssize_t n) noexcept nogil:
+cdef inline double _dot_dev(const real* x, const real* y, Py_ssize_t n, double c) noexcept nogil:
+    """sum y (x - c)"""
     if real is float:
-        return fnn_dot_f(x, y, n)
+        return fnn_dot_dev_f(x, y, n, c)
     else:
-        return fnn_dot_d(x, y, n)
+        return fnn_dot_dev_d(x, y, n, c)
 
 
-cdef inline void _affine(const real* x, real* y, Py_ssize_t n, real a, real b) noexcept nogil:
+cdef inline void _affine(const real* x, real* y, Py_ssize_t n, real m, real a,
+                         real b) noexcept nogil:
     cdef Py_ssize_t j
     for j in range(n):
-        y[j] = x[j] * a + b
+        y[j] = (x[j] - m) * a + b
 
 
 cdef void _fwd_block(const real* x, real* y, const real* w, const real* b, Py_ssize_t c0,
@@ -73,11 +77,11 @@ cdef void _fwd_block(const real* x, real* y, const real* w, const real* b, Py_ss
     cdef double m = _sum(x, M) / M if M > 0 else 0.0
     cdef double var = _sumsq_dev(x, M, m) / M if M > 0 else 0.0
     cdef double rstd = 1.0 / sqrt(var + eps)
-    cdef double scale, shift
+    cdef double scale
     for c in range(Cg):
         scale = rstd * (w[c0 + c] if w != NULL else 1.0)
-        shift = (b[c0 + c] if b != NULL else 0.0) - m * scale
-        _affine(x + c * S, y + c * S, S, <real>scale, <real>shift)
+        _affine(x + c * S, y + c * S, S, <real>m, <real>scale,
+                <real>(b[c0 + c] if b != NULL else 0.0))
     mean_out[0] = <real>m
     rstd_out[0] = <real>rstd
 
@@ -92,33 +96,34 @@ cdef void _fwd(const real* x, real* y, const real* w, const real* b, Py_ssize_t 
 
 
 cdef inline void _dx_pass(const real* dy, const real* x, real* dx, Py_ssize_t n, real a, real bx,
-                          real c) noexcept nogil:
+                          real m, real c) noexcept nogil:
     cdef Py_ssize_t j
     for j in range(n):
-        dx[j] = a * dy[j] + bx * x[j] + c
+        dx[j] = a * dy[j] + bx * (x[j] - m) + c
 
 
 cdef void _bwd_block(const real* dy, const real* x, real* dx, const real* w, Py_ssize_t c0,
                      Py_ssize_t Cg, Py_ssize_t S, double mean, double rstd,
                      double* ab) noexcept nogil:
-    """One (n, g) block: ab[2c], ab[2c + 1] = sum dy, sum dy * x of channel c0 + c; dx."""
+    """One (n, g) block: ab[2c], ab[2c + 1] = sum dy, sum dy * (x - mean) of channel
+    c0 + c; dx."""
     cdef Py_ssize_t M = Cg * S, c
     cdef double sum_g = 0.0, sum_gx = 0.0, wc, mg, mgx
     for c in range(Cg):
         ab[2 * c] = _sum(dy + c * S, S)
-        ab[2 * c + 1] = _dot(dy + c * S, x + c * S, S)
+        ab[2 * c + 1] = _dot_dev(x + c * S, dy + c * S, S, mean)
         wc = w[c0 + c] if w != NULL else 1.0
         sum_g += wc * ab[2 * c]
         sum_gx += wc * ab[2 * c + 1]
     if M == 0:
         return
     mg = sum_g / M
-    # mean(g * xhat) = rstd * (sum g x - mean * sum g) / M
-    mgx = rstd * (sum_gx - mean * sum_g) / M
+    # mean(g * xhat) = rstd * sum g (x - mean) / M
+    mgx = rstd * sum_gx / M
     for c in range(Cg):
         wc = w[c0 + c] if w != NULL else 1.0
         _dx_pass(dy + c * S, x + c * S, dx + c * S, S, <real>(rstd * wc),
-                 <real>(-rstd * rstd * mgx), <real>(rstd * (mean * rstd * mgx - mg)))
+                 <real>(-rstd * rstd * mgx), <real>mean, <real>(-rstd * mg))
 
 
 cdef void _bwd(const real* dy, const real* x, real* dx, const real* w, const real* mean,
@@ -166,7 +171,7 @@ def group_norm_backward(cnp.ndarray dy, tuple saved):
     cdef Py_ssize_t N = x.shape[0], C = x.shape[1]
     cdef Py_ssize_t S = cnp.PyArray_SIZE(x) // (N * C) if N * C else 0
     cdef cnp.ndarray dx = np.empty_like(x)
-    # per-(n, c) sum dy and sum dy * x, in double
+    # per-(n, c) sum dy and sum dy * (x - mean), in double
     cdef cnp.ndarray ab = np.empty((N, C, 2), dtype=np.float64)
     cdef int T = F32 if cnp.PyArray_TYPE(x) == cnp.NPY_FLOAT else F64
     cdef void* pw = _data_or_null(weight, C, T)
@@ -191,7 +196,7 @@ def group_norm_backward(cnp.ndarray dy, tuple saved):
 
 cdef tuple _param_grads(cnp.ndarray ab, cnp.ndarray stats, Py_ssize_t N, Py_ssize_t C,
                         Py_ssize_t G, object dtype):
-    """d_weight[c] = sum_n rstd (B - mean A), d_bias[c] = sum_n A, added in n order."""
+    """d_weight[c] = sum_n rstd B, d_bias[c] = sum_n A, added in n order."""
     cdef double[:, :, ::1] s = ab
     cdef cnp.ndarray st = np.asarray(stats, dtype=np.float64)
     cdef double[:, ::1] ms = st
@@ -203,6 +208,6 @@ cdef tuple _param_grads(cnp.ndarray ab, cnp.ndarray stats, Py_ssize_t N, Py_ssiz
     for n in range(N):
         for c in range(C):
             r = n * G + c // Cg
-            w_[c] += ms[1, r] * (s[n, c, 1] - ms[0, r] * s[n, c, 0])
+            w_[c] += ms[1, r] * s[n, c, 1]
             b_[c] += s[n, c, 0]
     return dw.astype(dtype), db.astype(dtype)

@@ -284,7 +284,6 @@ def test_cuda_adaptive_pool_refuses_window_products_past_32_bits():
 
 
 # ------------------------------------------------------------------ layout ops (issue 20)
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_nn_and_functional_never_import_cuda_nor_branch_on_device():
@@ -295,16 +294,18 @@ def test_nn_and_functional_never_import_cuda_nor_branch_on_device():
                          r"^\s*import cuda\b", re.M)
     branches = re.compile(r"\bis_device\(|\.name == [\"']cuda[\"']")
     bad = []
+    pkg = os.path.dirname(os.path.abspath(fastnn.__file__))     # the tree or an installed copy
     for sub in ("nn", "functional"):
-        d = os.path.join(ROOT, "fastnn", sub)
+        d = os.path.join(pkg, sub)
         for fn in sorted(os.listdir(d)):
             if not fn.endswith(".py"):
                 continue
             src = open(os.path.join(d, fn)).read()
             for m in imports.finditer(src):
                 bad.append(f"{sub}/{fn}: imports {m.group(0)!r}")
+    pkg = os.path.dirname(os.path.abspath(fastnn.__file__))     # the tree or an installed copy
     for sub in ("nn", "functional"):
-        d = os.path.join(ROOT, "fastnn", sub)
+        d = os.path.join(pkg, sub)
         for fn in sorted(os.listdir(d)):
             if fn.endswith(".py"):
                 src = open(os.path.join(d, fn)).read()
