@@ -178,9 +178,11 @@ def test_implementations_are_timed_in_interleaved_rounds(monkeypatch):
             clock[0] += next(durations[name])
         return call
     monkeypatch.setattr(core.time, "perf_counter", lambda: clock[0])
+    per_round = {}
     best = core.time_interleaved({"a": fn("a"), "b": fn("b"), "c": None}, min_time=3.0,
-                                 max_reps=100, rounds=3, warmup=1)
+                                 max_reps=100, rounds=3, warmup=1, per_round=per_round)
     assert best == {"a": 0.5, "b": 2.0}
+    assert per_round == {"a": pytest.approx([1.0, 0.5, 1.0]), "b": pytest.approx([3.0, 2.0, 3.0])}
     # warm-up (a, b), then rounds a b | b a a | a b (1 s budget per side and round)
     assert order == ["a", "b", "a", "b", "b", "a", "a", "a", "b"]
 
@@ -228,3 +230,34 @@ def test_last_level_cache_size_is_read():
     assert n >= 0
     if sys.platform.startswith("linux") and os.path.isdir("/sys/devices/system/cpu/cpu0/cache"):
         assert n >= 256 << 10
+
+
+def test_rows_show_the_ratio_round_by_round(monkeypatch):
+    """Each row's fastnn/torch time ratio, besides the one of the two bests, is shown as the
+    lowest and highest ratio of the times taken in the same interleaved round: what the
+    machine's load does to it (a 1.16x in a loaded full run read 0.96x in quick reruns)."""
+    import io
+    from fastnn.bench import cli as bench_cli, core
+    calls = {"fastnn": iter([1.0, 1.0, 3.0, 2.0]), "torch": iter([1.0, 2.0, 2.0, 2.0])}
+    clock = [0.0]
+
+    def fn(name):
+        def call():
+            clock[0] += next(calls[name])
+        return call
+    case = core.BenchCase("x", "op", "s", lambda: {"fastnn": fn("fastnn"), "reference": None,
+                                                   "torch": fn("torch")}, bytes=1e6,
+                          min_time=1e-9, max_reps=3)
+    monkeypatch.setattr(bench_cli, "collect", lambda only: [case])
+    monkeypatch.setattr(core, "copy_bandwidth", lambda *a, **k: 1e9)
+    monkeypatch.setattr(core, "sgemm_rate", lambda *a, **k: 1.0)
+    monkeypatch.setattr(core.time, "perf_counter", lambda: clock[0])
+    out = io.StringIO()
+    res = bench_cli.run(only=["x"], threads=1, quick=True, out=out)
+    row = res["rows"][0]
+    # warm-up 1.0 / 1.0, then rounds: fastnn 1.0 torch 2.0 | torch 2.0 fastnn 3.0 | fastnn 2.0 torch 2.0
+    assert row["time_ratio_vs_torch_by_round"] == pytest.approx([0.5, 1.5, 1.0])
+    assert row["time_ratio_vs_torch"] == pytest.approx(0.5)
+    assert "0.50-1.50" in out.getvalue()
+    assert "| 0.50x | 0.50-1.50 |" in bench_cli.markdown(res)
+    assert bench_cli._fmt_span(None) == "-"

@@ -85,7 +85,7 @@ def run(only=None, threads=None, json_path=None, plot_path=None, quick=False, ou
     rows = []
     over_ceiling = 0
     header = (f"{'family':<10} {'op':<34} {'shape':<26} {'fastnn ms':>10} {'ref ms':>9} "
-              f"{'vs ref':>7} {'torch ms':>9} {'vs torch':>8}  achieved")
+              f"{'vs ref':>7} {'torch ms':>9} {'vs torch':>8} {'by round':>10}  achieved")
     print(header, file=out)
     print("-" * len(header), file=out)
     t_start = time.perf_counter()
@@ -95,8 +95,9 @@ def run(only=None, threads=None, json_path=None, plot_path=None, quick=False, ou
         mt = c.min_time * (0.4 if quick else 1.0)
         # fastnn and every other implementation but the reference (seconds per call)
         # in interleaved rounds: a slow spell of a shared machine falls on both sides
+        per_round = {}
         timed = time_interleaved({k: f for k, f in fns.items() if k != "reference"}, mt,
-                                 c.max_reps)
+                                 c.max_reps, per_round=per_round)
         t_fast = timed.pop("fastnn")
         t_ref = None
         if fns.get("reference") is not None:
@@ -131,6 +132,7 @@ def run(only=None, threads=None, json_path=None, plot_path=None, quick=False, ou
                    torch_ms=None if t_torch is None else t_torch * 1e3,
                    speedup_vs_reference=None if t_ref is None else t_ref / t_fast,
                    time_ratio_vs_torch=None if t_torch is None else t_fast / t_torch,
+                   time_ratio_vs_torch_by_round=_round_ratios(per_round, "torch"),
                    gbps=None if not c.bytes else c.bytes / t_fast / 1e9,
                    ceiling_gbps=(None if not c.bytes or c.flops
                                  else ceil.copy_at(c.working_set or c.bytes, inplace=c.inplace)),
@@ -151,7 +153,8 @@ def run(only=None, threads=None, json_path=None, plot_path=None, quick=False, ou
         to_s = f"{row['torch_ms']:9.3f}" if t_torch else f"{'-':>9}"
         tr_s = f"{row['time_ratio_vs_torch']:7.2f}x" if t_torch else f"{'-':>8}"
         print(f"{c.family:<10} {c.op:<34} {c.shape:<26} {row['fastnn_ms']:10.3f} {ref_s} {sp_s} "
-              f"{to_s} {tr_s}  {_fmt_rate(c, t_fast, ceil, ceil.copy_at(ceil.DRAM_SIZE))}",
+              f"{to_s} {tr_s} {_fmt_span(row['time_ratio_vs_torch_by_round']):>10}  "
+              f"{_fmt_rate(c, t_fast, ceil, ceil.copy_at(ceil.DRAM_SIZE))}",
               file=out, flush=True)
         if tokens:
             print(f"{'':<10} -> {_fmt_tokens(row)}", file=out, flush=True)
@@ -162,7 +165,9 @@ def run(only=None, threads=None, json_path=None, plot_path=None, quick=False, ou
               f"load: the machine is busy (ceilings are lower bounds); rerun on an idle one",
               file=out)
     print(f"('vs ref' = reference time / fastnn time; 'vs torch' = fastnn time / torch time, "
-          f"<= 1.00x means fastnn is at least as fast)  [{time.perf_counter() - t_start:.0f} s]",
+          f"<= 1.00x means fastnn is at least as fast, from each side's best call; 'by round' = "
+          f"the lowest and highest of that ratio within each of the interleaved timing rounds: "
+          f"how far the machine's load moves it)  [{time.perf_counter() - t_start:.0f} s]",
           file=out)
     result = dict(version=fastnn.__version__, threads=n, machine=platform.machine(),
                   processor=_cpu_name(), nproc=os.cpu_count(),
@@ -181,6 +186,22 @@ def run(only=None, threads=None, json_path=None, plot_path=None, quick=False, ou
         plot(result, plot_path)
         print(f"wrote {plot_path}", file=out)
     return result
+
+
+def _round_ratios(per_round, other):
+    """fastnn's time over ``other``'s, round by round (time_interleaved's per_round), or
+    None where either side has no rounds."""
+    mine, theirs = per_round.get("fastnn"), per_round.get(other)
+    if not mine or not theirs:
+        return None
+    return [a / b for a, b in zip(mine, theirs)]
+
+
+def _fmt_span(ratios):
+    """'0.93-1.02' (the lowest and highest of a row's ratios by round), '-' for none."""
+    if not ratios:
+        return "-"
+    return f"{min(ratios):.2f}-{max(ratios):.2f}"
 
 
 def _fmt_tokens(r):
@@ -208,8 +229,8 @@ def markdown(result):
              f"row's percentage is of a copy of its own working-set size (cache-resident sizes "
              f"copy faster than DRAM).", "",
              "| family | op | shape | fastnn ms | reference ms | speedup vs ref | torch ms "
-             "| fastnn/torch time | achieved |",
-             "|---|---|---|---:|---:|---:|---:|---:|---|"]
+             "| fastnn/torch time | by round | achieved |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in result["rows"]:
         ach = ""
         if r["gflops"]:
@@ -224,7 +245,8 @@ def markdown(result):
         sp = "-" if r["speedup_vs_reference"] is None else format(r["speedup_vs_reference"], ".1f") + "x"
         lines.append(f"| {r['family']} | {r['op']} | {r['shape']} | {r['fastnn_ms']:.3f} | "
                      f"{f(r['reference_ms'], '.2f')} | {sp} | "
-                     f"{f(r['torch_ms'], '.3f')} | {x(r['time_ratio_vs_torch'])} | {ach} |")
+                     f"{f(r['torch_ms'], '.3f')} | {x(r['time_ratio_vs_torch'])} | "
+                     f"{_fmt_span(r.get('time_ratio_vs_torch_by_round'))} | {ach} |")
     ends = [r for r in result["rows"] if r.get("tokens_per_s") or r.get("others_ms")]
     if ends:
         lines.append("")

@@ -107,14 +107,19 @@ def time_fn(fn, min_time=0.25, max_reps=200, warmup=1):
     return _best_call(fn, min_time, max_reps, 3)
 
 
-def time_interleaved(fns, min_time=0.25, max_reps=200, rounds=3, warmup=1):
+def time_interleaved(fns, min_time=0.25, max_reps=200, rounds=3, warmup=1, per_round=None):
     """Best-of time (seconds) of each callable in ``fns`` (name -> callable; None values
     are left out), taken in ``rounds`` interleaved rounds: a round times every callable in
     turn for ``min_time / rounds`` seconds (at least one call each), and the order is
     reversed from one round to the next.  On a shared machine a slow spell then falls on
     every side of a comparison instead of on whichever one was being timed, and each
     side's best comes from the quieter moments of the same run.  Each callable is called
-    at most ``max_reps`` times (plus ``warmup``), at least ``rounds`` times."""
+    at most ``max_reps`` times (plus ``warmup``), at least ``rounds`` times.
+
+    ``per_round``: a dict to fill with each callable's best time in each round (name ->
+    list, one entry a round).  Two callables' times from one round were taken moments
+    apart (``min_time / rounds`` seconds each), so their ratio round by round shows how
+    far a ratio of the overall bests moves with the machine's load."""
     names = [k for k, f in fns.items() if f is not None]
     for k in names:
         for _ in range(warmup):
@@ -123,7 +128,10 @@ def time_interleaved(fns, min_time=0.25, max_reps=200, rounds=3, warmup=1):
     cap = max(1, max_reps // rounds)
     for r in range(rounds):
         for k in (names if r % 2 == 0 else names[::-1]):
-            best[k] = min(best[k], _best_call(fns[k], min_time / rounds, cap, 1))
+            t = _best_call(fns[k], min_time / rounds, cap, 1)
+            best[k] = min(best[k], t)
+            if per_round is not None:
+                per_round.setdefault(k, []).append(t)
     return best
 
 
