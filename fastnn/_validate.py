@@ -353,7 +353,9 @@ def index_array(idx, num, name="input"):
         raise TypeError(f"{name} must be an integer array of indices (int32/int64), got dtype {idx.dtype}")
     _check_range(idx, num, name)
     if idx.dtype != I64 or not idx.flags.c_contiguous or not idx.flags.aligned:
-        idx = np.ascontiguousarray(idx, dtype=I64)
+        # a copy (aligned, C order), not np.ascontiguousarray: that keeps a misaligned
+        # int64 array as it is, and makes a 0-d index (a single token) 1-d
+        idx = np.array(idx, dtype=I64, order="C")
     return idx
 
 

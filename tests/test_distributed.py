@@ -219,6 +219,22 @@ def test_ddp_bad_arguments():
         dist.broadcast_parameters(_mlp(), root=3)
 
 
+def test_broadcast_parameters_keeps_scalar_and_read_only_buffers_scalar():
+    """Buffers that cannot be broadcast in place (read-only here) go through a host copy;
+    a 0-d one must come back 0-d (np.ascontiguousarray made it 1-d, and loading it back
+    then failed on the shape).  One process: the world is this rank."""
+    pytest.importorskip("mpi4py.MPI", reason="mpi4py (with an MPI library) is not installed")
+    model = _mlp()
+    scale = np.array(2.5, np.float32)
+    scale.flags.writeable = False
+    model.register_buffer("scale", scale)
+    model.temperature = nn.Parameter(np.array(0.5, np.float32))
+    dist.broadcast_parameters(model)
+    sd = model.state_dict()
+    assert sd["scale"].shape == () and float(sd["scale"]) == 2.5
+    assert sd["temperature"].shape == () and float(sd["temperature"]) == 0.5
+
+
 # ---------------------------------------------------------------------- Dask inference
 def test_predict_dask_threaded_matches_the_model_and_ships_it_once(monkeypatch):
     da = pytest.importorskip("dask.array")

@@ -78,6 +78,30 @@ def test_index_dtypes_and_views(dtype):
     np.testing.assert_array_equal(F.embedding([1, 2], w), w[[1, 2]])
 
 
+def test_a_single_index_in_any_layout_gives_one_row():
+    """A 0-d index (one token) looks up one row, shape (dim,), as torch does, in whatever
+    memory it sits: a misaligned or read-only int64 scalar used to come back (1, dim) (the
+    index was made contiguous with np.ascontiguousarray, which makes 0-d arrays 1-d)."""
+    w = np.arange(12, dtype=np.float32).reshape(4, 3)
+    buf = np.zeros(17, np.uint8)
+    mis = np.frombuffer(buf.data, np.int64, 1, offset=1).reshape(())   # not 8-byte aligned
+    mis[...] = 2
+    assert not mis.flags.aligned and mis.ndim == 0
+    ro = np.array(2, np.int32)
+    ro.flags.writeable = False
+    for idx in (np.array(2), mis, ro, np.int64(2), 2):
+        np.testing.assert_array_equal(F.embedding(idx, w), w[2])
+        y, ctx = F.embedding_fwd(idx, w)
+        assert y.shape == (3,)
+        dw = F.embedding_bwd(ctx, np.ones(3, np.float32))
+        expect = np.zeros((4, 3), np.float32)
+        expect[2] = 1
+        np.testing.assert_array_equal(dw, expect)
+        emb = nn.Embedding(4, 3)
+        emb.weight.data[...] = w
+        np.testing.assert_array_equal(emb(idx), w[2])
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_bad_indices(backend):
     w = np.zeros((10, 3), np.float32)

@@ -279,6 +279,27 @@ def test_state_dict_roundtrip_continues_identically():
         np.testing.assert_array_equal(p.data, q.data)
 
 
+def test_a_scalar_parameter_keeps_scalar_state():
+    """A 0-d parameter (a learnable temperature) keeps 0-d moments through a state_dict
+    round trip and a dtype change (.double()), as torch's optimizers do; the state was
+    rebuilt with np.ascontiguousarray, which made it 1-d."""
+    t = Parameter(np.array(1.5, np.float32))
+    opt = optim.AdamW([t], lr=0.1)
+    t.grad = np.array(0.5, np.float32)
+    opt.step()
+    assert all(np.shape(v) == () for v in opt.state[t].values())
+    opt2 = optim.AdamW([t], lr=0.1)
+    opt2.load_state_dict(opt.state_dict())
+    assert {k: np.shape(v) for k, v in opt2.state[t].items()} == {
+        "exp_avg": (), "exp_avg_sq": (), "step": ()}
+    t.data = np.array(1.0, np.float64)
+    t.grad = np.array(0.25)
+    opt2.step()           # parameter now float64: its moments are recast, still 0-d
+    assert t.data.shape == ()
+    assert {k: (np.shape(v), getattr(v, "dtype", None)) for k, v in opt2.state[t].items()
+            if k != "step"} == {"exp_avg": ((), np.float64), "exp_avg_sq": ((), np.float64)}
+
+
 def test_load_state_dict_errors_leave_optimizer_unchanged():
     params, opt = _run_fastnn("Adam", dict(lr=0.01), np.float32, steps=1)
     sd = opt.state_dict()

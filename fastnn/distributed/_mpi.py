@@ -208,7 +208,7 @@ def broadcast_parameters(model, root=0, comm=None):
         if type(arr) is np.ndarray and arr.flags.c_contiguous and arr.flags.writeable:
             comm.Bcast(arr, root=root)
         else:   # device arrays, read-only or strided buffers: through a host copy
-            tmp = np.ascontiguousarray(_host(arr)).copy()
+            tmp = np.array(_host(arr), order="C")   # a copy; a 0-d buffer stays 0-d
             comm.Bcast(tmp, root=root)
             replace[name] = tmp
     if replace:

@@ -155,11 +155,11 @@ class Optimizer:
             state[key] = a
         elif type(like) is np.ndarray:
             if type(a) is not np.ndarray or a.dtype != like.dtype:
-                a = np.ascontiguousarray(_copy_value(a), dtype=like.dtype)
+                a = np.array(_copy_value(a), dtype=like.dtype, order="C")   # 0-d stays 0-d
                 state[key] = a
         elif type(a) is np.ndarray:   # state loaded on the host, parameter on the device
             from .. import to_device
-            a = to_device(np.ascontiguousarray(a, dtype=np.dtype(like.dtype)))
+            a = to_device(np.array(a, dtype=np.dtype(like.dtype), order="C"))
             state[key] = a
         return a
 
@@ -220,11 +220,11 @@ class Optimizer:
             for name, v in st.items():
                 if isinstance(v, (np.ndarray, list, tuple)) or hasattr(v, "__array__") and \
                         np.ndim(v) > 0:
-                    a = np.array(v)
-                    if a.shape != like.shape:
+                    a = np.array(v, dtype=like.dtype, order="C")   # np.ascontiguousarray
+                    if a.shape != like.shape:                         # would make 0-d 1-d
                         raise ValueError(f"optimizer state {name!r} of parameter {key} has shape "
                                          f"{a.shape}, the parameter has shape {like.shape}")
-                    out[name] = np.ascontiguousarray(a, dtype=like.dtype)
+                    out[name] = a
                 else:
                     out[name] = float(np.asarray(v)) if name == "step" else copy.deepcopy(v)
             new_state[p] = out

@@ -85,7 +85,7 @@ def broadcast_to(a, shape):
     if type(a) is not np.ndarray and tuple(a.shape) == shape:
         return _kit.dev(a)
     # broadcasting copies are rare (mismatched batch dims, loss weights): through the host
-    return to_device(np.ascontiguousarray(np.broadcast_to(to_numpy(a), shape)))
+    return to_device(np.array(np.broadcast_to(to_numpy(a), shape), order="C"))   # 0-d stays 0-d
 
 
 def to_host(a):
