@@ -495,8 +495,6 @@ def _stream_copy(cnp.ndarray src, cnp.ndarray out):
     return out
 
 
-
-
 cdef void _update3(float* a, float* b, float* c, const float* g,
                    Py_ssize_t n) noexcept nogil:
     cdef Py_ssize_t i
