@@ -24,7 +24,7 @@ import numpy as np
 from .. import functional as F
 from .._validate import int_arg, is_real
 from ..nn import init
-from ..nn.module import Module, ModuleList
+from ..nn.module import Module, ModuleList, subtree_hooked
 
 __all__ = ["BertConfig", "BertEncoder", "mean_pool"]
 
@@ -107,6 +107,12 @@ class _Holder(Module):
         super().__init__()
         for k, v in children.items():
             setattr(this, k, v)
+
+    def _add_forward_hook(this, which, hook, prepend, with_kwargs):
+        # never called (BertLayer calls the modules inside): a hook here would never run
+        raise TypeError(f"this {type(this).__name__} only groups the checkpoint's names "
+                        f"({', '.join(this._modules)}) and is never called itself: hook "
+                        f"the modules inside it or the BertLayer")
 
 
 class BertEmbeddings(Module):
@@ -303,7 +309,10 @@ class BertEncoder(Module):
             if am.shape != (N, T):
                 raise ValueError(f"attention_mask must have shape {(N, T)} (1 = token, "
                                  f"0 = padding), got {am.shape}")
-        be = self._inference_backend()
+        # the padding-free path runs the layers' work itself: with forward hooks on a
+        # submodule, the modules run (the hooks see each call, as in torch)
+        hooked = subtree_hooked(self)
+        be = None if hooked else self._inference_backend()
         if be is not None:
             packed, flat, starts, lengths = self._packed(be, ids, am, token_type_ids)
             if flat is None:
@@ -320,6 +329,10 @@ class BertEncoder(Module):
                                                x.dtype)
         for layer in self.encoder.layer:
             x = layer(x, mask, index)
+        if hooked and mask is not None and self._inference_backend() is not None:
+            # eval mode's padded rows are zeros, as on the packed path (a new array: a hook
+            # may hold the last layer's output)
+            x = np.where(padding[:, :, None], x.dtype.type(0), x)
         return x
 
     # ------------------------------------------------------------------ inference fast path

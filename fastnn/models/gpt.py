@@ -14,13 +14,15 @@ gives the shapes and n_head); ``GPT.from_state_dict(sd, n_head=12)`` the one mat
 weights.  ``generate`` decodes with a key/value cache (fastnn/models/_decode.py).
 """
 
+import warnings
+
 import numpy as np
 
 from .. import functional as F
 from .._random import generator
 from .._validate import int_arg, is_real
 from ..nn import init
-from ..nn.module import Module, ModuleList
+from ..nn.module import Module, ModuleList, subtree_hooked
 
 __all__ = ["GPT", "GPTConfig"]
 
@@ -119,21 +121,21 @@ class GPT(Module):
         tok = self.wte(idx)
         pos = self.wpe(np.arange(T, dtype=np.int64))
         x = tok + pos
-        if self.drop.p > 0:
+        dropped = self.drop.p > 0 or self.drop._fhooks is not None   # p = 0: identity
+        if dropped:
             x = self.drop(x)
         for blk in self.h:
             x = blk(x)
         x = self.ln_f(x)
         if self.lm_head is None:
             logits, ctx = F.linear_fwd(x, self.wte.weight.data, None)
-            self._keep(ctx)
         else:
-            logits = self.lm_head(x)
-            self._keep(True)
+            logits, ctx = self.lm_head(x), None
+        self._keep((ctx, dropped))
         return logits
 
     def backward(self, d_logits):
-        ctx = self._take()
+        ctx, dropped = self._take()
         if self.lm_head is None:
             dx, dw, _ = F.linear_bwd(ctx, d_logits)
             self.wte.weight.accumulate_grad(dw)
@@ -142,7 +144,7 @@ class GPT(Module):
         dx = self.ln_f.backward(dx)
         for blk in reversed(list(self.h)):
             dx = blk.backward(dx)
-        if self.drop.p > 0:
+        if dropped:
             dx = self.drop.backward(dx)
         self.wpe.backward(dx.sum(axis=0))
         self.wte.backward(dx)
@@ -218,6 +220,11 @@ class GPT(Module):
                                  f"{self.config.block_size}) and the parameters on the host")
             sample = lambda logits: next_tokens(logits, temperature, top_k, top_p, rng)  # noqa: E731
             if cached:
+                if subtree_hooked(self):
+                    warnings.warn("GPT.generate: the key/value-cache decoder runs the layers' "
+                                  "work itself, so the forward hooks registered on this "
+                                  "model's submodules are not called while it decodes",
+                                  stacklevel=2)
                 self._generate_cached(out, T, pad, sample)
             else:
                 self._generate_uncached(out, T, sample)

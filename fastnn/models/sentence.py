@@ -17,6 +17,7 @@ import os
 import numpy as np
 
 from .._validate import is_int
+from ..nn.module import subtree_hooked
 from ._hf import read_json
 
 __all__ = ["SentenceEncoder"]
@@ -123,6 +124,8 @@ class SentenceEncoder:
         be = enc._inference_backend()
         if be is None:
             raise RuntimeError("SentenceEncoder runs on the host backends (cpu, reference)")
+        if subtree_hooked(enc):
+            return self._pool(*_through_modules(enc, ids, am, tt))
         hidden, _, starts, lengths = enc._packed(be, ids, am, tt)
         return self._pool(hidden, starts, lengths)
 
@@ -194,11 +197,37 @@ class SentenceEncoder:
             tt = np.concatenate([encs[i].type_ids for i in idx]).astype(np.int64)
             pos = np.concatenate([np.arange(n) for n in L]).astype(np.int64)
             starts = np.cumsum(L) - L
-            e = self._pool(enc.forward_packed(ids, pos, tt, starts, L, be), starts, L)
+            if subtree_hooked(enc):
+                e = self._pool(*_through_modules(enc, *_padded(encs, idx)))
+            else:
+                e = self._pool(enc.forward_packed(ids, pos, tt, starts, L, be), starts, L)
             if out is None:
                 out = np.empty((len(texts), e.shape[1]), e.dtype)
             out[idx] = e
         return out
+
+
+def _through_modules(enc, ids, am, tt):
+    """(hidden (real tokens, D), starts, lengths) of the padded batch run through the
+    encoder's modules -- the path taken when a submodule has forward hooks, which the
+    padding-free kernels would skip.  The same rows as the packed path, in its order."""
+    real = np.asarray(am).reshape(-1) != 0
+    hidden = enc(ids, am, tt)
+    lengths = (np.asarray(am) != 0).sum(axis=1).astype(np.int64)
+    return hidden.reshape(-1, hidden.shape[-1])[real], np.cumsum(lengths) - lengths, lengths
+
+
+def _padded(encs, idx):
+    """(ids, attention_mask, token_type_ids) of tokenizer encodings ``encs[idx]``, padded
+    on the right to the longest."""
+    T = max(len(encs[i].ids) for i in idx)
+    ids = np.zeros((len(idx), T), np.int64)
+    am = np.zeros((len(idx), T), np.int64)
+    tt = np.zeros((len(idx), T), np.int64)
+    for r, i in enumerate(idx):
+        n = len(encs[i].ids)
+        ids[r, :n], am[r, :n], tt[r, :n] = encs[i].ids, 1, encs[i].type_ids
+    return ids, am, tt
 
 
 def _read_pooling(path):

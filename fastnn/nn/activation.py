@@ -58,8 +58,8 @@ class _Elementwise(Module):
     def __call__(self, x):
         # Module.__call__ on a leaf only calls forward, through *args/**kwargs packing that
         # costs ~0.3 us a call (the small-call latency, issue #16); one given submodules
-        # takes the general call, which records what they keep
-        if self._modules:
+        # (or forward hooks) takes the general call, which records what they keep
+        if self._modules or self._fhooks is not None:
             return Module.__call__(self, x)
         return self.forward(x)
 

@@ -65,8 +65,8 @@ class Conv1D(Module):
     def _plain(self):
         """Whether a container may run this layer's product itself (fused with its
         neighbours): a Conv1D as defined here, with no backward hooks to be handed its
-        gradients."""
-        return type(self) is Conv1D and not self._backward_hooks
+        gradients and no forward hooks to see its call."""
+        return type(self) is Conv1D and not self._backward_hooks and self._fhooks is None
 
     def extra_repr(self):
         return f"nf={self.nf}, nx={self.nx}"
@@ -82,9 +82,9 @@ _FUSED = ("gelu_tanh", "gelu")   # activations F.linear_act_fwd runs in c_fc's p
 
 def _identity_dropout(d):
     """Whether dropout module ``d`` passes its input through (p = 0 or eval mode) and has
-    no backward hooks: a residual sum may then move before it."""
+    no hooks: a residual sum may then move before it."""
     return (type(d) is Dropout and (d.p == 0 or not d.training)
-            and not d._backward_hooks)
+            and not d._backward_hooks and d._fhooks is None)
 
 
 class _Fused:

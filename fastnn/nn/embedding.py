@@ -25,6 +25,28 @@ class Embedding(Module):
             w[self.padding_idx] = 0
         self.weight = Parameter(w)
 
+    @classmethod
+    def from_pretrained(cls, embeddings, freeze=True, padding_idx=None, max_norm=None,
+                        norm_type=2.0, scale_grad_by_freq=False, sparse=False):
+        """torch.nn.Embedding.from_pretrained: an Embedding whose ``weight`` is a copy of the
+        2-D float array ``embeddings`` (num_embeddings, embedding_dim), its dtype kept
+        (integer data becomes float32).  ``freeze=True`` sets ``weight.requires_grad =
+        False``: backward then accumulates no gradient and optimizers leave the table as it
+        is.  ``padding_idx`` marks the row that never gets a gradient; as in torch, its
+        values are the given ones, not zeroed.  max_norm, scale_grad_by_freq and sparse are
+        torch options this Embedding does not have: only their defaults are accepted."""
+        if max_norm is not None or scale_grad_by_freq or sparse:
+            raise ValueError("Embedding.from_pretrained: max_norm, scale_grad_by_freq and "
+                             "sparse are not supported (leave them at None / False)")
+        w = Parameter(embeddings, requires_grad=not freeze)
+        if w.ndim != 2:
+            raise ValueError(f"embeddings must be 2-D (num_embeddings, embedding_dim), got "
+                             f"shape {tuple(w.shape)}")
+        with init.skip_init():
+            m = cls(w.shape[0], w.shape[1], padding_idx=padding_idx, dtype=w.dtype)
+        m.weight = w
+        return m
+
     def forward(self, idx):
         # host token ids for a table on the device: F.embedding_fwd moves them
         y, ctx = F.embedding_fwd(idx, self.weight.data, self.padding_idx)
@@ -32,7 +54,9 @@ class Embedding(Module):
         return y
 
     def backward(self, dy):
-        self.weight.accumulate_grad(F.embedding_bwd(self._take(), dy))
+        ctx = self._take()
+        if self.weight.requires_grad:      # a frozen table (from_pretrained): no gradient
+            self.weight.accumulate_grad(F.embedding_bwd(ctx, dy))
         return None
 
     def extra_repr(self):

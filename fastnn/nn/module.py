@@ -21,6 +21,7 @@ import os
 import sys
 import types
 import warnings
+import weakref
 from collections import OrderedDict, namedtuple
 
 import numpy as np
@@ -218,17 +219,20 @@ def _guarded(fn, grad_output):
 
 
 class RemovableHandle:
-    """What ``register_full_backward_hook`` returns: ``.remove()`` unregisters the hook."""
+    """What the ``register_*_hook`` methods return: ``.remove()`` unregisters the hook."""
 
     _next_id = 0
 
-    def __init__(self, hooks):
+    def __init__(self, hooks, on_remove=None):
         self._hooks = hooks
+        self._on_remove = on_remove
         self.id = RemovableHandle._next_id
         RemovableHandle._next_id += 1
 
     def remove(self):
         self._hooks.pop(self.id, None)
+        if self._on_remove is not None:
+            self._on_remove()
 
     def __enter__(self):
         return self
@@ -237,10 +241,43 @@ class RemovableHandle:
         self.remove()
 
 
+# Modules with forward hooks (or pre-hooks): containers that would run a submodule's work
+# themselves (a fused product, the BERT and GPT inference paths) call it instead when it
+# or one below it is here (``subtree_hooked``).
+_HOOKED = weakref.WeakSet()
+
+
+def subtree_hooked(module):
+    """Whether a module below ``module`` (not ``module`` itself) has forward hooks."""
+    return bool(_HOOKED) and any(m is not module and m in _HOOKED for m in module.modules())
+
+
+def _hook_args(res, with_kwargs, kwargs):
+    """(args, kwargs) from what a forward pre-hook returned (not None)."""
+    if not with_kwargs:
+        return (res if isinstance(res, tuple) else (res,)), kwargs
+    if not (isinstance(res, tuple) and len(res) == 2 and isinstance(res[1], dict)):
+        raise RuntimeError(f"a forward pre-hook registered with with_kwargs=True must return "
+                           f"None or an (args, kwargs) tuple, got {type(res).__name__}")
+    args, kwargs = res
+    return (args if isinstance(args, tuple) else (args,)), kwargs
+
+
+def _replaced(module, what):
+    own = "input" if what == "pre-hook" else "output"
+    return RuntimeError(
+        f"a forward {what} of {type(module).__name__} returned a replacement while the call "
+        f"keeps a cache for backward: fastnn does not differentiate through hooks, so "
+        f"backward would treat the replacement as this module's own {own}.  "
+        f"Replace values in eval() mode or under fastnn.no_grad(); in training, let the "
+        f"hook observe only (return None)")
+
+
 class Module:
     """Base class.  Subclasses define ``forward`` and ``backward``."""
 
     training = True
+    _fhooks = None      # [pre-hooks, hooks] (ordered dicts) while the module has any
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -273,6 +310,7 @@ class Module:
         state.pop("_warned_pending", None)
         state.pop("_infer", None)        # inference caches (packed weights): rebuilt on use
         state["_backward_hooks"] = OrderedDict()
+        state.pop("_fhooks", None)
         return state
 
     def __setstate__(self, state):
@@ -320,8 +358,14 @@ class Module:
     def add_module(self, name, module):
         setattr(self, name, module)
 
+    def register_module(self, name, module):
+        """torch's alias of ``add_module``."""
+        self.add_module(name, module)
+
     # ------------------------------------------------------------ forward / backward
     def __call__(self, *args, **kwargs):
+        if self._fhooks is not None:
+            return self._call_hooked(args, kwargs)[0]
         # A leaf pushes its cache as its forward's last step, so a leaf's forward that raises
         # has pushed nothing: it runs straight through (the hot path).
         if self._modules and self.training:
@@ -424,10 +468,79 @@ class Module:
         """How many training-mode calls of this module still wait for their backward."""
         return len(self._ctx)
 
+    def _call_hooked(self, args, kwargs):
+        """A call of a module with forward hooks -> (output, the (module, cache) pushes it
+        made): the pre-hooks, the call, the hooks, as torch runs them.  A hook that raises,
+        or returns a replacement while the call keeps caches, takes back what the call
+        kept."""
+        pre, post = self._fhooks
+        rec = _tls.rec
+        keeps = self.training and rec is not False
+        for hook, with_kwargs in tuple(pre.values()):
+            res = hook(self, args, kwargs) if with_kwargs else hook(self, args)
+            if res is not None:
+                if keeps:
+                    raise _replaced(self, "pre-hook")
+                args, kwargs = _hook_args(res, with_kwargs, kwargs)
+        if keeps:
+            out, mine = self._forward_recorded(rec, args, kwargs)
+        else:
+            out, mine = self.forward(*args, **kwargs), []
+        try:
+            for hook, with_kwargs in tuple(post.values()):
+                res = hook(self, args, kwargs, out) if with_kwargs else hook(self, args, out)
+                if res is not None:
+                    if keeps:
+                        raise _replaced(self, "hook")
+                    out = res
+        except BaseException:
+            _drop(mine)
+            raise
+        return out, mine
+
+    def register_forward_pre_hook(self, hook, *, prepend=False, with_kwargs=False):
+        """``hook(module, args)`` runs before each call's forward (``hook(module, args,
+        kwargs)`` with ``with_kwargs=True``).  It may return new positional arguments (a
+        tuple, or one value) -- with ``with_kwargs``, an ``(args, kwargs)`` pair -- or None.
+        A replacement is taken in eval() mode or under ``no_grad()`` only: backward does
+        not differentiate through a hook.  Returns a handle whose ``.remove()`` unregisters
+        the hook."""
+        return self._add_forward_hook(0, hook, prepend, with_kwargs)
+
+    def register_forward_hook(self, hook, *, prepend=False, with_kwargs=False):
+        """``hook(module, args, output)`` runs after each call's forward (``hook(module,
+        args, kwargs, output)`` with ``with_kwargs=True``), as in torch: to read a layer's
+        output, or (eval() mode, ``no_grad()``) return a replacement for it.  Containers
+        call a hooked submodule even where they would otherwise run its work fused with
+        their own.  Returns a handle whose ``.remove()`` unregisters the hook."""
+        return self._add_forward_hook(1, hook, prepend, with_kwargs)
+
+    def _add_forward_hook(self, which, hook, prepend, with_kwargs):
+        if not callable(hook):
+            raise TypeError(f"hook must be callable, got {type(hook).__name__}")
+        if self._fhooks is None:
+            self.__dict__["_fhooks"] = [OrderedDict(), OrderedDict()]
+            _HOOKED.add(self)
+        hooks = self._fhooks[which]
+        h = RemovableHandle(hooks, self._forward_hooks_changed)
+        hooks[h.id] = (hook, bool(with_kwargs))
+        if prepend:
+            hooks.move_to_end(h.id, last=False)
+        return h
+
+    def _forward_hooks_changed(self):
+        f = self._fhooks
+        if f is not None and not f[0] and not f[1]:
+            del self.__dict__["_fhooks"]
+            _HOOKED.discard(self)
+
     def call(self, *args, **kwargs):
         """``self(*args, **kwargs)`` plus a ``CallHandle`` on this call's caches (its own and
         every submodule's): ``out, h = m.call(x)``; later ``h.backward(d_out)`` backpropagates
         exactly this call, whatever calls came after it."""
+        if self._fhooks is not None:
+            out, mine = self._call_hooked(args, kwargs)
+            return out, CallHandle(self, mine)
         rec = _tls.rec
         if rec is False or not self.training:
             return self(*args, **kwargs), CallHandle(self, [])
@@ -492,11 +605,70 @@ class Module:
         for _, p in self.named_parameters(recurse=recurse):
             yield p
 
-    def named_buffers(self, prefix=""):
-        for mprefix, m in self.named_modules(prefix):
+    def named_buffers(self, prefix="", recurse=True):
+        mods = self.named_modules(prefix) if recurse else [(prefix, self)]
+        for mprefix, m in mods:
             for name, b in m._buffers.items():
                 if b is not None:
                     yield (f"{mprefix}.{name}" if mprefix else name), b
+
+    def buffers(self, recurse=True):
+        for _, b in self.named_buffers(recurse=recurse):
+            yield b
+
+    def apply(self, fn):
+        """``fn(m)`` for every submodule (children first) and then this module, as torch's
+        ``apply`` (the usual way to run a custom initialisation); returns self."""
+        for m in self.children():
+            if m is not None:
+                m.apply(fn)
+        fn(self)
+        return self
+
+    def requires_grad_(self, requires_grad=True):
+        """Set ``requires_grad`` on every parameter (False freezes them: backward still
+        returns input gradients, but no ``.grad`` is accumulated and optimizers skip
+        them); returns self."""
+        for p in self.parameters():
+            p.requires_grad = bool(requires_grad)
+        return self
+
+    def get_submodule(self, target):
+        """The submodule at dotted path ``target`` ("" is this module), as torch's."""
+        if not isinstance(target, str):
+            raise TypeError(f"target must be a str, got {type(target).__name__}")
+        m = self
+        if target == "":
+            return m
+        walked = []
+        for name in target.split("."):
+            sub = m._modules.get(name)
+            if sub is None:
+                where = ".".join(walked) or type(self).__name__
+                raise AttributeError(f"{where} has no submodule {name!r} (looking up "
+                                     f"{target!r})")
+            walked.append(name)
+            m = sub
+        return m
+
+    def _get_member(self, target, reg, kind):
+        mod, _, name = target.rpartition(".") if isinstance(target, str) else (None, None, None)
+        if name is None:
+            raise TypeError(f"target must be a str, got {type(target).__name__}")
+        m = self.get_submodule(mod)
+        found = getattr(m, reg).get(name)
+        if found is None:
+            raise AttributeError(f"{type(m).__name__} has no {kind} {name!r} (looking up "
+                                 f"{target!r})")
+        return found
+
+    def get_parameter(self, target):
+        """The Parameter at dotted path ``target`` (e.g. "encoder.layer.0.output.dense.weight")."""
+        return self._get_member(target, "_parameters", "parameter")
+
+    def get_buffer(self, target):
+        """The buffer at dotted path ``target`` (e.g. "bn1.running_mean")."""
+        return self._get_member(target, "_buffers", "buffer")
 
     def zero_grad(self, set_to_none=True):
         for p in self.parameters():

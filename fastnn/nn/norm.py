@@ -28,8 +28,9 @@ class LayerNorm(Module):
 
     def __call__(self, x):
         # a leaf: straight to forward, without Module.__call__'s *args/**kwargs packing
-        # (~0.3 us of the small-call latency, issue #16); given submodules, the general call
-        if self._modules:
+        # (~0.3 us of the small-call latency, issue #16); given submodules (or forward
+        # hooks), the general call
+        if self._modules or self._fhooks is not None:
             return Module.__call__(self, x)
         return self.forward(x)
 

@@ -42,8 +42,9 @@ class TransformerBlock(Module):
 
 def _sublayer(sub, own, h, x):
     """x + sub(h).  The block's own kinds take x as their ``residual`` (made inside their
-    last product, F.linear_fwd(residual=)); a replaced sublayer's result is added to x."""
-    if type(sub) is own:
+    last product, F.linear_fwd(residual=)); a replaced or hooked sublayer's result is added
+    to x (its forward hooks see its own output)."""
+    if type(sub) is own and sub._fhooks is None:
         return sub(h, residual=x)
     return add_residual(sub(h), x)
 
