@@ -527,3 +527,106 @@ def test_init_on_a_device_parameter():
     init.zeros_(lin.bias)
     y = fastnn.to_numpy(lin.eval()(fastnn.to_device(np.ones((2, 4), np.float32))))
     np.testing.assert_allclose(y, np.full((2, 3), 2.0), rtol=1e-6)
+
+
+# ---------------------------------------------------------------- reset_parameters
+_RESET_NAMES = ["Linear", "Conv1d", "Conv2d", "ConvTranspose2d", "Embedding", "LayerNorm",
+                "GroupNorm", "RMSNorm", "BatchNorm1d", "BatchNorm2d", "PReLU", "RNN", "GRU",
+                "LSTM", "RNNCell", "GRUCell", "LSTMCell"]
+
+
+def test_reset_parameters_where_torch_has_it():
+    torch = pytest.importorskip("torch")
+    for name in _RESET_NAMES:
+        assert hasattr(getattr(torch.nn, name), "reset_parameters"), name
+        assert hasattr(getattr(nn, name), "reset_parameters"), name
+    assert hasattr(nn.MultiheadAttention, "_reset_parameters")
+
+
+_DRAWN = {
+    "linear": lambda: nn.Linear(7, 5), "conv1d": lambda: nn.Conv1d(3, 4, 5),
+    "conv2d": lambda: nn.Conv2d(4, 6, (2, 3), groups=2),
+    "convT": lambda: nn.ConvTranspose2d(4, 6, 3, groups=2, bias=False),
+    "emb": lambda: nn.Embedding(11, 4, padding_idx=2), "pos": lambda: nn.PositionalEmbedding(9, 4),
+    "conv1D": lambda: nn.Conv1D(6, 4), "lstm": lambda: nn.LSTM(4, 6, 2, bidirectional=True),
+    "gru": lambda: nn.GRU(4, 6, bias=False), "cell": lambda: nn.LSTMCell(4, 6),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_DRAWN))
+def test_reset_parameters_redraws_the_constructors_values_in_place(kind):
+    """From the same seed, reset_parameters gives the values the constructor drew, into
+    the same arrays (so an optimizer's references and device placement stay)."""
+    fastnn.manual_seed(21)
+    m = _DRAWN[kind]()
+    first = {k: v.copy() for k, v in m.state_dict().items()}
+    arrays = {k: v for k, v in m.state_dict().items()}
+    for p in m.parameters():
+        p.data[...] = 7.0
+    fastnn.manual_seed(21)
+    m.reset_parameters()
+    for k, v in m.state_dict().items():
+        assert v is arrays[k], k
+        np.testing.assert_array_equal(v, first[k], err_msg=k)
+    if kind == "emb":
+        assert not m.weight.data[2].any()
+
+
+def test_reset_norms_batchnorm_prelu_and_attention():
+    fastnn.manual_seed(22)
+    mods = [nn.LayerNorm(5), nn.GroupNorm(2, 4), nn.RMSNorm(5), nn.StdLayerNorm(5),
+            nn.LayerNorm(5, bias=False)]
+    for m in mods:
+        for p in m.parameters():
+            p.data[...] = 3.0
+        m.reset_parameters()
+        for name, p in m.named_parameters():
+            want = 1.0 if name in ("weight", "a") else 0.0
+            assert (p.data == want).all(), (type(m).__name__, name)
+    bn = nn.BatchNorm2d(3)
+    bn(_x(4, 3, 2, 2))
+    bn.weight.data[...] = 2
+    assert bn.running_mean.any() and int(bn.num_batches_tracked) == 1
+    bn.reset_parameters()
+    assert not bn.running_mean.any() and (bn.running_var == 1).all()
+    assert int(bn.num_batches_tracked) == 0 and (bn.weight.data == 1).all()
+    pr = nn.PReLU(3, init=0.1)
+    pr.weight.data[...] = 5
+    pr.reset_parameters()
+    np.testing.assert_array_equal(pr.weight.data, np.full(3, 0.1, np.float32))
+    mha = nn.MultiheadAttention(8, 2)
+    out_w = mha.out_proj.weight.data.copy()
+    for p in mha.parameters():
+        p.data[...] = 1.0
+    mha.out_proj.weight.data[...] = out_w
+    mha._reset_parameters()
+    assert not mha.in_proj_bias.data.any() and not mha.out_proj.bias.data.any()
+    b = math.sqrt(6 / (8 + 24))
+    assert 0.5 * b < np.abs(mha.in_proj_weight.data).max() <= b
+    np.testing.assert_array_equal(mha.out_proj.weight.data, out_w)
+
+
+def test_skip_init_draws_nothing_in_place_either():
+    fastnn.manual_seed(23)
+    a = init.uniform((4,), 0, 1)
+    fastnn.manual_seed(23)
+    with init.skip_init():
+        lin = nn.Linear(30, 20)
+        w = np.ones((3, 3))
+        init.kaiming_normal_(w)
+        init.orthogonal_(w)
+        init.trunc_normal_(w)
+    assert not lin.weight.data.any() and (w == 1).all()
+    np.testing.assert_array_equal(init.uniform((4,), 0, 1), a)
+
+
+def test_reset_parameters_on_the_device():
+    if "cuda" not in fastnn.available_backends():
+        pytest.skip("the cuda backend (numba-cuda or the simulator) is not available here")
+    fastnn.manual_seed(24)
+    host = nn.Embedding(6, 3, padding_idx=1)
+    dev = nn.Embedding(6, 3, padding_idx=1).to("cuda")
+    fastnn.manual_seed(24)
+    dev.reset_parameters()
+    assert type(dev.weight.data) is not np.ndarray              # still on the device
+    np.testing.assert_array_equal(fastnn.to_numpy(dev.weight.data), host.weight.data)

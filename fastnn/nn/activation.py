@@ -99,8 +99,12 @@ class PReLU(Module):
     def __init__(self, num_parameters=1, init=0.25, dtype=None):
         super().__init__()
         self.num_parameters = int_arg(num_parameters, "num_parameters", minimum=1)
-        v = real(init, "init", finite=True)
-        self.weight = Parameter(_full((self.num_parameters,), v, dtype or "float32"))
+        self.init = real(init, "init", finite=True)
+        self.weight = Parameter(_full((self.num_parameters,), self.init, dtype or "float32"))
+
+    def reset_parameters(self):
+        """Every slope back to ``init`` (in place)."""
+        init.constant_(self.weight, self.init)
 
     def forward(self, x):
         y, ctx = F.prelu_fwd(x, self.weight.data)

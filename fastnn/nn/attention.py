@@ -99,6 +99,17 @@ class MultiheadAttention(Module):
         if bias:
             self.out_proj.bias.data[...] = 0
 
+    def _reset_parameters(self):
+        """torch's MultiheadAttention._reset_parameters, in place: the input projections
+        xavier_uniform_, in_proj_bias and out_proj.bias 0 (out_proj.weight as it is)."""
+        for name in ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight"):
+            p = getattr(self, name)
+            if p is not None:
+                init.xavier_uniform_(p)
+        if self.in_proj_bias is not None:
+            init.zeros_(self.in_proj_bias)
+            init.zeros_(self.out_proj.bias)
+
     # ------------------------------------------------------------ helpers
     def _weights(self):
         E = self.embed_dim

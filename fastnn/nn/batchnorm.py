@@ -47,10 +47,18 @@ class _BatchNorm(Module):
             self.register_buffer("num_batches_tracked", None)
 
     def reset_running_stats(self):
+        """running_mean 0, running_var 1, num_batches_tracked 0 (in place, where they live)."""
         if self.track_running_stats:
-            self.running_mean[...] = 0
-            self.running_var[...] = 1
+            init.zeros_(self.running_mean)
+            init.ones_(self.running_var)
             self.num_batches_tracked[...] = 0
+
+    def reset_parameters(self):
+        """torch's: the running statistics reset, weight 1, bias 0 (in place)."""
+        self.reset_running_stats()
+        if self.affine:
+            init.ones_(self.weight)
+            init.zeros_(self.bias)
 
     def _check_input_dim(self, x):
         nd = getattr(x, "ndim", None)

@@ -35,8 +35,14 @@ class Conv1D(Module):
         self.nf = int_arg(nf, "nf", 0)
         self.nx = int_arg(nx, "nx", 0)
         dt = dtype or "float32"
-        self.weight = Parameter(init.normal((self.nx, self.nf), 0.02, 0.0, dt))
+        self.weight = Parameter(init.zeros((self.nx, self.nf), dt))
         self.bias = Parameter(init.zeros((self.nf,), dt))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """GPT-2's init, drawn again, in place: weight N(0, 0.02^2), bias 0."""
+        init.normal_(self.weight, 0.0, 0.02)
+        init.zeros_(self.bias)
 
     def forward(self, x):
         y, ctx = F.linear_fwd(x, self._linear_weight(), self.bias.data)
@@ -189,6 +195,10 @@ class StdLayerNorm(Module):
         dt = dtype or "float32"
         self.a = Parameter(init.ones((self.features,), dt))
         self.b = Parameter(init.zeros((self.features,), dt))
+
+    def reset_parameters(self):
+        init.ones_(self.a)
+        init.zeros_(self.b)
 
     def forward(self, x):
         y, ctx = F.std_layer_norm_fwd(x, self.a.data, self.b.data, self.eps)

@@ -28,14 +28,22 @@ def _init_params(m, shape, n_bias, bias, dtype):
     (kaiming_uniform_(a=sqrt(5))), fan_in from the weight's dims 1.. (so a transposed
     conv's fan_in counts its out_channels/groups, as torch's does)."""
     dt = dtype or "float32"
-    fan_in, _ = init.fan_in_out(shape)
-    bound = init.kaiming_uniform_bound(fan_in)
-    m.weight = Parameter(init.uniform(shape, -bound, bound, dt))
+    m.weight = Parameter(init.zeros(shape, dt))
     if bias:
-        bb = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
-        m.bias = Parameter(init.uniform((n_bias,), -bb, bb, dt))
+        m.bias = Parameter(init.zeros((n_bias,), dt))
     else:
         m.register_parameter("bias", None)
+    _reset_conv(m)
+
+
+def _reset_conv(m):
+    """The draws of _init_params, again, written in place (reset_parameters)."""
+    fan_in, _ = init.fan_in_out(m.weight.shape)
+    bound = init.kaiming_uniform_bound(fan_in)
+    init.uniform_(m.weight, -bound, bound)
+    if m.bias is not None:
+        bb = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+        init.uniform_(m.bias, -bb, bb)
 
 
 class _ConvNd(Module):
@@ -50,6 +58,10 @@ class _ConvNd(Module):
 
     def backward(self, dy):
         return _conv_backward(self, self._op[1], dy)
+
+    def reset_parameters(self):
+        """torch's init (weight and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in))), in place."""
+        _reset_conv(self)
 
     def extra_repr(self):
         return _conv_repr(self)
@@ -148,6 +160,10 @@ class ConvTranspose2d(Module):
                                  f"either stride {self.stride} or dilation {self.dilation}")
         _init_params(self, (self.in_channels, self.out_channels // self.groups) + self.kernel_size,
                      self.out_channels, bias, dtype)
+
+    def reset_parameters(self):
+        """torch's init (fan_in from the weight's dims 1..), drawn again, in place."""
+        _reset_conv(self)
 
     def _output_padding(self, x, output_size):
         if output_size is None:

@@ -17,13 +17,21 @@ class Linear(Module):
         self.in_features = int_arg(in_features, "in_features", 0)
         self.out_features = int_arg(out_features, "out_features", 0)
         dt = dtype or "float32"
-        bound = init.kaiming_uniform_bound(self.in_features)
-        self.weight = Parameter(init.uniform((self.out_features, self.in_features), -bound, bound, dt))
+        self.weight = Parameter(init.zeros((self.out_features, self.in_features), dt))
         if bias:
-            bb = 1.0 / math.sqrt(self.in_features) if self.in_features > 0 else 0.0
-            self.bias = Parameter(init.uniform((self.out_features,), -bb, bb, dt))
+            self.bias = Parameter(init.zeros((self.out_features,), dt))
         else:
             self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """torch's init, drawn again, in place: weight kaiming_uniform_(a=sqrt(5)), i.e.
+        U(-1/sqrt(in_features), 1/sqrt(in_features)), and the bias likewise."""
+        bound = init.kaiming_uniform_bound(self.in_features)
+        init.uniform_(self.weight, -bound, bound)
+        if self.bias is not None:
+            bb = 1.0 / math.sqrt(self.in_features) if self.in_features > 0 else 0.0
+            init.uniform_(self.bias, -bb, bb)
 
     def forward(self, x):
         b = self.bias

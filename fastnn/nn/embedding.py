@@ -20,10 +20,21 @@ class Embedding(Module):
         self.num_embeddings = int_arg(num_embeddings, "num_embeddings", 0)
         self.embedding_dim = int_arg(embedding_dim, "embedding_dim", 0)
         self.padding_idx = padding_index(padding_idx, self.num_embeddings)
-        w = init.normal((self.num_embeddings, self.embedding_dim), 1.0, 0.0, dtype or "float32")
-        if self.padding_idx is not None:
-            w[self.padding_idx] = 0
-        self.weight = Parameter(w)
+        self.weight = Parameter(init.zeros((self.num_embeddings, self.embedding_dim),
+                                           dtype or "float32"))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """torch's init, drawn again, in place: N(0, 1), the padding_idx row zero."""
+        init.normal_(self.weight)
+        w = self.weight.data
+        if self.padding_idx is not None and w[self.padding_idx].any():
+            if type(w) is np.ndarray:
+                w[self.padding_idx] = 0
+            else:                                # a table on the device
+                h = placed(w).to_host(w)
+                h[self.padding_idx] = 0
+                init.write_values(w, h)
 
     @classmethod
     def from_pretrained(cls, embeddings, freeze=True, padding_idx=None, max_norm=None,
@@ -74,8 +85,12 @@ class PositionalEmbedding(Module):
         super().__init__()
         self.max_len = int_arg(max_len, "max_len", 0)
         self.embedding_dim = int_arg(embedding_dim, "embedding_dim", 0)
-        self.weight = Parameter(init.normal((self.max_len, self.embedding_dim), 1.0, 0.0,
-                                            dtype or "float32"))
+        self.weight = Parameter(init.zeros((self.max_len, self.embedding_dim), dtype or "float32"))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """N(0, 1), drawn again, in place."""
+        init.normal_(self.weight)
 
     def forward(self, idx):
         shape = tuple(getattr(idx, "shape", np.shape(idx)))

@@ -35,6 +35,10 @@ def skip_init():
         _skip.on = prev
 
 
+def _skipping():
+    return getattr(_skip, "on", False)
+
+
 def fan_in_out(shape):
     """torch's _calculate_fan_in_and_fan_out for a weight of ``shape``."""
     if len(shape) < 2:
@@ -50,13 +54,13 @@ def kaiming_uniform_bound(fan_in, a=math.sqrt(5)):
 
 
 def uniform(shape, low, high, dtype=np.float32):
-    if getattr(_skip, "on", False):
+    if _skipping():
         return np.zeros(shape, dtype=dtype)
     return generator().uniform(low, high, size=shape).astype(dtype)
 
 
 def normal(shape, std=1.0, mean=0.0, dtype=np.float32):
-    if getattr(_skip, "on", False):
+    if _skipping():
         return np.zeros(shape, dtype=dtype)
     return (generator().standard_normal(size=shape) * std + mean).astype(dtype)
 
@@ -106,8 +110,10 @@ def _values(tensor):
     return a
 
 
-def _write(tensor, values):
-    """Copy ``values`` (a host array of the tensor's shape) into the tensor in place."""
+def write_values(tensor, values):
+    """Copy ``values`` (a host array of the tensor's shape) into ``tensor`` (a Parameter or
+    a float array, on the host or a device) in place; returns ``tensor``.  The modules'
+    ``reset_parameters`` write their constructors' draws through this."""
     from .._backend import placed
     a = _values(tensor)
     values = np.asarray(values).astype(a.dtype, copy=False)
@@ -149,13 +155,18 @@ def _fan(tensor, mode):
 
 
 def uniform_(tensor, a=0.0, b=1.0, generator=None):
-    """Fill with U(a, b)."""
-    return _write(tensor, _gen(generator).uniform(a, b, size=_shape(tensor)))
+    """Fill with U(a, b).  The random initialisers draw and write nothing inside
+    ``skip_init()``."""
+    if _skipping():
+        return tensor
+    return write_values(tensor, _gen(generator).uniform(a, b, size=_shape(tensor)))
 
 
 def normal_(tensor, mean=0.0, std=1.0, generator=None):
     """Fill with N(mean, std^2)."""
-    return _write(tensor, _gen(generator).standard_normal(size=_shape(tensor)) * std + mean)
+    if _skipping():
+        return tensor
+    return write_values(tensor, _gen(generator).standard_normal(size=_shape(tensor)) * std + mean)
 
 
 def _ndtri(p):
@@ -193,6 +204,8 @@ def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
         raise ValueError(f"trunc_normal_: need a < b, got a={a}, b={b}")
     if not std > 0:
         raise ValueError(f"trunc_normal_: std must be > 0, got {std}")
+    if _skipping():
+        return tensor
     za, zb = (a - mean) / std, (b - mean) / std
     flip = za + zb > 0
     if flip:
@@ -201,12 +214,12 @@ def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
     hi = 0.5 * math.erfc(-zb / math.sqrt(2.0))
     u = _gen(generator).uniform(lo, hi, size=_shape(tensor))
     z = _ndtri(np.clip(u, np.finfo(np.float64).tiny, 1 - np.finfo(np.float64).epsneg))
-    return _write(tensor, np.clip(mean + std * (-z if flip else z), a, b))
+    return write_values(tensor, np.clip(mean + std * (-z if flip else z), a, b))
 
 
 def constant_(tensor, val):
     """Fill with ``val``."""
-    return _write(tensor, np.full(_shape(tensor), val, np.float64))
+    return write_values(tensor, np.full(_shape(tensor), val, np.float64))
 
 
 def ones_(tensor):
@@ -222,7 +235,7 @@ def eye_(tensor):
     shape = _shape(tensor)
     if len(shape) != 2:
         raise ValueError("Only tensors with 2 dimensions are supported")
-    return _write(tensor, np.eye(*shape))
+    return write_values(tensor, np.eye(*shape))
 
 
 def xavier_uniform_(tensor, gain=1.0, generator=None):
@@ -263,7 +276,7 @@ def orthogonal_(tensor, gain=1.0, generator=None):
         raise ValueError("Only tensors with 2 or more dimensions are supported")
     rows = shape[0]
     cols = int(np.prod(shape[1:])) if rows else 0
-    if rows == 0 or cols == 0:
+    if rows == 0 or cols == 0 or _skipping():
         return tensor
     flat = _gen(generator).standard_normal((rows, cols))
     if rows < cols:
@@ -272,4 +285,4 @@ def orthogonal_(tensor, gain=1.0, generator=None):
     q = q * np.where(np.diag(r) < 0, -1.0, 1.0)
     if rows < cols:
         q = q.T
-    return _write(tensor, (q * gain).reshape(shape))
+    return write_values(tensor, (q * gain).reshape(shape))

@@ -8,6 +8,14 @@ from .module import Module, Parameter
 __all__ = ["LayerNorm", "GroupNorm", "RMSNorm"]
 
 
+def _ones_zeros(m):
+    """A norm's reset_parameters: weight 1 and bias 0 where it has them, in place."""
+    if getattr(m, "weight", None) is not None:
+        init.ones_(m.weight)
+    if getattr(m, "bias", None) is not None:
+        init.zeros_(m.bias)
+
+
 class LayerNorm(Module):
     def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, dtype=None):
         super().__init__()
@@ -25,6 +33,10 @@ class LayerNorm(Module):
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
+
+    def reset_parameters(self):
+        """weight 1, bias 0 (in place)."""
+        _ones_zeros(self)
 
     def __call__(self, x):
         # a leaf: straight to forward, without Module.__call__'s *args/**kwargs packing
@@ -88,6 +100,10 @@ class GroupNorm(Module):
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
 
+    def reset_parameters(self):
+        """weight 1, bias 0 (in place)."""
+        _ones_zeros(self)
+
     def forward(self, x):
         nd = getattr(x, "ndim", 0)
         if nd < 2 or x.shape[1] != self.num_channels:
@@ -124,6 +140,10 @@ class RMSNorm(Module):
             self.weight = Parameter(init.ones(self.normalized_shape, dtype or "float32"))
         else:
             self.register_parameter("weight", None)
+
+    def reset_parameters(self):
+        """weight 1 (in place)."""
+        _ones_zeros(self)
 
     def forward(self, x):
         w = self.weight

@@ -63,7 +63,7 @@ class RNNBase(Module):
         stdv = 1.0 / math.sqrt(self.hidden_size)
         for name in self._flat_weights_names:
             p = getattr(self, name)
-            p.data = init.uniform(p.data.shape, -stdv, stdv, p.data.dtype)
+            init.uniform_(p, -stdv, stdv)
 
     @property
     def _flat_weights(self):
@@ -181,9 +181,11 @@ class RNNCellBase(Module):
         self.reset_parameters()
 
     def reset_parameters(self):
+        """torch's init: every parameter ~ U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)),
+        written in place."""
         stdv = 1.0 / math.sqrt(self.hidden_size)
         for p in self.parameters():
-            p.data = init.uniform(p.data.shape, -stdv, stdv, p.data.dtype)
+            init.uniform_(p, -stdv, stdv)
 
     def _args(self):
         b_ih, b_hh = self.bias_ih, self.bias_hh
