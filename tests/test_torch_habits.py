@@ -630,3 +630,92 @@ def test_reset_parameters_on_the_device():
     dev.reset_parameters()
     assert type(dev.weight.data) is not np.ndarray              # still on the device
     np.testing.assert_array_equal(fastnn.to_numpy(dev.weight.data), host.weight.data)
+
+
+# ---------------------------------------------------------------- ParameterList / ParameterDict
+class _Mix(nn.Module):
+    """y = sum_i x @ ws[i] * gains[name_i]: a custom module holding its weights in a
+    ParameterList and a ParameterDict, with its own backward."""
+
+    def __init__(self, n, d):
+        super().__init__()
+        self.ws = nn.ParameterList([np.eye(d, dtype=np.float32) * (i + 1) for i in range(n)])
+        self.gains = nn.ParameterDict({f"g{i}": np.ones(1, np.float32) for i in range(n)})
+
+    def forward(self, x):
+        self._keep(x)
+        return sum((x @ w.data) * self.gains[f"g{i}"].data for i, w in enumerate(self.ws))
+
+    def backward(self, dy):
+        x = self._take()
+        dx = 0
+        for i, w in enumerate(self.ws):
+            g = self.gains[f"g{i}"]
+            w.accumulate_grad(x.T @ dy * g.data)
+            g.accumulate_grad(np.array([(dy * (x @ w.data)).sum()], np.float32))
+            dx = dx + dy @ w.data.T * g.data
+        return dx
+
+
+def test_parameter_containers_names_training_and_torch_state():
+    torch = pytest.importorskip("torch")
+    m = _Mix(3, 4)
+    t = torch.nn.Module()
+    t.ws = torch.nn.ParameterList([torch.nn.Parameter(torch.zeros(4, 4)) for _ in range(3)])
+    t.gains = torch.nn.ParameterDict({f"g{i}": torch.nn.Parameter(torch.zeros(1))
+                                      for i in range(3)})
+    assert list(m.state_dict()) == list(t.state_dict())
+    assert len(list(m.parameters())) == 6
+    m.load_state_dict({k: v.numpy() + 0.5 for k, v in t.state_dict().items()})
+    assert (m.ws[2].data == 0.5).all() and (m.gains["g1"].data == 0.5).all()
+    m = _Mix(3, 4)
+    opt = optim.SGD(m.parameters(), lr=0.01)
+    x = _x(5, 4)
+    y = m(x)
+    dx = m.backward(np.ones_like(y))
+    np.testing.assert_allclose(dx, np.ones_like(y) @ (6 * np.eye(4)), rtol=1e-6)
+    assert all(p.grad is not None for p in m.parameters())
+    opt.step()
+    assert not np.array_equal(m.ws[0].data, np.eye(4))
+
+
+def test_parameter_list_and_dict_operations():
+    pl = nn.ParameterList()
+    pl.append(np.zeros(2)).extend([np.ones(3, np.float32), nn.Parameter(np.ones(1))])
+    assert len(pl) == 3 and pl[-1].shape == (1,) and pl[1].dtype == np.float32
+    assert isinstance(pl[1:], nn.ParameterList) and len(pl[1:]) == 2 and pl[1:][0] is pl[1]
+    p = nn.Parameter(np.full(4, 2.0))
+    pl[0] = p
+    assert pl[0] is p and [q is p for q in pl] == [True, False, False]
+    with pytest.raises(IndexError):
+        pl[3]
+    with pytest.raises(TypeError):
+        pl.append("abc")
+    pd = nn.ParameterDict([("a", np.zeros(2)), ("b", np.ones(2))])
+    assert list(pd) == ["a", "b"] and "a" in pd and pd.get("z") is None
+    pd.update({"c": np.ones(1)})
+    assert list(pd.keys()) == ["a", "b", "c"]
+    popped = pd.pop("b")
+    assert popped.shape == (2,) and list(pd) == ["a", "c"] and "b" not in pd.state_dict()
+    with pytest.raises(KeyError):
+        pd["x.y"] = np.ones(1)
+    with pytest.raises(KeyError):
+        pd["train"] = np.ones(1)
+    with pytest.raises(TypeError):
+        pd[1] = np.ones(1)
+    pd.clear()
+    assert len(pd) == 0 and list(pd.parameters()) == []
+
+
+def test_replacing_a_registered_attribute_keeps_its_place_as_torch():
+    torch = pytest.importorskip("torch")
+    lin, tlin = nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    lin.weight = nn.Parameter(np.zeros((2, 3), np.float32))
+    tlin.weight = torch.nn.Parameter(torch.zeros(2, 3))
+    assert list(lin.state_dict()) == list(tlin.state_dict()) == ["weight", "bias"]
+    md = nn.ModuleDict({"a": nn.ReLU(), "b": nn.Linear(2, 2)})
+    tmd = torch.nn.ModuleDict({"a": torch.nn.ReLU(), "b": torch.nn.Linear(2, 2)})
+    md["a"] = nn.Linear(2, 2)
+    tmd["a"] = torch.nn.Linear(2, 2)
+    assert list(md) == list(tmd) == ["a", "b"]
+    assert list(md.state_dict()) == list(tmd.state_dict())

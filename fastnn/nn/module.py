@@ -31,7 +31,7 @@ from .._backend import Backend, placed
 from .._validate import F32, F64, parameter_data
 
 __all__ = ["Parameter", "Module", "Sequential", "ModuleList", "ModuleDict", "IncompatibleKeys",
-           "CallHandle", "RemovableHandle", "PendingCallsWarning"]
+           "CallHandle", "RemovableHandle", "PendingCallsWarning", "ParameterList", "ParameterDict"]
 
 
 class PendingCallsWarning(UserWarning):
@@ -323,15 +323,19 @@ class Module:
         d = self.__dict__
         if "_parameters" not in d:
             raise RuntimeError(f"{type(self).__name__}: call super().__init__() before assigning attributes")
-        for reg in (d["_parameters"], d["_modules"], d["_buffers"]):
-            if name in reg:
-                del reg[name]
         if isinstance(value, Parameter):
-            d["_parameters"][name] = value
+            target = d["_parameters"]
         elif isinstance(value, Module):
-            d["_modules"][name] = value
+            target = d["_modules"]
         elif name in d.get("_buffer_names", ()):
-            d["_buffers"][name] = value
+            target = d["_buffers"]
+        else:
+            target = None
+        for reg in (d["_parameters"], d["_modules"], d["_buffers"]):
+            if reg is not target and name in reg:
+                del reg[name]
+        if target is not None:
+            target[name] = value         # a replacement keeps its place (state_dict order)
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name):
@@ -1035,3 +1039,131 @@ class ModuleDict(Module):
                 pairs.append((item[0], item[1]))
         for key, m in pairs:
             self[key] = m
+
+
+def _as_parameter(value, where):
+    if isinstance(value, Parameter):
+        return value
+    try:
+        return Parameter(value)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{where} holds Parameters (or float arrays to wrap), got "
+                        f"{type(value).__name__}: {e}") from None
+
+
+class ParameterList(Module):
+    """Parameters in a list (torch.nn.ParameterList): state_dict keys ``0``, ``1``, ...;
+    arrays given are wrapped as Parameters (a copy, as ``Parameter(array)``)."""
+
+    def __init__(self, values=None):
+        super().__init__()
+        if values is not None:
+            self.extend(values)
+
+    def _index(self, i):
+        n = len(self._parameters)
+        if not isinstance(i, (int, np.integer)) or isinstance(i, bool):
+            raise TypeError(f"ParameterList indices must be integers or slices, got "
+                            f"{type(i).__name__}")
+        j = int(i) + n if i < 0 else int(i)
+        if not 0 <= j < n:
+            raise IndexError(f"index {i} is out of range for a ParameterList of {n}")
+        return str(j)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return ParameterList(list(self._parameters.values())[i])
+        return self._parameters[self._index(i)]
+
+    def __setitem__(self, i, value):
+        setattr(self, self._index(i), _as_parameter(value, "ParameterList"))
+
+    def __len__(self):
+        return len(self._parameters)
+
+    def __iter__(self):
+        return iter(list(self._parameters.values()))
+
+    def append(self, value):
+        setattr(self, str(len(self._parameters)), _as_parameter(value, "ParameterList"))
+        return self
+
+    def extend(self, values):
+        for v in values:
+            self.append(v)
+        return self
+
+    def extra_repr(self):
+        return ", ".join(f"({k}): {p!r}" for k, p in self._parameters.items())
+
+
+class ParameterDict(Module):
+    """Parameters by name, in insertion order (torch.nn.ParameterDict); arrays given are
+    wrapped as Parameters."""
+
+    def __init__(self, parameters=None):
+        super().__init__()
+        if parameters is not None:
+            self.update(parameters)
+
+    def __getitem__(self, key):
+        return self._parameters[key]
+
+    def __setitem__(self, key, value):
+        if not isinstance(key, str):
+            raise TypeError(f"ParameterDict keys must be str, got {type(key).__name__}")
+        if "." in key or key == "":
+            raise KeyError(f"parameter name can't contain \".\" or be empty, got {key!r}")
+        if key not in self._parameters and (hasattr(type(self), key) or key in self.__dict__):
+            raise KeyError(f"attribute {key!r} already exists on ParameterDict")
+        setattr(self, key, _as_parameter(value, "ParameterDict"))
+
+    def __delitem__(self, key):
+        del self._parameters[key]
+        object.__delattr__(self, key)
+
+    def __len__(self):
+        return len(self._parameters)
+
+    def __iter__(self):
+        return iter(list(self._parameters))
+
+    def __contains__(self, key):
+        return key in self._parameters
+
+    def keys(self):
+        return self._parameters.keys()
+
+    def items(self):
+        return self._parameters.items()
+
+    def values(self):
+        return self._parameters.values()
+
+    def get(self, key, default=None):
+        return self._parameters.get(key, default)
+
+    def pop(self, key):
+        p = self._parameters[key]
+        del self[key]
+        return p
+
+    def clear(self):
+        for key in list(self._parameters):
+            del self[key]
+
+    def update(self, parameters):
+        if hasattr(parameters, "items"):
+            pairs = list(parameters.items())
+        else:
+            pairs = []
+            for j, item in enumerate(parameters):
+                if isinstance(item, (str, bytes)) or len(item) != 2:
+                    raise ValueError(f"ParameterDict update sequence element #{j} must be a "
+                                     f"(name, parameter) pair")
+                pairs.append((item[0], item[1]))
+        for key, p in pairs:
+            self[key] = p
+
+    def extra_repr(self):
+        return ", ".join(f"({k}): {p!r}" for k, p in self._parameters.items())
