@@ -1,6 +1,7 @@
 """fastnn.optim: the fused kernels vs their reference twins, the optimizers vs torch.optim
 over several steps, state dicts, schedules, bad input."""
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -699,3 +700,126 @@ def test_foreach_kernel_rejects_bad_lists():
         optim.AdamW(_params(np.float32), foreach="yes")
     opt = optim.Adam(_params(np.float32), foreach=False)
     assert opt.state_dict()["param_groups"][0]["foreach"] is False
+
+
+# ------------------------------------------------------------------ more of torch's schedules
+_MORE = {
+    "multistep": lambda m: lambda o: m.MultiStepLR(o, milestones=[6, 2, 6, 9], gamma=0.5),
+    "multiplicative": lambda m: lambda o: m.MultiplicativeLR(o, lambda e: 0.9 if e % 2 else 0.97),
+    "constant": lambda m: lambda o: m.ConstantLR(o, factor=0.25, total_iters=4),
+    "polynomial": lambda m: lambda o: m.PolynomialLR(o, total_iters=8, power=2.0),
+    "warm_restarts": lambda m: lambda o: m.CosineAnnealingWarmRestarts(o, T_0=3, eta_min=0.01),
+    "warm_restarts_mult": lambda m: lambda o: m.CosineAnnealingWarmRestarts(o, T_0=2, T_mult=2),
+    "chained": lambda m: lambda o: m.ChainedScheduler(
+        [m.ConstantLR(o, factor=0.5, total_iters=3), m.ExponentialLR(o, 0.9)]),
+    "sequential_poly": lambda m: lambda o: m.SequentialLR(
+        o, [m.ConstantLR(o, factor=0.1, total_iters=2), m.PolynomialLR(o, total_iters=6)],
+        milestones=[3]),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_MORE))
+def test_more_schedulers_match_torch(kind):
+    torch = pytest.importorskip("torch")
+    _sched_run(torch, "SGD", dict(lr=0.5), _MORE[kind](lr_scheduler),
+               _MORE[kind](torch.optim.lr_scheduler), 18)
+
+
+@pytest.mark.parametrize("opt_name,opt_kw,key", [("SGD", dict(lr=0.1, momentum=0.9), "momentum"),
+                                                 ("Adam", dict(lr=0.1), "betas")])
+@pytest.mark.parametrize("kw", [dict(), dict(mode="triangular2", step_size_down=3),
+                                dict(mode="exp_range", gamma=0.9, base_lr=[0.01, 0.02]),
+                                dict(cycle_momentum=False, max_lr=[1.0, 0.3])])
+def test_cyclic_lr_matches_torch(kw, opt_name, opt_kw, key):
+    torch = pytest.importorskip("torch")
+    kw = dict(kw)
+    kw.setdefault("base_lr", 0.05)
+    kw.setdefault("max_lr", 1.0)
+    key = key if kw.get("cycle_momentum", True) else None
+    _sched_run(torch, opt_name, opt_kw, lambda o: lr_scheduler.CyclicLR(o, step_size_up=4, **kw),
+               lambda o: torch.optim.lr_scheduler.CyclicLR(o, step_size_up=4, **kw), 25,
+               momentum_key=key)
+
+
+def test_cyclic_lr_custom_scale_fn_matches_torch():
+    torch = pytest.importorskip("torch")
+    fn = lambda x: 1.0 / (1.0 + x)   # noqa: E731
+    for mode in ("cycle", "iterations"):
+        _sched_run(torch, "SGD", dict(lr=0.1, momentum=0.9),
+                   lambda o: lr_scheduler.CyclicLR(o, 0.1, 1.0, 3, scale_fn=fn, scale_mode=mode),
+                   lambda o: torch.optim.lr_scheduler.CyclicLR(o, 0.1, 1.0, 3, scale_fn=fn,
+                                                               scale_mode=mode), 14,
+                   momentum_key="momentum")
+
+
+def test_closed_forms_and_fractional_epochs_match_torch():
+    """step(epoch): the closed forms, and the warm restarts' fractional epochs (epoch +
+    i / iters within an epoch) and T_mult jumps."""
+    torch = pytest.importorskip("torch")
+    cases = [(lambda m, o: m.MultiStepLR(o, [2, 5, 5]), [0, 3, 5, 7, 1]),
+             (lambda m, o: m.ConstantLR(o, 0.3, 4), [2, 4, 9, 0]),
+             (lambda m, o: m.PolynomialLR(o, 6, 0.5), [1, 3, 6, 11]),
+             (lambda m, o: m.CosineAnnealingWarmRestarts(o, 3, 2, 0.001),
+              [0.5, 1.25, 2.9, 3.0, 7.5, 8.999, 21.0, 4.0])]
+    for make, epochs in cases:
+        opt = optim.SGD([Parameter(np.zeros(1))], lr=0.5)
+        topt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.5)
+        s, ts = make(lr_scheduler, opt), make(torch.optim.lr_scheduler, topt)
+        for e in epochs:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")      # torch's epoch-deprecation warning
+                ts.step(e)
+            s.step(e)
+            assert s.get_last_lr() == pytest.approx(ts.get_last_lr(), rel=1e-13), (type(s), e)
+
+
+@pytest.mark.parametrize("ext", ["npz", "safetensors"])
+def test_more_schedulers_state_round_trip(tmp_path, ext):
+    """State dicts save with fastnn.save and resume the same sequence."""
+    makers = [lambda o: lr_scheduler.MultiStepLR(o, [3, 5]),
+              lambda o: lr_scheduler.CosineAnnealingWarmRestarts(o, 2, 2),
+              lambda o: lr_scheduler.CyclicLR(o, 0.01, 0.5, 3, mode="triangular2"),
+              lambda o: lr_scheduler.ChainedScheduler([lr_scheduler.ConstantLR(o, 0.5, 4),
+                                                       lr_scheduler.PolynomialLR(o, 9)])]
+    for i, make in enumerate(makers):
+        def fresh():
+            o = optim.SGD([Parameter(np.zeros(1))], lr=0.5, momentum=0.9)
+            return o, make(o)
+        o1, s1 = fresh()
+        for _ in range(4):
+            s1.step()
+        path = tmp_path / f"s{i}.{ext}"
+        fastnn.save({"sched": s1.state_dict(), "opt": o1.state_dict()}, str(path))
+        o2, s2 = fresh()
+        back = fastnn.load(str(path))
+        o2.load_state_dict(back["opt"])
+        s2.load_state_dict(back["sched"])
+        for _ in range(6):
+            s1.step()
+            s2.step()
+            assert s2.get_last_lr() == pytest.approx(s1.get_last_lr(), rel=1e-15), i
+            assert o2.param_groups[0]["lr"] == pytest.approx(o1.param_groups[0]["lr"], rel=1e-15)
+
+
+def test_more_schedulers_bad_arguments():
+    opt = optim.SGD([Parameter(np.zeros(1))], lr=0.1)
+    with pytest.raises(ValueError, match="milestones"):
+        lr_scheduler.MultiStepLR(opt, [-1])
+    with pytest.raises(ValueError, match="factor"):
+        lr_scheduler.ConstantLR(opt, factor=2.0)
+    with pytest.raises(ValueError, match="T_0"):
+        lr_scheduler.CosineAnnealingWarmRestarts(opt, 0)
+    with pytest.raises(ValueError, match="T_mult"):
+        lr_scheduler.CosineAnnealingWarmRestarts(opt, 2, T_mult=0)
+    with pytest.raises(ValueError, match="mode"):
+        lr_scheduler.CyclicLR(opt, 0.1, 1.0, mode="sine")
+    with pytest.raises(ValueError, match="momentum"):
+        lr_scheduler.CyclicLR(optim.Adagrad([Parameter(np.zeros(1))]), 0.1, 1.0)
+    with pytest.raises(TypeError, match="callable"):
+        lr_scheduler.MultiplicativeLR(opt, 0.9)
+    other = optim.SGD([Parameter(np.zeros(1))], lr=0.1)
+    with pytest.raises(ValueError, match="same optimizer"):
+        lr_scheduler.ChainedScheduler([lr_scheduler.ExponentialLR(opt, 0.9),
+                                       lr_scheduler.ExponentialLR(other, 0.9)])
+    with pytest.raises(ValueError, match="ReduceLROnPlateau"):
+        lr_scheduler.ChainedScheduler([lr_scheduler.ReduceLROnPlateau(opt)])

@@ -3,8 +3,9 @@
 A scheduler records ``initial_lr`` in each parameter group, sets the lr for step 0 on
 construction, and ``step()`` (called after ``optimizer.step()``) moves to the next
 value.  ``StepLR`` and ``CosineAnnealingLR`` use torch's recursive (chainable) update
-formulas so their values equal torch's to the last bit; ``step(epoch)`` uses the
-closed form, as torch does.  ``get_cosine_schedule_with_warmup`` is the linear-warmup
+formulas so their values equal torch's to the last bit (as do the other schedules here:
+the tests compare each with torch's); ``step(epoch)`` uses the closed form, as torch does.
+State dicts hold numbers, strings and lists only, so ``fastnn.save`` writes them.  ``get_cosine_schedule_with_warmup`` is the linear-warmup
 + cosine-decay LambdaLR used to train transformers.
 """
 import bisect
@@ -14,7 +15,9 @@ from .._validate import is_int, is_real
 from .optimizer import Optimizer
 
 __all__ = ["LRScheduler", "LambdaLR", "StepLR", "CosineAnnealingLR", "LinearLR", "ExponentialLR",
-           "SequentialLR", "OneCycleLR", "ReduceLROnPlateau", "get_cosine_schedule_with_warmup"]
+           "SequentialLR", "OneCycleLR", "ReduceLROnPlateau", "get_cosine_schedule_with_warmup",
+           "MultiStepLR", "MultiplicativeLR", "ConstantLR", "PolynomialLR",
+           "CosineAnnealingWarmRestarts", "CyclicLR", "ChainedScheduler"]
 
 
 class LRScheduler:
@@ -493,3 +496,282 @@ class ReduceLROnPlateau(LRScheduler):
             new = max(old * self.factor, self.min_lrs[i])
             if old - new > self.eps:
                 group["lr"] = new
+
+
+# ---------------------------------------------------------------- more of torch's schedules
+def _lambdas(optimizer, lr_lambda):
+    if isinstance(lr_lambda, (list, tuple)):
+        if len(lr_lambda) != len(optimizer.param_groups):
+            raise ValueError(f"Expected {len(optimizer.param_groups)} lr_lambdas, but got "
+                             f"{len(lr_lambda)}")
+        fns = list(lr_lambda)
+    else:
+        fns = [lr_lambda] * len(optimizer.param_groups)
+    for f in fns:
+        if not callable(f):
+            raise TypeError(f"lr_lambda must be callable, got {type(f).__name__}")
+    return fns
+
+
+class MultiplicativeLR(LRScheduler):
+    """Multiply the lr by ``lr_lambda(epoch)`` at every step (one function, or one per
+    parameter group)."""
+
+    def __init__(self, optimizer, lr_lambda, last_epoch=-1):
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"{type(optimizer).__name__} is not a fastnn Optimizer")
+        self.lr_lambdas = _lambdas(optimizer, lr_lambda)
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        groups = self.optimizer.param_groups
+        if self._is_initial:
+            return [g["lr"] for g in groups]
+        return [g["lr"] * f(self.last_epoch) for f, g in zip(self.lr_lambdas, groups)]
+
+
+class MultiStepLR(LRScheduler):
+    """Multiply the lr by ``gamma`` at each epoch in ``milestones`` (by gamma^n where a
+    milestone is listed n times).  ``milestones`` is kept as a sorted list of ints, so the
+    state dict saves with ``fastnn.save``."""
+
+    def __init__(self, optimizer, milestones, gamma=0.1, last_epoch=-1):
+        ms = list(milestones)
+        for m in ms:
+            _positive_int(m, "milestones", 0)
+        self.milestones = sorted(int(m) for m in ms)
+        self.gamma = _real(gamma, "gamma")
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        groups = self.optimizer.param_groups
+        n = self.milestones.count(self.last_epoch)
+        if n == 0:
+            return [g["lr"] for g in groups]
+        return [g["lr"] * self.gamma ** n for g in groups]
+
+    def _get_closed_form_lr(self):
+        k = bisect.bisect_right(self.milestones, self.last_epoch)
+        return [base * self.gamma ** k for base in self.base_lrs]
+
+
+class ConstantLR(LRScheduler):
+    """lr * ``factor`` until epoch ``total_iters``, then the lr itself."""
+
+    def __init__(self, optimizer, factor=1.0 / 3, total_iters=5, last_epoch=-1):
+        factor = _real(factor, "factor")
+        if factor > 1.0 or factor < 0:
+            raise ValueError(f"factor must be in [0, 1], got {factor}")
+        self.factor = factor
+        self.total_iters = _positive_int(total_iters, "total_iters", 0)
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        groups = self.optimizer.param_groups
+        if self.last_epoch == 0:
+            return [g["lr"] * self.factor for g in groups]
+        if self.last_epoch != self.total_iters:
+            return [g["lr"] for g in groups]
+        return [g["lr"] * (1.0 / self.factor) for g in groups]
+
+    def _get_closed_form_lr(self):
+        on = self.last_epoch >= self.total_iters
+        return [base * (self.factor + on * (1 - self.factor)) for base in self.base_lrs]
+
+
+class PolynomialLR(LRScheduler):
+    """lr = initial_lr (1 - t / total_iters)^power up to ``total_iters``, then unchanged
+    (torch's recursive form; closed form for ``step(epoch)``)."""
+
+    def __init__(self, optimizer, total_iters=5, power=1.0, last_epoch=-1):
+        self.total_iters = _positive_int(total_iters, "total_iters")
+        self.power = _real(power, "power")
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        groups = self.optimizer.param_groups
+        t, T = self.last_epoch, self.total_iters
+        if self._is_initial or t > T:
+            return [g["lr"] for g in groups]
+        decay = ((1.0 - t / T) / (1.0 - (t - 1) / T)) ** self.power
+        return [g["lr"] * decay for g in groups]
+
+    def _get_closed_form_lr(self):
+        T = self.total_iters
+        return [base * (1.0 - min(T, self.last_epoch) / T) ** self.power
+                for base in self.base_lrs]
+
+
+class CosineAnnealingWarmRestarts(LRScheduler):
+    """Cosine annealing from each group's initial lr to ``eta_min`` over T_i steps, then a
+    restart, T_i growing by ``T_mult`` (SGDR).  ``step(epoch)`` takes fractional epochs
+    (``epoch + i / iters`` within an epoch), as torch's."""
+
+    def __init__(self, optimizer, T_0, T_mult=1, eta_min=0.0, last_epoch=-1):
+        self.T_0 = _positive_int(T_0, "T_0")
+        self.T_i = self.T_0
+        self.T_mult = _positive_int(T_mult, "T_mult")
+        self.eta_min = _real(eta_min, "eta_min")
+        self.T_cur = last_epoch
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        return [self.eta_min + (base - self.eta_min)
+                * (1 + math.cos(math.pi * self.T_cur / self.T_i)) / 2
+                for base in self.base_lrs]
+
+    def step(self, epoch=None):
+        self._step_count += 1
+        if epoch is None and self.last_epoch < 0:
+            epoch = 0
+        if epoch is None:
+            epoch = self.last_epoch + 1
+            self.T_cur = self.T_cur + 1
+            if self.T_cur >= self.T_i:
+                self.T_cur = self.T_cur % self.T_i
+                self.T_i = self.T_i * self.T_mult
+        else:
+            epoch = _real(epoch, "epoch")
+            if epoch < 0:
+                raise ValueError(f"Expected non-negative epoch, but got {epoch}")
+            if epoch >= self.T_0:
+                if self.T_mult == 1:
+                    self.T_cur = epoch % self.T_0
+                else:
+                    n = int(math.log(epoch / self.T_0 * (self.T_mult - 1) + 1, self.T_mult))
+                    self.T_cur = epoch - self.T_0 * (self.T_mult ** n - 1) / (self.T_mult - 1)
+                    self.T_i = self.T_0 * self.T_mult ** n
+            else:
+                self.T_i = self.T_0
+                self.T_cur = epoch
+        self.last_epoch = math.floor(epoch)
+        _set_lrs(self, self.get_lr())
+
+
+class CyclicLR(LRScheduler):
+    """The cyclical learning rate policy (torch.optim.lr_scheduler.CyclicLR): the lr runs
+    between ``base_lr`` and ``max_lr`` in cycles of step_size_up + step_size_down steps,
+    scaled per cycle ("triangular", "triangular2", "exp_range" or ``scale_fn``); with
+    ``cycle_momentum`` the momentum (SGD, RMSprop) or beta1 (Adam, AdamW) moves inversely
+    between ``max_momentum`` and ``base_momentum``.  Step it after every batch.  A custom
+    ``scale_fn`` is not part of the state dict (give it again when loading)."""
+
+    def __init__(self, optimizer, base_lr, max_lr, step_size_up=2000, step_size_down=None,
+                 mode="triangular", gamma=1.0, scale_fn=None, scale_mode="cycle",
+                 cycle_momentum=True, base_momentum=0.8, max_momentum=0.9, last_epoch=-1):
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"{type(optimizer).__name__} is not a fastnn Optimizer")
+        self.optimizer = optimizer
+        base_lrs = _per_group("base_lr", optimizer, base_lr)
+        if last_epoch == -1:
+            for lr, group in zip(base_lrs, optimizer.param_groups):
+                group["lr"] = lr
+        self.max_lrs = _per_group("max_lr", optimizer, max_lr)
+        up = float(_positive_int(step_size_up, "step_size_up"))
+        down = up if step_size_down is None else float(_positive_int(step_size_down,
+                                                                     "step_size_down"))
+        self.total_size = up + down
+        self.step_ratio = up / self.total_size
+        if mode not in ("triangular", "triangular2", "exp_range") and scale_fn is None:
+            raise ValueError(f"mode must be 'triangular', 'triangular2' or 'exp_range' (or "
+                             f"give scale_fn), got {mode!r}")
+        if scale_fn is not None and not callable(scale_fn):
+            raise TypeError(f"scale_fn must be callable, got {type(scale_fn).__name__}")
+        if scale_mode not in ("cycle", "iterations"):
+            raise ValueError(f"scale_mode must be 'cycle' or 'iterations', got {scale_mode!r}")
+        self.mode = mode
+        self.gamma = _real(gamma, "gamma")
+        self._scale_fn_custom = scale_fn
+        self.scale_mode = scale_mode if scale_fn is not None else (
+            "iterations" if mode == "exp_range" else "cycle")
+        self.cycle_momentum = bool(cycle_momentum)
+        if self.cycle_momentum:
+            if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
+                raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` "
+                                 "option enabled")
+            self.use_beta1 = "betas" in optimizer.defaults
+            self.base_momentums = _per_group("base_momentum", optimizer, base_momentum)
+            self.max_momentums = _per_group("max_momentum", optimizer, max_momentum)
+            if last_epoch == -1:
+                for m, b, group in zip(self.max_momentums, self.base_momentums,
+                                       optimizer.param_groups):
+                    if self.use_beta1:
+                        group["betas"] = (m, *group["betas"][1:])
+                    else:
+                        group["momentum"] = m
+                    group["max_momentum"] = m
+                    group["base_momentum"] = b
+        super().__init__(optimizer, last_epoch)
+        self.base_lrs = base_lrs
+
+    def scale_fn(self, x):
+        if self._scale_fn_custom is not None:
+            return self._scale_fn_custom(x)
+        if self.mode == "triangular":
+            return 1.0
+        if self.mode == "triangular2":
+            return 1 / (2.0 ** (x - 1))
+        return self.gamma ** x
+
+    def get_lr(self):
+        cycle = math.floor(1 + self.last_epoch / self.total_size)
+        x = 1.0 + self.last_epoch / self.total_size - cycle
+        if x <= self.step_ratio:
+            scale_factor = x / self.step_ratio
+        else:
+            scale_factor = (x - 1) / (self.step_ratio - 1)
+        s = self.scale_fn(cycle if self.scale_mode == "cycle" else self.last_epoch)
+        lrs = [base + (top - base) * scale_factor * s
+               for base, top in zip(self.base_lrs, self.max_lrs)]
+        if self.cycle_momentum:
+            for group, b, m in zip(self.optimizer.param_groups, self.base_momentums,
+                                   self.max_momentums):
+                mom = m - (m - b) * scale_factor * s
+                if self.use_beta1:
+                    group["betas"] = (mom, *group["betas"][1:])
+                else:
+                    group["momentum"] = mom
+        return lrs
+
+    def state_dict(self):
+        sd = super().state_dict()
+        sd.pop("_scale_fn_custom", None)
+        return sd
+
+    def load_state_dict(self, state_dict):
+        self.__dict__.update({k: v for k, v in state_dict.items()
+                              if k not in ("lr_lambdas", "_scale_fn_custom")})
+
+
+class ChainedScheduler(LRScheduler):
+    """Step every scheduler in ``schedulers`` at each step (their effects multiply, as in
+    torch's ChainedScheduler)."""
+
+    def __init__(self, schedulers, optimizer=None):
+        schedulers = list(schedulers)
+        if not schedulers:
+            raise ValueError("ChainedScheduler expects at least one scheduler to be chained, "
+                             "got none")
+        optimizer = optimizer or schedulers[0].optimizer
+        for i, sch in enumerate(schedulers):
+            if not isinstance(sch, LRScheduler):
+                raise TypeError(f"schedulers[{i}] must be an LRScheduler, got "
+                                f"{type(sch).__name__}")
+            if isinstance(sch, ReduceLROnPlateau):
+                raise ValueError(f"ChainedScheduler does not support ReduceLROnPlateau "
+                                 f"(schedulers[{i}]): its step needs a metric")
+            if sch.optimizer is not optimizer:
+                raise ValueError(f"schedulers[{i}] belongs to another optimizer; "
+                                 f"ChainedScheduler expects all schedulers to belong to the "
+                                 f"same optimizer")
+        self._schedulers = schedulers
+        self.optimizer = optimizer
+        self._last_lr = [g["lr"] for g in optimizer.param_groups]
+
+    def step(self):
+        for sch in self._schedulers:
+            sch.step()
+        self._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+
+    state_dict = SequentialLR.state_dict
+    load_state_dict = SequentialLR.load_state_dict
