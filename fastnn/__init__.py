@@ -48,7 +48,8 @@ from ._version import __version__  # noqa: E402
 from ._backend import (available_backends, get_backend, get_num_threads,  # noqa: E402
                        set_backend, set_num_threads, use_backend)
 from ._random import manual_seed, initial_seed  # noqa: E402
-from ._grad import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402
+from ._grad import (enable_grad, inference_mode, is_grad_enabled, no_grad,  # noqa: E402
+                    set_grad_enabled)
 from . import functional  # noqa: E402
 from . import nn  # noqa: E402
 from .nn.module import PendingCallsWarning  # noqa: E402
@@ -59,7 +60,7 @@ from .io import load, save  # noqa: E402
 __all__ = ["__version__", "set_backend", "get_backend", "use_backend", "available_backends",
            "set_num_threads", "get_num_threads", "manual_seed", "initial_seed", "functional",
            "nn", "optim", "models", "save", "load", "to_numpy", "to_device", "no_grad", "enable_grad",
-           "set_grad_enabled", "is_grad_enabled", "PendingCallsWarning"]
+           "set_grad_enabled", "is_grad_enabled", "inference_mode", "PendingCallsWarning"]
 
 
 def to_numpy(a):

@@ -11,7 +11,7 @@ modules keep.  Modules read one thread-local slot, ``_tls.rec``, in their forwar
 import functools
 import threading
 
-__all__ = ["no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled"]
+__all__ = ["no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "inference_mode"]
 
 
 class _State(threading.local):
@@ -97,5 +97,32 @@ class set_grad_enabled(_GradMode):
         @functools.wraps(func)
         def wrapper(*args, **kwargs):
             with set_grad_enabled(enable):
+                return func(*args, **kwargs)
+        return wrapper
+
+
+class inference_mode(_GradMode):
+    """torch.inference_mode(mode=True): ``no_grad`` here (fastnn has no version counters or
+    views to skip, so the two are the same); ``inference_mode(False)`` turns caching back
+    on, as ``enable_grad``.  A context manager and a decorator (``@inference_mode()`` or
+    bare ``@inference_mode``), this thread only."""
+
+    _enable = False
+
+    def __new__(cls, mode=True):
+        if callable(mode) and not isinstance(mode, bool):     # bare @inference_mode
+            return super().__new__(cls, mode)
+        self = super().__new__(cls)
+        self._enable = not bool(mode)
+        return self
+
+    def __call__(self, func):
+        if not callable(func):
+            raise TypeError(f"inference_mode() decorates a function, got {type(func).__name__}")
+        mode = not self._enable
+
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            with inference_mode(mode):
                 return func(*args, **kwargs)
         return wrapper

@@ -719,3 +719,39 @@ def test_replacing_a_registered_attribute_keeps_its_place_as_torch():
     tmd["a"] = torch.nn.Linear(2, 2)
     assert list(md) == list(tmd) == ["a", "b"]
     assert list(md.state_dict()) == list(tmd.state_dict())
+
+
+# ---------------------------------------------------------------- inference_mode
+def test_inference_mode_as_torch():
+    lin = nn.Linear(3, 2)
+    x = _x(4, 3)
+    with fastnn.inference_mode():
+        assert not fastnn.is_grad_enabled()
+        lin(x)
+        with fastnn.inference_mode(False):
+            assert fastnn.is_grad_enabled()
+        assert not fastnn.is_grad_enabled()
+    assert fastnn.is_grad_enabled() and _pending(lin) == 0
+
+    @fastnn.inference_mode()
+    def infer(a):
+        assert not fastnn.is_grad_enabled()
+        return lin(a)
+
+    @fastnn.inference_mode
+    def infer_bare(a):
+        assert not fastnn.is_grad_enabled()
+        return lin(a)
+
+    @fastnn.inference_mode(False)
+    def train_step(a):
+        return lin(a)
+    infer(x)
+    infer_bare(x)
+    assert _pending(lin) == 0 and fastnn.is_grad_enabled()
+    with fastnn.no_grad():
+        train_step(x)
+    assert _pending(lin) == 1
+    assert infer.__name__ == "infer"
+    with pytest.raises(TypeError, match="decorates a function"):
+        fastnn.inference_mode()(3)
