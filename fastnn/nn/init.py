@@ -13,6 +13,7 @@ import threading
 import numpy as np
 
 from .._random import generator
+from .._validate import is_real
 
 __all__ = ["uniform", "normal", "zeros", "ones", "kaiming_uniform_bound", "fan_in_out",
            "skip_init", "calculate_gain", "uniform_", "normal_", "trunc_normal_", "constant_",
@@ -89,7 +90,7 @@ def calculate_gain(nonlinearity, param=None):
     if nonlinearity == "leaky_relu":
         if param is None:
             slope = 0.01
-        elif isinstance(param, (int, float)) and not isinstance(param, bool):
+        elif is_real(param):
             slope = float(param)
         else:
             raise ValueError(f"negative_slope {param!r} is not a valid number")
