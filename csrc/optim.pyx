@@ -1,5 +1,5 @@
 # Optim family: one fused, in-place pass per parameter update (SGD, Adam, AdamW, RMSprop,
-# Adagrad).
+# Adagrad, NAdam, RAdam, Adamax).
 #
 # torch's single-tensor optimizers run 5-7 elementwise passes over memory per step
 # (lerp, mul, addcmul, sqrt, div, add, addcdiv); an optimizer step is memory bound, so
@@ -22,13 +22,15 @@ from fnn_blas cimport real
 
 import numpy as np
 
+from fastnn.reference.optim import nadam_scalars, radam_scalars
+
 cnp.import_array()
 
 include "fnn_runtime.pxi"
 include "fnn_span.pxi"
 
 OPS = ("sgd_step", "adam_step", "adamw_step", "adam_step_foreach", "adamw_step_foreach",
-       "rmsprop_step", "adagrad_step")
+       "rmsprop_step", "adagrad_step", "nadam_step", "radam_step", "adamax_step")
 
 # elements per chunk: a thread gets >= 32k elements (~1 MB of traffic) before waking more
 cdef enum:
@@ -511,3 +513,149 @@ def adagrad_step(cnp.ndarray param, cnp.ndarray grad, cnp.ndarray state_sum, dou
         with nogil:
             _adagrad[double](<double*>p_param, <const double*>p_grad,
                              <double*>p_state_sum, n, clr, eps, weight_decay, sign)
+
+
+# ---------------------------------------------------------------------------- NAdam, RAdam, Adamax
+# One chunk loop for the three Adam variants (``kind``): the shared start (maximize, weight
+# decay, the lerp of exp_avg) and each one's update in torch's order.  The per-step scalars
+# come from fastnn.reference.optim (nadam_scalars, radam_scalars), as on every backend.
+cdef enum:
+    _NADAM = 0
+    _RADAM = 1
+    _ADAMAX = 2
+
+
+cdef struct _Var:
+    int kind
+    bint lerp_low, decoupled, rect_on
+    double oma, beta2, omb2, eps, wd, decay, sign, lr, c1, c2, c3
+
+
+cdef void _variant_chunk(real* p, const real* g, real* m, real* s, Py_ssize_t n,
+                         const _Var* v) noexcept nogil:
+    """NAdam: s = beta2 s + (1-beta2) g^2, den = sqrt(s / c1) + eps, p += c2 g / den,
+    p += c3 m / den.  RAdam: s likewise, b = m / c1; rectified (c3 = rect): p -= b lr
+    (c2 / (sqrt(s) + eps)) rect, else p -= b lr.  Adamax: s = max(beta2 s, |g| + eps) (NaN
+    propagates), p += c1 m / s (c1 = -lr / bias_correction1)."""
+    cdef Py_ssize_t i
+    cdef real gi, pi, mi, si, den, b
+    cdef real oma = <real>v.oma, beta2 = <real>v.beta2, omb2 = <real>v.omb2
+    cdef real eps = <real>v.eps, wd = <real>v.wd, decay = <real>v.decay, sign = <real>v.sign
+    cdef real lr = <real>v.lr, c1 = <real>v.c1, c2 = <real>v.c2, c3 = <real>v.c3
+    cdef int kind = v.kind
+    for i in range(n):
+        gi = sign * g[i]
+        pi = p[i]
+        if wd != 0:
+            if v.decoupled:
+                pi = pi * decay
+            else:
+                gi = gi + wd * pi
+        if v.lerp_low:
+            mi = m[i] + oma * (gi - m[i])
+        else:
+            mi = gi - (gi - m[i]) * (1 - oma)
+        m[i] = mi
+        if kind == _ADAMAX:
+            si = s[i] * beta2
+            b = (gi if gi >= 0 else -gi) + eps
+            if not (si != si) and (b != b or b > si):
+                si = b
+            s[i] = si
+            p[i] = pi + c1 * mi / si
+            continue
+        si = s[i] * beta2 + omb2 * gi * gi
+        s[i] = si
+        if kind == _NADAM:
+            den = _sqrt(si / c1) + eps
+            pi = pi + c2 * gi / den
+            p[i] = pi + c3 * mi / den
+        elif v.rect_on:
+            b = mi / c1
+            p[i] = pi - b * lr * (c2 / (_sqrt(si) + eps)) * c3
+        else:
+            b = mi / c1
+            p[i] = pi - b * lr
+
+
+cdef void _variant(real* p, const real* g, real* m, real* s, Py_ssize_t n,
+                   const _Var* v) noexcept nogil:
+    cdef int nt = _threads_for(n, GRAIN)
+    cdef Py_ssize_t nch, c, a, e
+    if nt == 1:
+        _variant_chunk(p, g, m, s, n, v)
+        return
+    nch = (n + GRAIN - 1) // GRAIN
+    for c in prange(nch, nogil=True, schedule="dynamic", num_threads=nt):
+        a = c * GRAIN
+        e = a + GRAIN
+        if e > n:
+            e = n
+        _variant_chunk(p + a, g + a, m + a, s + a, e - a, v)
+
+
+cdef _variant_step(cnp.ndarray param, cnp.ndarray grad, cnp.ndarray exp_avg,
+                   cnp.ndarray second, _Var* v, double beta1, double weight_decay,
+                   bint maximize):
+    cdef Py_ssize_t n = param.size
+    cdef int T = F32 if param.dtype == np.float32 else F64
+    v.oma = 1 - beta1
+    v.lerp_low = abs(1 - beta1) < 0.5
+    v.sign = -1.0 if maximize else 1.0
+    v.wd = weight_decay
+    cdef void* pp = _data(param, n, T)
+    cdef const void* pg = _data(grad, n, T)
+    cdef void* pm = _data(exp_avg, n, T)
+    cdef void* ps = _data(second, n, T)
+    if T == F32:
+        with nogil:
+            _variant[float](<float*>pp, <const float*>pg, <float*>pm, <float*>ps, n, v)
+    else:
+        with nogil:
+            _variant[double](<double*>pp, <const double*>pg, <double*>pm, <double*>ps, n, v)
+
+
+def nadam_step(cnp.ndarray param, cnp.ndarray grad, cnp.ndarray exp_avg, cnp.ndarray exp_avg_sq,
+               double lr, double beta1, double beta2, double eps, double weight_decay,
+               bint decoupled, double mu, double mu_next, double mu_product, double step,
+               bint maximize):
+    """nadam_step(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay,
+    decoupled, mu, mu_next, mu_product, step, maximize) -> None.  torch.optim.NAdam.  IN/OUT
+    param, exp_avg, exp_avg_sq; IN grad.  C-contiguous, one dtype."""
+    cdef _Var v
+    v.kind = _NADAM
+    v.beta2, v.omb2, v.eps, v.lr = beta2, 1 - beta2, eps, lr
+    v.decoupled, v.decay, v.rect_on = decoupled, 1 - lr * weight_decay, False
+    v.c1, v.c2, v.c3 = nadam_scalars(lr, beta2, mu, mu_next, mu_product, step)
+    _variant_step(param, grad, exp_avg, exp_avg_sq, &v, beta1, weight_decay, maximize)
+
+
+def radam_step(cnp.ndarray param, cnp.ndarray grad, cnp.ndarray exp_avg, cnp.ndarray exp_avg_sq,
+               double lr, double beta1, double beta2, double eps, double weight_decay,
+               bint decoupled, double step, bint maximize):
+    """radam_step(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay,
+    decoupled, step, maximize) -> None.  torch.optim.RAdam.  IN/OUT param, exp_avg,
+    exp_avg_sq; IN grad.  C-contiguous, one dtype."""
+    cdef _Var v
+    v.kind = _RADAM
+    v.beta2, v.omb2, v.eps, v.lr = beta2, 1 - beta2, eps, lr
+    v.decoupled, v.decay = decoupled, 1 - lr * weight_decay
+    bc1, bc2_sqrt, rect = radam_scalars(beta1, beta2, step)
+    v.c1, v.c2 = bc1, bc2_sqrt
+    v.rect_on = rect is not None
+    v.c3 = rect if rect is not None else 0.0
+    _variant_step(param, grad, exp_avg, exp_avg_sq, &v, beta1, weight_decay, maximize)
+
+
+def adamax_step(cnp.ndarray param, cnp.ndarray grad, cnp.ndarray exp_avg, cnp.ndarray exp_inf,
+                double lr, double beta1, double beta2, double eps, double weight_decay,
+                double step, bint maximize):
+    """adamax_step(param, grad, exp_avg, exp_inf, lr, beta1, beta2, eps, weight_decay, step,
+    maximize) -> None.  torch.optim.Adamax.  IN/OUT param, exp_avg, exp_inf; IN grad.
+    C-contiguous, one dtype."""
+    cdef _Var v
+    v.kind = _ADAMAX
+    v.beta2, v.omb2, v.eps, v.lr = beta2, 1 - beta2, eps, lr
+    v.decoupled, v.decay, v.rect_on = False, 1.0, False
+    v.c1, v.c2, v.c3 = -(lr / (1 - beta1 ** step)), 0.0, 0.0
+    _variant_step(param, grad, exp_avg, exp_inf, &v, beta1, weight_decay, maximize)

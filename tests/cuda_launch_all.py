@@ -50,6 +50,8 @@ def launch_every_kernel():
         tc.test_optimizer_kernels_match_reference("adam_step", dt)
         tc.test_sequential_training_steps_on_device_match_reference(dt, "RMSprop")
         tc.test_sequential_training_steps_on_device_match_reference(dt, "Adagrad")
+        for name in ("NAdam", "RAdam", "Adamax"):
+            tc.test_sequential_training_steps_on_device_match_reference(dt, name)
         tc.test_accumulate_on_device(dt)
     for nd in (1, 2, 3, 4):
         tc.test_noncontiguous_device_inputs_are_copied(nd)

@@ -200,6 +200,34 @@ def test_dropout_mask_is_bit_identical_to_cpu_and_reference(dt):
 
 # ------------------------------------------------------------------ optimizer kernels
 @pytest.mark.parametrize("dt", DT, ids=DT_IDS)
+@pytest.mark.parametrize("op", ["nadam_step", "radam_step", "adamax_step"])
+def test_adam_variant_kernels_match_reference(op, dt):
+    """NAdam / RAdam (before and after its rectification) / Adamax on the device against
+    the reference: every option, in place."""
+    rng = np.random.default_rng(6)
+    cu, ref = backend("cuda"), backend("reference")
+    tol = dict(rtol=3e-6, atol=1e-6) if dt == np.float32 else dict(rtol=1e-13, atol=1e-14)
+    for wd, dec, mx, b1, step in [(0.0, False, False, 0.9, 1.0), (0.1, False, True, 0.3, 3.0),
+                                  (0.05, True, False, 0.9, 9.0)]:
+        base = [rng.standard_normal(37).astype(dt) for _ in range(4)]
+        base[3] = np.abs(base[3]) + 0.1
+        res = []
+        for be in (cu, ref):
+            p, g, m, s = [_kit.dev(a.copy()) if be is cu else a.copy() for a in base]
+            if op == "nadam_step":
+                out = be.nadam_step(p, g, m, s, 0.01, b1, 0.999, 1e-8, wd, dec, 0.45, 0.46, 0.2,
+                                    step, mx)
+            elif op == "radam_step":
+                out = be.radam_step(p, g, m, s, 0.01, b1, 0.999, 1e-8, wd, dec, step, mx)
+            else:
+                out = be.adamax_step(p, g, m, s, 0.01, b1, 0.9, 1e-8, wd, step, mx)
+            assert out is None
+            res.append([fastnn.to_numpy(a) for a in (p, m, s)])
+        for a, b in zip(*res):
+            np.testing.assert_allclose(a, b, err_msg=f"{op} {wd} {dec} {mx} {step}", **tol)
+
+
+@pytest.mark.parametrize("dt", DT, ids=DT_IDS)
 @pytest.mark.parametrize("op", ["sgd_step", "adam_step", "adamw_step"])
 def test_optimizer_kernels_match_reference(op, dt):
     rng = np.random.default_rng(5)
@@ -349,7 +377,8 @@ def _mlp(dt):
     return m.to(np.dtype(dt))
 
 
-@pytest.mark.parametrize("opt_name", ["SGD", "AdamW", "RMSprop", "Adagrad"])
+@pytest.mark.parametrize("opt_name", ["SGD", "AdamW", "RMSprop", "Adagrad", "NAdam", "RAdam",
+                                      "Adamax"])
 @pytest.mark.parametrize("dt", DT, ids=DT_IDS)
 def test_sequential_training_steps_on_device_match_reference(dt, opt_name):
     from fastnn import optim
@@ -361,7 +390,10 @@ def test_sequential_training_steps_on_device_match_reference(dt, opt_name):
         m = _mlp(dt)
         kw = {"SGD": dict(lr=0.1, momentum=0.9), "AdamW": dict(lr=0.01),
               "RMSprop": dict(lr=0.01, momentum=0.5, centered=True, weight_decay=0.01),
-              "Adagrad": dict(lr=0.05, lr_decay=0.1, initial_accumulator_value=0.1)}[opt_name]
+              "Adagrad": dict(lr=0.05, lr_decay=0.1, initial_accumulator_value=0.1),
+              "NAdam": dict(lr=0.01, weight_decay=0.01, decoupled_weight_decay=True),
+              "RAdam": dict(lr=0.01, betas=(0.9, 0.5), weight_decay=0.01),
+              "Adamax": dict(lr=0.01, weight_decay=0.01, maximize=True)}[opt_name]
         opt = getattr(optim, opt_name)(m.parameters(), **kw)
         with fastnn.use_backend(be):
             if be == "cuda":

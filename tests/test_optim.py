@@ -49,6 +49,17 @@ CONFIGS = [
     ("Adagrad", dict()),
     ("Adagrad", dict(lr=0.1, lr_decay=0.05, weight_decay=0.1)),
     ("Adagrad", dict(lr=0.05, initial_accumulator_value=0.3, eps=1e-6, maximize=True)),
+    ("NAdam", dict()),
+    ("NAdam", dict(lr=0.01, betas=(0.8, 0.99), weight_decay=0.1, momentum_decay=0.01)),
+    ("NAdam", dict(lr=0.01, weight_decay=0.05, decoupled_weight_decay=True, maximize=True)),
+    ("NAdam", dict(lr=0.01, betas=(0.3, 0.9))),   # lerp weight >= 0.5
+    ("RAdam", dict()),
+    ("RAdam", dict(lr=0.01, betas=(0.9, 0.9), weight_decay=0.1)),   # rectified from step 6
+    ("RAdam", dict(lr=0.01, betas=(0.3, 0.6), weight_decay=0.05, decoupled_weight_decay=True,
+                   maximize=True)),   # never rectified (rho_inf = 4 < 5)
+    ("Adamax", dict()),
+    ("Adamax", dict(lr=0.01, betas=(0.8, 0.9), eps=1e-6, weight_decay=0.1)),
+    ("Adamax", dict(lr=0.01, betas=(0.3, 0.5), maximize=True)),
 ]
 
 
@@ -823,3 +834,65 @@ def test_more_schedulers_bad_arguments():
                                        lr_scheduler.ExponentialLR(other, 0.9)])
     with pytest.raises(ValueError, match="ReduceLROnPlateau"):
         lr_scheduler.ChainedScheduler([lr_scheduler.ReduceLROnPlateau(opt)])
+
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("op", ["nadam_step", "radam_step", "adamax_step"])
+def test_adam_variant_kernels_match_reference(op, dtype):
+    """The compiled NAdam / RAdam / Adamax kernels against their reference twins at a
+    threaded size, every option (RAdam both sides of its rectification: steps 1 and 3
+    before it, 9 after), in place, grad read only; a NaN in the gradient reaches the
+    parameter and the state as in torch."""
+    rng = np.random.default_rng(9)
+    n = 100003
+    cpu, ref = backend("cpu"), backend("reference")
+    tol = dict(rtol=3e-6, atol=1e-6) if dtype == np.float32 else dict(rtol=1e-13, atol=1e-14)
+    for wd, dec, mx, b1, step in [(0.0, False, False, 0.9, 1.0), (0.1, False, True, 0.3, 3.0),
+                                  (0.05, True, False, 0.9, 9.0)]:
+        p0, g = rng.standard_normal(n).astype(dtype), rng.standard_normal(n).astype(dtype)
+        g[7] = np.nan
+        m0 = rng.standard_normal(n).astype(dtype)
+        s0 = np.abs(rng.standard_normal(n)).astype(dtype) + 0.1
+        results = []
+        for be in (cpu, ref):
+            p, m, s, g_in = p0.copy(), m0.copy(), s0.copy(), g.copy()
+            if op == "nadam_step":
+                out = be.nadam_step(p, g_in, m, s, 0.01, b1, 0.999, 1e-8, wd, dec, 0.45, 0.46,
+                                    0.2, step, mx)
+            elif op == "radam_step":
+                out = be.radam_step(p, g_in, m, s, 0.01, b1, 0.999, 1e-8, wd, dec, step, mx)
+            else:
+                out = be.adamax_step(p, g_in, m, s, 0.01, b1, 0.9, 1e-8, wd, step, mx)
+            assert out is None
+            np.testing.assert_array_equal(g_in, g)
+            assert np.isnan(p[7]) and np.isnan(m[7])
+            results.append((p, m, s))
+        for a, b in zip(*results):
+            np.testing.assert_allclose(a, b, err_msg=f"{op} {wd} {dec} {mx}", **tol)
+
+
+def test_adam_variants_state_dict_and_torch_state_names(tmp_path):
+    torch = pytest.importorskip("torch")
+    for name in ("NAdam", "RAdam", "Adamax"):
+        params, opt = _run_fastnn(name, dict(lr=0.01), np.float32, steps=3)
+        tp = torch.zeros(3, requires_grad=True)
+        topt = getattr(torch.optim, name)([tp])
+        tp.grad = torch.ones(3)
+        topt.step()
+        assert set(opt.state[params[0]]) == set(topt.state[tp]), name
+        path = tmp_path / f"{name}.safetensors"
+        fastnn.save(opt.state_dict(), str(path))
+        params2 = [Parameter(p.data.copy()) for p in params]
+        opt2 = getattr(optim, name)(params2, lr=0.5)
+        opt2.load_state_dict(fastnn.load(str(path)))
+        for o, ps in ((opt, params), (opt2, params2)):
+            for p, g in zip(ps, _grads(ps, 10)):
+                p.grad = g
+            o.step()
+        for p, q in zip(params, params2):
+            np.testing.assert_array_equal(p.data, q.data)
+    with pytest.raises(ValueError, match="momentum_decay"):
+        optim.NAdam([Parameter(np.zeros(1))], momentum_decay=-1.0)
+    with pytest.raises(ValueError, match="beta"):
+        optim.Adamax([Parameter(np.zeros(1))], betas=(0.9, 1.0))

@@ -1,10 +1,24 @@
-"""Adam and AdamW (torch.optim's rules, bias correction as torch, optional amsgrad)."""
+"""Adam and AdamW (torch.optim's rules, bias correction as torch, optional amsgrad), and
+the Adam variants NAdam, RAdam and Adamax (torch's single-tensor rules and state names)."""
 import numpy as np
 
 from .._validate import real
 from .optimizer import Optimizer, check_nonneg
 
-__all__ = ["Adam", "AdamW"]
+__all__ = ["Adam", "AdamW", "NAdam", "RAdam", "Adamax"]
+
+
+def _check_betas(group):
+    betas = group["betas"]
+    try:
+        b1, b2 = betas
+    except (TypeError, ValueError):
+        raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}") from None
+    for i, b in enumerate((b1, b2)):
+        b = real(b, f"beta parameter at index {i}")
+        if not 0.0 <= b < 1.0:
+            raise ValueError(f"Invalid beta parameter at index {i}: {b} (must be in [0, 1))")
+    group["betas"] = (float(b1), float(b2))
 
 
 class Adam(Optimizer):
@@ -25,16 +39,7 @@ class Adam(Optimizer):
         super()._check_group(group)
         group["eps"] = check_nonneg(group["eps"], "epsilon value")
         group["weight_decay"] = check_nonneg(group["weight_decay"], "weight_decay value")
-        betas = group["betas"]
-        try:
-            b1, b2 = betas
-        except (TypeError, ValueError):
-            raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}") from None
-        for i, b in enumerate((b1, b2)):
-            b = real(b, f"beta parameter at index {i}")
-            if not 0.0 <= b < 1.0:
-                raise ValueError(f"Invalid beta parameter at index {i}: {b} (must be in [0, 1))")
-        group["betas"] = (float(b1), float(b2))
+        _check_betas(group)
         group["amsgrad"] = bool(group["amsgrad"])
         group["maximize"] = bool(group["maximize"])
         foreach = group.setdefault("foreach", None)
@@ -98,3 +103,93 @@ class AdamW(Adam):
                  amsgrad=False, *, foreach=None, maximize=False):
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, foreach=foreach,
                          maximize=maximize)
+
+
+class _AdamVariant(Optimizer):
+    """What NAdam, RAdam and Adamax share: betas, eps, weight_decay, maximize; exp_avg and a
+    second moment (``_second``) per parameter; the step count."""
+
+    _second = "exp_avg_sq"
+
+    def _check_group(self, group):
+        super()._check_group(group)
+        group["eps"] = check_nonneg(group["eps"], "epsilon value")
+        group["weight_decay"] = check_nonneg(group["weight_decay"], "weight_decay value")
+        _check_betas(group)
+        group["maximize"] = bool(group["maximize"])
+        if "decoupled_weight_decay" in group:
+            group["decoupled_weight_decay"] = bool(group["decoupled_weight_decay"])
+
+    def _update(self, p, param, grad, group, state):
+        exp_avg = self._state_array(state, "exp_avg", param)
+        second = self._state_array(state, self._second, param)
+        step = state.get("step", 0.0) + 1.0
+        state["step"] = step
+        be = self._backend(param, grad, exp_avg, second)
+        self._run(be, param, grad, exp_avg, second, group, state, step)
+
+
+class NAdam(_AdamVariant):
+    """torch.optim.NAdam: Adam with Nesterov momentum, the momentum coefficient
+    mu_t = beta1 (1 - 0.96^(t momentum_decay) / 2) (state ``mu_product``: their product);
+    ``decoupled_weight_decay=True`` decays the parameter as AdamW (NAdamW)."""
+
+    def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
+                 momentum_decay=4e-3, decoupled_weight_decay=False, *, maximize=False):
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                        momentum_decay=momentum_decay,
+                        decoupled_weight_decay=decoupled_weight_decay, maximize=maximize)
+        super().__init__(params, defaults)
+
+    def _check_group(self, group):
+        super()._check_group(group)
+        group["momentum_decay"] = check_nonneg(group["momentum_decay"], "momentum_decay value")
+
+    def _run(self, be, param, grad, exp_avg, exp_avg_sq, group, state, step):
+        beta1, beta2 = group["betas"]
+        md = group["momentum_decay"]
+        mu = beta1 * (1.0 - 0.5 * (0.96 ** (step * md)))
+        mu_next = beta1 * (1.0 - 0.5 * (0.96 ** ((step + 1) * md)))
+        # torch keeps mu_product as a float32 scalar tensor (its default scalar dtype):
+        # the same rounding here, so the steps equal torch's
+        mu_product = float(np.float32(np.float32(state.get("mu_product", 1.0)) * np.float32(mu)))
+        state["mu_product"] = mu_product
+        be.nadam_step(param, grad, exp_avg, exp_avg_sq, group["lr"], beta1, beta2,
+                      group["eps"], group["weight_decay"], group["decoupled_weight_decay"],
+                      mu, mu_next, mu_product, step, group["maximize"])
+
+
+class RAdam(_AdamVariant):
+    """torch.optim.RAdam: Adam with the variance rectification; until the approximated
+    SMA length passes 5 the step is the bias-corrected momentum alone.
+    ``decoupled_weight_decay=True`` decays the parameter as AdamW."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
+                 decoupled_weight_decay=False, *, maximize=False):
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                        decoupled_weight_decay=decoupled_weight_decay, maximize=maximize)
+        super().__init__(params, defaults)
+
+    def _run(self, be, param, grad, exp_avg, exp_avg_sq, group, state, step):
+        beta1, beta2 = group["betas"]
+        be.radam_step(param, grad, exp_avg, exp_avg_sq, group["lr"], beta1, beta2,
+                      group["eps"], group["weight_decay"], group["decoupled_weight_decay"],
+                      step, group["maximize"])
+
+
+class Adamax(_AdamVariant):
+    """torch.optim.Adamax: Adam with the infinity norm, exp_inf = max(beta2 exp_inf,
+    |g| + eps), p -= lr / (1 - beta1^t) exp_avg / exp_inf."""
+
+    _second = "exp_inf"
+
+    def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, *,
+                 maximize=False):
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                        maximize=maximize)
+        super().__init__(params, defaults)
+
+    def _run(self, be, param, grad, exp_avg, exp_inf, group, state, step):
+        beta1, beta2 = group["betas"]
+        be.adamax_step(param, grad, exp_avg, exp_inf, group["lr"], beta1, beta2, group["eps"],
+                       group["weight_decay"], step, group["maximize"])

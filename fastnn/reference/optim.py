@@ -28,11 +28,24 @@ parameter's dtype.
         grad_avg is None unless centered, momentum_buffer None unless momentum > 0.
     adagrad_step(param, grad, state_sum, clr, eps, weight_decay, maximize)
         clr = lr / (1 + (step - 1) lr_decay), formed by the optimizer as torch does.
+    nadam_step(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay,
+               decoupled, mu, mu_next, mu_product, step, maximize)
+        torch.optim.NAdam: mu / mu_next this step's and the next step's momentum
+        coefficients, mu_product the product of every mu so far, this step's included.
+    radam_step(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay,
+               decoupled, step, maximize)
+        torch.optim.RAdam: the rectified step once the variance's length rho_t passes 5.
+    adamax_step(param, grad, exp_avg, exp_inf, lr, beta1, beta2, eps, weight_decay, step,
+                maximize)
+        torch.optim.Adamax: exp_inf = max(beta2 exp_inf, |g| + eps).
+    ``decoupled``: AdamW-style decay (param *= 1 - lr weight_decay) instead of the L2 term.
+    The per-step scalars of NAdam and RAdam are formed once, in double precision, by
+    ``nadam_scalars`` / ``radam_scalars`` (every backend uses them).
 """
 import numpy as np
 
 OPS = ("sgd_step", "adam_step", "adamw_step", "adam_step_foreach", "adamw_step_foreach",
-       "rmsprop_step", "adagrad_step")
+       "rmsprop_step", "adagrad_step", "nadam_step", "radam_step", "adamax_step")
 
 
 def sgd_step(param, grad, momentum_buffer, lr, momentum, dampening, weight_decay,
@@ -97,13 +110,7 @@ def _lerp(a, b, w):
 
 
 def _grad_with_decay(param, grad, weight_decay, maximize):
-    p = param.astype(np.float64)
-    g = grad.astype(np.float64)
-    if maximize:
-        g = -g
-    if weight_decay != 0:
-        g = g + weight_decay * p
-    return p, g
+    return _decayed(param, grad, 0.0, weight_decay, False, maximize)
 
 
 def rmsprop_step(param, grad, square_avg, grad_avg, momentum_buffer, lr, alpha, eps,
@@ -133,6 +140,84 @@ def adagrad_step(param, grad, state_sum, clr, eps, weight_decay, maximize):
     param[...] = p - clr * (g / (np.sqrt(s) + eps))
 
 
+# ---------------------------------------------------------------- NAdam, RAdam, Adamax
+def nadam_scalars(lr, beta2, mu, mu_next, mu_product, step):
+    """(bias_correction2, the gradient's coefficient, the moment's coefficient): torch's
+    addcdiv values -lr (1 - mu) / (1 - mu_product) and -lr mu_next / (1 - mu_product
+    mu_next), in its order."""
+    bias_correction2 = 1 - beta2 ** step
+    c_grad = -lr * (1.0 - mu) / (1.0 - mu_product)
+    c_avg = (-lr * mu_next) / (1.0 - mu_product * mu_next)
+    return bias_correction2, c_grad, c_avg
+
+
+def radam_scalars(beta1, beta2, step):
+    """(bias_correction1, sqrt(bias_correction2), rect or None): the rectification term
+    when the approximated SMA length rho_t is above 5, else None (the un-adapted step)."""
+    bias_correction1 = 1 - beta1 ** step
+    bias_correction2 = 1 - beta2 ** step
+    rho_inf = 2 / (1 - beta2) - 1
+    rho_t = rho_inf - 2 * step * (beta2 ** step) / bias_correction2
+    rect = None
+    if rho_t > 5.0:
+        rect = ((rho_t - 4) * (rho_t - 2) * rho_inf
+                / ((rho_inf - 4) * (rho_inf - 2) * rho_t)) ** 0.5
+    return bias_correction1, bias_correction2 ** 0.5, rect
+
+
+def _decayed(param, grad, lr, weight_decay, decoupled, maximize):
+    """(p, g) in float64 after maximize and the weight decay (decoupled: p scaled first)."""
+    p = param.astype(np.float64)
+    g = grad.astype(np.float64)
+    if maximize:
+        g = -g
+    if weight_decay != 0:
+        if decoupled:
+            p = p * (1 - lr * weight_decay)
+        else:
+            g = g + weight_decay * p
+    return p, g
+
+
+def _moments(exp_avg, exp_avg_sq, g, beta1, beta2):
+    m = _lerp(exp_avg.astype(np.float64), g, 1 - beta1)
+    v = exp_avg_sq.astype(np.float64) * beta2 + (1 - beta2) * g * g
+    exp_avg[...] = m
+    exp_avg_sq[...] = v
+    return m, v
+
+
+def nadam_step(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay,
+               decoupled, mu, mu_next, mu_product, step, maximize):
+    p, g = _decayed(param, grad, lr, weight_decay, decoupled, maximize)
+    m, v = _moments(exp_avg, exp_avg_sq, g, beta1, beta2)
+    bc2, c_grad, c_avg = nadam_scalars(lr, beta2, mu, mu_next, mu_product, step)
+    denom = np.sqrt(v / bc2) + eps
+    p = p + c_grad * g / denom
+    param[...] = p + c_avg * m / denom
+
+
+def radam_step(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay,
+               decoupled, step, maximize):
+    p, g = _decayed(param, grad, lr, weight_decay, decoupled, maximize)
+    m, v = _moments(exp_avg, exp_avg_sq, g, beta1, beta2)
+    bc1, bc2_sqrt, rect = radam_scalars(beta1, beta2, step)
+    bcm = m / bc1
+    if rect is None:
+        param[...] = p - bcm * lr
+    else:
+        param[...] = p - bcm * lr * (bc2_sqrt / (np.sqrt(v) + eps)) * rect
+
+
+def adamax_step(param, grad, exp_avg, exp_inf, lr, beta1, beta2, eps, weight_decay, step,
+                maximize):
+    p, g = _decayed(param, grad, lr, weight_decay, False, maximize)
+    m = _lerp(exp_avg.astype(np.float64), g, 1 - beta1)
+    exp_avg[...] = m
+    u = np.maximum(exp_inf.astype(np.float64) * beta2, np.abs(g) + eps)   # NaN propagates
+    exp_inf[...] = u
+    clr = lr / (1 - beta1 ** step)
+    param[...] = p + -clr * m / u
 
 
 def foreach(step_fn):

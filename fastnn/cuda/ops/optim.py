@@ -1,4 +1,5 @@
-"""Optim family on the GPU: fused in-place SGD / Adam / AdamW / RMSprop / Adagrad updates.
+"""Optim family on the GPU: fused in-place SGD / Adam / AdamW / RMSprop / Adagrad / NAdam /
+RAdam / Adamax updates.
 
 One elementwise kernel per step and parameter updates the parameter and its state in
 place (torch.optim's single-tensor formulas, in the same order).  Hyperparameters and
@@ -7,12 +8,12 @@ parameter's dtype, so float32 parameters are updated in float32 arithmetic.
 """
 import math
 
-from ...reference.optim import foreach
+from ...reference.optim import foreach, nadam_scalars, radam_scalars
 from .. import _kit
 from .._kit import THREADS, cuda, gid, gsz, kernel
 
 OPS = ("sgd_step", "adam_step", "adamw_step", "adam_step_foreach", "adamw_step_foreach",
-       "rmsprop_step", "adagrad_step")
+       "rmsprop_step", "adagrad_step", "nadam_step", "radam_step", "adamax_step")
 
 
 @_kit.per_dtype
@@ -99,8 +100,65 @@ def _kernels(dt):
             ssum[i] = si
             p[i] = p[i] - clr * (d / (math.sqrt(si) + eps))
 
+    @cuda.jit(device=True)
+    def variant_start(p, g, m, i, oma, lerp_low, wd, has_wd, decay, maximize, decoupled):
+        # NAdam / RAdam / Adamax: maximize, the weight decay, exp_avg's lerp -> (w, d, mi)
+        d = -g[i] if maximize else g[i]
+        w = p[i]
+        if has_wd:
+            if decoupled:
+                w = w * decay
+            else:
+                d = d + wd * w
+        mi = m[i]
+        if lerp_low:
+            mi = mi + oma * (d - mi)
+        else:
+            mi = d - (d - mi) * (one - oma)
+        m[i] = mi
+        return w, d, mi
+
+    @kernel
+    def nadam(p, g, m, v, n, oma, lerp_low, b2, omb2, eps, wd, has_wd, decay, bc2, c_grad,
+              c_avg, maximize, decoupled):
+        for i in range(gid(), n, gsz()):
+            w, d, mi = variant_start(p, g, m, i, oma, lerp_low, wd, has_wd, decay, maximize,
+                                     decoupled)
+            vi = v[i] * b2 + omb2 * d * d
+            v[i] = vi
+            den = math.sqrt(vi / bc2) + eps
+            w = w + c_grad * d / den
+            p[i] = w + c_avg * mi / den
+
+    @kernel
+    def radam(p, g, m, v, n, oma, lerp_low, b2, omb2, eps, wd, has_wd, decay, bc1, bc2_sqrt,
+              rect, lr, maximize, decoupled, rect_on):
+        for i in range(gid(), n, gsz()):
+            w, d, mi = variant_start(p, g, m, i, oma, lerp_low, wd, has_wd, decay, maximize,
+                                     decoupled)
+            vi = v[i] * b2 + omb2 * d * d
+            v[i] = vi
+            b = mi / bc1
+            if rect_on:
+                p[i] = w - b * lr * (bc2_sqrt / (math.sqrt(vi) + eps)) * rect
+            else:
+                p[i] = w - b * lr
+
+    @kernel
+    def adamax(p, g, m, u, n, oma, lerp_low, b2, eps, wd, has_wd, neg_clr, maximize):
+        for i in range(gid(), n, gsz()):
+            w, d, mi = variant_start(p, g, m, i, oma, lerp_low, wd, has_wd, one, maximize,
+                                     False)
+            ui = u[i] * b2
+            a = abs(d) + eps
+            if ui == ui and (a != a or a > ui):    # torch.maximum: NaN propagates
+                ui = a
+            u[i] = ui
+            p[i] = w + neg_clr * mi / ui
+
     # fetched by name (DESIGN.md: never by tuple position)
-    return _kit.named(sgd=sgd, adam=adam, rmsprop=rmsprop, adagrad=adagrad)
+    return _kit.named(sgd=sgd, adam=adam, rmsprop=rmsprop, adagrad=adagrad, nadam=nadam,
+                      radam=radam, adamax=adamax)
 
 
 def _cfg(n):
@@ -193,5 +251,53 @@ def adagrad_step(param, grad, state_sum, clr, eps, weight_decay, maximize):
     T = dt.type
     _kernels(dt).adagrad[_cfg(n)](_kit.flat(p), _kit.flat(g), _kit.flat(ssum), n, T(clr), T(eps),
                              T(weight_decay), weight_decay != 0, bool(maximize))
+    _kit.copy_back(host)
+    return None
+
+
+def nadam_step(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay,
+               decoupled, mu, mu_next, mu_product, step, maximize):
+    host, (p, m, v), g, dt, n = _targets(grad, (param, "param"), (exp_avg, "exp_avg"),
+                                         (exp_avg_sq, "exp_avg_sq"))
+    if n == 0:
+        return None
+    T = dt.type
+    bc2, c_grad, c_avg = nadam_scalars(lr, beta2, mu, mu_next, mu_product, step)
+    _kernels(dt).nadam[_cfg(n)](
+        _kit.flat(p), _kit.flat(g), _kit.flat(m), _kit.flat(v), n, T(1 - beta1),
+        abs(1 - beta1) < 0.5, T(beta2), T(1 - beta2), T(eps), T(weight_decay), weight_decay != 0,
+        T(1 - lr * weight_decay), T(bc2), T(c_grad), T(c_avg), bool(maximize), bool(decoupled))
+    _kit.copy_back(host)
+    return None
+
+
+def radam_step(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay,
+               decoupled, step, maximize):
+    host, (p, m, v), g, dt, n = _targets(grad, (param, "param"), (exp_avg, "exp_avg"),
+                                         (exp_avg_sq, "exp_avg_sq"))
+    if n == 0:
+        return None
+    T = dt.type
+    bc1, bc2_sqrt, rect = radam_scalars(beta1, beta2, step)
+    _kernels(dt).radam[_cfg(n)](
+        _kit.flat(p), _kit.flat(g), _kit.flat(m), _kit.flat(v), n, T(1 - beta1),
+        abs(1 - beta1) < 0.5, T(beta2), T(1 - beta2), T(eps), T(weight_decay), weight_decay != 0,
+        T(1 - lr * weight_decay), T(bc1), T(bc2_sqrt), T(0.0 if rect is None else rect), T(lr),
+        bool(maximize), bool(decoupled), rect is not None)
+    _kit.copy_back(host)
+    return None
+
+
+def adamax_step(param, grad, exp_avg, exp_inf, lr, beta1, beta2, eps, weight_decay, step,
+                maximize):
+    host, (p, m, u), g, dt, n = _targets(grad, (param, "param"), (exp_avg, "exp_avg"),
+                                         (exp_inf, "exp_inf"))
+    if n == 0:
+        return None
+    T = dt.type
+    _kernels(dt).adamax[_cfg(n)](
+        _kit.flat(p), _kit.flat(g), _kit.flat(m), _kit.flat(u), n, T(1 - beta1),
+        abs(1 - beta1) < 0.5, T(beta2), T(eps), T(weight_decay), weight_decay != 0,
+        T(-(lr / (1 - beta1 ** step))), bool(maximize))
     _kit.copy_back(host)
     return None
