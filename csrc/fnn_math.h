@@ -314,7 +314,7 @@ static inline float fnn_gauss_cdf_f(float x, float* gauss) {
 #if defined(FNN_HAVE_AVX512)
 /* GELU forward on 16 lanes (the avx512 build), y = x Phi(x).
  *
- * Fast form, for vectors whose 16 lanes all have |x| < 3.9375: with a = |x| and
+ * Table form, for lanes with |x| < 3.9375: with a = |x| and
  * g(a) = a Phi(-a), y = max(x, 0) - g(a) -- for x < 0, x Phi(x) = -g; for x >= 0,
  * x Phi(x) = x (1 - Phi(-x)) = x - g -- so no select, no multiply, and no 1 - Phi
  * cancellation on the negative side.  g on [0, 3.9375) is 32 pieces of width 1/8 centred
@@ -326,9 +326,10 @@ static inline float fnn_gauss_cdf_f(float x, float* gauss) {
  * multiply-adds, 5 permutes and 5 additions, where the erfcx form below takes ~23
  * multiply-adds and a division.  Relative error ~2.3e-7 fitted and ~3.4e-7 evaluated in
  * float (tests/test_math.py: test_gelu_fwd).
- * General form, any x (a vector with a lane at |x| >= 3.9375, inf or NaN): x Phi(x) with
- * fnn_gauss_cdf_f's computation on 16 lanes (the same bounds).  Standard-normal-like
- * inputs take the fast form for all but ~0.1% of vectors. */
+ * General form, any x (the lanes at |x| >= 3.9375, inf or NaN: fnn_activation.h's
+ * fnn_tab16_split_map packs them and runs it on them alone): x Phi(x) with
+ * fnn_gauss_cdf_f's computation on 16 lanes (the same bounds).  Standard-normal inputs
+ * reach it in ~0.01% of lanes, 3 x N(0, 1) inputs in ~19%. */
 static const float fnn_gelu16_tab[5][32] __attribute__((aligned(64))) = {
   {
     0.000000000e+00f, 5.628272146e-02f, 1.003234163e-01f, 1.326863319e-01f,
@@ -453,15 +454,20 @@ static inline __m512 fnn_phi16_any(__m512 x, __m512 ax, __m512* gauss) {
     return _mm512_mask_blend_ps(neg, _mm512_sub_ps(_mm512_set1_ps(1.0f), h), h);
 }
 
-static inline __m512 fnn_gelu16(const fnn_gelu16_t* t, __m512 x) {
-    __m512 ax = _mm512_abs_ps(x);
-    __mmask16 fast = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(FNN_GELU16_CUT), _CMP_LT_OQ);
+/* The GELUs' and Tanh's 16-lane forms come in two halves, applied lane by lane by
+   fnn_activation.h's fnn_tab16_split_map: the table form (name_tab, right for every lane
+   with |x| below the table's cut, garbage elsewhere) and the general form (name_gen, right
+   for any x, including inf and NaN). */
+static inline __m512 fnn_gelu16_tab16(const fnn_gelu16_t* t, __m512 x) {
+    return fnn_gelu16_fast(t, x, _mm512_abs_ps(x));
+}
+static inline __m512 fnn_gelu16_gen(__m512 x) {
     __m512 e;
-    return fast == 0xffff ? fnn_gelu16_fast(t, x, ax) : _mm512_mul_ps(x, fnn_phi16_any(x, ax, &e));
+    return _mm512_mul_ps(x, fnn_phi16_any(x, _mm512_abs_ps(x), &e));
 }
 
-/* GELU's derivative on 16 lanes (the backward), d = Phi(x) + x phi(x).  Fast form, every
- * |x| < 3.9375: d/dx of max(x, 0) - g(|x|) is G(a) for x < 0 and 1 - G(a) for x >= 0, with
+/* GELU's derivative on 16 lanes (the backward), d = Phi(x) + x phi(x).  Table form, the
+ * lanes with |x| < 3.9375: d/dx of max(x, 0) - g(|x|) is G(a) for x < 0 and 1 - G(a) for x >= 0, with
  * G(a) = g'(a) = Phi(-a) - a phi(a), by the same 32 pieces (degree 4, fitted on the error
  * relative to max(|G|, 1e-3): G crosses zero at a = 0.7518, GELU's minimum, where only an
  * absolute error means anything -- ~4e-8 there, relative ~2.6e-7 elsewhere).  General form:
@@ -521,16 +527,16 @@ static const float fnn_gelu16_dtab[5][32] __attribute__((aligned(64))) = {
 
 typedef fnn_tab16_t fnn_gelu16_grad_t;
 
-static inline __m512 fnn_gelu16_grad(const fnn_gelu16_grad_t* t, __m512 x) {
-    __m512 ax = _mm512_abs_ps(x);
-    __mmask16 fast = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(FNN_GELU16_CUT), _CMP_LT_OQ);
+/* G blended by the sign: G for x < 0, 1 - G otherwise (the table form of the derivative,
+   fnn_gelu16_dtab here and fnn_gelut16_dtab below) */
+static inline __m512 fnn_gelu16_grad_tab16(const fnn_gelu16_grad_t* t, __m512 x) {
     __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
-    if (fast == 0xffff) {
-        __m512 G = fnn_tab16_eval(t->lo, t->hi, ax);
-        return _mm512_mask_blend_ps(neg, _mm512_sub_ps(_mm512_set1_ps(1.0f), G), G);
-    }
+    __m512 G = fnn_tab16_eval(t->lo, t->hi, _mm512_abs_ps(x));
+    return _mm512_mask_blend_ps(neg, _mm512_sub_ps(_mm512_set1_ps(1.0f), G), G);
+}
+static inline __m512 fnn_gelu16_grad_gen(__m512 x) {
     __m512 e;
-    __m512 cdf = fnn_phi16_any(x, ax, &e);
+    __m512 cdf = fnn_phi16_any(x, _mm512_abs_ps(x), &e);
     return _mm512_fmadd_ps(_mm512_mul_ps(x, _mm512_set1_ps(0.39894228040143267794f)), e, cdf);
 }
 
@@ -743,43 +749,34 @@ static inline __m512 fnn_tanh16_piece(const fnn_tab16_t* t, __m512 ax) {
         g = _mm512_fmadd_ps(g, c, _mm512_permutex2var_ps(t->lo[j], k, t->hi[j]));
     return g;
 }
-static inline __m512 fnn_tanh16(const fnn_tab16_t* t, __m512 x) {
+static inline __m512 fnn_tanh16_tab16(const fnn_tab16_t* t, __m512 x) {
     __m512 ax = _mm512_abs_ps(x);
-    __m512 r = fnn_tanh16_piece(t, ax);               /* lanes past the cut: replaced */
+    __m512 r = fnn_tanh16_piece(t, ax);
     /* pieces 0 and 1 hold tanh(a) / a */
     r = _mm512_mask_mul_ps(r, _mm512_cmp_ps_mask(ax, _mm512_set1_ps(FNN_TANH16_SMALL),
                                                  _CMP_LT_OQ), r, ax);
-    __mmask16 fast = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(FNN_TANH16_CUT), _CMP_LT_OQ);
-    if (fast != 0xffff) {
-        __m512 e = fnn_exp_nonpos_ps16(_mm512_mul_ps(_mm512_set1_ps(-2.0f), ax));
-        __m512 big = _mm512_fnmadd_ps(_mm512_add_ps(e, e),
-                                      _mm512_sub_ps(_mm512_set1_ps(1.0f), e),
-                                      _mm512_set1_ps(1.0f));
-        r = _mm512_mask_blend_ps(fast, big, r);     /* NaN lanes: big = NaN */
-    }
     return _mm512_or_ps(r, _mm512_and_ps(x, _mm512_set1_ps(-0.0f)));
+}
+static inline __m512 fnn_tanh16_gen(__m512 x) {   /* |x| >= FNN_TANH16_CUT, inf, NaN */
+    __m512 e = fnn_exp_nonpos_ps16(_mm512_mul_ps(_mm512_set1_ps(-2.0f), _mm512_abs_ps(x)));
+    __m512 big = _mm512_fnmadd_ps(_mm512_add_ps(e, e), _mm512_sub_ps(_mm512_set1_ps(1.0f), e),
+                                  _mm512_set1_ps(1.0f));              /* NaN: NaN */
+    return _mm512_or_ps(big, _mm512_and_ps(x, _mm512_set1_ps(-0.0f)));
 }
 typedef fnn_tab16_t fnn_gelut16_t;
 
-static inline __m512 fnn_gelut16(const fnn_gelut16_t* t, __m512 x) {
-    __m512 ax = _mm512_abs_ps(x);
-    __mmask16 fast = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(FNN_GELU16_CUT), _CMP_LT_OQ);
-    if (fast == 0xffff)
-        return _mm512_sub_ps(_mm512_max_ps(_mm512_setzero_ps(), x), fnn_tab16_eval(t->lo, t->hi, ax));
+static inline __m512 fnn_gelut16_tab16(const fnn_gelut16_t* t, __m512 x) {
+    return _mm512_sub_ps(_mm512_max_ps(_mm512_setzero_ps(), x),
+                         fnn_tab16_eval(t->lo, t->hi, _mm512_abs_ps(x)));
+}
+static inline __m512 fnn_gelut16_gen(__m512 x) {
     __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
     __m512 z2 = _mm512_mul_ps(_mm512_set1_ps((float)(2 * 0.79788456080286535588)),
                               _mm512_fmadd_ps(_mm512_set1_ps(0.044715f), x3, x));
     return _mm512_mul_ps(x, fnn_sigmoid16(z2));
 }
 
-static inline __m512 fnn_gelut16_grad(const fnn_gelut16_t* t, __m512 x) {
-    __m512 ax = _mm512_abs_ps(x);
-    __mmask16 fast = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(FNN_GELU16_CUT), _CMP_LT_OQ);
-    if (fast == 0xffff) {
-        __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
-        __m512 G = fnn_tab16_eval(t->lo, t->hi, ax);
-        return _mm512_mask_blend_ps(neg, _mm512_sub_ps(_mm512_set1_ps(1.0f), G), G);
-    }
+static inline __m512 fnn_gelut16_grad_gen(__m512 x) {
     /* s + 2 x s (1 - s) k (1 + 3c min(x^2, 1e4)), s = sigmoid(2u) */
     __m512 x2 = _mm512_mul_ps(x, x);
     __m512 z2 = _mm512_mul_ps(_mm512_set1_ps((float)(2 * 0.79788456080286535588)),
