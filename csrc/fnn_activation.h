@@ -63,6 +63,15 @@ static inline double fnn_gauss_cdf_d(double x, double* gauss) {
    did: all of them there, none elsewhere (the omp simd loops do the rest). */
 #if defined(FNN_HAVE_AVX512)
 #define FNN_SPLIT16_VECS 16
+/* one vector's lanes (those in live) by their own forms: tabf's value where |x| < cut,
+   genf's elsewhere (genf runs only when some live lane needs it) */
+static inline __attribute__((always_inline)) __m512 fnn_tab16_pick(
+        const fnn_tab16_t* t, __m512 (*tabf)(const fnn_tab16_t*, __m512),
+        __m512 (*genf)(__m512), __m512 vcut, __m512 xv, __mmask16 live) {
+    __mmask16 m = _mm512_mask_cmp_ps_mask(live, _mm512_abs_ps(xv), vcut, _CMP_NLT_UQ);
+    __m512 r = tabf(t, xv);
+    return m ? _mm512_mask_mov_ps(r, m, genf(xv)) : r;
+}
 static inline __attribute__((always_inline)) ptrdiff_t fnn_tab16_split_map(
         const float (*tab)[32], int rows, __m512 (*tabf)(const fnn_tab16_t*, __m512),
         __m512 (*genf)(__m512), float cut, const float* dy,
@@ -113,10 +122,7 @@ static inline __attribute__((always_inline)) ptrdiff_t fnn_tab16_split_map(
     }
     if (i < n) {
         __mmask16 live = (__mmask16)((1u << (n - i)) - 1u);
-        __m512 xv = _mm512_maskz_loadu_ps(live, x + i);
-        __mmask16 m = _mm512_mask_cmp_ps_mask(live, _mm512_abs_ps(xv), vcut, _CMP_NLT_UQ);
-        __m512 r = tabf(&t, xv);
-        if (m) r = _mm512_mask_mov_ps(r, m, genf(xv));
+        __m512 r = fnn_tab16_pick(&t, tabf, genf, vcut, _mm512_maskz_loadu_ps(live, x + i), live);
         if (dy) r = _mm512_mul_ps(_mm512_maskz_loadu_ps(live, dy + i), r);
         _mm512_mask_storeu_ps(y + i, live, r);
     }
@@ -153,20 +159,14 @@ static inline ptrdiff_t fnn_tanh_fwd_vec_f(const float* x, float* y, ptrdiff_t n
     fnn_tab16_load(fnn_tanh16_tab, 6, &t);
     const __m512 vcut = _mm512_set1_ps(FNN_TANH16_CUT);
     ptrdiff_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 xv = _mm512_loadu_ps(x + i);
-        __mmask16 m = _mm512_cmp_ps_mask(_mm512_abs_ps(xv), vcut, _CMP_NLT_UQ);
-        __m512 r = fnn_tanh16_tab16(&t, xv);
-        if (m) r = _mm512_mask_mov_ps(r, m, fnn_tanh16_gen(xv));
-        _mm512_storeu_ps(y + i, r);
-    }
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, fnn_tab16_pick(&t, fnn_tanh16_tab16, fnn_tanh16_gen, vcut,
+                                               _mm512_loadu_ps(x + i), (__mmask16)0xffff));
     if (i < n) {
         __mmask16 live = (__mmask16)((1u << (n - i)) - 1u);
-        __m512 xv = _mm512_maskz_loadu_ps(live, x + i);
-        __mmask16 m = _mm512_mask_cmp_ps_mask(live, _mm512_abs_ps(xv), vcut, _CMP_NLT_UQ);
-        __m512 r = fnn_tanh16_tab16(&t, xv);
-        if (m) r = _mm512_mask_mov_ps(r, m, fnn_tanh16_gen(xv));
-        _mm512_mask_storeu_ps(y + i, live, r);
+        _mm512_mask_storeu_ps(y + i, live,
+                              fnn_tab16_pick(&t, fnn_tanh16_tab16, fnn_tanh16_gen, vcut,
+                                             _mm512_maskz_loadu_ps(live, x + i), live));
     }
     return n;
 #else
