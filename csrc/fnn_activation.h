@@ -62,7 +62,13 @@ static inline double fnn_gauss_cdf_d(double x, double* gauss) {
    (in place).  The loop's tail by masked loads and stores.  Returns how many elements it
    did: all of them there, none elsewhere (the omp simd loops do the rest). */
 #if defined(FNN_HAVE_AVX512)
-#define FNN_SPLIT16_VECS 16
+/* 64 vectors a block: ~12 packed vectors of 3 x N(0, 1) input for the general form, whose
+   long dependency chain then overlaps across them (one core, 8192 floats in L1: 5.2 ns a
+   vector against 5.6-5.9 with blocks of 16, and 2.5 for the table form alone); the branch
+   on an empty pack measured faster than packing unconditionally (5.2 vs 5.8) */
+#ifndef FNN_SPLIT16_VECS
+#define FNN_SPLIT16_VECS 64
+#endif
 /* one vector's lanes (those in live) by their own forms: tabf's value where |x| < cut,
    genf's elsewhere (genf runs only when some live lane needs it) */
 static inline __attribute__((always_inline)) __m512 fnn_tab16_pick(
