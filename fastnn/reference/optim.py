@@ -68,20 +68,8 @@ def sgd_step(param, grad, momentum_buffer, lr, momentum, dampening, weight_decay
 
 def _adam(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
           weight_decay, step, maximize, decoupled):
-    p = param.astype(np.float64)
-    g = grad.astype(np.float64)
-    if maximize:
-        g = -g
-    if weight_decay != 0:
-        if decoupled:
-            p = p * (1 - lr * weight_decay)
-        else:
-            g = g + weight_decay * p
-    m = exp_avg.astype(np.float64)
-    m = m + (1 - beta1) * (g - m)
-    v = exp_avg_sq.astype(np.float64) * beta2 + (1 - beta2) * g * g
-    exp_avg[...] = m
-    exp_avg_sq[...] = v
+    p, g = _decayed(param, grad, lr, weight_decay, decoupled, maximize)
+    m, v = _moments(exp_avg, exp_avg_sq, g, beta1, beta2)
     if max_exp_avg_sq is not None:
         v = np.maximum(max_exp_avg_sq.astype(np.float64), v)
         max_exp_avg_sq[...] = v

@@ -42,26 +42,32 @@ def _kernels(dt):
                     d = b
             p[i] = p[i] - lr * d
 
+    @cuda.jit(device=True)
+    def variant_start(p, g, m, i, oma, lerp_low, wd, has_wd, decay, maximize, decoupled):
+        # Adam and its variants: maximize, the weight decay, exp_avg's lerp (torch's two
+        # forms, switched at weight 0.5) -> (w, d, mi)
+        d = -g[i] if maximize else g[i]
+        w = p[i]
+        if has_wd:
+            if decoupled:
+                w = w * decay
+            else:
+                d = d + wd * w
+        mi = m[i]
+        if lerp_low:
+            mi = mi + oma * (d - mi)
+        else:
+            mi = d - (d - mi) * (one - oma)
+        m[i] = mi
+        return w, d, mi
+
     @kernel
     def adam(p, g, m, v, vmax, n, b1c, lerp_low, b2, b2c, eps, wd, has_wd, step_size, bc2_sqrt,
              decay, maximize, decoupled, amsgrad):
         for i in range(gid(), n, gsz()):
-            d = g[i]
-            if maximize:
-                d = -d
-            w = p[i]
-            if has_wd:
-                if decoupled:
-                    w = w * decay
-                else:
-                    d = d + wd * w
-            mi = m[i]
-            if lerp_low:   # torch's lerp: two forms, switched at weight 0.5
-                mi = mi + b1c * (d - mi)
-            else:
-                mi = d - (d - mi) * (one - b1c)
+            w, d, mi = variant_start(p, g, m, i, b1c, lerp_low, wd, has_wd, decay, maximize,
+                                     decoupled)
             vi = v[i] * b2 + b2c * d * d
-            m[i] = mi
             v[i] = vi
             if amsgrad:
                 vi = max(vmax[i], vi)
@@ -99,24 +105,6 @@ def _kernels(dt):
             si = ssum[i] + d * d
             ssum[i] = si
             p[i] = p[i] - clr * (d / (math.sqrt(si) + eps))
-
-    @cuda.jit(device=True)
-    def variant_start(p, g, m, i, oma, lerp_low, wd, has_wd, decay, maximize, decoupled):
-        # NAdam / RAdam / Adamax: maximize, the weight decay, exp_avg's lerp -> (w, d, mi)
-        d = -g[i] if maximize else g[i]
-        w = p[i]
-        if has_wd:
-            if decoupled:
-                w = w * decay
-            else:
-                d = d + wd * w
-        mi = m[i]
-        if lerp_low:
-            mi = mi + oma * (d - mi)
-        else:
-            mi = d - (d - mi) * (one - oma)
-        m[i] = mi
-        return w, d, mi
 
     @kernel
     def nadam(p, g, m, v, n, oma, lerp_low, b2, omb2, eps, wd, has_wd, decay, bc2, c_grad,
