@@ -311,6 +311,35 @@ def _per_group(name, optimizer, value):
     return [_real(value, name)] * len(optimizer.param_groups)
 
 
+def _set_momentum(group, mom, use_beta1):
+    """A group's momentum (SGD, RMSprop) or beta1 (Adam, AdamW) set to mom."""
+    if use_beta1:
+        group["betas"] = (mom, *group["betas"][1:])
+    else:
+        group["momentum"] = mom
+
+
+def _momentum_cycle(sched, optimizer, cycle_momentum, base_momentum, max_momentum, last_epoch):
+    """OneCycleLR's and CyclicLR's momentum set-up, torch's: sets sched.cycle_momentum (and
+    use_beta1); with it on, returns the per-group (base, max) momentum lists and, on a
+    fresh start, gives each group max_momentum, base_momentum and the max as its momentum."""
+    sched.cycle_momentum = bool(cycle_momentum)
+    if not sched.cycle_momentum:
+        return None
+    if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
+        raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` "
+                         "option enabled")
+    sched.use_beta1 = "betas" in optimizer.defaults
+    max_ms = _per_group("max_momentum", optimizer, max_momentum)
+    base_ms = _per_group("base_momentum", optimizer, base_momentum)
+    if last_epoch == -1:
+        for m, b, group in zip(max_ms, base_ms, optimizer.param_groups):
+            _set_momentum(group, m, sched.use_beta1)
+            group["max_momentum"] = m
+            group["base_momentum"] = b
+    return base_ms, max_ms
+
+
 class OneCycleLR(LRScheduler):
     """The 1cycle policy (torch.optim.lr_scheduler.OneCycleLR): lr from max_lr/div_factor up
     to max_lr over pct_start of ``total_steps``, then down to initial_lr/final_div_factor
@@ -364,22 +393,8 @@ class OneCycleLR(LRScheduler):
                 group["initial_lr"] = m / div_factor
                 group["max_lr"] = m
                 group["min_lr"] = group["initial_lr"] / final_div_factor
-        self.cycle_momentum = bool(cycle_momentum)
-        if self.cycle_momentum:
-            if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
-                raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` "
-                                 "option enabled")
-            self.use_beta1 = "betas" in optimizer.defaults
-            max_ms = _per_group("max_momentum", optimizer, max_momentum)
-            base_ms = _per_group("base_momentum", optimizer, base_momentum)
-            if last_epoch == -1:
-                for m, b, group in zip(max_ms, base_ms, optimizer.param_groups):
-                    if self.use_beta1:
-                        group["betas"] = (m, *group["betas"][1:])
-                    else:
-                        group["momentum"] = m
-                    group["max_momentum"] = m
-                    group["base_momentum"] = b
+        _momentum_cycle(self, optimizer, cycle_momentum, base_momentum, max_momentum,
+                        last_epoch)
         super().__init__(optimizer, last_epoch)
 
     def _anneal(self, start, end, pct):
@@ -408,10 +423,7 @@ class OneCycleLR(LRScheduler):
                 start_step = phase["end_step"]
             lrs.append(lr)
             if self.cycle_momentum:
-                if self.use_beta1:
-                    group["betas"] = (mom, *group["betas"][1:])
-                else:
-                    group["momentum"] = mom
+                _set_momentum(group, mom, self.use_beta1)
         return lrs
 
 
@@ -684,23 +696,10 @@ class CyclicLR(LRScheduler):
         self._scale_fn_custom = scale_fn
         self.scale_mode = scale_mode if scale_fn is not None else (
             "iterations" if mode == "exp_range" else "cycle")
-        self.cycle_momentum = bool(cycle_momentum)
+        moms = _momentum_cycle(self, optimizer, cycle_momentum, base_momentum, max_momentum,
+                               last_epoch)
         if self.cycle_momentum:
-            if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
-                raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` "
-                                 "option enabled")
-            self.use_beta1 = "betas" in optimizer.defaults
-            self.base_momentums = _per_group("base_momentum", optimizer, base_momentum)
-            self.max_momentums = _per_group("max_momentum", optimizer, max_momentum)
-            if last_epoch == -1:
-                for m, b, group in zip(self.max_momentums, self.base_momentums,
-                                       optimizer.param_groups):
-                    if self.use_beta1:
-                        group["betas"] = (m, *group["betas"][1:])
-                    else:
-                        group["momentum"] = m
-                    group["max_momentum"] = m
-                    group["base_momentum"] = b
+            self.base_momentums, self.max_momentums = moms
         super().__init__(optimizer, last_epoch)
         self.base_lrs = base_lrs
 
@@ -726,11 +725,7 @@ class CyclicLR(LRScheduler):
         if self.cycle_momentum:
             for group, b, m in zip(self.optimizer.param_groups, self.base_momentums,
                                    self.max_momentums):
-                mom = m - (m - b) * scale_factor * s
-                if self.use_beta1:
-                    group["betas"] = (mom, *group["betas"][1:])
-                else:
-                    group["momentum"] = mom
+                _set_momentum(group, m - (m - b) * scale_factor * s, self.use_beta1)
         return lrs
 
     def state_dict(self):
