@@ -155,7 +155,11 @@ class Optimizer:
             state[key] = a
         elif type(like) is np.ndarray:
             if type(a) is not np.ndarray or a.dtype != like.dtype:
-                a = np.array(_copy_value(a), dtype=like.dtype, order="C")   # 0-d stays 0-d
+                if is_device(a):      # to_numpy gives a fresh host copy: cast it at most
+                    from .. import to_numpy
+                    a = np.asarray(to_numpy(a), dtype=like.dtype, order="C")
+                else:                 # one new array (0-d stays 0-d)
+                    a = np.array(a, dtype=like.dtype, order="C")
                 state[key] = a
         elif type(a) is np.ndarray:   # state loaded on the host, parameter on the device
             from .. import to_device
