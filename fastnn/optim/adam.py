@@ -21,6 +21,14 @@ def _check_betas(group):
     group["betas"] = (float(b1), float(b2))
 
 
+def _check_adam_group(group):
+    """What every Adam-family group checks: eps, weight_decay, betas, maximize."""
+    group["eps"] = check_nonneg(group["eps"], "epsilon value")
+    group["weight_decay"] = check_nonneg(group["weight_decay"], "weight_decay value")
+    _check_betas(group)
+    group["maximize"] = bool(group["maximize"])
+
+
 class Adam(Optimizer):
     """torch.optim.Adam: L2 ``weight_decay`` is added to the gradient.
 
@@ -37,11 +45,8 @@ class Adam(Optimizer):
 
     def _check_group(self, group):
         super()._check_group(group)
-        group["eps"] = check_nonneg(group["eps"], "epsilon value")
-        group["weight_decay"] = check_nonneg(group["weight_decay"], "weight_decay value")
-        _check_betas(group)
+        _check_adam_group(group)
         group["amsgrad"] = bool(group["amsgrad"])
-        group["maximize"] = bool(group["maximize"])
         foreach = group.setdefault("foreach", None)
         if foreach is not None and not isinstance(foreach, (bool, np.bool_)):
             raise TypeError(f"foreach must be None, True or False, got {foreach!r}")
@@ -113,10 +118,7 @@ class _AdamVariant(Optimizer):
 
     def _check_group(self, group):
         super()._check_group(group)
-        group["eps"] = check_nonneg(group["eps"], "epsilon value")
-        group["weight_decay"] = check_nonneg(group["weight_decay"], "weight_decay value")
-        _check_betas(group)
-        group["maximize"] = bool(group["maximize"])
+        _check_adam_group(group)
         if "decoupled_weight_decay" in group:
             group["decoupled_weight_decay"] = bool(group["decoupled_weight_decay"])
 
