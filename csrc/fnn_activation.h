@@ -162,7 +162,7 @@ static inline ptrdiff_t fnn_gelut_bwd_vec_f(const float* dy, const float* x, flo
 static inline ptrdiff_t fnn_tanh_fwd_vec_f(const float* x, float* y, ptrdiff_t n) {
 #if defined(FNN_HAVE_AVX512)
     fnn_tab16_t t;
-    fnn_tab16_load(fnn_tanh16_tab, 6, &t);
+    fnn_tab16_load(fnn_tanh16_tab, (int)(sizeof(fnn_tanh16_tab) / sizeof(fnn_tanh16_tab[0])), &t);
     const __m512 vcut = _mm512_set1_ps(FNN_TANH16_CUT);
     ptrdiff_t i = 0;
     for (; i + 16 <= n; i += 16)
