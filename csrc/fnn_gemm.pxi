@@ -23,6 +23,8 @@ cdef extern from "fnn_sgemm.h" nogil:
     int FNN_HAVE_SGZ
     int FNN_SGZ_TRANS_A
     int fnn_sgemm_z_takes(int trans_a, Py_ssize_t K, Py_ssize_t lda)
+    Py_ssize_t fnn_sgz_set_nc_max(Py_ssize_t n)
+    Py_ssize_t fnn_sgz_nc_max()
     int fnn_sgemm_z(int trans_a, int trans_b, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K,
                     float alpha, const float* A, Py_ssize_t lda, const float* B, Py_ssize_t ldb,
                     float beta, float* C, Py_ssize_t ldc, const float* bias)
@@ -57,6 +59,19 @@ def _own_sgemm_takes(bint trans_a, Py_ssize_t K, Py_ssize_t lda):
     """Whether a float32 product of depth K with A's rows lda floats apart (A stored
     (K, M) when trans_a) runs on the own kernel now (else BLAS); tests."""
     return bool(_sgz_on and fnn_sgemm_z_takes(trans_a, K, lda))
+
+
+def _own_sgemm_block_cols(Py_ssize_t n=-1):
+    """_own_sgemm_block_cols(n=-1) -> columns.  The own kernel's widest column block in
+    this module (512, or 768 where the L2 holds its packed block; fnn_sgemm.h).  n > 0 sets
+    it (whole 32-column panels) and n == 0 restores the machine's default, returning the
+    previous width (tests: both widths on any machine; the bits do not change).  Without
+    the own kernel: 0."""
+    if not FNN_HAVE_SGZ:
+        return 0
+    if n < 0:
+        return fnn_sgz_nc_max()
+    return fnn_sgz_set_nc_max(n)
 
 
 def _own_sgemm_default():

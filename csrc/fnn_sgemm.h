@@ -11,10 +11,11 @@
  * in place: the 12 broadcasts of a k step come from 12 row streams.  A stored (K, M)
  * (trans_a) is first copied in blocks of 144 rows (fnn_sgz_pack_at), so a tile's k steps
  * are 12 contiguous floats each.  B is packed, per block of
- * FNN_SGZ_KC k by FNN_SGZ_NC columns, into 32-column panels, zero-padded past N, so a
- * panel's k step is one 128-byte line pair.  Loop order: for each column block and k
- * block, pack B; then for each 12-row tile, run along the block's panels: the tile's A
- * (12 x KC floats, 18 KiB) stays in L1, the packed block (768 KiB) in L2.  A full
+ * FNN_SGZ_KC k by up to FNN_SGZ_NC columns (FNN_SGZ_NC_BIG where the L2 is large), into
+ * 32-column panels, zero-padded past N, so a panel's k step is one 128-byte line pair.
+ * Loop order: for each column block and k block, pack B; then for each 12-row tile, run
+ * along the block's panels: the tile's A (12 x KC floats, 18 KiB) stays in L1, the packed
+ * block (768 KiB, or 1.1 MiB) in L2.  A full
  * 12-row tile runs its k loop in inline assembly (fnn_sgemm_asm.h, x86-64 GCC/Clang; the
  * same operations per accumulator as the C loop, which the tail tiles and
  * FNN_SGZ_NO_ASM builds run).
@@ -34,6 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "fnn_alloc.h"
+#include "fnn_cache.h"
 #include "fnn_transpose16.h"
 
 #if defined(__AVX512F__)
@@ -41,6 +43,14 @@
 #define FNN_SGZ_NR 32
 #define FNN_SGZ_KC 384
 #define FNN_SGZ_NC 512
+/* Column blocks of up to 768 (a 1.1 MiB packed block of B) where the L2 holds it with room
+ * to spare (fnn_sgz_nc_max): A is read, or packed when trans_a, once per column block,
+ * and a 768-column output (a d_input or d_weight of a 768-wide layer) then takes one
+ * block instead of 512 + 256.  One core of a Xeon with a 2 MiB L2, CPU time, best of 12
+ * alternating rounds: d_weight 512x768x4096 (A^T, rows 3072 floats apart) 195-199 ->
+ * 202-205 GFLOP/s, d_input 512x768x3072 206-208 -> 210-212, the forward 512x3072x768
+ * 210-211 either way; 1024 columns (1.5 MiB) were no faster, and slower on the forward. */
+#define FNN_SGZ_NC_BIG 768
 #define FNN_SGZ_MC 144     /* rows of a packed block of A when trans_a (12 tiles) */
 #define FNN_SGZ_TRANS_A 1  /* op(A) = A^T runs here too (A packed) */
 #elif defined(__AVX2__) && defined(__FMA__)
@@ -66,6 +76,7 @@
  * against 90-93, and K 768 at 95-96 against 93. */
 #define FNN_SGZ_TRANS_A 0
 #define FNN_SGZ_KMAX 512
+#define FNN_SGZ_NC_BIG FNN_SGZ_NC
 #endif
 
 #if defined(FNN_SGZ_MR)
@@ -95,7 +106,7 @@ static inline float *fnn_sgz_buffer(void)
         if (!fnn_sgz_key_ok)
             return NULL;
         raw = (char *)fnn_alloc_absorbed((size_t)FNN_SGZ_KC *
-                                    (FNN_SGZ_NC + (FNN_SGZ_TRANS_A ? FNN_SGZ_MC : 0)) + 16,
+                                    (FNN_SGZ_NC_BIG + (FNN_SGZ_TRANS_A ? FNN_SGZ_MC : 0)) + 16,
                                 sizeof(float));
         if (raw == NULL)
             return NULL;
@@ -518,6 +529,42 @@ fnn_sgz_block(int trans_a, const float *A, ptrdiff_t lda, const float *pa, ptrdi
     }
 }
 
+/* The widest column block (a multiple of FNN_SGZ_NR): FNN_SGZ_NC_BIG where its packed
+ * block of B fills at most 60% of the L2 (cpu0's, fnn_cache.h), else FNN_SGZ_NC.  Read
+ * once per module; blocking along N does not change any output's bits (each output's sum
+ * runs over the same k blocks in the same order), so neither does the machine's L2. */
+static ptrdiff_t fnn_sgz_nc_cached = 0;
+static inline ptrdiff_t fnn_sgz_nc_max(void)
+{
+    ptrdiff_t nc = __atomic_load_n(&fnn_sgz_nc_cached, __ATOMIC_RELAXED);
+    if (nc == 0) {
+        const ptrdiff_t big = (ptrdiff_t)FNN_SGZ_KC * FNN_SGZ_NC_BIG * (ptrdiff_t)sizeof(float);
+        nc = big * 5 <= fnn_cache_bytes(2) * 3 ? FNN_SGZ_NC_BIG : FNN_SGZ_NC;
+        __atomic_store_n(&fnn_sgz_nc_cached, nc, __ATOMIC_RELAXED);
+    }
+    return nc;
+}
+/* Set the widest column block (tests: both widths on any machine), rounded down to whole
+ * panels and clamped to [FNN_SGZ_NR, FNN_SGZ_NC_BIG]; n <= 0 restores the machine's
+ * default.  Returns the previous width.  Not while a GEMM runs. */
+static inline ptrdiff_t fnn_sgz_set_nc_max(ptrdiff_t n)
+{
+    const ptrdiff_t old = fnn_sgz_nc_max();
+    if (n > 0) {
+        n -= n % FNN_SGZ_NR;
+        n = n < FNN_SGZ_NR ? FNN_SGZ_NR : n > FNN_SGZ_NC_BIG ? FNN_SGZ_NC_BIG : n;
+    }
+    __atomic_store_n(&fnn_sgz_nc_cached, n > 0 ? n : 0, __ATOMIC_RELAXED);
+    return old;
+}
+/* Edge j of n column blocks over N columns: N j / n rounded up to whole panels (N at
+ * j == n).  With n = ceil(N / w) for a w of whole panels, no block is wider than w. */
+static inline ptrdiff_t fnn_sgz_col_edge(ptrdiff_t N, ptrdiff_t j, ptrdiff_t n)
+{
+    const ptrdiff_t e = (N * j / n + FNN_SGZ_NR - 1) / FNN_SGZ_NR * FNN_SGZ_NR;
+    return j >= n || e > N ? N : e;
+}
+
 /* Whether this build's kernel takes a product of depth K with A's rows lda apart (A
  * stored (M, K); trans_a: (K, M)); 0: fnn_sgemm_z returns -1 for it. */
 static inline int
@@ -554,11 +601,16 @@ fnn_sgemm_z(int trans_a, int trans_b, ptrdiff_t M, ptrdiff_t N, ptrdiff_t K, flo
     pb = fnn_sgz_buffer();
     if (pb == NULL)
         return -1;
-    pa = pb + (size_t)FNN_SGZ_KC * FNN_SGZ_NC;
-    /* k blocks of near-equal length, at most KC each */
+    pa = pb + (size_t)FNN_SGZ_KC * FNN_SGZ_NC_BIG;
+    /* k blocks of near-equal length, at most KC each; column blocks of near-equal width,
+     * at most fnn_sgz_nc_max() each, edges on whole panels (fnn_sgz_col_edge) */
     const ptrdiff_t nkb = (K + FNN_SGZ_KC - 1) / FNN_SGZ_KC;
-    for (ptrdiff_t jc = 0; jc < N; jc += FNN_SGZ_NC) {
-        const ptrdiff_t nc = N - jc < FNN_SGZ_NC ? N - jc : FNN_SGZ_NC;
+    const ptrdiff_t ncm = fnn_sgz_nc_max(), njb = (N + ncm - 1) / ncm;
+    for (ptrdiff_t jb = 0; jb < njb; jb++) {
+        const ptrdiff_t jc = fnn_sgz_col_edge(N, jb, njb);
+        const ptrdiff_t nc = fnn_sgz_col_edge(N, jb + 1, njb) - jc;
+        if (nc <= 0)
+            continue;
         for (ptrdiff_t kb = 0; kb < nkb; kb++) {
             const ptrdiff_t p0 = K * kb / nkb, kc = K * (kb + 1) / nkb - p0;
             fnn_sgz_pack_b(trans_b, trans_b ? B + jc * ldb + p0 : B + p0 * ldb + jc, ldb,
@@ -580,6 +632,8 @@ fnn_sgemm_z(int trans_a, int trans_b, ptrdiff_t M, ptrdiff_t N, ptrdiff_t K, flo
 #else
 #define FNN_HAVE_SGZ 0
 #define FNN_SGZ_TRANS_A 0
+static inline ptrdiff_t fnn_sgz_nc_max(void) { return 0; }
+static inline ptrdiff_t fnn_sgz_set_nc_max(ptrdiff_t n) { (void)n; return 0; }
 static inline int
 fnn_sgemm_z_takes(int trans_a, ptrdiff_t K, ptrdiff_t lda)
 {

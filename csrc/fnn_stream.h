@@ -14,6 +14,7 @@
 #if defined(__unix__) || defined(__APPLE__)
 #include <unistd.h>
 #endif
+#include "fnn_cache.h"
 #include "fnn_math.h"
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -27,62 +28,12 @@
    Xeon) the same call keeps its output in cache, and streaming it made the call twice as
    slow as torch's (1.79 vs 0.93 ms, 2 threads; 0.97 ms with plain stores).  The cache
    size comes from Linux's sysfs entries of cpu0 (the kernel's reading of the CPU's cache
-   topology), else from sysconf: on a Zen 3 VM glibc's sysconf said 256 MiB for a 32 MiB
+   topology), else from sysconf (fnn_cache.h): on a Zen 3 VM glibc's sysconf said 256 MiB for a 32 MiB
    L3 (sysfs: 32768K), which kept that layer_norm's output in cache at 1.82-1.96 ms
    instead of 1.66-1.70 streamed (torch 1.95-2.2).  Read once per module, outside the
    parallel regions. */
-#if defined(__linux__)
-#include <stdio.h>
-#include <string.h>
-/* the largest level's data or unified cache of cpu0 in bytes (sysfs), 0 where unknown */
-static inline ptrdiff_t fnn_llc_bytes_sysfs(void) {
-    ptrdiff_t best = 0;
-    int best_level = 0;
-    for (int i = 0; i < 16; ++i) {
-        char path[96], buf[64];
-        int level = 0;
-        long size = 0;
-        char unit = 0;
-        FILE* f;
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
-        if ((f = fopen(path, "r")) == NULL) break;
-        if (fscanf(f, "%d", &level) != 1) level = 0;
-        fclose(f);
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/type", i);
-        if ((f = fopen(path, "r")) == NULL) continue;
-        buf[0] = 0;
-        if (fgets(buf, sizeof buf, f) == NULL) buf[0] = 0;
-        fclose(f);
-        if (strncmp(buf, "Instruction", 11) == 0) continue;
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
-        if ((f = fopen(path, "r")) == NULL) continue;
-        if (fscanf(f, "%ld%c", &size, &unit) < 1) size = 0;
-        fclose(f);
-        if (size <= 0) continue;
-        ptrdiff_t n = (ptrdiff_t)size * (unit == 'K' || unit == 'k' ? (ptrdiff_t)1 << 10
-                                         : unit == 'M' || unit == 'm' ? (ptrdiff_t)1 << 20
-                                         : unit == 'G' || unit == 'g' ? (ptrdiff_t)1 << 30 : 1);
-        if (level > best_level || (level == best_level && n > best)) {
-            best_level = level;
-            best = n;
-        }
-    }
-    return best;
-}
-#else
-static inline ptrdiff_t fnn_llc_bytes_sysfs(void) { return 0; }
-#endif
 /* the last-level cache in bytes (sysfs, else sysconf), 0 where unknown */
-static inline ptrdiff_t fnn_llc_bytes(void) {
-    ptrdiff_t llc = fnn_llc_bytes_sysfs();
-#if defined(_SC_LEVEL3_CACHE_SIZE)
-    if (llc <= 0) {
-        long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-        if (l3 > 0) llc = (ptrdiff_t)l3;
-    }
-#endif
-    return llc > 0 ? llc : 0;
-}
+static inline ptrdiff_t fnn_llc_bytes(void) { return fnn_cache_bytes(0); }
 static ptrdiff_t fnn_stream_min_cached = 0;   /* one per extension module */
 static inline ptrdiff_t fnn_stream_min_bytes(void) {
     if (fnn_stream_min_cached == 0) {

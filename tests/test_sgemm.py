@@ -3,7 +3,8 @@
 Every family that includes fnn_gemm.pxi routes float32 GEMMs of at least 24 x 32 x 16
 through it; these tests drive the dispatcher directly (``_gemm_hook``) over the shapes
 that cross each blocking edge: the 12-row tile, the 32-column panel, the 144-row packed
-block of a transposed A, the 384-long k block and the 512-column block (avx512 build); the
+block of a transposed A, the 384-long k block and the 512- or 768-column block (avx512
+build; both widths are tested, whichever the machine's L2 picks); the
 6-row tile, 16-column panel, 504-row packed block of a transposed A, 256-long k block and
 256-column block (avx2 build); all four
 transpositions; alpha and beta (beta = 0 must not read C: NaN there stays out); row
@@ -125,6 +126,47 @@ def test_sgemm_output_does_not_depend_on_its_tile(mod, ta):
     mod._gemm_hook(ta, False, 1.0, np.ascontiguousarray(at[:, 25:]) if ta else a[25:],
                    np.ascontiguousarray(b[:, :40]), 0.0, part)
     np.testing.assert_array_equal(part, full[25:, :40])
+
+
+@pytest.mark.parametrize("mod", MODS)
+@pytest.mark.parametrize("ta", [False, True], ids=["a_in_place", "a_transposed"])
+def test_sgemm_column_blocks_do_not_change_bits(mod, ta):
+    """The own kernel's column blocks (512 columns, or 768 where the L2 holds the packed
+    block: fnn_sgemm.h) split N into near-equal blocks on whole 32-column panels.  Every
+    width gives the same bits (each output sums the same k blocks in the same order) and
+    stays within the float32 bound, on widths N that leave ragged last panels, a single
+    block, and several; the width setting is restored after."""
+    default = mod._own_sgemm_block_cols()
+    if not mod._use_own_sgemm(True) or default == 0:
+        mod._use_own_sgemm(mod._own_sgemm_default())
+        pytest.skip("this variant has no own float32 GEMM (the base build: BLAS only)")
+    if ta and not mod._own_sgemm_takes_transposed_a():
+        mod._use_own_sgemm(mod._own_sgemm_default())
+        pytest.skip("this variant's own GEMM leaves a transposed A to BLAS (the avx2 build)")
+    assert default in (256, 512, 768)
+    rng = np.random.default_rng(11)
+    try:
+        for (M, N, K) in [(37, 768, 400), (30, 1030, 100), (26, 2311, 390), (25, 545, 50)]:
+            a = rng.standard_normal((K, M) if ta else (M, K)).astype(np.float32)
+            b = rng.standard_normal((K, N)).astype(np.float32)
+            outs = []
+            for width in (512, 768, 96, 32, 0):
+                mod._own_sgemm_block_cols(width)
+                widest = 256 if default == 256 else 768      # the avx2 build: 256 always
+                assert mod._own_sgemm_block_cols() == (min(width, widest) if width else default)
+                c = np.full((M, N), np.nan, np.float32)
+                mod._gemm_hook(ta, False, 1.0, a, b, 0.0, c)
+                outs.append(c)
+            want = _op(a, ta).astype(np.float64) @ b.astype(np.float64)
+            tol = (K + 4) * np.finfo(np.float32).eps * (np.abs(_op(a, ta)).astype(np.float64)
+                                                        @ np.abs(b).astype(np.float64))
+            assert np.all(np.abs(outs[0] - want) <= tol)
+            for c in outs[1:]:
+                np.testing.assert_array_equal(c, outs[0])
+    finally:
+        mod._own_sgemm_block_cols(0)
+        mod._use_own_sgemm(mod._own_sgemm_default())
+    assert mod._own_sgemm_block_cols() == default
 
 
 @pytest.mark.parametrize("mod", MODS)
