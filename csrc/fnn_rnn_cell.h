@@ -11,35 +11,36 @@
  * is at [k*n + l]; per-unit pointers are offset to the block.  Distinct buffers (restrict)
  * so the loops vectorise. */
 
-/* LSTM forward: gates i, f, g, o from the pre-activations g + bias; writes the activated
-   gates to a, c_t to c_out and h_t to h_out. */
+/* LSTM forward: gates i, f, g, o from the pre-activations ga + bias, the activated gates
+   written back over them in ga (the saved gates for backward: no second T x B x 4H buffer,
+   and no second stream through the caches per step); c_t to c_out and h_t to h_out. */
 static inline void FNN_RNN_FN(fnn_lstm_fwd)(
-        const FNN_RNN_T* restrict g, const FNN_RNN_T* restrict bi, FNN_RNN_T* restrict a,
-        const FNN_RNN_T* restrict cp, FNN_RNN_T* restrict c_out, FNN_RNN_T* restrict h_out,
-        Py_ssize_t n) {
+        FNN_RNN_T* restrict ga, const FNN_RNN_T* restrict bi, const FNN_RNN_T* restrict cp,
+        FNN_RNN_T* restrict c_out, FNN_RNN_T* restrict h_out, Py_ssize_t n) {
     for (Py_ssize_t l = 0; l < n; ++l) {
-        FNN_RNN_T i = FNN_RNN_SIG(g[l] + bi[l]), f = FNN_RNN_SIG(g[n + l] + bi[n + l]);
-        FNN_RNN_T gg = FNN_RNN_TANH(g[2 * n + l] + bi[2 * n + l]);
-        FNN_RNN_T o = FNN_RNN_SIG(g[3 * n + l] + bi[3 * n + l]);
+        FNN_RNN_T i = FNN_RNN_SIG(ga[l] + bi[l]), f = FNN_RNN_SIG(ga[n + l] + bi[n + l]);
+        FNN_RNN_T gg = FNN_RNN_TANH(ga[2 * n + l] + bi[2 * n + l]);
+        FNN_RNN_T o = FNN_RNN_SIG(ga[3 * n + l] + bi[3 * n + l]);
         FNN_RNN_T c = f * cp[l] + i * gg;
-        a[l] = i; a[n + l] = f; a[2 * n + l] = gg; a[3 * n + l] = o;
+        ga[l] = i; ga[n + l] = f; ga[2 * n + l] = gg; ga[3 * n + l] = o;
         c_out[l] = c;
         h_out[l] = o * FNN_RNN_TANH(c);
     }
 }
 
-/* GRU forward: r, z from input + hidden projections, n = tanh(x_n + r * (W_hn h + b_hn)).
+/* GRU forward: r, z from input + hidden projections, n = tanh(x_n + r * (W_hn h + b_hn)),
+   the activated gates written back over the input projections in ga (as the LSTM's).
    gh is this step's hidden projection h_{t-1} W_hh^T (no bias); hn_out keeps W_hn h + b_hn. */
 static inline void FNN_RNN_FN(fnn_gru_fwd)(
-        const FNN_RNN_T* restrict g, const FNN_RNN_T* restrict bi, const FNN_RNN_T* restrict gh,
-        const FNN_RNN_T* restrict b_hn, const FNN_RNN_T* restrict hp, FNN_RNN_T* restrict a,
+        FNN_RNN_T* restrict ga, const FNN_RNN_T* restrict bi, const FNN_RNN_T* restrict gh,
+        const FNN_RNN_T* restrict b_hn, const FNN_RNN_T* restrict hp,
         FNN_RNN_T* restrict hn_out, FNN_RNN_T* restrict h_out, Py_ssize_t n) {
     for (Py_ssize_t l = 0; l < n; ++l) {
-        FNN_RNN_T r = FNN_RNN_SIG(g[l] + bi[l] + gh[l]);
-        FNN_RNN_T z = FNN_RNN_SIG(g[n + l] + bi[n + l] + gh[n + l]);
+        FNN_RNN_T r = FNN_RNN_SIG(ga[l] + bi[l] + gh[l]);
+        FNN_RNN_T z = FNN_RNN_SIG(ga[n + l] + bi[n + l] + gh[n + l]);
         FNN_RNN_T hn = gh[2 * n + l] + b_hn[l];
-        FNN_RNN_T nn = FNN_RNN_TANH(g[2 * n + l] + bi[2 * n + l] + r * hn);
-        a[l] = r; a[n + l] = z; a[2 * n + l] = nn;
+        FNN_RNN_T nn = FNN_RNN_TANH(ga[2 * n + l] + bi[2 * n + l] + r * hn);
+        ga[l] = r; ga[n + l] = z; ga[2 * n + l] = nn;
         hn_out[l] = hn;
         h_out[l] = (1 - z) * nn + z * hp[l];
     }

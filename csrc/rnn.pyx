@@ -54,14 +54,12 @@ cdef extern from "fnn_rnn.h" nogil:
     void fnn_rnn_barrier()
     int fnn_rnn_team()
     int fnn_rnn_tid()
-    void fnn_lstm_fwd_f(const float*, const float*, float*, const float*, float*, float*,
-                        Py_ssize_t)
-    void fnn_lstm_fwd_d(const double*, const double*, double*, const double*, double*, double*,
-                        Py_ssize_t)
-    void fnn_gru_fwd_f(const float*, const float*, const float*, const float*, const float*,
-                       float*, float*, float*, Py_ssize_t)
-    void fnn_gru_fwd_d(const double*, const double*, const double*, const double*, const double*,
-                       double*, double*, double*, Py_ssize_t)
+    void fnn_lstm_fwd_f(float*, const float*, const float*, float*, float*, Py_ssize_t)
+    void fnn_lstm_fwd_d(double*, const double*, const double*, double*, double*, Py_ssize_t)
+    void fnn_gru_fwd_f(float*, const float*, const float*, const float*, const float*,
+                       float*, float*, Py_ssize_t)
+    void fnn_gru_fwd_d(double*, const double*, const double*, const double*, const double*,
+                       double*, double*, Py_ssize_t)
     void fnn_rnn_fwd_f(const float*, const float*, float*, int, Py_ssize_t)
     void fnn_rnn_fwd_d(const double*, const double*, double*, int, Py_ssize_t)
     void fnn_lstm_bwd_f(const float*, const float*, const float*, const float*, const float*,
@@ -95,21 +93,21 @@ _NGATES = {RNN_TANH: 1, RNN_RELU: 1, GRU: 3, LSTM: 4}
 # ------------------------------------------------------------------ pointwise rows
 # fnn_rnn.h's cell passes; the fused type picks the float (_f) or double (_d) one at
 # compile time.
-cdef inline void _lstm_fwd_row(const real* g, const real* bi, real* a, const real* cp,
-                               real* c_out, real* h_out, Py_ssize_t n) noexcept nogil:
+cdef inline void _lstm_fwd_row(real* ga, const real* bi, const real* cp, real* c_out,
+                               real* h_out, Py_ssize_t n) noexcept nogil:
     if real is float:
-        fnn_lstm_fwd_f(g, bi, a, cp, c_out, h_out, n)
+        fnn_lstm_fwd_f(ga, bi, cp, c_out, h_out, n)
     else:
-        fnn_lstm_fwd_d(g, bi, a, cp, c_out, h_out, n)
+        fnn_lstm_fwd_d(ga, bi, cp, c_out, h_out, n)
 
 
-cdef inline void _gru_fwd_row(const real* g, const real* bi, const real* gh, const real* b_hn,
-                              const real* hp, real* a, real* hn_out, real* h_out,
+cdef inline void _gru_fwd_row(real* ga, const real* bi, const real* gh, const real* b_hn,
+                              const real* hp, real* hn_out, real* h_out,
                               Py_ssize_t n) noexcept nogil:
     if real is float:
-        fnn_gru_fwd_f(g, bi, gh, b_hn, hp, a, hn_out, h_out, n)
+        fnn_gru_fwd_f(ga, bi, gh, b_hn, hp, hn_out, h_out, n)
     else:
-        fnn_gru_fwd_d(g, bi, gh, b_hn, hp, a, hn_out, h_out, n)
+        fnn_gru_fwd_d(ga, bi, gh, b_hn, hp, hn_out, h_out, n)
 
 
 cdef inline void _rnn_fwd_row(const real* g, const real* bi, real* h_out, bint relu,
@@ -253,11 +251,11 @@ cdef void _fwd_cells(const Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, Py_ssi
                      Py_ssize_t b1, Py_ssize_t t, const real* hp, const real* cp,
                      Py_ssize_t ldp) noexcept nogil:
     """The fused pointwise pass of step t over this thread's unit blocks and batch rows
-    [b0, b1), row by row."""
+    [b0, b1), row by row.  The gated cells write their activated gates over the
+    pre-activations (L.act is L.xp: _layer_forward)."""
     cdef Py_ssize_t G = L.G, H = L.H, UB = L.UB, GH = L.G * L.H
     cdef Py_ssize_t DGH = L.D * GH, DH = L.D * L.H, b, u, c0, j0, nu
-    cdef const real* gt = <const real*>L.xp + t * L.B * DGH + d * GH
-    cdef real* at = <real*>L.act + t * L.B * DGH + d * GH
+    cdef real* gt = <real*>L.xp + t * L.B * DGH + d * GH
     cdef const real* bias = <const real*>L.bias[d]
     cdef const real* gh = <const real*>L.gh + d * L.B * GH
     cdef const real* bhn = <const real*>L.bhn[d]
@@ -272,11 +270,11 @@ cdef void _fwd_cells(const Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, Py_ssi
             j0 = u * UB
             nu = _units(L, u)
             if L.mode == LSTM:
-                _lstm_fwd_row(gt + b * DGH + c0, bias + c0, at + b * DGH + c0,
-                              cp + b * ldp + j0, arow + j0, orow + j0, nu)
+                _lstm_fwd_row(gt + b * DGH + c0, bias + c0, cp + b * ldp + j0, arow + j0,
+                              orow + j0, nu)
             elif L.mode == GRU:
                 _gru_fwd_row(gt + b * DGH + c0, bias + c0, gh + b * GH + c0, bhn + j0,
-                             hp + b * ldp + j0, at + b * DGH + c0, arow + j0, orow + j0, nu)
+                             hp + b * ldp + j0, arow + j0, orow + j0, nu)
             else:
                 _rnn_fwd_row(gt + b * DGH + c0, bias + c0, orow + j0, relu, nu)
 
@@ -706,7 +704,9 @@ cdef _LayerState _layer_forward(_Stack s, int k, const real[::1] inp, Py_ssize_t
     xp = np.empty((T, B, DGH), dt)
     st.out = np.empty((T, B, D * H), dt)
     st.aux = np.empty((T, B, D * H), dt) if gated else None
-    st.act = np.empty((T, B, DGH), dt) if gated else None
+    # the gated cells write their activated gates (kept for backward) over the input
+    # projections: one T x B x G*H buffer, not two (fnn_rnn_cell.h)
+    st.act = xp if gated else None
     gh = np.empty((D, B, GH), dt) if s.mode == GRU else None
     cdef real[::1] xpv = xp.reshape(-1)
     cdef real[::1] outv = st.out.reshape(-1)
