@@ -970,75 +970,93 @@ class CallHandle:
         self._entries = []
 
 
-class ModuleDict(Module):
+class _NamedDict(Module):
+    """What ModuleDict and ParameterDict share: entries by str name in insertion order, in
+    the registry ``_REG`` (``_modules`` or ``_parameters``), each also an attribute; the
+    subclass's ``__setitem__`` checks and stores a value (``_WHAT``: "module" or
+    "parameter", for messages)."""
+
+    _REG = "_modules"
+    _WHAT = "module"
+
+    def __init__(self, entries=None):
+        super().__init__()
+        if entries is not None:
+            self.update(entries)
+
+    def _entries(self):
+        return self.__dict__[self._REG]
+
+    def _check_key(self, key):
+        name = type(self).__name__
+        if not isinstance(key, str):
+            raise TypeError(f"{name} keys must be str, got {type(key).__name__}")
+        if "." in key or key == "":
+            raise KeyError(f"{self._WHAT} name can't contain \".\" or be empty, got {key!r}")
+        if key not in self._entries() and (hasattr(type(self), key) or key in self.__dict__):
+            raise KeyError(f"attribute {key!r} already exists on {name}")
+
+    def __getitem__(self, key):
+        return self._entries()[key]
+
+    def __delitem__(self, key):
+        del self._entries()[key]
+        object.__delattr__(self, key)
+
+    def __len__(self):
+        return len(self._entries())
+
+    def __iter__(self):
+        return iter(list(self._entries()))
+
+    def __contains__(self, key):
+        return key in self._entries()
+
+    def keys(self):
+        return self._entries().keys()
+
+    def items(self):
+        return self._entries().items()
+
+    def values(self):
+        return self._entries().values()
+
+    def pop(self, key):
+        v = self._entries()[key]
+        del self[key]
+        return v
+
+    def clear(self):
+        for key in list(self._entries()):
+            del self[key]
+
+    def update(self, entries):
+        """From a mapping (anything with ``items()``) or an iterable of (name, value) pairs."""
+        if hasattr(entries, "items"):
+            pairs = list(entries.items())
+        else:
+            pairs = []
+            for j, item in enumerate(entries):
+                if isinstance(item, (str, bytes)) or len(item) != 2:
+                    raise ValueError(f"{type(self).__name__} update sequence element #{j} "
+                                     f"must be a (name, {self._WHAT}) pair")
+                pairs.append((item[0], item[1]))
+        for key, v in pairs:
+            self[key] = v
+
+
+class ModuleDict(_NamedDict):
     """Modules by name, in insertion order (torch.nn.ModuleDict): state_dict keys are
     ``<name>.<param>``; ``update`` takes a mapping or an iterable of (name, module) pairs."""
 
     def __init__(self, modules=None):
-        super().__init__()
-        if modules is not None:
-            self.update(modules)
-
-    def _check_key(self, key):
-        if not isinstance(key, str):
-            raise TypeError(f"ModuleDict keys must be str, got {type(key).__name__}")
-        if "." in key or key == "":
-            raise KeyError(f"module name can't contain \".\" or be empty, got {key!r}")
-        if key not in self._modules and (hasattr(type(self), key) or key in self.__dict__):
-            raise KeyError(f"attribute {key!r} already exists on ModuleDict")
-
-    def __getitem__(self, key):
-        return self._modules[key]
+        super().__init__(modules)
 
     def __setitem__(self, key, module):
         self._check_key(key)
         if not isinstance(module, Module):
             raise TypeError(f"ModuleDict holds Modules, got {type(module).__name__} for {key!r}")
         self.add_module(key, module)
-
-    def __delitem__(self, key):
-        del self._modules[key]
-        object.__delattr__(self, key)
-
-    def __len__(self):
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(list(self._modules))
-
-    def __contains__(self, key):
-        return key in self._modules
-
-    def keys(self):
-        return self._modules.keys()
-
-    def items(self):
-        return self._modules.items()
-
-    def values(self):
-        return self._modules.values()
-
-    def pop(self, key):
-        m = self._modules[key]
-        del self[key]
-        return m
-
-    def clear(self):
-        for key in list(self._modules):
-            del self[key]
-
-    def update(self, modules):
-        if isinstance(modules, (dict, ModuleDict)):
-            pairs = list(modules.items())
-        else:
-            pairs = []
-            for j, item in enumerate(modules):
-                if isinstance(item, (str, bytes)) or len(item) != 2:
-                    raise ValueError(f"ModuleDict update sequence element #{j} must be a "
-                                     f"(name, module) pair")
-                pairs.append((item[0], item[1]))
-        for key, m in pairs:
-            self[key] = m
 
 
 def _as_parameter(value, where):
@@ -1097,73 +1115,22 @@ class ParameterList(Module):
         return ", ".join(f"({k}): {p!r}" for k, p in self._parameters.items())
 
 
-class ParameterDict(Module):
+class ParameterDict(_NamedDict):
     """Parameters by name, in insertion order (torch.nn.ParameterDict); arrays given are
     wrapped as Parameters."""
 
-    def __init__(self, parameters=None):
-        super().__init__()
-        if parameters is not None:
-            self.update(parameters)
+    _REG = "_parameters"
+    _WHAT = "parameter"
 
-    def __getitem__(self, key):
-        return self._parameters[key]
+    def __init__(self, parameters=None):
+        super().__init__(parameters)
 
     def __setitem__(self, key, value):
-        if not isinstance(key, str):
-            raise TypeError(f"ParameterDict keys must be str, got {type(key).__name__}")
-        if "." in key or key == "":
-            raise KeyError(f"parameter name can't contain \".\" or be empty, got {key!r}")
-        if key not in self._parameters and (hasattr(type(self), key) or key in self.__dict__):
-            raise KeyError(f"attribute {key!r} already exists on ParameterDict")
+        self._check_key(key)
         setattr(self, key, _as_parameter(value, "ParameterDict"))
-
-    def __delitem__(self, key):
-        del self._parameters[key]
-        object.__delattr__(self, key)
-
-    def __len__(self):
-        return len(self._parameters)
-
-    def __iter__(self):
-        return iter(list(self._parameters))
-
-    def __contains__(self, key):
-        return key in self._parameters
-
-    def keys(self):
-        return self._parameters.keys()
-
-    def items(self):
-        return self._parameters.items()
-
-    def values(self):
-        return self._parameters.values()
 
     def get(self, key, default=None):
         return self._parameters.get(key, default)
-
-    def pop(self, key):
-        p = self._parameters[key]
-        del self[key]
-        return p
-
-    def clear(self):
-        for key in list(self._parameters):
-            del self[key]
-
-    def update(self, parameters):
-        if hasattr(parameters, "items"):
-            pairs = list(parameters.items())
-        else:
-            pairs = []
-            for j, item in enumerate(parameters):
-                if isinstance(item, (str, bytes)) or len(item) != 2:
-                    raise ValueError(f"ParameterDict update sequence element #{j} must be a "
-                                     f"(name, parameter) pair")
-                pairs.append((item[0], item[1]))
-        for key, p in pairs:
-            self[key] = p
 
     def extra_repr(self):
         return ", ".join(f"({k}): {p!r}" for k, p in self._parameters.items())
