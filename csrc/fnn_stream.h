@@ -27,11 +27,10 @@
    (8192, 768) layer_norm forward (25 MiB in, 25 MiB out) streams; with a 480 MiB L3 (a
    Xeon) the same call keeps its output in cache, and streaming it made the call twice as
    slow as torch's (1.79 vs 0.93 ms, 2 threads; 0.97 ms with plain stores).  The cache
-   size comes from Linux's sysfs entries of cpu0 (the kernel's reading of the CPU's cache
-   topology), else from sysconf (fnn_cache.h): on a Zen 3 VM glibc's sysconf said 256 MiB for a 32 MiB
-   L3 (sysfs: 32768K), which kept that layer_norm's output in cache at 1.82-1.96 ms
-   instead of 1.66-1.70 streamed (torch 1.95-2.2).  Read once per module, outside the
-   parallel regions. */
+   size comes from fnn_cache.h (cpu0's sysfs entries, else sysconf: on a Zen 3 VM
+   glibc's sysconf said 256 MiB for a 32 MiB L3, sysfs 32768K, which kept that
+   layer_norm's output in cache at 1.82-1.96 ms instead of 1.66-1.70 streamed, torch
+   1.95-2.2).  Read once per module, outside the parallel regions. */
 /* the last-level cache in bytes (sysfs, else sysconf), 0 where unknown */
 static inline ptrdiff_t fnn_llc_bytes(void) { return fnn_cache_bytes(0); }
 static ptrdiff_t fnn_stream_min_cached = 0;   /* one per extension module */

@@ -711,7 +711,6 @@ cdef _LayerState _layer_forward(_Stack s, int k, const real[::1] inp, Py_ssize_t
     cdef real[::1] xpv = xp.reshape(-1)
     cdef real[::1] outv = st.out.reshape(-1)
     cdef real[::1] auxv = _flat(st.aux)
-    cdef real[::1] actv = _flat(st.act)
     cdef real[::1] ghv = _flat(gh)
     cdef const real[::1] h0v = s.h0.reshape(-1)
     cdef const real[::1] c0v = _flat(s.c0)
@@ -726,7 +725,7 @@ cdef _LayerState _layer_forward(_Stack s, int k, const real[::1] inp, Py_ssize_t
     cdef Py_ssize_t nstate = D * B * H, state0 = k * nstate
     _layer_shape(s, &lay)
     lay.xp = _span(xpv, 0, TB * DGH)
-    lay.act = _span(actv, 0, TB * DGH) if gated else NULL
+    lay.act = lay.xp if gated else NULL      # the same buffer (st.act is xp)
     lay.out = _span(outv, 0, TB * D * H)
     lay.aux = _span(auxv, 0, TB * D * H) if gated else NULL
     lay.gh = _span(ghv, 0, D * B * GH) if s.mode == GRU else NULL
