@@ -1552,11 +1552,13 @@ cdef Py_ssize_t _chunks(Geo* g):
     return nch if nch > 0 else 1
 
 
-def conv2d_backward(cnp.ndarray dy, tuple saved):
-    """-> (d_input, d_weight, d_bias or None).  dy (N, O, OH, OW) C-contiguous."""
+def conv2d_backward(cnp.ndarray dy, tuple saved, bint weight_grad=True, bint bias_grad=True):
+    """-> (d_input, d_weight, d_bias or None).  dy (N, O, OH, OW) C-contiguous.
+    ``weight_grad`` / ``bias_grad`` False: that gradient is not computed (a frozen
+    parameter) and comes back None."""
     cdef cnp.ndarray x = saved[0]
     return _grads(x, (<object>x).shape, saved[1], dy, saved[3], saved[4], saved[5], saved[6],
-                  True, True, saved[2])
+                  True, weight_grad, saved[2] and bias_grad)
 
 
 cdef tuple _grads(object x_or_none, tuple x_shape, cnp.ndarray weight, cnp.ndarray dy,
@@ -1695,9 +1697,11 @@ def _set_tbwd_limits(Py_ssize_t tile_elems, Py_ssize_t planes_max):
 _DIRECT = True      # the direct (tap-list) kernels where they apply; tests compare both paths
 
 
-def conv_transpose2d_backward(cnp.ndarray dy, tuple saved):
+def conv_transpose2d_backward(cnp.ndarray dy, tuple saved, bint weight_grad=True,
+                              bint bias_grad=True):
     """-> (d_input, d_weight, d_bias or None): d_input is conv2d(dy) (the forward kernels),
-    d_weight conv2d's weight gradient with input dy and output gradient x.  Where the
+    d_weight conv2d's weight gradient with input dy and output gradient x (the flags as
+    conv2d_backward's).  Where the
     forward would run on im2col tiles anyway (strided columns), both come from one pass
     that builds each tile of dy's columns once (_tbwd): from dy's phase planes (one
     deinterleave per image, then a contiguous copy per channel, tap and row; whole-image
@@ -1705,15 +1709,16 @@ def conv_transpose2d_backward(cnp.ndarray dy, tuple saved):
     cdef cnp.ndarray x = saved[0], weight = saved[1]
     cdef Geo g = _geo((<object>dy).shape, (<object>weight).shape, saved[3], saved[4], saved[5],
                       saved[6])
-    if (_FUSED_TBWD and not _depthwise(&g) and not _rowcol_ok(&g) and not _is_1x1(&g)
-            and g.N * g.O * g.OH * g.OW * g.Cg * g.kh * g.kw > 0):
-        dx, dw, db = _tbwd(dy, weight, x, &g, saved[2])
+    cdef bint want_db = saved[2] and bias_grad
+    if (weight_grad and _FUSED_TBWD and not _depthwise(&g) and not _rowcol_ok(&g)
+            and not _is_1x1(&g) and g.N * g.O * g.OH * g.OW * g.Cg * g.kh * g.kw > 0):
+        dx, dw, db = _tbwd(dy, weight, x, &g, want_db)
     else:
         dx = conv2d(dy, weight, None, saved[3], saved[4], saved[5], saved[6])[0]
-        dw = _grads(dy, (<object>dy).shape, weight, x, saved[3], saved[4], saved[5], saved[6],
-                    False, True, False)[1]
+        dw = (_grads(dy, (<object>dy).shape, weight, x, saved[3], saved[4], saved[5],
+                     saved[6], False, True, False)[1] if weight_grad else None)
         db = None
-    if saved[2] and db is None:
+    if want_db and db is None:
         db = _bias_grad(dy)
     return dx, dw, db
 

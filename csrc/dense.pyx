@@ -514,14 +514,14 @@ def linear_residual(cnp.ndarray x, cnp.ndarray weight, object bias, cnp.ndarray 
 
 
 cdef void _linear_bwd_run(real z, cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, bint w_in_out,
-                          cnp.ndarray dx, cnp.ndarray dw, object db, Py_ssize_t rows,
+                          cnp.ndarray dx, object dw, object db, Py_ssize_t rows,
                           Py_ssize_t n_in, Py_ssize_t n_out, int bm_x, int bn_x,
                           int bm_w, int bn_w, int nt, const _Post* post) except *:
     cdef const real* pdy = _p(dy, rows * n_out, z)
     cdef const real* pw = _pw(w, w_in_out, z)
     cdef const real* px = _p(x, rows * n_in, z)
     cdef real* pdx = _p(dx, rows * n_in, z)
-    cdef real* pdw = _p(dw, n_out * n_in, z)
+    cdef real* pdw = NULL if dw is None else _p(<cnp.ndarray>dw, n_out * n_in, z)
     cdef real* pdb = NULL if db is None else _p(<cnp.ndarray>db, n_out, z)
     cdef Py_ssize_t nch = (rows + _BIAS_CHUNK - 1) // _BIAS_CHUNK
     cdef double* part = NULL
@@ -552,7 +552,7 @@ cdef void _linear_bwd_run(real z, cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, 
 
 
 cdef int _linear_bwd_few(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, bint w_in_out,
-                         cnp.ndarray dx, cnp.ndarray dw, object db, Py_ssize_t rows,
+                         cnp.ndarray dx, object dw, object db, Py_ssize_t rows,
                          Py_ssize_t n_in, Py_ssize_t n_out, int bm_w, int bn_w) except -2:
     """linear_backward for _few_rows (float32, fewer than 24 rows).  d_input: dy W on the
     few-row row-strip tiles for Linear's (out, in) weight, dy Wc^T on the dot tiles
@@ -564,7 +564,7 @@ cdef int _linear_bwd_few(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, bint w_in
     cdef const float* pw = <const float*>_pw(w, w_in_out, <float>0)
     cdef const float* px = <const float*>_data(x, rows * n_in, F32)
     cdef float* pdx = <float*>_data(dx, rows * n_in, F32)
-    cdef float* pdw = <float*>_data(dw, n_out * n_in, F32)
+    cdef float* pdw = NULL if dw is None else <float*>_data(<cnp.ndarray>dw, n_out * n_in, F32)
     cdef float* pdb = NULL if db is None else <float*>_data(<cnp.ndarray>db, n_out, F32)
     cdef int nmax = fnn_max_threads(), rc = 0
     cdef Py_ssize_t nblk = (n_in + _SK_VB - 1) // _SK_VB
@@ -577,7 +577,9 @@ cdef int _linear_bwd_few(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, bint w_in
             _few_rows_io(pdy, n_out, rows, n_out, pw, n_in, NULL, pdx)
     if rc:
         return -1
-    if rows < 16:
+    if pdw == NULL:     # a frozen weight: no d_weight
+        pass
+    elif rows < 16:
         with nogil:
             if w_in_out:   # dWc (in, out) = x^T dy
                 _few_k_outer(px, n_in, pdy, n_out, rows, pdw)
@@ -599,15 +601,19 @@ cdef int _linear_bwd_few(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, bint w_in
     return 0
 
 
-def linear_backward(cnp.ndarray dy, tuple saved):
-    """linear_backward(dy, saved) -> (d_input, d_weight, d_bias or None).  dy C-contiguous.
-    d_weight has the weight's layout: for a weight given as the transpose of an (in, out)
-    array it is the transpose of a fresh C-contiguous (in, out) array."""
-    return _linear_backward(dy, saved, NULL, None)
+def linear_backward(cnp.ndarray dy, tuple saved, bint weight_grad=True, bint bias_grad=True):
+    """linear_backward(dy, saved, weight_grad=True, bias_grad=True) -> (d_input, d_weight,
+    d_bias or None).  dy C-contiguous.  d_weight has the weight's layout: for a weight given
+    as the transpose of an (in, out) array it is the transpose of a fresh C-contiguous (in,
+    out) array.  ``weight_grad`` / ``bias_grad`` False: that gradient is not computed (a
+    frozen parameter) and comes back None."""
+    return _linear_backward(dy, saved, NULL, None, weight_grad, bias_grad)
 
 
-def linear_backward_act(cnp.ndarray dy, tuple saved, cnp.ndarray u, str activation):
-    """linear_backward_act(dy, saved, u, activation) -> (d_u, d_weight, d_bias or None).
+def linear_backward_act(cnp.ndarray dy, tuple saved, cnp.ndarray u, str activation,
+                        bint weight_grad=True, bint bias_grad=True):
+    """linear_backward_act(dy, saved, u, activation, weight_grad=True, bias_grad=True) ->
+    (d_u, d_weight, d_bias or None).
 
     linear_backward for a layer whose input was act(u) (linear_act's output; u its saved
     pre-activation, C-contiguous, the input's shape): d_input comes back multiplied by
@@ -616,7 +622,7 @@ def linear_backward_act(cnp.ndarray dy, tuple saved, cnp.ndarray u, str activati
     cdef _Post post
     post.kind = _POST_GRAD
     post.op = _act_op(activation, True)
-    return _linear_backward(dy, saved, &post, u)
+    return _linear_backward(dy, saved, &post, u, weight_grad, bias_grad)
 
 
 cdef void _act_grad_run(int op, const real* dh, const real* u, real* du, Py_ssize_t n,
@@ -655,17 +661,19 @@ cdef cnp.ndarray _act_grad(cnp.ndarray dh, cnp.ndarray u, int op):
     return du
 
 
-def linear_act_backward(cnp.ndarray dh, tuple saved):
-    """linear_act_backward(dh, saved) -> (d_input, d_weight, d_bias or None): d_u = dh *
-    act'(u), then linear_backward.  dh C-contiguous."""
+def linear_act_backward(cnp.ndarray dh, tuple saved, bint weight_grad=True,
+                        bint bias_grad=True):
+    """linear_act_backward(dh, saved, weight_grad=True, bias_grad=True) -> (d_input,
+    d_weight, d_bias or None): d_u = dh * act'(u), then linear_backward.  dh C-contiguous."""
     x, w, has_bias, u, activation = saved
     du = _act_grad(dh, u, _act_op(activation, True))
-    return _linear_backward(du, (x, w, has_bias), NULL, None)
+    return _linear_backward(du, (x, w, has_bias), NULL, None, weight_grad, bias_grad)
 
 
-cdef tuple _linear_backward(cnp.ndarray dy, tuple saved, _Post* post, object post_aux):
+cdef tuple _linear_backward(cnp.ndarray dy, tuple saved, _Post* post, object post_aux,
+                            bint need_w, bint need_b):
     cdef cnp.ndarray x = saved[0], w = saved[1]
-    cdef bint has_bias = saved[2]
+    cdef bint has_bias = saved[2] and need_b
     cdef Py_ssize_t n_in = w.shape[1], n_out = w.shape[0]
     cdef Py_ssize_t rows = _rows(x)
     cdef bint w_in_out = _weight_in_out(w)
@@ -673,11 +681,14 @@ cdef tuple _linear_backward(cnp.ndarray dy, tuple saved, _Post* post, object pos
         post.out = NULL
         post.aux = _ptr_or_null(post_aux, rows * n_in, F32 if x.dtype == np.float32 else F64)
     cdef cnp.ndarray dx = np.empty_like(x)
-    cdef cnp.ndarray dw = np.empty((n_in, n_out) if w_in_out else (n_out, n_in), dtype=x.dtype)
+    cdef object dw = (np.empty((n_in, n_out) if w_in_out else (n_out, n_in), dtype=x.dtype)
+                      if need_w else None)
     cdef cnp.ndarray db = np.empty(n_out, dtype=x.dtype) if has_bias else None
-    cdef int bm_x, bn_x, bm_w, bn_w
+    cdef int bm_x, bn_x, bm_w = 0, bn_w = 0    # no d_weight blocks for a frozen weight
     _split(rows, n_in, n_out, &bm_x, &bn_x)
-    if w_in_out:
+    if not need_w:
+        pass
+    elif w_in_out:
         _split(n_in, n_out, rows, &bm_w, &bn_w)
     else:
         _split(n_out, n_in, rows, &bm_w, &bn_w)
@@ -687,7 +698,7 @@ cdef tuple _linear_backward(cnp.ndarray dy, tuple saved, _Post* post, object pos
             raise MemoryError("linear_backward: out of memory for the packed rows")
         if post != NULL:
             _post_all(post, dx, rows, n_in)
-        return dx, (dw.T if w_in_out else dw), db
+        return dx, (dw.T if w_in_out and dw is not None else dw), db
     # both GEMMs' blocks in one region; two unsplit (small) products stay on this thread
     cdef int nb = bm_x * bn_x + bm_w * bn_w
     cdef int nt = 1 if nb <= 2 else (nb if nb < nmax else nmax)
@@ -697,7 +708,7 @@ cdef tuple _linear_backward(cnp.ndarray dy, tuple saved, _Post* post, object pos
     else:
         _linear_bwd_run(<double>0, dy, x, w, w_in_out, dx, dw, db, rows, n_in, n_out,
                         bm_x, bn_x, bm_w, bn_w, nt, post)
-    return dx, (dw.T if w_in_out else dw), db
+    return dx, (dw.T if w_in_out and dw is not None else dw), db
 
 
 # ---------------------------------------------------------------- inference: x W^T + b, act

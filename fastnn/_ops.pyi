@@ -80,26 +80,28 @@ class Ops(Protocol):
     # ---- conv: fastnn/reference/conv.py
     def conv2d(self, x, weight, bias, stride, padding, dilation, groups) -> Any:
         ...
-    def conv2d_backward(self, dy, saved) -> Any:
-        """-> (d_input, d_weight, d_bias or None)."""
+    def conv2d_backward(self, dy, saved, weight_grad=True, bias_grad=True) -> Any:
+        """-> (d_input, d_weight, d_bias or None); ``weight_grad`` / ``bias_grad`` False: that
+        gradient is not computed (a frozen parameter) and comes back None."""
     def conv_transpose2d(self, x, weight, bias, stride, padding, out_hw, dilation, groups) -> Any:
         """x (N, Cin, H, W), weight (Cin, Cout/groups, kH, kW) -> y (N, Cout, *out_hw)."""
-    def conv_transpose2d_backward(self, dy, saved) -> Any:
+    def conv_transpose2d_backward(self, dy, saved, weight_grad=True, bias_grad=True) -> Any:
         """-> (d_input, d_weight, d_bias or None): conv2d(dy) and conv2d's weight gradient of
-        (input dy, output gradient x)."""
+        (input dy, output gradient x); the flags as conv2d_backward's."""
 
     # ---- dense: fastnn/reference/dense.py
     def linear(self, x, weight, bias) -> Any:
         ...
-    def linear_backward(self, dy, saved) -> Any:
-        ...
+    def linear_backward(self, dy, saved, weight_grad=True, bias_grad=True) -> Any:
+        """-> (d_input, d_weight, d_bias or None); ``weight_grad`` / ``bias_grad`` False: that
+        gradient is not computed (a frozen parameter) and comes back None."""
     def linear_act(self, x, weight, bias, activation) -> Any:
         """h = act(x W^T + b) for training, activation "gelu" (erf) or "gelu_tanh" -> (h,
         saved); saved = (x, weight, has_bias, u, activation), u = x W^T + b (the activation's
         input, rounded to x's dtype as linear returns it)."""
-    def linear_act_backward(self, dh, saved) -> Any:
+    def linear_act_backward(self, dh, saved, weight_grad=True, bias_grad=True) -> Any:
         """-> (d_input, d_weight, d_bias or None): d_u = dh act'(u), then linear_backward."""
-    def linear_backward_act(self, dy, saved, u, activation) -> Any:
+    def linear_backward_act(self, dy, saved, u, activation, weight_grad=True, bias_grad=True) -> Any:
         """linear_backward for a layer whose input was act(u) (linear_act's output): d_input
         comes back multiplied by act'(u), the gradient of u."""
     def linear_residual(self, x, weight, bias, residual) -> Any:

@@ -1,5 +1,6 @@
-"""Dense family benchmarks: linear forward + backward (GEMM-bound), and the forward of a
-few rows (a small batch of tokens: bound by streaming the weight once)."""
+"""Dense family benchmarks: linear forward + backward (GEMM-bound), the same with a frozen
+weight and bias (fine-tuning: torch's requires_grad False, no d_weight product), and the
+forward of a few rows (a small batch of tokens: bound by streaming the weight once)."""
 import numpy as np
 
 from .core import BenchCase, torch_or_none
@@ -13,7 +14,11 @@ def _operands(rows, n_in, n_out):
     return rng, x, w, np.zeros(n_out, np.float32)
 
 
-def _linear(rows, n_in, n_out):
+def _linear(rows, n_in, n_out, frozen=False):
+    """fwd+bwd of a linear layer; ``frozen``: its weight and bias take no gradient (both
+    sides skip the d_weight GEMM and the bias sum; d_input is still made)."""
+    flags = {"weight_grad": False, "bias_grad": False} if frozen else {}
+
     def make():
         import fastnn.functional as F
         from fastnn._backend import backend
@@ -23,17 +28,17 @@ def _linear(rows, n_in, n_out):
 
         def fast():
             y, ctx = F.linear_fwd(x, w, b)
-            return F.linear_bwd(ctx, dy)
+            return F.linear_bwd(ctx, dy, **flags)
 
         def reference():
             y, s = ref.linear(x, w, b)
-            return ref.linear_backward(dy, s)
+            return ref.linear_backward(dy, s, **flags)
 
         fns = {"fastnn": fast, "reference": reference, "torch": None}
         torch = torch_or_none()
         if torch is not None:
             tx = torch.tensor(x, requires_grad=True)
-            tl = torch.nn.Linear(n_in, n_out)
+            tl = torch.nn.Linear(n_in, n_out).requires_grad_(not frozen)
             tdy = torch.tensor(dy)
 
             def t():
@@ -42,8 +47,9 @@ def _linear(rows, n_in, n_out):
                 tl(tx).backward(tdy)
             fns["torch"] = t
         return fns
-    return BenchCase("dense", "linear fwd+bwd", f"{rows}x{n_in}->{n_out}", make,
-                     flops=3 * 2.0 * rows * n_in * n_out)
+    op = "linear fwd+bwd, frozen weight" if frozen else "linear fwd+bwd"
+    return BenchCase("dense", op, f"{rows}x{n_in}->{n_out}", make,
+                     flops=(2 if frozen else 3) * 2.0 * rows * n_in * n_out)
 
 
 def _few_rows(rows, n_in, n_out):
@@ -70,4 +76,5 @@ def _few_rows(rows, n_in, n_out):
 
 
 def cases():
-    return [_linear(4096, 768, 3072), _few_rows(8, 768, 3072)]
+    return [_linear(4096, 768, 3072), _linear(4096, 768, 3072, frozen=True),
+            _few_rows(8, 768, 3072)]

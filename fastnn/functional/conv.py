@@ -56,10 +56,12 @@ def conv2d_fwd(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return y, make_ctx(be, saved, y)
 
 
-def conv2d_bwd(ctx, dy):
-    """-> (d_input, d_weight, d_bias or None)."""
+def conv2d_bwd(ctx, dy, *, weight_grad=True, bias_grad=True):
+    """-> (d_input, d_weight, d_bias or None).  ``weight_grad`` / ``bias_grad`` False (a
+    frozen parameter, torch's requires_grad=False): that gradient is not computed and comes
+    back None."""
     be, saved, dy = grad_in(ctx, dy)
-    return be.conv2d_backward(dy, saved)
+    return be.conv2d_backward(dy, saved, bool(weight_grad), bool(bias_grad))
 
 
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
@@ -98,12 +100,13 @@ def conv1d_fwd(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return y, (ctx4, tuple(x.shape), weight.shape, y.shape)
 
 
-def conv1d_bwd(ctx, dy):
-    """-> (d_input, d_weight, d_bias or None)."""
+def conv1d_bwd(ctx, dy, *, weight_grad=True, bias_grad=True):
+    """-> (d_input, d_weight, d_bias or None); the flags as conv2d_bwd's."""
     ctx4, x_shape, w_shape, y_shape = ctx
     dy = grad_like(dy, y_shape, ctx4[3])
-    dx, dw, db = conv2d_bwd(ctx4, dy.reshape(ctx4[2]))
-    return dx.reshape(x_shape), dw.reshape(w_shape), db
+    dx, dw, db = conv2d_bwd(ctx4, dy.reshape(ctx4[2]), weight_grad=weight_grad,
+                            bias_grad=bias_grad)
+    return dx.reshape(x_shape), (None if dw is None else dw.reshape(w_shape)), db
 
 
 def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
@@ -190,11 +193,11 @@ def conv_transpose2d_fwd(x, weight, bias=None, stride=1, padding=0, output_paddi
     return y, (make_ctx(be, saved, y), (H, W))
 
 
-def conv_transpose2d_bwd(ctx, dy):
-    """-> (d_input, d_weight, d_bias or None)."""
+def conv_transpose2d_bwd(ctx, dy, *, weight_grad=True, bias_grad=True):
+    """-> (d_input, d_weight, d_bias or None); the flags as conv2d_bwd's."""
     ctx, (H, W) = ctx
     be, saved, dy = grad_in(ctx, dy)
-    dx, dw, db = be.conv_transpose2d_backward(dy, saved)
+    dx, dw, db = be.conv_transpose2d_backward(dy, saved, bool(weight_grad), bool(bias_grad))
     if dx.shape[2] != H or dx.shape[3] != W:
         import numpy as np
         dx = np.ascontiguousarray(dx[:, :, :H, :W])

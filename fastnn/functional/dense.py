@@ -58,20 +58,23 @@ def linear_fwd(x, weight, bias=None, residual=None):
     return y, make_ctx(be, saved, y)
 
 
-def linear_bwd(ctx, dy, act=None):
+def linear_bwd(ctx, dy, act=None, *, weight_grad=True, bias_grad=True):
     """-> (d_input, d_weight, d_bias or None).  ``act``: the ctx of the linear_act_fwd whose
     output was this layer's input -- d_input then comes back as the gradient of that
     activation's input (d_input * act'(u), made as each block of d_input is finished),
-    for linear_act_bwd(act, ..., pre_activation=True)."""
+    for linear_act_bwd(act, ..., pre_activation=True).  ``weight_grad`` / ``bias_grad``
+    False (a frozen parameter, torch's requires_grad=False): that gradient is not computed
+    -- for the weight, a third of the backward's FLOPs -- and comes back None."""
     be, saved, dy = grad_in(ctx, dy)
+    weight_grad, bias_grad = bool(weight_grad), bool(bias_grad)
     if act is None:
-        return be.linear_backward(dy, saved)
+        return be.linear_backward(dy, saved, weight_grad, bias_grad)
     abe, asaved, ashape, _ = act
     u, activation = asaved[3], asaved[4]
     if abe is not be or tuple(u.shape) != tuple(saved[0].shape) or u.dtype != dy.dtype:
         raise ValueError("linear_bwd: act must be the ctx of the linear_act_fwd whose output "
                          "was this layer's input")
-    return be.linear_backward_act(dy, saved, u, activation)
+    return be.linear_backward_act(dy, saved, u, activation, weight_grad, bias_grad)
 
 
 def linear_act_fwd(x, weight, bias, activation):
@@ -88,13 +91,15 @@ def linear_act_fwd(x, weight, bias, activation):
     return h, make_ctx(be, saved, h)
 
 
-def linear_act_bwd(ctx, dh, pre_activation=False):
+def linear_act_bwd(ctx, dh, pre_activation=False, *, weight_grad=True, bias_grad=True):
     """-> (d_input, d_weight, d_bias or None).  ``pre_activation``: ``dh`` is already the
-    gradient of the activation's input (linear_bwd(.., act=ctx) made it)."""
+    gradient of the activation's input (linear_bwd(.., act=ctx) made it).  ``weight_grad``
+    / ``bias_grad``: as linear_bwd's."""
     be, saved, dh = grad_in(ctx, dh)
+    weight_grad, bias_grad = bool(weight_grad), bool(bias_grad)
     if pre_activation:
-        return be.linear_backward(dh, saved[:3])
-    return be.linear_act_backward(dh, saved)
+        return be.linear_backward(dh, saved[:3], weight_grad, bias_grad)
+    return be.linear_act_backward(dh, saved, weight_grad, bias_grad)
 
 
 def _fast(x, weight, bias):

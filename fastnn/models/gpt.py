@@ -137,7 +137,8 @@ class GPT(Module):
     def backward(self, d_logits):
         ctx, dropped = self._take()
         if self.lm_head is None:
-            dx, dw, _ = F.linear_bwd(ctx, d_logits)
+            dx, dw, _ = F.linear_bwd(ctx, d_logits, weight_grad=self.wte.weight.requires_grad,
+                                     bias_grad=False)
             self.wte.weight.accumulate_grad(dw)
         else:
             dx = self.lm_head.backward(d_logits)

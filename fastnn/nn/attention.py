@@ -19,7 +19,7 @@ from . import init
 from .dense import Linear
 from .dropout import Dropout
 from .blocks import Conv1D, _Fused, _identity_dropout, add_residual
-from .module import Module, Parameter
+from .module import Module, Parameter, grad_flags
 
 __all__ = ["MultiheadAttention", "CausalSelfAttention"]
 
@@ -243,7 +243,8 @@ class MultiheadAttention(Module):
         do = self.out_proj.backward(d)
         dqp, dkp, dvp = F.multi_head_attention_bwd(ca, do)
         if ck is None:                       # fused self-attention projection
-            dx, dw, db = F.linear_bwd(cq, _join3(dqp, dkp, dvp))
+            dx, dw, db = F.linear_bwd(cq, _join3(dqp, dkp, dvp),
+                                      **grad_flags(self.in_proj_weight, self.in_proj_bias))
             self.in_proj_weight.accumulate_grad(dw)
             if self.in_proj_bias is not None:
                 self.in_proj_bias.accumulate_grad(db)
@@ -251,17 +252,21 @@ class MultiheadAttention(Module):
             if unbatched:
                 dx, z = dx[:, 0], z[:, 0]
             return dx, z, z
-        dq, dwq, dbq = F.linear_bwd(cq, dqp)
-        dk, dwk, dbk = F.linear_bwd(ck, dkp)
-        dv, dwv, dbv = F.linear_bwd(cv, dvp)
         if self._qkv_same_embed_dim:
-            self.in_proj_weight.accumulate_grad(np.concatenate((dwq, dwk, dwv)))
+            ws = (self.in_proj_weight,) * 3
         else:
-            self.q_proj_weight.accumulate_grad(dwq)
-            self.k_proj_weight.accumulate_grad(dwk)
-            self.v_proj_weight.accumulate_grad(dwv)
-        if self.in_proj_bias is not None:
-            self.in_proj_bias.accumulate_grad(np.concatenate((dbq, dbk, dbv)))
+            ws = (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight)
+        b = self.in_proj_bias
+        dq, dwq, dbq = F.linear_bwd(cq, dqp, **grad_flags(ws[0], b))
+        dk, dwk, dbk = F.linear_bwd(ck, dkp, **grad_flags(ws[1], b))
+        dv, dwv, dbv = F.linear_bwd(cv, dvp, **grad_flags(ws[2], b))
+        if not self._qkv_same_embed_dim:
+            for w, dw in zip(ws, (dwq, dwk, dwv)):
+                w.accumulate_grad(dw)
+        elif dwq is not None:
+            self.in_proj_weight.accumulate_grad(np.concatenate((dwq, dwk, dwv)))
+        if dbq is not None:
+            b.accumulate_grad(np.concatenate((dbq, dbk, dbv)))
         if unbatched:
             dq, dk, dv = dq[:, 0], dk[:, 0], dv[:, 0]
         return dq, dk, dv
@@ -314,7 +319,7 @@ class CausalSelfAttention(Module):
         ca = self._take()
         if type(ca) is _Fused:
             ca, cp = ca.ctxs
-            do, dw, db = F.linear_bwd(cp, dy)
+            do, dw, db = F.linear_bwd(cp, dy, **self.c_proj._grad_flags())
             self.c_proj._accumulate(dw, db)
         else:
             do = self.c_proj.backward(self.resid_dropout.backward(dy))

@@ -12,7 +12,7 @@ from .._backend import placed
 from .._validate import int_arg, positive_float
 from . import init
 from .dropout import Dropout
-from .module import Module, Parameter
+from .module import Module, Parameter, grad_flags
 
 __all__ = ["Conv1D", "FeedForward", "Residual", "StdLayerNorm"]
 
@@ -50,7 +50,7 @@ class Conv1D(Module):
         return y
 
     def backward(self, dy):
-        dx, dwt, db = F.linear_bwd(self._take(), dy)
+        dx, dwt, db = F.linear_bwd(self._take(), dy, **self._grad_flags())
         self._accumulate(dwt, db)
         return dx
 
@@ -60,12 +60,18 @@ class Conv1D(Module):
         w = self.weight.data
         return w.T if type(w) is np.ndarray else _transposed(w)
 
+    def _grad_flags(self):
+        """linear_bwd's weight_grad / bias_grad: no gradient made for a frozen parameter."""
+        return grad_flags(self.weight, self.bias)
+
     def _accumulate(self, dwt, db):
-        """Add a linear backward's (out, in) d_weight and d_bias to the gradients."""
-        dw = dwt.T if type(dwt) is np.ndarray else None
-        # the cpu kernels return d_weight in the weight's layout (dwt.T is C-contiguous)
-        self.weight.accumulate_grad(dw if dw is not None and dw.flags.c_contiguous
-                                    else _transposed(dwt))
+        """Add a linear backward's (out, in) d_weight (None: frozen) and d_bias to the
+        gradients."""
+        if dwt is not None:
+            dw = dwt.T if type(dwt) is np.ndarray else None
+            # the cpu kernels return d_weight in the weight's layout (dwt.T is C-contiguous)
+            self.weight.accumulate_grad(dw if dw is not None and dw.flags.c_contiguous
+                                        else _transposed(dwt))
         self.bias.accumulate_grad(db)
 
     def _plain(self):
@@ -149,9 +155,10 @@ class FeedForward(Module):
             cfc, cproj = ctx.ctxs
             if ctx.dropout:
                 dy = self.dropout.backward(dy)
-            du, dw, db = F.linear_bwd(cproj, dy, act=cfc)
+            du, dw, db = F.linear_bwd(cproj, dy, act=cfc, **self.c_proj._grad_flags())
             self.c_proj._accumulate(dw, db)
-            dx, dw, db = F.linear_act_bwd(cfc, du, pre_activation=True)
+            dx, dw, db = F.linear_act_bwd(cfc, du, pre_activation=True,
+                                          **self.c_fc._grad_flags())
             self.c_fc._accumulate(dw, db)
             return dx
         _, act_bwd = _ACTIVATIONS[self.activation]

@@ -5,7 +5,7 @@ from .. import functional as F
 from ..functional.conv import transpose_output_size
 from .._validate import conv_padding, groups_arg, int_arg, pair, single
 from . import init
-from .module import Module, Parameter
+from .module import Module, Parameter, grad_flags
 
 __all__ = ["Conv1d", "Conv2d", "ConvTranspose2d", "DepthwiseSeparableConv2d"]
 
@@ -106,7 +106,7 @@ def _conv_repr(m, extra=("padding", "dilation")):
 
 
 def _conv_backward(m, bwd, dy):
-    dx, dw, db = bwd(m._take(), dy)
+    dx, dw, db = bwd(m._take(), dy, **grad_flags(m.weight, m.bias))
     m.weight.accumulate_grad(dw)
     if m.bias is not None:
         m.bias.accumulate_grad(db)

@@ -3,7 +3,7 @@ import math
 
 from .. import functional as F
 from . import init
-from .module import Module, Parameter
+from .module import Module, Parameter, grad_flags
 
 __all__ = ["Linear", "Identity"]
 
@@ -40,7 +40,7 @@ class Linear(Module):
         return y
 
     def backward(self, dy):
-        dx, dw, db = F.linear_bwd(self._take(), dy)
+        dx, dw, db = F.linear_bwd(self._take(), dy, **grad_flags(self.weight, self.bias))
         self.weight.accumulate_grad(dw)
         if self.bias is not None:
             self.bias.accumulate_grad(db)

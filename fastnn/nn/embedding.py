@@ -105,7 +105,9 @@ class PositionalEmbedding(Module):
         return y
 
     def backward(self, dy):
-        self.weight.accumulate_grad(F.embedding_bwd(self._take(), dy))
+        ctx = self._take()
+        if self.weight.requires_grad:      # a frozen table: no gradient made
+            self.weight.accumulate_grad(F.embedding_bwd(ctx, dy))
         return None
 
     def extra_repr(self):

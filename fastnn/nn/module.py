@@ -86,6 +86,13 @@ class Parameter:
         return f"Parameter(shape={tuple(self.data.shape)}, dtype={self.data.dtype})"
 
 
+def grad_flags(weight, bias=None):
+    """linear_bwd's ``weight_grad`` / ``bias_grad`` for a layer's parameters: False for a
+    frozen one (requires_grad False) or a missing bias, so its gradient is not computed."""
+    return {"weight_grad": weight.requires_grad,
+            "bias_grad": bias is not None and bias.requires_grad}
+
+
 # A module warns (once) when it holds more pending calls than this: forward-only loops in
 # training mode (validation without no_grad/eval) would otherwise grow without bound.
 PENDING_WARN = 10000

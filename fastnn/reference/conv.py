@@ -93,11 +93,13 @@ def _grads(x_shape, x, weight, dy, stride, padding, dilation, groups, want_dx, w
     return dx, (dw.reshape(weight.shape) if want_dw else None)
 
 
-def conv2d_backward(dy, saved):
-    """-> (d_input, d_weight, d_bias or None)."""
+def conv2d_backward(dy, saved, weight_grad=True, bias_grad=True):
+    """-> (d_input, d_weight, d_bias or None); ``weight_grad`` / ``bias_grad`` False: that
+    gradient is not computed (a frozen parameter) and comes back None."""
     x, weight, has_bias, stride, padding, dilation, groups = saved
-    dx, dw = _grads(x.shape, x, weight, dy, stride, padding, dilation, groups, True, True)
-    db = f64(dy).sum(axis=(0, 2, 3)) if has_bias else None
+    dx, dw = _grads(x.shape, x, weight, dy, stride, padding, dilation, groups, True,
+                    weight_grad)
+    db = f64(dy).sum(axis=(0, 2, 3)) if has_bias and bias_grad else None
     return cast(dx, x), cast(dw, x), cast(db, x)
 
 
@@ -115,11 +117,12 @@ def conv_transpose2d(x, weight, bias, stride, padding, out_hw, dilation, groups)
     return cast(y, x), (x, weight, bias is not None, stride, padding, dilation, groups)
 
 
-def conv_transpose2d_backward(dy, saved):
+def conv_transpose2d_backward(dy, saved, weight_grad=True, bias_grad=True):
     """-> (d_input, d_weight, d_bias or None): conv2d(dy) and conv2d's weight gradient of
-    (input dy, output gradient x)."""
+    (input dy, output gradient x); the flags as conv2d_backward's."""
     x, weight, has_bias, stride, padding, dilation, groups = saved
     dx, _ = conv2d(dy, weight, None, stride, padding, dilation, groups)
-    _, dw = _grads(dy.shape, dy, weight, x, stride, padding, dilation, groups, False, True)
-    db = f64(dy).sum(axis=(0, 2, 3)) if has_bias else None
+    dw = (_grads(dy.shape, dy, weight, x, stride, padding, dilation, groups, False, True)[1]
+          if weight_grad else None)
+    db = f64(dy).sum(axis=(0, 2, 3)) if has_bias and bias_grad else None
     return cast(dx, x), cast(dw, x), cast(db, x)

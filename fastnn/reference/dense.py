@@ -15,14 +15,15 @@ def linear(x, weight, bias):
     return cast(y, x), (x, weight, bias is not None)
 
 
-def linear_backward(dy, saved):
+def linear_backward(dy, saved, weight_grad=True, bias_grad=True):
+    """-> (d_input, d_weight, d_bias or None); ``weight_grad`` / ``bias_grad`` False: that
+    gradient is not computed (a frozen parameter) and comes back None."""
     x, weight, has_bias = saved
     rows = int(np.prod(x.shape[:-1], dtype=np.int64))  # not -1: zero-size dims are allowed
     g = f64(dy).reshape(rows, weight.shape[0])
-    x2 = f64(x).reshape(rows, weight.shape[1])
     dx = (g @ f64(weight)).reshape(x.shape)
-    dw = g.T @ x2
-    db = g.sum(axis=0) if has_bias else None
+    dw = g.T @ f64(x).reshape(rows, weight.shape[1]) if weight_grad else None
+    db = g.sum(axis=0) if has_bias and bias_grad else None
     return cast(dx, x), cast(dw, x), cast(db, x)
 
 
@@ -46,20 +47,20 @@ def linear_act(x, weight, bias, activation):
     return gelu(u, approximate, None)[0], saved + (u, activation)
 
 
-def linear_act_backward(dh, saved):
+def linear_act_backward(dh, saved, weight_grad=True, bias_grad=True):
     """-> (d_input, d_weight, d_bias or None): d_u = dh act'(u), then linear_backward."""
     from .activation import gelu_backward
     x, weight, has_bias, u, activation = saved
     du = gelu_backward(dh, (u, _approximate(activation) == "tanh"))
-    return linear_backward(du, (x, weight, has_bias))
+    return linear_backward(du, (x, weight, has_bias), weight_grad, bias_grad)
 
 
-def linear_backward_act(dy, saved, u, activation):
+def linear_backward_act(dy, saved, u, activation, weight_grad=True, bias_grad=True):
     """linear_backward for a layer whose input was act(u) (linear_act's output): d_input
     comes back multiplied by act'(u), the gradient of u."""
     from .activation import gelu_backward
     approximate = _approximate(activation)
-    dx, dw, db = linear_backward(dy, saved)
+    dx, dw, db = linear_backward(dy, saved, weight_grad, bias_grad)
     return gelu_backward(dx, (u, approximate == "tanh")), dw, db
 
 

@@ -156,7 +156,7 @@ def _out_hw(x_shape, w_shape, stride, padding, dilation):
             (W + pl + pr - dilation[1] * (kw - 1) - 1) // stride[1] + 1)
 
 
-def conv2d_backward(dy, saved):
+def conv2d_backward(dy, saved, weight_grad=True, bias_grad=True):
     x, weight, cols, has_bias, stride, padding, dilation, G = saved
     dy = _kit.dev(dy)
     N, C, H, W = _kit.shape_of(x)
@@ -166,9 +166,11 @@ def conv2d_backward(dy, saved):
     K = Cg * kh * kw
     dyt = _swap01(_kit.reshape(dy, (N, O, P)))                          # (O, N, P)
     dyt3 = _kit.reshape(dyt, (G, O // G, N * P))
-    dw_ = gemm_batched(dyt3, cols, tb=True)                             # (G, Og, K)
     dx = _input_grad(dyt3, weight, (N, C, H, W), stride, padding, dilation, G)
-    db = _kit.rowsum(_kit.reshape(dyt, (O, N * P))) if has_bias else None
+    db = _kit.rowsum(_kit.reshape(dyt, (O, N * P))) if has_bias and bias_grad else None
+    if not weight_grad:
+        return dx, None, db
+    dw_ = gemm_batched(dyt3, cols, tb=True)                             # (G, Og, K)
     return dx, _kit.reshape(dw_, (O, Cg, kh, kw)), db
 
 
@@ -192,17 +194,18 @@ def conv_transpose2d(x, weight, bias, stride, padding, out_hw, dilation, groups)
     return y, (x, xt, weight, bias is not None, tuple(stride), tuple(padding), tuple(dilation), G)
 
 
-def conv_transpose2d_backward(dy, saved):
+def conv_transpose2d_backward(dy, saved, weight_grad=True, bias_grad=True):
     """d_input = conv2d(dy); d_weight = x^T @ im2col(dy) (the columns conv2d just built)."""
     x, xt, weight, has_bias, stride, padding, dilation, G = saved
     dy = _kit.dev(dy)
     N, Ci, H, W = _kit.shape_of(x)
     dx, csaved = conv2d(dy, weight, None, stride, padding, dilation, G)
     cols = csaved[2]                                                    # (G, K, N*P)
-    dw_ = gemm_batched(_kit.reshape(xt, (G, Ci // G, N * H * W)), cols, tb=True)
+    dw_ = (gemm_batched(_kit.reshape(xt, (G, Ci // G, N * H * W)), cols, tb=True)
+           if weight_grad else None)
     db = None
-    if has_bias:
+    if has_bias and bias_grad:
         Co, OH, OW = _kit.shape_of(dy)[1:]
         dyt = _swap01(_kit.reshape(dy, (N, Co, OH * OW)))               # (Cout, N, P)
         db = _kit.rowsum(_kit.reshape(dyt, (Co, N * OH * OW)))
-    return dx, _kit.reshape(dw_, _kit.shape_of(weight)), db
+    return dx, (None if dw_ is None else _kit.reshape(dw_, _kit.shape_of(weight))), db

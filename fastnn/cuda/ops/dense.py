@@ -107,7 +107,7 @@ def linear(x, weight, bias):
     return _kit.reshape(y, shape[:-1] + (n_out,)), (x, weight, bias is not None)
 
 
-def linear_backward(dy, saved):
+def linear_backward(dy, saved, weight_grad=True, bias_grad=True):
     x, weight, has_bias = saved
     n_out, n_in = _kit.shape_of(weight)
     shape = _kit.shape_of(x)
@@ -115,8 +115,8 @@ def linear_backward(dy, saved):
     g = _kit.reshape(_kit.dev(dy), (rows, n_out))
     x2 = _kit.reshape(x, (rows, n_in))
     dx = _kit.reshape(gemm(g, weight), shape)
-    dw = gemm(g, x2, ta=True)
-    db = _kit.colsum(g) if has_bias else None
+    dw = gemm(g, x2, ta=True) if weight_grad else None
+    db = _kit.colsum(g) if has_bias and bias_grad else None
     return dx, dw, db
 
 
@@ -136,17 +136,17 @@ def linear_act(x, weight, bias, activation):
     return gelu(u, approximate)[0], saved + (u, activation)
 
 
-def linear_act_backward(dh, saved):
+def linear_act_backward(dh, saved, weight_grad=True, bias_grad=True):
     from .activation import gelu_backward
     x, weight, has_bias, u, activation = saved
     du = gelu_backward(dh, (u, _approximate(activation) == "tanh"))
-    return linear_backward(du, (x, weight, has_bias))
+    return linear_backward(du, (x, weight, has_bias), weight_grad, bias_grad)
 
 
-def linear_backward_act(dy, saved, u, activation):
+def linear_backward_act(dy, saved, u, activation, weight_grad=True, bias_grad=True):
     from .activation import gelu_backward
     approximate = _approximate(activation)
-    dx, dw, db = linear_backward(dy, saved)
+    dx, dw, db = linear_backward(dy, saved, weight_grad, bias_grad)
     return gelu_backward(dx, (_kit.dev(u), approximate == "tanh")), dw, db
 
 
