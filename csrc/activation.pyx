@@ -47,6 +47,12 @@ cdef extern from "fnn_activation.h" nogil:
         FNN_TANH_BWD
         FNN_NEG
         FNN_MUL
+        FNN_HARDSIG_FWD
+        FNN_HARDSIG_BWD
+        FNN_HARDSWISH_FWD
+        FNN_HARDSWISH_BWD
+        FNN_MISH_FWD
+        FNN_MISH_BWD
     void fnn_act_f(int op, const float* a, const float* b, float* o, Py_ssize_t n,
                    const double* p)
     void fnn_act_d(int op, const double* a, const double* b, double* o, Py_ssize_t n,
@@ -71,6 +77,10 @@ cdef extern from "fnn_activation.h" nogil:
                              Py_ssize_t n)
     void fnn_relu_mask_bwd_f(int leaky, double slope, const float* dy, const uint8_t* m,
                              float* dx, Py_ssize_t n)
+    void fnn_clamp_mask_fwd_f(double lower, double upper, const float* x, float* y, uint8_t* m,
+                              Py_ssize_t n)
+    void fnn_clamp_mask_fwd_d(double lower, double upper, const double* x, double* y,
+                              uint8_t* m, Py_ssize_t n)
     void fnn_relu_mask_bwd_d(int leaky, double slope, const double* dy, const uint8_t* m,
                              double* dx, Py_ssize_t n)
     void fnn_math_apply(int which, const float* x, float* y, Py_ssize_t n)
@@ -86,6 +96,10 @@ OPS = ("relu", "relu_backward",
        "softplus", "softplus_backward",
        "sigmoid", "sigmoid_backward",
        "tanh", "tanh_backward",
+       "hardtanh", "hardtanh_backward",
+       "hardsigmoid", "hardsigmoid_backward",
+       "hardswish", "hardswish_backward",
+       "mish", "mish_backward",
        "neg")
 
 # elements per thread before another thread is worth waking: memory-bound ops need
@@ -167,38 +181,47 @@ cdef inline object _keep_input(cnp.ndarray x, object out):
 
 # ---------------------------------------------------------------- relu / leaky_relu
 # The forward leaves a bit mask for the backward (fnn_activation.h): d_x comes from d_y and
-# 1/8 byte per element, not from d_y and y (or x).
+# 1/8 byte per element, not from d_y and y (or x).  Hardtanh / ReLU6 (leaky = _CLAMP, the
+# bounds slope and hi) keep the same mask: the bit where the gradient passes.
+cdef enum:
+    _CLAMP = 2
+
+
 cdef inline void _mask_act(bint bwd, int leaky, double slope, const real* a, real* o,
-                           uint8_t* m, Py_ssize_t n) noexcept nogil:
+                           uint8_t* m, Py_ssize_t n, double hi) noexcept nogil:
     if real is float:
         if bwd:
             fnn_relu_mask_bwd_f(leaky, slope, a, m, o, n)
+        elif leaky == _CLAMP:
+            fnn_clamp_mask_fwd_f(slope, hi, a, o, m, n)
         else:
             fnn_relu_mask_fwd_f(leaky, slope, a, o, m, n)
     else:
         if bwd:
             fnn_relu_mask_bwd_d(leaky, slope, a, m, o, n)
+        elif leaky == _CLAMP:
+            fnn_clamp_mask_fwd_d(slope, hi, a, o, m, n)
         else:
             fnn_relu_mask_fwd_d(leaky, slope, a, o, m, n)
 
 
 cdef void _mask_run(bint bwd, int leaky, double slope, const real* a, real* o, uint8_t* m,
-                    Py_ssize_t n, int nt) noexcept nogil:
+                    Py_ssize_t n, int nt, double hi) noexcept nogil:
     """The masked ReLU kernels, one chunk per thread (chunks start at multiples of 16
     elements, so each owns whole bytes of m)."""
     cdef Py_ssize_t i0, i1
     cdef int t
     if nt == 1:
-        _mask_act(bwd, leaky, slope, a, o, m, n)
+        _mask_act(bwd, leaky, slope, a, o, m, n, hi)
     else:
         for t in prange(nt, schedule="static", num_threads=nt):
             i0 = _chunk(n, nt, t)
             i1 = _chunk(n, nt, t + 1)
-            _mask_act(bwd, leaky, slope, a + i0, o + i0, m + i0 // 8, i1 - i0)
+            _mask_act(bwd, leaky, slope, a + i0, o + i0, m + i0 // 8, i1 - i0, hi)
 
 
 cdef cnp.ndarray _masked(bint bwd, int leaky, double slope, cnp.ndarray a, cnp.ndarray out,
-                         cnp.ndarray mask):
+                         cnp.ndarray mask, double hi=0.0):
     """Forward: out = act(a), mask filled; backward: out = d_x from d_y = a and mask."""
     cdef Py_ssize_t n = cnp.PyArray_SIZE(a)
     cdef int nt = _threads_for(n, GRAIN_MEM)
@@ -215,10 +238,10 @@ cdef cnp.ndarray _masked(bint bwd, int leaky, double slope, cnp.ndarray a, cnp.n
     pm = <uint8_t*>_data(mask, (n + 7) // 8, U8)
     if T == F32:
         with nogil:
-            _mask_run(bwd, leaky, slope, <const float*>pa, <float*>po, pm, n, nt)
+            _mask_run(bwd, leaky, slope, <const float*>pa, <float*>po, pm, n, nt, hi)
     else:
         with nogil:
-            _mask_run(bwd, leaky, slope, <const double*>pa, <double*>po, pm, n, nt)
+            _mask_run(bwd, leaky, slope, <const double*>pa, <double*>po, pm, n, nt, hi)
     return out
 
 
@@ -445,6 +468,46 @@ def tanh(cnp.ndarray x, out):
 
 def tanh_backward(cnp.ndarray dy, saved):
     return _ew(FNN_TANH_BWD, dy, saved, None, GRAIN_MEM)
+
+
+# ---------------------------------------------------------------- hard* / mish
+def hardtanh(cnp.ndarray x, double min_val, double max_val, out):
+    """clamp(x, min_val, max_val) -> (y, saved); saved: the bit mask of min_val < x <
+    max_val (the ReLU's: in place needs no copy, and the backward reads 1/8 byte an element
+    instead of y)."""
+    cdef cnp.ndarray mask = np.empty((cnp.PyArray_SIZE(x) + 7) // 8, dtype=np.uint8)
+    return _masked(False, _CLAMP, min_val, x, out, mask, max_val), mask
+
+
+def hardtanh_backward(cnp.ndarray dy, saved):
+    return _masked(True, 0, 0.0, dy, None, saved)
+
+
+def hardsigmoid(cnp.ndarray x, out):
+    src = _keep_input(x, out)
+    return _ew(FNN_HARDSIG_FWD, x, None, out, GRAIN_MEM), src
+
+
+def hardsigmoid_backward(cnp.ndarray dy, saved):
+    return _ew(FNN_HARDSIG_BWD, dy, saved, None, GRAIN_MEM)
+
+
+def hardswish(cnp.ndarray x, out):
+    src = _keep_input(x, out)
+    return _ew(FNN_HARDSWISH_FWD, x, None, out, GRAIN_MEM), src
+
+
+def hardswish_backward(cnp.ndarray dy, saved):
+    return _ew(FNN_HARDSWISH_BWD, dy, saved, None, GRAIN_MEM)
+
+
+def mish(cnp.ndarray x, out):
+    src = _keep_input(x, out)
+    return _ew(FNN_MISH_FWD, x, None, out, GRAIN_MATH), src
+
+
+def mish_backward(cnp.ndarray dy, saved):
+    return _ew(FNN_MISH_BWD, dy, saved, None, GRAIN_MATH)
 
 
 # ---------------------------------------------------------------- neg

@@ -25,7 +25,10 @@ enum {
     FNN_GELU_FWD, FNN_GELU_BWD, FNN_GELUT_FWD, FNN_GELUT_BWD,
     FNN_SILU_FWD, FNN_SILU_BWD, FNN_SOFTPLUS_FWD, FNN_SOFTPLUS_BWD,
     FNN_SIGMOID_FWD, FNN_SIGMOID_BWD, FNN_TANH_FWD, FNN_TANH_BWD,
-    FNN_NEG, FNN_MUL, FNN_NUM_KERNELS
+    FNN_NEG, FNN_MUL,
+    FNN_HARDSIG_FWD, FNN_HARDSIG_BWD,
+    FNN_HARDSWISH_FWD, FNN_HARDSWISH_BWD, FNN_MISH_FWD, FNN_MISH_BWD,
+    FNN_NUM_KERNELS
 };
 
 static inline double fnn_absd(double x) { return fabs(x); }
@@ -394,6 +397,43 @@ static void fnn_relu_mask_bwd_f(int leaky, double slope, const float* dy, const 
     }
 #endif
     fnn_relu_mask_bwd_scalar_f(leaky, slope, dy + i, m + (i >> 3), dx + i, n - i);
+}
+
+/* Hardtanh / ReLU6 with that bit mask (fnn_clamp_mask_fwd_scalar in fnn_activation_impl.h:
+ * the bit is set where lo < x < hi); the backward is fnn_relu_mask_bwd with leaky = 0. */
+static void fnn_clamp_mask_fwd_f(double lower, double upper, const float* x, float* y,
+                                 uint8_t* m, ptrdiff_t n) {
+    ptrdiff_t i = 0;
+#if defined(FNN_HAVE_AVX512)
+    const __m512 lo16 = _mm512_set1_ps((float)lower), hi16 = _mm512_set1_ps((float)upper);
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(x + i);
+        __mmask16 k = _mm512_cmp_ps_mask(v, lo16, _CMP_GT_OQ) &
+                      _mm512_cmp_ps_mask(v, hi16, _CMP_LT_OQ);
+        __m512 r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, lo16, _CMP_LT_OQ), v, lo16);
+        r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(r, hi16, _CMP_GT_OQ), r, hi16);
+        _mm512_storeu_ps(y + i, r);
+        uint16_t bits = (uint16_t)k;
+        memcpy(m + (i >> 3), &bits, 2);
+    }
+#elif defined(__AVX2__)
+    const __m256 lo8 = _mm256_set1_ps((float)lower), hi8 = _mm256_set1_ps((float)upper);
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        __m256 pass = _mm256_and_ps(_mm256_cmp_ps(v, lo8, _CMP_GT_OQ),
+                                    _mm256_cmp_ps(v, hi8, _CMP_LT_OQ));
+        __m256 r = _mm256_blendv_ps(v, lo8, _mm256_cmp_ps(v, lo8, _CMP_LT_OQ));
+        r = _mm256_blendv_ps(r, hi8, _mm256_cmp_ps(r, hi8, _CMP_GT_OQ));
+        _mm256_storeu_ps(y + i, r);
+        m[i >> 3] = (uint8_t)_mm256_movemask_ps(pass);
+    }
+#endif
+    fnn_clamp_mask_fwd_scalar_f(lower, upper, x + i, y + i, m + (i >> 3), n - i);
+}
+
+static void fnn_clamp_mask_fwd_d(double lower, double upper, const double* x, double* y,
+                                 uint8_t* m, ptrdiff_t n) {
+    fnn_clamp_mask_fwd_scalar_d(lower, upper, x, y, m, n);
 }
 
 static void fnn_relu_mask_fwd_d(int leaky, double slope, const double* x, double* y, uint8_t* m,

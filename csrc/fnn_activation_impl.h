@@ -130,6 +130,63 @@ static void FNN_ACT_NAME(fnn_act)(int op, const FNN_T* a, const FNN_T* b, FNN_T*
     case FNN_MUL:
         FNN_SIMD for (i = 0; i < n; ++i) o[i] = a[i] * b[i];
         break;
+    case FNN_HARDSIG_FWD: { /* min(max(x + 3, 0), 6) / 6 */
+        const FNN_T three = 3, six = 6, sixth = (FNN_T)(1.0 / 6.0);
+        FNN_SIMD for (i = 0; i < n; ++i) {
+            FNN_T v = a[i] + three;
+            v = v < zero ? zero : v;
+            v = v > six ? six : v;
+            o[i] = v * sixth;
+        }
+        break; }
+    case FNN_HARDSIG_BWD: { /* b = x: dy / 6 inside (-3, 3), else 0 (NaN: 0) */
+        const FNN_T three = 3, sixth = (FNN_T)(1.0 / 6.0);
+        FNN_SIMD for (i = 0; i < n; ++i) {
+            FNN_T v = b[i];
+            o[i] = (v > -three && v < three) ? a[i] * sixth : zero;
+        }
+        break; }
+    case FNN_HARDSWISH_FWD: { /* x min(max(x + 3, 0), 6) / 6 */
+        const FNN_T three = 3, six = 6, sixth = (FNN_T)(1.0 / 6.0);
+        FNN_SIMD for (i = 0; i < n; ++i) {
+            FNN_T x = a[i], v = x + three;
+            v = v < zero ? zero : v;
+            v = v > six ? six : v;
+            o[i] = x * v * sixth;
+        }
+        break; }
+    case FNN_HARDSWISH_BWD: { /* b = x: 0 at and below -3, x / 3 + 1/2 inside, 1 at and
+                                 above 3 (torch's vector kernel's tests: NaN gives NaN) */
+        const FNN_T three = 3, third = (FNN_T)(1.0 / 3.0), half = (FNN_T)0.5;
+        FNN_SIMD for (i = 0; i < n; ++i) {
+            FNN_T v = b[i], g = a[i];
+            FNN_T mid = g * (v * third + half);
+            o[i] = v <= -three ? zero : (v >= three ? g : mid);
+        }
+        break; }
+    case FNN_MISH_FWD: {    /* x tanh(softplus(x)) = x n / (n + 2), n = e (e + 2), e = exp(x):
+                               no cancellation for x < 0; e capped at exp(20), where the
+                               ratio is 1 in either type */
+        const FNN_T cap = 20, two = 2;
+        FNN_SIMD for (i = 0; i < n; ++i) {
+            FNN_T x = a[i];
+            FNN_T e = FNN_A_EXP(x < cap ? x : cap);
+            FNN_T m = e * (e + two);
+            o[i] = x * (m / (m + two));
+        }
+        break; }
+    case FNN_MISH_BWD: {    /* b = x: t + x sigmoid(x) (1 - t^2), t = tanh(softplus(x)) as
+                               above -- torch's form, so +inf gives NaN as torch's does */
+        const FNN_T cap = 20, two = 2;
+        FNN_SIMD for (i = 0; i < n; ++i) {
+            FNN_T x = b[i];
+            FNN_T e = FNN_A_EXP(x < cap ? x : cap);
+            FNN_T m = e * (e + two);
+            FNN_T t = m / (m + two);
+            FNN_T s = FNN_A_SIGMOID(x);
+            o[i] = a[i] * (t + x * s * (one - t * t));
+        }
+        break; }
     }
 }
 
@@ -163,6 +220,25 @@ static void FNN_ACT_NAME(fnn_relu_mask_bwd_scalar)(int leaky, double slope, cons
             FNN_T g = dy[j + k];
             dx[j + k] = (bits >> k) & 1u ? g : (leaky ? g * s : zero);
         }
+    }
+}
+
+/* Hardtanh / ReLU6 forward with the ReLU's bit mask: y = min(max(x, lo), hi) (NaN
+   passes), the bit set where lo < x < hi (where the gradient passes; NaN: not, as
+   torch's); the backward is the ReLU's (fnn_relu_mask_bwd, leaky 0) */
+static void FNN_ACT_NAME(fnn_clamp_mask_fwd_scalar)(double lower, double upper, const FNN_T* x,
+                                                    FNN_T* y, uint8_t* m, ptrdiff_t n) {
+    const FNN_T lo = (FNN_T)lower, hi = (FNN_T)upper;
+    for (ptrdiff_t j = 0; j < n; j += 8) {
+        const int e = n - j < 8 ? (int)(n - j) : 8;
+        unsigned bits = 0;
+        for (int k = 0; k < e; ++k) {
+            FNN_T v = x[j + k];
+            FNN_T r = v < lo ? lo : v;
+            bits |= (unsigned)(v > lo && v < hi) << k;
+            y[j + k] = r > hi ? hi : r;
+        }
+        m[j >> 3] = (uint8_t)bits;
     }
 }
 

@@ -55,6 +55,25 @@ class Ops(Protocol):
         ...
     def tanh_backward(self, dy, saved) -> Any:
         ...
+    def hardtanh(self, x, min_val, max_val, out) -> Any:
+        """min(max(x, min_val), max_val), NaN passing (torch's clamp); saved = (y, min_val,
+        max_val): y is at a bound exactly where x is at or past it, so in place works."""
+    def hardtanh_backward(self, dy, saved) -> Any:
+        """dy strictly inside (min_val, max_val), 0 at and past the bounds and for NaN (torch's
+        test)."""
+    def hardsigmoid(self, x, out) -> Any:
+        """min(max(x + 3, 0), 6) / 6."""
+    def hardsigmoid_backward(self, dy, saved) -> Any:
+        """dy / 6 inside (-3, 3), else 0 (NaN: 0), as torch."""
+    def hardswish(self, x, out) -> Any:
+        """x min(max(x + 3, 0), 6) / 6."""
+    def hardswish_backward(self, dy, saved) -> Any:
+        """0 at and below -3, dy (x / 3 + 1/2) inside, dy at and above 3: torch's vector
+        kernel's tests (a NaN input gives NaN)."""
+    def mish(self, x, out) -> Any:
+        """x tanh(softplus(x)), softplus(x) = log1p(exp(x)) (torch's formula)."""
+    def mish_backward(self, dy, saved) -> Any:
+        """dy (t + x sigmoid(x) (1 - t^2)), t = tanh(softplus(x)) (torch's; +inf gives NaN)."""
     def neg(self, x, out) -> Any:
         """-x (inference-only: returns just the result).  Softmin is softmax(-x)."""
 

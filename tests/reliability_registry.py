@@ -409,6 +409,14 @@ FUZZ += [
          bad=[Bad("beta = 0", _set(1, 0.0), "beta"), Bad("threshold str", _set(2, "x"), "threshold")]),
     _act("sigmoid", huge=True, torch_fn=lambda torch, x: torch.sigmoid(x)),
     _act("tanh", torch_fn=lambda torch, x: torch.tanh(x)),
+    _act("hardtanh", lambda D: D.choice([[-1.0, 1.0], [0.0, 6.0], [-2.5, 0.5], [1.0, 1.0]]),
+         kernels=("hardtanh", "hardtanh_backward"),
+         bad=[Bad("min_val > max_val", _set(1, 100.0), "min_val|max_val"),
+              Bad("max_val str", _set(2, "x"), "max_val")]),
+    _act("relu6", kernels=("hardtanh", "hardtanh_backward")),
+    _act("hardsigmoid"),
+    _act("hardswish"),
+    _act("mish", huge=True),
     _act("rrelu", lambda D: [D.choice([0.125, 0.0]), D.choice([1 / 3, 0.5]), D.bool()], random=True,
          threads=(5, 6),   # eval, training (random slopes)
          bad=[Bad("lower > upper", _set(1, 0.9), "lower|upper"),
@@ -434,7 +442,9 @@ FUZZ.append(Op("prelu", F.prelu_fwd, F.prelu_bwd, _prelu_draw, ("input", "weight
 
 for _cls, _args in [(nn.ReLU, ()), (nn.LeakyReLU, (0.2,)), (nn.ELU, (0.7,)), (nn.SELU, ()),
                     (nn.CELU, (1.3,)), (nn.SiLU, ()), (nn.Softplus, (2.0, 5.0)), (nn.Sigmoid, ()),
-                    (nn.Tanh, ()), (nn.PReLU, (3,)), (nn.Softmin, (1,))]:
+                    (nn.Tanh, ()), (nn.PReLU, (3,)), (nn.Softmin, (1,)),
+                    (nn.Hardtanh, (-0.5, 2.0)), (nn.ReLU6, ()), (nn.Hardsigmoid, ()),
+                    (nn.Hardswish, ()), (nn.Mish, ())]:
     MODULES.append(ModuleSpec(_cls.__name__, (lambda c, a: lambda dt: c(*a).to(dt))(_cls, _args),
                               _x_make((4, 3), (64, 3, 400)),
                               bad_inputs=[("int input", lambda x: x.astype(np.int32), "input")]))
@@ -442,6 +452,7 @@ MODULES.append(ModuleSpec("RReLU", lambda dt: nn.RReLU(0.1, 0.3), _x_make((4, 3)
 BAD_CALLS += [
     BadCall("ELU(alpha='a')", lambda: nn.ELU("a"), "alpha"),
     BadCall("Softplus(beta=0)", lambda: nn.Softplus(0.0), "beta"),
+    BadCall("Hardtanh(min_val=1, max_val=-1)", lambda: nn.Hardtanh(1.0, -1.0), "min_val"),
     BadCall("RReLU(lower=0.5, upper=0.1)", lambda: nn.RReLU(0.5, 0.1), "lower|upper"),
     BadCall("PReLU(num_parameters=0)", lambda: nn.PReLU(0), "num_parameters"),
 ]

@@ -33,10 +33,21 @@ UNARY = {
                       lambda t, x: t.nn.functional.softplus(x, 2.0, 3.0)),
     "sigmoid": (F.sigmoid_fwd, F.sigmoid_bwd, (), lambda t, x: t.sigmoid(x)),
     "tanh": (F.tanh_fwd, F.tanh_bwd, (), lambda t, x: t.tanh(x)),
+    "hardtanh": (F.hardtanh_fwd, F.hardtanh_bwd, (), lambda t, x: t.nn.functional.hardtanh(x)),
+    "hardtanh_range": (F.hardtanh_fwd, F.hardtanh_bwd, (-3.0, 0.5),
+                       lambda t, x: t.nn.functional.hardtanh(x, -3.0, 0.5)),
+    "relu6": (F.relu6_fwd, F.relu6_bwd, (), lambda t, x: t.nn.functional.relu6(x)),
+    "hardsigmoid": (F.hardsigmoid_fwd, F.hardsigmoid_bwd, (),
+                    lambda t, x: t.nn.functional.hardsigmoid(x)),
+    "hardswish": (F.hardswish_fwd, F.hardswish_bwd, (),
+                  lambda t, x: t.nn.functional.hardswish(x)),
+    "mish": (F.mish_fwd, F.mish_bwd, (), lambda t, x: t.nn.functional.mish(x)),
 }
 
 EXTREMES = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e30, -1e30, 100.0, -100.0, 30.0, -30.0,
-                     1e-40, -1e-40, 1e-3, -1e-3, 0.5, -0.5, 3.0, -3.0])
+                     1e-40, -1e-40, 1e-3, -1e-3, 0.5, -0.5, 3.0, -3.0,
+                     # the hard activations' kinks and Mish's exp cap
+                     1.0, -1.0, 6.0, 2.9999998, -2.9999998, 20.0, 21.0, -20.0])
 
 DTYPES = [np.float32, np.float64]
 
@@ -131,7 +142,8 @@ BAD_INPUTS = [np.arange(6).reshape(2, 3), np.ones(3, dtype=bool), np.array(["a",
 
 
 @pytest.mark.parametrize("fn", [F.relu, F.leaky_relu, F.elu, F.selu, F.celu, F.gelu, F.silu,
-                                F.softplus, F.sigmoid, F.tanh, F.rrelu, F.softmin],
+                                F.softplus, F.sigmoid, F.tanh, F.rrelu, F.softmin, F.hardtanh,
+                                F.relu6, F.hardsigmoid, F.hardswish, F.mish],
                          ids=lambda f: f.__name__)
 def test_non_float_inputs(fn):
     for bad in BAD_INPUTS:
@@ -223,6 +235,11 @@ INPLACE = {
     "selu": (F.selu, F.selu_fwd, F.selu_bwd, ()),
     "celu": (F.celu, F.celu_fwd, F.celu_bwd, (-1.5,)),
     "silu": (F.silu, F.silu_fwd, F.silu_bwd, ()),
+    "hardtanh": (F.hardtanh, F.hardtanh_fwd, F.hardtanh_bwd, (-2.0, 1.5)),
+    "relu6": (F.relu6, F.relu6_fwd, F.relu6_bwd, ()),
+    "hardsigmoid": (F.hardsigmoid, F.hardsigmoid_fwd, F.hardsigmoid_bwd, ()),
+    "hardswish": (F.hardswish, F.hardswish_fwd, F.hardswish_bwd, ()),
+    "mish": (F.mish, F.mish_fwd, F.mish_bwd, ()),
 }
 OUT_ONLY = {
     "gelu": (F.gelu, F.gelu_fwd, F.gelu_bwd, ("none",)),
@@ -452,13 +469,17 @@ def test_module_stack_matches_torch():
              (nn.GELU(), tnn.GELU()), (nn.GELU("tanh"), tnn.GELU("tanh")), (nn.SiLU(), tnn.SiLU()),
              (nn.Softplus(2.0, 5.0), tnn.Softplus(2.0, 5.0)), (nn.Sigmoid(), tnn.Sigmoid()),
              (nn.Tanh(), tnn.Tanh()), (nn.Softmin(1), tnn.Softmin(1)), (nn.Softmax(1), tnn.Softmax(1)),
-             (nn.LogSoftmax(1), tnn.LogSoftmax(1)), (nn.RReLU(0.2, 0.2), tnn.RReLU(0.2, 0.2))]
+             (nn.LogSoftmax(1), tnn.LogSoftmax(1)), (nn.RReLU(0.2, 0.2), tnn.RReLU(0.2, 0.2)),
+             (nn.Hardtanh(-0.5, 2.0), tnn.Hardtanh(-0.5, 2.0)), (nn.ReLU6(), tnn.ReLU6()),
+             (nn.Hardsigmoid(), tnn.Hardsigmoid()), (nn.Hardswish(), tnn.Hardswish()),
+             (nn.Mish(), tnn.Mish())]
     rng = np.random.default_rng(8)
     x = rng.standard_normal((5, 7)) * 2
     dy = rng.standard_normal(x.shape)
     for m, tm in pairs:
-        # torch's celu rounds 1/alpha to float32 (relative 6e-8) even for float64 input
-        tol64 = 2e-7 if isinstance(m, nn.CELU) else 1e-10
+        # torch's celu rounds 1/alpha, and its hardsigmoid's backward 1/6, to float32
+        # (relative 6e-8) even for float64 input
+        tol64 = 2e-7 if isinstance(m, (nn.CELU, nn.Hardsigmoid)) else 1e-10
         for dt, tol in ((np.float64, tol64), (np.float32, 2e-5)):
             m.to(np.dtype(dt))
             tx = torch.tensor(x, requires_grad=True)

@@ -23,6 +23,8 @@ ADDED_FUNCTIONAL = [
     "adaptive_max_pool2d", "group_norm", "rms_norm", "nll_loss", "mse_loss", "l1_loss",
     "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits",
     "kl_div",
+    # torch's hard activations and Mish (MobileNet / YOLO habits)
+    "hardtanh", "relu6", "hardsigmoid", "hardswish", "mish",
 ]
 # fastnn's own ops (reachable as F.name, documented in F's docstring, not star-exported)
 EXTENSIONS = [
@@ -52,6 +54,7 @@ API_MD_NN = [
     "AdaptiveMaxPool2d", "MaxPool1d", "AvgPool1d", "GroupNorm", "RMSNorm", "TransformerEncoder",
     "TransformerDecoder", "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss",
     "BCEWithLogitsLoss", "NLLLoss", "KLDivLoss", "init", "utils",
+    "Hardtanh", "ReLU6", "Hardsigmoid", "Hardswish", "Mish",
 ]
 
 

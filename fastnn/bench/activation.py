@@ -3,10 +3,10 @@ its forward + backward.
 
 Bytes counted are the minimum traffic: forward reads x and writes y; backward reads
 d_out and one saved array and writes d_input (rrelu's training forward also writes
-its slopes, prelu's backward is the same as the others plus a few weights).  relu and
-leaky_relu save a bit mask instead of an array: their forward also writes N / 8 bytes,
-their backward reads d_out and the mask (the forward alone still writes its mask: F's
-``_fwd`` form, as the nn module's training forward)."""
+its slopes, prelu's backward is the same as the others plus a few weights).  relu,
+leaky_relu, hardtanh and relu6 save a bit mask instead of an array: their forward also
+writes N / 8 bytes, their backward reads d_out and the mask (the forward alone still
+writes its mask: F's ``_fwd`` form, as the nn module's training forward)."""
 import numpy as np
 
 from .core import BenchCase, torch_or_none
@@ -29,13 +29,18 @@ _OPS = {
     "rrelu": ((1 / 8, 1 / 3, True), None, lambda t, x: t.nn.functional.rrelu(x, training=True)),
     "prelu": (None, None, None),
     "softmin": ((-1,), None, lambda t, x: t.nn.functional.softmin(x, -1)),
+    "hardtanh": ((), (-1.0, 1.0), lambda t, x: t.nn.functional.hardtanh(x)),
+    "relu6": ((), (0.0, 6.0), lambda t, x: t.nn.functional.relu6(x)),
+    "hardsigmoid": ((), (), lambda t, x: t.nn.functional.hardsigmoid(x)),
+    "hardswish": ((), (), lambda t, x: t.nn.functional.hardswish(x)),
+    "mish": ((), (), lambda t, x: t.nn.functional.mish(x)),
 }
 
 # ops whose compiled forward keeps one bit per element for the backward
-_MASKED = ("relu", "leaky_relu")
+_MASKED = ("relu", "leaky_relu", "hardtanh", "relu6")
 
 _F_NAME = {"gelu_tanh": "gelu", "celu": "celu", "selu": "selu"}
-_REF_NAME = {"gelu_tanh": "gelu", "celu": "elu", "selu": "elu"}
+_REF_NAME = {"gelu_tanh": "gelu", "celu": "elu", "selu": "elu", "relu6": "hardtanh"}
 
 
 def _case(name, backward):
@@ -136,6 +141,7 @@ def cases():
     backward needs; torch's forward runs under no_grad) and its forward+backward."""
     out = []
     for name in ("relu", "leaky_relu", "prelu", "rrelu", "elu", "selu", "celu", "gelu",
-                 "gelu_tanh", "silu", "softplus", "sigmoid", "tanh", "softmin"):
+                 "gelu_tanh", "silu", "softplus", "sigmoid", "tanh", "softmin", "hardtanh",
+                 "relu6", "hardsigmoid", "hardswish", "mish"):
         out += [_case(name, False), _case(name, True)]
     return out

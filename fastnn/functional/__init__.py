@@ -38,7 +38,7 @@ __all__ = [
     "conv1d", "conv_transpose2d", "max_pool1d", "avg_pool1d", "adaptive_avg_pool2d",
     "adaptive_max_pool2d", "group_norm", "rms_norm", "nll_loss", "mse_loss", "l1_loss",
     "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits",
-    "kl_div",
+    "kl_div", "hardtanh", "relu6", "hardsigmoid", "hardswish", "mish",
 ]
 
 

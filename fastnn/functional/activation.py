@@ -5,8 +5,8 @@ Unary ops take ``out=`` (write the result there; it may be the input itself) and
 where torch has it, ``inplace=True`` (the result overwrites the input, which is
 returned).  Backward through an in-place forward works: each backend saves what its
 backward starts from and an in-place write cannot spoil (the compiled cpu kernels: a bit
-mask of the positive inputs for relu and leaky_relu; the output for sigmoid, tanh, and
-elu/selu/celu in place; a copy of the input otherwise).
+mask of where the gradient passes for relu, leaky_relu, hardtanh and relu6; the output
+for sigmoid, tanh, and elu/selu/celu in place; a copy of the input otherwise).
 """
 
 
@@ -28,6 +28,11 @@ __all__ = [
     "softplus", "softplus_fwd", "softplus_bwd",
     "sigmoid", "sigmoid_fwd", "sigmoid_bwd",
     "tanh", "tanh_fwd", "tanh_bwd",
+    "hardtanh", "hardtanh_fwd", "hardtanh_bwd",
+    "relu6", "relu6_fwd", "relu6_bwd",
+    "hardsigmoid", "hardsigmoid_fwd", "hardsigmoid_bwd",
+    "hardswish", "hardswish_fwd", "hardswish_bwd",
+    "mish", "mish_fwd", "mish_bwd",
     "softmin", "softmin_fwd", "softmin_bwd",
 ]
 
@@ -302,6 +307,81 @@ def tanh_bwd(ctx, dy):
 def tanh(x, out=None):
     """Hyperbolic tangent."""
     return tanh_fwd(x, out)[0]
+
+
+# ---------------------------------------------------------------- hardtanh / relu6
+def _hardtanh_args(min_val, max_val):
+    lo, hi = real(min_val, "min_val"), real(max_val, "max_val")
+    if not lo <= hi:       # NaN too
+        raise ValueError(f"hardtanh: min_val must be <= max_val, got min_val={lo} and "
+                         f"max_val={hi}")
+    return lo, hi
+
+
+def hardtanh_fwd(x, min_val=-1.0, max_val=1.0, inplace=False, out=None):
+    return _fwd("hardtanh", x, _hardtanh_args(min_val, max_val), out, inplace)
+
+
+def hardtanh_bwd(ctx, dy):
+    return _bwd("hardtanh_backward", ctx, dy)
+
+
+def hardtanh(x, min_val=-1.0, max_val=1.0, inplace=False, out=None):
+    """min(max(x, min_val), max_val) (NaN propagates); the gradient is 0 at and past the
+    bounds, as torch's."""
+    return hardtanh_fwd(x, min_val, max_val, inplace, out)[0]
+
+
+def relu6_fwd(x, inplace=False, out=None):
+    return _fwd("hardtanh", x, (0.0, 6.0), out, inplace)
+
+
+relu6_bwd = hardtanh_bwd
+
+
+def relu6(x, inplace=False, out=None):
+    """min(max(x, 0), 6): hardtanh(x, 0, 6), as torch's."""
+    return relu6_fwd(x, inplace, out)[0]
+
+
+# ---------------------------------------------------------------- hardsigmoid / hardswish / mish
+def hardsigmoid_fwd(x, inplace=False, out=None):
+    return _fwd("hardsigmoid", x, (), out, inplace)
+
+
+def hardsigmoid_bwd(ctx, dy):
+    return _bwd("hardsigmoid_backward", ctx, dy)
+
+
+def hardsigmoid(x, inplace=False, out=None):
+    """relu6(x + 3) / 6."""
+    return hardsigmoid_fwd(x, inplace, out)[0]
+
+
+def hardswish_fwd(x, inplace=False, out=None):
+    return _fwd("hardswish", x, (), out, inplace)
+
+
+def hardswish_bwd(ctx, dy):
+    return _bwd("hardswish_backward", ctx, dy)
+
+
+def hardswish(x, inplace=False, out=None):
+    """x relu6(x + 3) / 6 (MobileNetV3's)."""
+    return hardswish_fwd(x, inplace, out)[0]
+
+
+def mish_fwd(x, inplace=False, out=None):
+    return _fwd("mish", x, (), out, inplace)
+
+
+def mish_bwd(ctx, dy):
+    return _bwd("mish_backward", ctx, dy)
+
+
+def mish(x, inplace=False, out=None):
+    """x tanh(softplus(x))."""
+    return mish_fwd(x, inplace, out)[0]
 
 
 # ---------------------------------------------------------------- softmin

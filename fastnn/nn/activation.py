@@ -3,13 +3,14 @@ import operator
 
 from .. import functional as F
 from .._validate import bool_arg, int_arg, real
-from ..functional.activation import _elu_check_inplace, _leaky_args
+from ..functional.activation import _elu_check_inplace, _hardtanh_args, _leaky_args
 from ..functional.activation import gelu_fwd as _gelu_fwd
 from . import init
 from .module import Module, Parameter
 
 __all__ = ["ReLU", "LeakyReLU", "PReLU", "RReLU", "ELU", "SELU", "CELU", "GELU", "SiLU",
-           "Softplus", "Sigmoid", "Tanh", "Softmax", "Softmin", "LogSoftmax"]
+           "Softplus", "Sigmoid", "Tanh", "Softmax", "Softmin", "LogSoftmax", "Hardtanh",
+           "ReLU6", "Hardsigmoid", "Hardswish", "Mish"]
 
 
 def _arg_getter(fields):
@@ -209,6 +210,32 @@ class Sigmoid(_Elementwise, op="sigmoid"):
 
 class Tanh(_Elementwise, op="tanh"):
     pass
+
+
+class Hardtanh(_Inplace, op="hardtanh"):
+    """torch.nn.Hardtanh: min(max(x, min_val), max_val)."""
+
+    _fields = ("min_val", "max_val", "inplace")
+
+    def __init__(self, min_val=-1.0, max_val=1.0, inplace=False):
+        super().__init__(inplace)
+        self.min_val, self.max_val = _hardtanh_args(min_val, max_val)
+
+
+class ReLU6(_Inplace, op="relu6"):
+    """torch.nn.ReLU6: min(max(x, 0), 6)."""
+
+
+class Hardsigmoid(_Inplace, op="hardsigmoid"):
+    """torch.nn.Hardsigmoid: relu6(x + 3) / 6."""
+
+
+class Hardswish(_Inplace, op="hardswish"):
+    """torch.nn.Hardswish: x relu6(x + 3) / 6."""
+
+
+class Mish(_Inplace, op="mish"):
+    """torch.nn.Mish: x tanh(softplus(x))."""
 
 
 class Softmax(_Elementwise, op="softmax"):

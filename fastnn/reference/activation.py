@@ -24,6 +24,10 @@ OPS = ("relu", "relu_backward",
        "softplus", "softplus_backward",
        "sigmoid", "sigmoid_backward",
        "tanh", "tanh_backward",
+       "hardtanh", "hardtanh_backward",
+       "hardsigmoid", "hardsigmoid_backward",
+       "hardswish", "hardswish_backward",
+       "mish", "mish_backward",
        "neg")
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
@@ -260,6 +264,77 @@ def tanh(x, out):
 def tanh_backward(dy, saved):
     y = f64(saved)
     return cast(f64(dy) * (1.0 - y * y), saved)
+
+
+# ---------------------------------------------------------------- hardtanh / hardsigmoid / hardswish
+def hardtanh(x, min_val, max_val, out):
+    """min(max(x, min_val), max_val), NaN passing (torch's clamp); saved = (y, min_val,
+    max_val): y is at a bound exactly where x is at or past it, so in place works."""
+    v = f64(x)
+    lo, hi = (float(x.dtype.type(b)) for b in (min_val, max_val))   # the bounds in x's dtype
+    y = _emit(np.where(v < lo, lo, np.where(v > hi, hi, v)), x, out)
+    return y, (y, min_val, max_val)
+
+
+def hardtanh_backward(dy, saved):
+    """dy strictly inside (min_val, max_val), 0 at and past the bounds and for NaN (torch's
+    test)."""
+    y, lo, hi = saved
+    v = f64(y)
+    lo, hi = (float(y.dtype.type(b)) for b in (lo, hi))   # the bounds y was clamped to
+    with _errstate():
+        return cast(np.where((v > lo) & (v < hi), f64(dy), 0.0), y)
+
+
+def hardsigmoid(x, out):
+    """min(max(x + 3, 0), 6) / 6."""
+    v = f64(x) + 3.0
+    y = np.where(v < 0.0, 0.0, np.where(v > 6.0, 6.0, v)) / 6.0
+    saved = _keep_input(x, out)
+    return _emit(y, x, out), saved
+
+
+def hardsigmoid_backward(dy, saved):
+    """dy / 6 inside (-3, 3), else 0 (NaN: 0), as torch."""
+    v = f64(saved)
+    with _errstate():
+        return cast(np.where((v > -3.0) & (v < 3.0), f64(dy) / 6.0, 0.0), saved)
+
+
+def hardswish(x, out):
+    """x min(max(x + 3, 0), 6) / 6."""
+    v = f64(x)
+    r = v + 3.0
+    with _errstate():
+        y = v * np.where(r < 0.0, 0.0, np.where(r > 6.0, 6.0, r)) / 6.0
+    saved = _keep_input(x, out)
+    return _emit(y, x, out), saved
+
+
+def hardswish_backward(dy, saved):
+    """0 at and below -3, dy (x / 3 + 1/2) inside, dy at and above 3: torch's vector
+    kernel's tests (a NaN input gives NaN)."""
+    v, g = f64(saved), f64(dy)
+    with _errstate():
+        return cast(np.where(v <= -3.0, 0.0, np.where(v >= 3.0, g, g * (v / 3.0 + 0.5))), saved)
+
+
+# ---------------------------------------------------------------- mish
+def mish(x, out):
+    """x tanh(softplus(x)), softplus(x) = log1p(exp(x)) (torch's formula)."""
+    v = f64(x)
+    with _errstate():
+        y = v * np.tanh(np.log1p(np.exp(v)))
+    saved = _keep_input(x, out)
+    return _emit(y, x, out), saved
+
+
+def mish_backward(dy, saved):
+    """dy (t + x sigmoid(x) (1 - t^2)), t = tanh(softplus(x)) (torch's; +inf gives NaN)."""
+    v = f64(saved)
+    with _errstate():
+        t = np.tanh(np.log1p(np.exp(v)))
+        return cast(f64(dy) * (t + v * _sigmoid(v) * (1.0 - t * t)), saved)
 
 
 # ---------------------------------------------------------------- neg (softmin's helper)

@@ -14,6 +14,16 @@ def _x(shape=(5, 13), scale=3.0, *extra):
     return make
 
 
+def _xoff(shape, scale, kinks, *extra):
+    """_x with the inputs kept 0.05 away from each of ``kinks``."""
+    def make(rng, dt):
+        x = rng.standard_normal(shape) * scale
+        for k in kinks:
+            x = np.where(np.abs(x - k) < 0.05, k + 0.25, x)
+        return (x.astype(dt),) + tuple(extra), {}
+    return make
+
+
 def _prelu_inputs(shape, c):
     def make(rng, dt):
         x = rng.standard_normal(shape) * 2
@@ -52,6 +62,14 @@ CASES = [
     op("softplus").case("softplus_negative_beta", _x((4, 9), 3.0, -0.5, 1.0)),
     op("sigmoid").case("sigmoid", _x((5, 13), 4.0)),
     op("tanh").case("tanh", _x((5, 13), 2.0)),
+    # the hard activations' kinks at +-1, 0, 6, +-3 are avoided by central differences
+    # only by chance: inputs kept off them
+    op("hardtanh").case("hardtanh", _xoff((5, 13), 2.0, (-1.0, 1.0))),
+    op("hardtanh").case("hardtanh_range", _xoff((4, 9), 3.0, (-2.5, 0.5), -2.5, 0.5)),
+    op("relu6").case("relu6", _xoff((5, 13), 5.0, (0.0, 6.0))),
+    op("hardsigmoid").case("hardsigmoid", _xoff((5, 13), 3.0, (-3.0, 3.0))),
+    op("hardswish").case("hardswish", _xoff((5, 13), 3.0, (-3.0, 3.0))),
+    op("mish").case("mish", _x((5, 13), 4.0)),
 ]
 
 for shape, dim in [((4, 10), -1), ((3, 5, 4), 1), ((6,), 0), ((2, 3, 4), 0)]:
@@ -82,5 +100,9 @@ MODULE_CASES = [
                lambda dt: nn.Sequential(nn.LeakyReLU(0.001), nn.ELU(), nn.GELU("tanh"), nn.SiLU(),
                                         nn.Softplus(), nn.Tanh(), nn.Sigmoid(), nn.Softmin(-1)
                                         ).to(np.dtype(dt)),
+               _inputs((3, 8)), _BACKENDS),
+    ModuleCase("Sequential_hard_activations",
+               lambda dt: nn.Sequential(nn.Mish(), nn.Hardswish(), nn.Hardtanh(-0.4, 0.9),
+                                        nn.ReLU6(), nn.Hardsigmoid()).to(np.dtype(dt)),
                _inputs((3, 8)), _BACKENDS),
 ]

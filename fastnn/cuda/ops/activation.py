@@ -26,6 +26,10 @@ OPS = ("relu", "relu_backward",
        "softplus", "softplus_backward",
        "sigmoid", "sigmoid_backward",
        "tanh", "tanh_backward",
+       "hardtanh", "hardtanh_backward",
+       "hardsigmoid", "hardsigmoid_backward",
+       "hardswish", "hardswish_backward",
+       "mish", "mish_backward",
        "neg")
 
 
@@ -224,6 +228,84 @@ def _k(dt):
         for i in range(gid(), n, gsz()):
             y[i] = -x[i]
 
+    three = T(3)
+    six = T(6)
+    sixth = T(1.0 / 6.0)
+    third = T(1.0 / 3.0)
+    two = T(2)
+    cap = T(20)
+
+    @kernel
+    def hardtanh_f(x, y, n, lo, hi):
+        for i in range(gid(), n, gsz()):
+            v = x[i]
+            if v < lo:
+                v = lo
+            if v > hi:
+                v = hi
+            y[i] = v
+
+    @kernel
+    def hardtanh_b(dy, y, dx, n, lo, hi):
+        for i in range(gid(), n, gsz()):
+            v = y[i]
+            dx[i] = dy[i] if (v > lo and v < hi) else zero
+
+    @cuda.jit(device=True)
+    def relu6_of(v):
+        if v < zero:
+            v = zero
+        if v > six:
+            v = six
+        return v
+
+    @kernel
+    def hardsig_f(x, y, n):
+        for i in range(gid(), n, gsz()):
+            y[i] = relu6_of(x[i] + three) * sixth
+
+    @kernel
+    def hardsig_b(dy, x, dx, n):
+        for i in range(gid(), n, gsz()):
+            v = x[i]
+            dx[i] = dy[i] * sixth if (v > -three and v < three) else zero
+
+    @kernel
+    def hardswish_f(x, y, n):
+        for i in range(gid(), n, gsz()):
+            v = x[i]
+            y[i] = v * relu6_of(v + three) * sixth
+
+    @kernel
+    def hardswish_b(dy, x, dx, n):
+        for i in range(gid(), n, gsz()):
+            v = x[i]
+            g = dy[i]
+            if v <= -three:
+                g = zero
+            elif not v >= three:          # NaN too: NaN, as torch's vector kernel
+                g = g * (v * third + half)
+            dx[i] = g
+
+    @cuda.jit(device=True)
+    def tanh_softplus(v):
+        e = math.exp(v if v < cap else cap)
+        m = e * (e + two)
+        return m / (m + two)
+
+    @kernel
+    def mish_f(x, y, n):
+        for i in range(gid(), n, gsz()):
+            v = x[i]
+            y[i] = v * tanh_softplus(v)
+
+    @kernel
+    def mish_b(dy, x, dx, n):
+        for i in range(gid(), n, gsz()):
+            v = x[i]
+            t = tanh_softplus(v)
+            dx[i] = dy[i] * (t + v * sigm(v) * (one - t * t))
+
     return {k: v for k, v in locals().items() if isinstance(v, _kit._Kernel)}
 
 
@@ -401,6 +483,40 @@ def tanh(x, out):
 
 def tanh_backward(dy, saved):
     return _bwd("tanh_b", dy, saved)
+
+
+def hardtanh(x, min_val, max_val, out):
+    y, _ = _fwd("hardtanh_f", x, out, _t(x, min_val), _t(x, max_val), keep="y")
+    return y, (y, min_val, max_val)
+
+
+def hardtanh_backward(dy, saved):
+    y, lo, hi = saved
+    return _bwd("hardtanh_b", dy, y, _t(y, lo), _t(y, hi))
+
+
+def hardsigmoid(x, out):
+    return _fwd("hardsig_f", x, out)
+
+
+def hardsigmoid_backward(dy, saved):
+    return _bwd("hardsig_b", dy, saved)
+
+
+def hardswish(x, out):
+    return _fwd("hardswish_f", x, out)
+
+
+def hardswish_backward(dy, saved):
+    return _bwd("hardswish_b", dy, saved)
+
+
+def mish(x, out):
+    return _fwd("mish_f", x, out)
+
+
+def mish_backward(dy, saved):
+    return _bwd("mish_b", dy, saved)
 
 
 def neg(x, out):
