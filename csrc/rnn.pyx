@@ -846,7 +846,7 @@ cdef _unpermute(_Stack s, a):
 
 
 cdef _layer_backward(_Stack s, int k, const real[::1] dy, Py_ssize_t lddy, d_h_n, d_c_n,
-                     dh0, dc0, list dweights, int team):
+                     dh0, dc0, list dweights, int team, bint need_w):
     """Layer k's backward: the reversed time loop (gate gradients dG, dh0, dc0), then the
     whole-sequence weight gradients; returns d(layer input) (T, B, I)."""
     cdef _LayerState st = s.layers[k]
@@ -902,13 +902,14 @@ cdef _layer_backward(_Stack s, int k, const real[::1] dy, Py_ssize_t lddy, d_h_n
     dh0[k * D:(k + 1) * D] = dh
     if s.mode == LSTM:
         dc0[k * D:(k + 1) * D] = dc
-    return _weight_grads(s, k, dgv, dghv, dweights)
+    return _weight_grads(s, k, dgv, dghv, dweights, need_w)
 
 
-cdef _weight_grads(_Stack s, int k, real[::1] dg, real[::1] dgh, list dweights):
+cdef _weight_grads(_Stack s, int k, real[::1] dg, real[::1] dgh, list dweights, bint need_w):
     """Layer k's parameter gradients and d(input) from its gate gradients, as whole-
     sequence GEMMs (rows in the kernel's gate order, put back in torch's at the end):
-    dW_ih = dG^T X, dW_hh = dG^T H_prev, dX = dG W_ih, biases = column sums of dG."""
+    dW_ih = dG^T X, dW_hh = dG^T H_prev, dX = dG W_ih, biases = column sums of dG.
+    need_w False (frozen weights): d(input) alone."""
     cdef _LayerState st = s.layers[k]
     cdef Py_ssize_t T = s.T, B = s.B, H = s.H, D = s.D, GH = s.G * s.H, DGH = D * GH
     cdef Py_ssize_t TB = T * B, I = st.n_in, nw = s.nw, d, base
@@ -938,6 +939,15 @@ cdef _weight_grads(_Stack s, int k, real[::1] dg, real[::1] dgh, list dweights):
     cdef const real* pin = _cspan(inp, 0, TB * I)
     cdef const real* pwi
     cdef int nt = _threads_for(TB * DGH, 1 << 15)
+    if not need_w:
+        for d in range(D):
+            wi = st.w_ih[d].reshape(-1)
+            pdg = _cspan(dg, d * GH, (TB - 1) * DGH + GH)
+            pwi = _cspan(wi, 0, GH * I)
+            with nogil:
+                _gemm_rows(False, False, TB, I, GH, pdg, DGH, pwi, I, <real>(1 if d else 0),
+                           pdx, I)
+        return dx
     _col_sums(dg, TB, DGH, dbiv, nt)
     if s.mode == GRU:
         _col_sums(dgh, TB, DGH, dbhv, nt)
@@ -977,7 +987,8 @@ cdef _weight_grads(_Stack s, int k, real[::1] dg, real[::1] dgh, list dweights):
     return dx
 
 
-cdef tuple _backward_stack(_Stack s, const real[::1] dy, Py_ssize_t lddy, d_h_n, d_c_n):
+cdef tuple _backward_stack(_Stack s, const real[::1] dy, Py_ssize_t lddy, d_h_n, d_c_n,
+                           bint need_w):
     """Every layer in reverse (the dropout masks applied to d(input) between them)."""
     cdef int k
     cdef int team = _team_size(s.D, s.B, s.G, s.H, s.NB, _packs(s))
@@ -986,7 +997,7 @@ cdef tuple _backward_stack(_Stack s, const real[::1] dy, Py_ssize_t lddy, d_h_n,
     dh0 = np.empty(shape, s.dtype)
     dc0 = np.empty(shape, s.dtype) if s.mode == LSTM else None
     for k in range(s.L - 1, -1, -1):
-        dx = _layer_backward(s, k, dy, lddy, d_h_n, d_c_n, dh0, dc0, dweights, team)
+        dx = _layer_backward(s, k, dy, lddy, d_h_n, d_c_n, dh0, dc0, dweights, team, need_w)
         if k > 0:
             dy = _dropped[real](s, k - 1, dx.reshape(-1)) if s.use_drop else dx.reshape(-1)
             lddy = s.D * s.H
@@ -996,8 +1007,9 @@ cdef tuple _backward_stack(_Stack s, const real[::1] dy, Py_ssize_t lddy, d_h_n,
             tuple(dweights))
 
 
-def _backward(d_out, d_h_n, d_c_n, _Stack saved not None):
-    """The whole-stack backward (see stack_ops): -> (dx, dh0, dc0, d_weights)."""
+def _backward(d_out, d_h_n, d_c_n, _Stack saved not None, bint weight_grad=True):
+    """The whole-stack backward (see stack_ops): -> (dx, dh0, dc0, d_weights); d_weights
+    all None, their GEMMs and sums not run, without ``weight_grad``."""
     cdef _Stack s = saved
     cdef Py_ssize_t lddy = s.D * s.H
     if d_out is None:
@@ -1008,8 +1020,8 @@ def _backward(d_out, d_h_n, d_c_n, _Stack saved not None):
                                   dtype=s.dtype).reshape(-1)
     with single_threaded_blas():
         if s.dtype == np.float32:
-            return _backward_stack[float](s, dy, lddy, d_h_n, d_c_n)
-        return _backward_stack[double](s, dy, lddy, d_h_n, d_c_n)
+            return _backward_stack[float](s, dy, lddy, d_h_n, d_c_n, weight_grad)
+        return _backward_stack[double](s, dy, lddy, d_h_n, d_c_n, weight_grad)
 
 
 # ------------------------------------------------------------------ the public ops

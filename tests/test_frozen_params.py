@@ -278,3 +278,42 @@ def test_conv_bwd_flags_on_every_backend(backend, transposed):
         for wg, bg in FLAGS:
             part = bwd(fwd(xd, wd, bd, 1, 1)[1], dy, weight_grad=wg, bias_grad=bg)
             _check(full, part, wg, bg, exact=backend != "cpu" or not transposed)
+
+
+RNNS = [(nn.LSTM, {}), (nn.GRU, {"num_layers": 2}), (nn.RNN, {"bidirectional": True}),
+        (nn.LSTM, {"num_layers": 2, "bidirectional": True, "batch_first": True})]
+
+
+@pytest.mark.parametrize("case", range(len(RNNS)))
+def test_frozen_recurrent_layers(case):
+    """Every weight frozen: no weight gradient is made (F.*_bwd weight_grad=False) and
+    d_input keeps its bits; one weight still trained: all are made, the frozen dropped."""
+    cls, kw = RNNS[case]
+    rng = np.random.default_rng(case)
+    x = rng.standard_normal((5, 3, 6)).astype(np.float32)
+    make = _seeded(lambda: cls(6, 8, **kw))
+    D = 2 if kw.get("bidirectional") else 1
+    dy = rng.standard_normal((5, 3, 8 * D)).astype(np.float32)
+    _assert_frozen_matches(make, x, dy, lambda n: True, exact=True)
+    _assert_frozen_matches(make, x, dy, lambda n: n != "weight_hh_l0", exact=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", ["rnn", "gru", "lstm"])
+def test_recurrent_bwd_flag_on_every_backend(backend, kind):
+    rng = np.random.default_rng(9)
+    T, B, I, H = 3, 2, 4, 5
+    G = {"rnn": 1, "gru": 3, "lstm": 4}[kind]
+    x = rng.standard_normal((T, B, I)).astype(np.float32)
+    ws = [(rng.standard_normal(s) * 0.4).astype(np.float32)
+          for s in ((G * H, I), (G * H, H), (G * H,), (G * H,))]
+    dy = rng.standard_normal((T, B, H)).astype(np.float32)
+    fwd, bwd = getattr(F, kind + "_fwd"), getattr(F, kind + "_bwd")
+    put = _put(backend)
+    with fastnn.use_backend(backend):
+        xd, dyd = put(x), put(dy)
+        wd = [put(w) for w in ws]
+        full = bwd(fwd(xd, None, wd)[1], dyd)
+        part = bwd(fwd(xd, None, wd)[1], dyd, weight_grad=False)
+    np.testing.assert_array_equal(_host(part[0]), _host(full[0]))
+    assert all(g is None for g in part[2]) and all(g is not None for g in full[2])

@@ -152,8 +152,9 @@ def _seq_fwd(kind, x, hx, weights, num_layers, dropout, training, bidirectional,
     return outs, ctx
 
 
-def _seq_bwd(ctx, grads):
+def _seq_bwd(ctx, grads, weight_grad):
     be, saved, kind, shapes, dtype, unbatched, has_hx, hshape = ctx
+    weight_grad = bool(weight_grad)
     names = ("grad_output", "grad_h_n", "grad_c_n")
     gs = []
     for g, shape, name in zip(grads, shapes, names):
@@ -163,9 +164,10 @@ def _seq_bwd(ctx, grads):
                 g = g.reshape(shape[0], 1, shape[1])
         gs.append(g)
     if kind == "lstm":
-        dx, dh0, dc0, dw = be.lstm_backward(gs[0], gs[1], gs[2], saved)
+        dx, dh0, dc0, dw = be.lstm_backward(gs[0], gs[1], gs[2], saved, weight_grad)
     else:
-        dx, dh0, dw = (be.rnn_backward if kind == "rnn" else be.gru_backward)(gs[0], gs[1], saved)
+        dx, dh0, dw = (be.rnn_backward if kind == "rnn" else be.gru_backward)(
+            gs[0], gs[1], saved, weight_grad)
         dc0 = None
     if unbatched:
         dx = dx.reshape(dx.shape[0], dx.shape[2])
@@ -189,9 +191,10 @@ def rnn_fwd(x, hx, weights, nonlinearity="tanh", num_layers=1, dropout=0.0, trai
                     batch_first, nonlinearity)
 
 
-def rnn_bwd(ctx, d_output, d_h_n=None):
-    """-> (d_input, d_h_0 or None, d_weights)."""
-    return _seq_bwd(ctx, (d_output, d_h_n))
+def rnn_bwd(ctx, d_output, d_h_n=None, *, weight_grad=True):
+    """-> (d_input, d_h_0 or None, d_weights).  ``weight_grad`` False (frozen weights):
+    d_weights is all None and the weight-gradient products are not made."""
+    return _seq_bwd(ctx, (d_output, d_h_n), weight_grad)
 
 
 def rnn(x, hx, weights, nonlinearity="tanh", num_layers=1, dropout=0.0, training=False,
@@ -207,9 +210,9 @@ def gru_fwd(x, hx, weights, num_layers=1, dropout=0.0, training=False, bidirecti
     return _seq_fwd("gru", x, hx, weights, num_layers, dropout, training, bidirectional, batch_first)
 
 
-def gru_bwd(ctx, d_output, d_h_n=None):
-    """-> (d_input, d_h_0 or None, d_weights)."""
-    return _seq_bwd(ctx, (d_output, d_h_n))
+def gru_bwd(ctx, d_output, d_h_n=None, *, weight_grad=True):
+    """-> (d_input, d_h_0 or None, d_weights); ``weight_grad`` as rnn_bwd's."""
+    return _seq_bwd(ctx, (d_output, d_h_n), weight_grad)
 
 
 def gru(x, hx, weights, num_layers=1, dropout=0.0, training=False, bidirectional=False,
@@ -224,9 +227,9 @@ def lstm_fwd(x, hx, weights, num_layers=1, dropout=0.0, training=False, bidirect
     return _seq_fwd("lstm", x, hx, weights, num_layers, dropout, training, bidirectional, batch_first)
 
 
-def lstm_bwd(ctx, d_output, d_h_n=None, d_c_n=None):
-    """-> (d_input, (d_h_0, d_c_0) or None, d_weights)."""
-    return _seq_bwd(ctx, (d_output, d_h_n, d_c_n))
+def lstm_bwd(ctx, d_output, d_h_n=None, d_c_n=None, *, weight_grad=True):
+    """-> (d_input, (d_h_0, d_c_0) or None, d_weights); ``weight_grad`` as rnn_bwd's."""
+    return _seq_bwd(ctx, (d_output, d_h_n, d_c_n), weight_grad)
 
 
 def lstm(x, hx, weights, num_layers=1, dropout=0.0, training=False, bidirectional=False,

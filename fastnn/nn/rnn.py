@@ -97,12 +97,17 @@ class RNNBase(Module):
         for name, g in zip(self._flat_weights_names, d_weights):
             getattr(self, name).accumulate_grad(g)
 
+    def _weight_grad(self):
+        """False when every weight is frozen: the backward then makes no weight gradient
+        (one trainable parameter: all are made, the frozen ones dropped)."""
+        return any(getattr(self, name).requires_grad for name in self._flat_weights_names)
+
     def backward(self, d_output, d_h_n=None):
         """-> d_input, or (d_input, d_h_0) when forward was given hx.  Accumulates every
         parameter gradient.  d_output or d_h_n may be None (no gradient)."""
         ctx = self._take()
         fn = F.gru_bwd if self.mode == "GRU" else F.rnn_bwd
-        dx, dhx, dw = fn(ctx, d_output, d_h_n)
+        dx, dhx, dw = fn(ctx, d_output, d_h_n, weight_grad=self._weight_grad())
         self._accumulate(dw)
         return dx if dhx is None else (dx, dhx)
 
@@ -155,7 +160,8 @@ class LSTM(RNNBase):
 
     def backward(self, d_output, d_h_n=None, d_c_n=None):
         """-> d_input, or (d_input, (d_h_0, d_c_0)) when forward was given hx."""
-        dx, dhx, dw = F.lstm_bwd(self._take(), d_output, d_h_n, d_c_n)
+        dx, dhx, dw = F.lstm_bwd(self._take(), d_output, d_h_n, d_c_n,
+                                 weight_grad=self._weight_grad())
         self._accumulate(dw)
         return dx if dhx is None else (dx, dhx)
 

@@ -8,15 +8,16 @@ layers, batch_first), so that a module never has to build arrays itself:
         train, seed, offset) -> ((out, h_n), saved)
     gru(x, h0, weights, num_layers, ...)              -> ((out, h_n), saved)
     lstm(x, h0, c0, weights, num_layers, ...)         -> ((out, h_n, c_n), saved)
-    rnn_backward(d_out, d_h_n, saved)                 -> (dx, dh0, d_weights)
-    gru_backward(d_out, d_h_n, saved)                 -> (dx, dh0, d_weights)
-    lstm_backward(d_out, d_h_n, d_c_n, saved)         -> (dx, dh0, dc0, d_weights)
+    rnn_backward(d_out, d_h_n, saved, weight_grad=True)        -> (dx, dh0, d_weights)
+    gru_backward(d_out, d_h_n, saved, weight_grad=True)        -> (dx, dh0, d_weights)
+    lstm_backward(d_out, d_h_n, d_c_n, saved, weight_grad=True) -> (dx, dh0, dc0, d_weights)
 
 x is (T, B, I), or (B, T, I) when batch_first; h0 / c0 are (L*D, B, H) or None (zeros;
 then dh0 / dc0 are None).  ``weights`` is torch's flat list: for each layer, for each
 direction, (w_ih, w_hh[, b_ih, b_hh]); w_ih (G*H, I_layer), w_hh (G*H, H), gates in
 torch's order (LSTM i, f, g, o; GRU r, z, n).  d_weights is the same list of gradients.
-d_out / d_h_n / d_c_n may be None (zero).
+d_out / d_h_n / d_c_n may be None (zero).  ``weight_grad`` False (frozen weights): d_weights
+is all None.
 
 Dropout (train and dropout > 0, between layers, not after the last) keeps an element
 when its Philox uniform u >= p and scales it by 1/(1-p).  The uniforms of one call
@@ -113,7 +114,7 @@ def _forward(mode, x, h0, c0, weights, L, bidirectional, batch_first, p, train, 
     return cast(np.ascontiguousarray(y), x), cast(h_n, x), cast(c_n, x), saved
 
 
-def _backward(d_out, d_h_n, d_c_n, saved):
+def _backward(d_out, d_h_n, d_c_n, saved, weight_grad=True):
     mode, x, h0, c0, weights, L, D, batch_first, masks, layers = saved
     G = _GATES[mode]
     nw = len(weights) // (L * D)
@@ -182,6 +183,8 @@ def _backward(d_out, d_h_n, d_c_n, saved):
                 dh = gh @ w_hh + direct
             dh0[k * D + d] = dh
             dc0[k * D + d] = dc
+            if not weight_grad:      # frozen: the oracle made them anyway, and drops them
+                continue
             dweights[base] = cast(dw_ih, x)
             dweights[base + 1] = cast(dw_hh, x)
             if nw == 4:
@@ -199,8 +202,10 @@ def stack_ops(forward, backward):
     """The six public ops over a backend's whole-stack pair (the cuda backend builds its
     ops here too): ``forward(mode, x, h0, c0, weights, num_layers, bidirectional,
     batch_first, dropout, train, seed, offset) -> (y, h_n, c_n, saved)`` with mode
-    "rnn_tanh" / "rnn_relu" / "gru" / "lstm", and ``backward(d_out, d_h_n, d_c_n, saved)
-    -> (dx, dh0, dc0, d_weights)``.  The ops report the pair's module as their own."""
+    "rnn_tanh" / "rnn_relu" / "gru" / "lstm", and ``backward(d_out, d_h_n, d_c_n, saved,
+    weight_grad) -> (dx, dh0, dc0, d_weights)`` (``weight_grad`` False: the weights are
+    frozen, d_weights is a tuple of None and their products are not made).  The ops report
+    the pair's module as their own."""
 
     def rnn(x, h0, weights, nonlinearity, num_layers, bidirectional, batch_first, dropout,
             train, seed, offset):
@@ -208,8 +213,8 @@ def stack_ops(forward, backward):
                                    bidirectional, batch_first, dropout, train, seed, offset)
         return (y, h_n), saved
 
-    def rnn_backward(d_out, d_h_n, saved):
-        dx, dh0, _, dw = backward(d_out, d_h_n, None, saved)
+    def rnn_backward(d_out, d_h_n, saved, weight_grad=True):
+        dx, dh0, _, dw = backward(d_out, d_h_n, None, saved, weight_grad)
         return dx, dh0, dw
 
     def gru(x, h0, weights, num_layers, bidirectional, batch_first, dropout, train, seed,
@@ -218,8 +223,8 @@ def stack_ops(forward, backward):
                                    batch_first, dropout, train, seed, offset)
         return (y, h_n), saved
 
-    def gru_backward(d_out, d_h_n, saved):
-        return rnn_backward(d_out, d_h_n, saved)
+    def gru_backward(d_out, d_h_n, saved, weight_grad=True):
+        return rnn_backward(d_out, d_h_n, saved, weight_grad)
 
     def lstm(x, h0, c0, weights, num_layers, bidirectional, batch_first, dropout, train, seed,
              offset):
@@ -227,8 +232,8 @@ def stack_ops(forward, backward):
                                      batch_first, dropout, train, seed, offset)
         return (y, h_n, c_n), saved
 
-    def lstm_backward(d_out, d_h_n, d_c_n, saved):
-        return backward(d_out, d_h_n, d_c_n, saved)
+    def lstm_backward(d_out, d_h_n, d_c_n, saved, weight_grad=True):
+        return backward(d_out, d_h_n, d_c_n, saved, weight_grad)
 
     ops = (rnn, rnn_backward, gru, gru_backward, lstm, lstm_backward)
     for fn in ops:

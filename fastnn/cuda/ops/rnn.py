@@ -232,7 +232,7 @@ def _forward(mode, x, h0, c0, weights, L, bidirectional, batch_first, p, train, 
     return y, h_n, c_n, saved
 
 
-def _backward(d_out, d_h_n, d_c_n, saved):
+def _backward(d_out, d_h_n, d_c_n, saved, weight_grad=True):
     mode, h0, c0, weights, L, D, batch_first, drop, n4, layers, H, dt = saved
     G = _GATES[mode]
     nw = len(weights) // (L * D)
@@ -283,11 +283,12 @@ def _backward(d_out, d_h_n, d_c_n, saved):
             _copy_into(dc0[k * D + d], dc)
             gx2 = _kit.reshape(gx, (T * B, G * H))
             gh2 = _kit.reshape(gh, (T * B, G * H))
-            dweights[base] = gemm(gx2, _kit.reshape(inp, (T * B, I)), ta=True)
-            dweights[base + 1] = gemm(gh2, _kit.reshape(hprev, (T * B, H)), ta=True)
-            if nw == 4:
-                dweights[base + 2] = _kit.colsum(gx2)
-                dweights[base + 3] = _kit.colsum(gh2)
+            if weight_grad:     # frozen weights: no products for them
+                dweights[base] = gemm(gx2, _kit.reshape(inp, (T * B, I)), ta=True)
+                dweights[base + 1] = gemm(gh2, _kit.reshape(hprev, (T * B, H)), ta=True)
+                if nw == 4:
+                    dweights[base + 2] = _kit.colsum(gx2)
+                    dweights[base + 3] = _kit.colsum(gh2)
             _kit.accumulate(dinp, gemm(gx2, w_ih))
         if k > 0:
             dinp3 = _kit.reshape(dinp, (T, B, I))
