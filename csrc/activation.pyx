@@ -47,8 +47,6 @@ cdef extern from "fnn_activation.h" nogil:
         FNN_TANH_BWD
         FNN_NEG
         FNN_MUL
-        FNN_HARDSIG_FWD
-        FNN_HARDSIG_BWD
         FNN_HARDSWISH_FWD
         FNN_HARDSWISH_BWD
         FNN_MISH_FWD
@@ -77,10 +75,10 @@ cdef extern from "fnn_activation.h" nogil:
                              Py_ssize_t n)
     void fnn_relu_mask_bwd_f(int leaky, double slope, const float* dy, const uint8_t* m,
                              float* dx, Py_ssize_t n)
-    void fnn_clamp_mask_fwd_f(double lower, double upper, const float* x, float* y, uint8_t* m,
-                              Py_ssize_t n)
-    void fnn_clamp_mask_fwd_d(double lower, double upper, const double* x, double* y,
+    void fnn_clamp_mask_fwd_f(int shift, double lower, double upper, const float* x, float* y,
                               uint8_t* m, Py_ssize_t n)
+    void fnn_clamp_mask_fwd_d(int shift, double lower, double upper, const double* x,
+                              double* y, uint8_t* m, Py_ssize_t n)
     void fnn_relu_mask_bwd_d(int leaky, double slope, const double* dy, const uint8_t* m,
                              double* dx, Py_ssize_t n)
     void fnn_math_apply(int which, const float* x, float* y, Py_ssize_t n)
@@ -181,10 +179,14 @@ cdef inline object _keep_input(cnp.ndarray x, object out):
 
 # ---------------------------------------------------------------- relu / leaky_relu
 # The forward leaves a bit mask for the backward (fnn_activation.h): d_x comes from d_y and
-# 1/8 byte per element, not from d_y and y (or x).  Hardtanh / ReLU6 (leaky = _CLAMP, the
-# bounds slope and hi) keep the same mask: the bit where the gradient passes.
+# 1/8 byte per element, not from d_y and y (or x).  Hardtanh / ReLU6 (forward leaky =
+# _CLAMP, the bounds slope and hi) and Hardsigmoid (forward _HARDSIG; backward leaky =
+# _SCALED, slope 1/6: d_y / 6 on the mask) keep the same mask: the bit where the gradient
+# passes.
 cdef enum:
+    _SCALED = 2
     _CLAMP = 2
+    _HARDSIG = 3
 
 
 cdef inline void _mask_act(bint bwd, int leaky, double slope, const real* a, real* o,
@@ -192,15 +194,15 @@ cdef inline void _mask_act(bint bwd, int leaky, double slope, const real* a, rea
     if real is float:
         if bwd:
             fnn_relu_mask_bwd_f(leaky, slope, a, m, o, n)
-        elif leaky == _CLAMP:
-            fnn_clamp_mask_fwd_f(slope, hi, a, o, m, n)
+        elif leaky >= _CLAMP:
+            fnn_clamp_mask_fwd_f(leaky == _HARDSIG, slope, hi, a, o, m, n)
         else:
             fnn_relu_mask_fwd_f(leaky, slope, a, o, m, n)
     else:
         if bwd:
             fnn_relu_mask_bwd_d(leaky, slope, a, m, o, n)
-        elif leaky == _CLAMP:
-            fnn_clamp_mask_fwd_d(slope, hi, a, o, m, n)
+        elif leaky >= _CLAMP:
+            fnn_clamp_mask_fwd_d(leaky == _HARDSIG, slope, hi, a, o, m, n)
         else:
             fnn_relu_mask_fwd_d(leaky, slope, a, o, m, n)
 
@@ -484,12 +486,13 @@ def hardtanh_backward(cnp.ndarray dy, saved):
 
 
 def hardsigmoid(cnp.ndarray x, out):
-    src = _keep_input(x, out)
-    return _ew(FNN_HARDSIG_FWD, x, None, out, GRAIN_MEM), src
+    """min(max(x + 3, 0), 6) / 6 -> (y, saved); saved: the bit mask of -3 < x < 3."""
+    cdef cnp.ndarray mask = np.empty((cnp.PyArray_SIZE(x) + 7) // 8, dtype=np.uint8)
+    return _masked(False, _HARDSIG, 0.0, x, out, mask), mask
 
 
 def hardsigmoid_backward(cnp.ndarray dy, saved):
-    return _ew(FNN_HARDSIG_BWD, dy, saved, None, GRAIN_MEM)
+    return _masked(True, _SCALED, 1.0 / 6.0, dy, None, saved)
 
 
 def hardswish(cnp.ndarray x, out):

@@ -130,22 +130,6 @@ static void FNN_ACT_NAME(fnn_act)(int op, const FNN_T* a, const FNN_T* b, FNN_T*
     case FNN_MUL:
         FNN_SIMD for (i = 0; i < n; ++i) o[i] = a[i] * b[i];
         break;
-    case FNN_HARDSIG_FWD: { /* min(max(x + 3, 0), 6) / 6 */
-        const FNN_T three = 3, six = 6, sixth = (FNN_T)(1.0 / 6.0);
-        FNN_SIMD for (i = 0; i < n; ++i) {
-            FNN_T v = a[i] + three;
-            v = v < zero ? zero : v;
-            v = v > six ? six : v;
-            o[i] = v * sixth;
-        }
-        break; }
-    case FNN_HARDSIG_BWD: { /* b = x: dy / 6 inside (-3, 3), else 0 (NaN: 0) */
-        const FNN_T three = 3, sixth = (FNN_T)(1.0 / 6.0);
-        FNN_SIMD for (i = 0; i < n; ++i) {
-            FNN_T v = b[i];
-            o[i] = (v > -three && v < three) ? a[i] * sixth : zero;
-        }
-        break; }
     case FNN_HARDSWISH_FWD: { /* x min(max(x + 3, 0), 6) / 6 */
         const FNN_T three = 3, six = 6, sixth = (FNN_T)(1.0 / 6.0);
         FNN_SIMD for (i = 0; i < n; ++i) {
@@ -209,7 +193,8 @@ static void FNN_ACT_NAME(fnn_relu_mask_fwd_scalar)(int leaky, double slope, cons
         m[j >> 3] = (uint8_t)bits;
     }
 }
-/* ... and its backward: d_x = d_y where the bit is set, else 0 (ReLU) or s d_y */
+/* ... and its backward: d_x = d_y where the bit is set, else 0 (ReLU) or s d_y (leaky
+   1); leaky 2: s d_y where the bit is set, else 0 (Hardsigmoid) */
 static void FNN_ACT_NAME(fnn_relu_mask_bwd_scalar)(int leaky, double slope, const FNN_T* dy,
                                                    const uint8_t* m, FNN_T* dx, ptrdiff_t n) {
     const FNN_T s = (FNN_T)slope, zero = 0;
@@ -218,25 +203,35 @@ static void FNN_ACT_NAME(fnn_relu_mask_bwd_scalar)(int leaky, double slope, cons
         const unsigned bits = m[j >> 3];
         for (int k = 0; k < e; ++k) {
             FNN_T g = dy[j + k];
-            dx[j + k] = (bits >> k) & 1u ? g : (leaky ? g * s : zero);
+            dx[j + k] = (bits >> k) & 1u ? (leaky == 2 ? g * s : g) : (leaky == 1 ? g * s : zero);
         }
     }
 }
 
 /* Hardtanh / ReLU6 forward with the ReLU's bit mask: y = min(max(x, lo), hi) (NaN
    passes), the bit set where lo < x < hi (where the gradient passes; NaN: not, as
-   torch's); the backward is the ReLU's (fnn_relu_mask_bwd, leaky 0) */
-static void FNN_ACT_NAME(fnn_clamp_mask_fwd_scalar)(double lower, double upper, const FNN_T* x,
-                                                    FNN_T* y, uint8_t* m, ptrdiff_t n) {
-    const FNN_T lo = (FNN_T)lower, hi = (FNN_T)upper;
+   torch's); the backward is the ReLU's (fnn_relu_mask_bwd, leaky 0).  shift = 1:
+   Hardsigmoid, y = min(max(x + 3, 0), 6) * (1/6) and the bit where -3 < x < 3 (lower and
+   upper unused; its backward fnn_relu_mask_bwd with leaky 2, s = 1/6) */
+static void FNN_ACT_NAME(fnn_clamp_mask_fwd_scalar)(int shift, double lower, double upper,
+                                                    const FNN_T* x, FNN_T* y, uint8_t* m,
+                                                    ptrdiff_t n) {
+    const FNN_T lo = (FNN_T)(shift ? -3.0 : lower), hi = (FNN_T)(shift ? 3.0 : upper);
+    const FNN_T three = 3, six = 6, zero = 0, sixth = (FNN_T)(1.0 / 6.0);
     for (ptrdiff_t j = 0; j < n; j += 8) {
         const int e = n - j < 8 ? (int)(n - j) : 8;
         unsigned bits = 0;
         for (int k = 0; k < e; ++k) {
             FNN_T v = x[j + k];
-            FNN_T r = v < lo ? lo : v;
             bits |= (unsigned)(v > lo && v < hi) << k;
-            y[j + k] = r > hi ? hi : r;
+            if (shift) {
+                FNN_T r = v + three;
+                r = r < zero ? zero : r;
+                y[j + k] = (r > six ? six : r) * sixth;
+            } else {
+                FNN_T r = v < lo ? lo : v;
+                y[j + k] = r > hi ? hi : r;
+            }
         }
         m[j >> 3] = (uint8_t)bits;
     }

@@ -4,9 +4,9 @@ its forward + backward.
 Bytes counted are the minimum traffic: forward reads x and writes y; backward reads
 d_out and one saved array and writes d_input (rrelu's training forward also writes
 its slopes, prelu's backward is the same as the others plus a few weights).  relu,
-leaky_relu, hardtanh and relu6 save a bit mask instead of an array: their forward also
-writes N / 8 bytes, their backward reads d_out and the mask (the forward alone still
-writes its mask: F's ``_fwd`` form, as the nn module's training forward)."""
+leaky_relu, hardtanh, relu6 and hardsigmoid save a bit mask instead of an array: their
+forward also writes N / 8 bytes, their backward reads d_out and the mask (the forward
+alone still writes its mask: F's ``_fwd`` form, as the nn module's training forward)."""
 import numpy as np
 
 from .core import BenchCase, torch_or_none
@@ -37,7 +37,7 @@ _OPS = {
 }
 
 # ops whose compiled forward keeps one bit per element for the backward
-_MASKED = ("relu", "leaky_relu", "hardtanh", "relu6")
+_MASKED = ("relu", "leaky_relu", "hardtanh", "relu6", "hardsigmoid")
 
 _F_NAME = {"gelu_tanh": "gelu", "celu": "celu", "selu": "selu"}
 _REF_NAME = {"gelu_tanh": "gelu", "celu": "elu", "selu": "elu", "relu6": "hardtanh"}

@@ -5,8 +5,8 @@ Unary ops take ``out=`` (write the result there; it may be the input itself) and
 where torch has it, ``inplace=True`` (the result overwrites the input, which is
 returned).  Backward through an in-place forward works: each backend saves what its
 backward starts from and an in-place write cannot spoil (the compiled cpu kernels: a bit
-mask of where the gradient passes for relu, leaky_relu, hardtanh and relu6; the output
-for sigmoid, tanh, and elu/selu/celu in place; a copy of the input otherwise).
+mask of where the gradient passes for relu, leaky_relu, hardtanh, relu6 and hardsigmoid;
+the output for sigmoid, tanh, and elu/selu/celu in place; a copy of the input otherwise).
 """
 
 
