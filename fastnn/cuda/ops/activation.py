@@ -495,28 +495,22 @@ def hardtanh_backward(dy, saved):
     return _bwd("hardtanh_b", dy, y, _t(y, lo), _t(y, hi))
 
 
-def hardsigmoid(x, out):
-    return _fwd("hardsig_f", x, out)
+def _from_input(name, fwd_kernel, bwd_kernel):
+    """The (op, op_backward) pair of an activation with no parameters whose backward
+    reads its input: ``fwd_kernel`` over x, ``bwd_kernel`` over (dy, x)."""
+    def op(x, out):
+        return _fwd(fwd_kernel, x, out)
+
+    def op_backward(dy, saved):
+        return _bwd(bwd_kernel, dy, saved)
+    for fn, n in ((op, name), (op_backward, name + "_backward")):
+        fn.__name__ = fn.__qualname__ = n
+    return op, op_backward
 
 
-def hardsigmoid_backward(dy, saved):
-    return _bwd("hardsig_b", dy, saved)
-
-
-def hardswish(x, out):
-    return _fwd("hardswish_f", x, out)
-
-
-def hardswish_backward(dy, saved):
-    return _bwd("hardswish_b", dy, saved)
-
-
-def mish(x, out):
-    return _fwd("mish_f", x, out)
-
-
-def mish_backward(dy, saved):
-    return _bwd("mish_b", dy, saved)
+hardsigmoid, hardsigmoid_backward = _from_input("hardsigmoid", "hardsig_f", "hardsig_b")
+hardswish, hardswish_backward = _from_input("hardswish", "hardswish_f", "hardswish_b")
+mish, mish_backward = _from_input("mish", "mish_f", "mish_b")
 
 
 def neg(x, out):
