@@ -317,3 +317,26 @@ def test_recurrent_bwd_flag_on_every_backend(backend, kind):
         part = bwd(fwd(xd, None, wd)[1], dyd, weight_grad=False)
     np.testing.assert_array_equal(_host(part[0]), _host(full[0]))
     assert all(g is None for g in part[2]) and all(g is not None for g in full[2])
+
+
+@pytest.mark.parametrize("cls", [nn.RNNCell, nn.GRUCell, nn.LSTMCell])
+def test_frozen_recurrent_cells(cls):
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((3, 6)).astype(np.float32)
+    dy = rng.standard_normal((3, 8)).astype(np.float32)
+
+    class Step(nn.Module):       # the cell's h' alone, so _fwd_bwd sees one output
+        def __init__(self):
+            super().__init__()
+            self.cell = cls(6, 8)
+
+        def forward(self, v):
+            out = self.cell(v)
+            return out[0] if isinstance(out, tuple) else out
+
+        def backward(self, d):
+            return self.cell.backward(d)
+
+    make = _seeded(Step)
+    _assert_frozen_matches(make, x, dy, lambda n: True, exact=True)
+    _assert_frozen_matches(make, x, dy, lambda n: n.endswith("bias_hh"), exact=True)

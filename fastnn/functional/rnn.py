@@ -314,8 +314,9 @@ def _cell_fwd(kind, x, hx, w_ih, w_hh, b_ih, b_hh, nonlinearity="tanh"):
     return out, ctx
 
 
-def _cell_bwd(ctx, d_h, d_c=None):
+def _cell_bwd(ctx, d_h, d_c, weight_grad):
     be, saved, kind, shape, dtype, has_hx, nw, xshape = ctx
+    weight_grad = bool(weight_grad)
     B, H = xshape[1], shape[-1]
     gs = []
     for g, name in ((d_h, "grad_h"), (d_c, "grad_c")):
@@ -323,9 +324,10 @@ def _cell_bwd(ctx, d_h, d_c=None):
             g = grad_like(g, shape, dtype, name).reshape(1, B, H)
         gs.append(g)
     if kind == "lstm":
-        dx, dh0, dc0, dw = be.lstm_backward(None, gs[0], gs[1], saved)
+        dx, dh0, dc0, dw = be.lstm_backward(None, gs[0], gs[1], saved, weight_grad)
     else:
-        dx, dh0, dw = (be.rnn_backward if kind == "rnn" else be.gru_backward)(None, gs[0], saved)
+        dx, dh0, dw = (be.rnn_backward if kind == "rnn" else be.gru_backward)(
+            None, gs[0], saved, weight_grad)
         dc0 = None
     xs = (xshape[2],) if len(shape) == 1 else (B, xshape[2])
     dx = dx.reshape(xs)
@@ -345,9 +347,10 @@ def rnn_cell_fwd(x, hx, w_ih, w_hh, b_ih=None, b_hh=None, nonlinearity="tanh"):
     return _cell_fwd("rnn", x, hx, w_ih, w_hh, b_ih, b_hh, nonlinearity)
 
 
-def rnn_cell_bwd(ctx, d_h):
-    """-> (d_input, d_hx or None, d_w_ih, d_w_hh, d_b_ih or None, d_b_hh or None)."""
-    return _cell_bwd(ctx, d_h)
+def rnn_cell_bwd(ctx, d_h, *, weight_grad=True):
+    """-> (d_input, d_hx or None, d_w_ih, d_w_hh, d_b_ih or None, d_b_hh or None).
+    ``weight_grad`` False (frozen weights): the four weight gradients are None, not made."""
+    return _cell_bwd(ctx, d_h, None, weight_grad)
 
 
 def rnn_cell(x, hx, w_ih, w_hh, b_ih=None, b_hh=None, nonlinearity="tanh"):
@@ -359,9 +362,10 @@ def gru_cell_fwd(x, hx, w_ih, w_hh, b_ih=None, b_hh=None):
     return _cell_fwd("gru", x, hx, w_ih, w_hh, b_ih, b_hh)
 
 
-def gru_cell_bwd(ctx, d_h):
-    """-> (d_input, d_hx or None, d_w_ih, d_w_hh, d_b_ih or None, d_b_hh or None)."""
-    return _cell_bwd(ctx, d_h)
+def gru_cell_bwd(ctx, d_h, *, weight_grad=True):
+    """-> (d_input, d_hx or None, d_w_ih, d_w_hh, d_b_ih or None, d_b_hh or None);
+    ``weight_grad`` as rnn_cell_bwd's."""
+    return _cell_bwd(ctx, d_h, None, weight_grad)
 
 
 def gru_cell(x, hx, w_ih, w_hh, b_ih=None, b_hh=None):
@@ -373,9 +377,10 @@ def lstm_cell_fwd(x, hx, w_ih, w_hh, b_ih=None, b_hh=None):
     return _cell_fwd("lstm", x, hx, w_ih, w_hh, b_ih, b_hh)
 
 
-def lstm_cell_bwd(ctx, d_h, d_c=None):
-    """-> (d_input, (d_h, d_c) or None, d_w_ih, d_w_hh, d_b_ih or None, d_b_hh or None)."""
-    return _cell_bwd(ctx, d_h, d_c)
+def lstm_cell_bwd(ctx, d_h, d_c=None, *, weight_grad=True):
+    """-> (d_input, (d_h, d_c) or None, d_w_ih, d_w_hh, d_b_ih or None, d_b_hh or None);
+    ``weight_grad`` as rnn_cell_bwd's."""
+    return _cell_bwd(ctx, d_h, d_c, weight_grad)
 
 
 def lstm_cell(x, hx, w_ih, w_hh, b_ih=None, b_hh=None):

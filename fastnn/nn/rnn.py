@@ -203,6 +203,12 @@ class RNNCellBase(Module):
             if p is not None:
                 p.accumulate_grad(g)
 
+    def _weight_grad(self):
+        """False when every parameter is frozen: the backward then makes none of their
+        gradients."""
+        return any(p is not None and p.requires_grad
+                   for p in (self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh))
+
     def extra_repr(self):
         s = f"{self.input_size}, {self.hidden_size}"
         return s + ("" if self.bias else ", bias=False")
@@ -223,7 +229,7 @@ class RNNCell(RNNCellBase):
 
     def backward(self, d_h):
         """-> d_input, or (d_input, d_hx) when forward was given hx."""
-        dx, dhx, *grads = F.rnn_cell_bwd(self._take(), d_h)
+        dx, dhx, *grads = F.rnn_cell_bwd(self._take(), d_h, weight_grad=self._weight_grad())
         self._accumulate(grads)
         return dx if dhx is None else (dx, dhx)
 
@@ -241,7 +247,7 @@ class GRUCell(RNNCellBase):
 
     def backward(self, d_h):
         """-> d_input, or (d_input, d_hx) when forward was given hx."""
-        dx, dhx, *grads = F.gru_cell_bwd(self._take(), d_h)
+        dx, dhx, *grads = F.gru_cell_bwd(self._take(), d_h, weight_grad=self._weight_grad())
         self._accumulate(grads)
         return dx if dhx is None else (dx, dhx)
 
@@ -259,6 +265,7 @@ class LSTMCell(RNNCellBase):
 
     def backward(self, d_h, d_c=None):
         """-> d_input, or (d_input, (d_h, d_c)) when forward was given hx."""
-        dx, dhx, *grads = F.lstm_cell_bwd(self._take(), d_h, d_c)
+        dx, dhx, *grads = F.lstm_cell_bwd(self._take(), d_h, d_c,
+                                          weight_grad=self._weight_grad())
         self._accumulate(grads)
         return dx if dhx is None else (dx, dhx)
