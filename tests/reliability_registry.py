@@ -410,7 +410,6 @@ FUZZ += [
     _act("sigmoid", huge=True, torch_fn=lambda torch, x: torch.sigmoid(x)),
     _act("tanh", torch_fn=lambda torch, x: torch.tanh(x)),
     _act("hardtanh", lambda D: D.choice([[-1.0, 1.0], [0.0, 6.0], [-2.5, 0.5], [1.0, 1.0]]),
-         kernels=("hardtanh", "hardtanh_backward"),
          bad=[Bad("min_val > max_val", _set(1, 100.0), "min_val|max_val"),
               Bad("max_val str", _set(2, "x"), "max_val")]),
     _act("relu6", kernels=("hardtanh", "hardtanh_backward")),
