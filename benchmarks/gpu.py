@@ -440,6 +440,16 @@ def main(args):
                    numpy=np.__version__, simulator=smoke)
     torch = torch_cuda()
     results["torch"] = None if torch is None else torch.__version__
+
+    def save():
+        """Write what is measured so far: a run stopped by a time limit (a lent device's
+        budget) still leaves every finished section in the file."""
+        if args.json:
+            tmp = args.json + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump(results, f, indent=1, default=str)
+            os.replace(tmp, args.json)
+    save()
     print(f"device: {results['device']}   GEMM: {results['gemm']}   torch CUDA: {results['torch']}",
           flush=True)
     if not args.skip_suite:
@@ -454,6 +464,7 @@ def main(args):
             bad = ptx_float64_check()
             results["float32_kernels_with_f64_ptx"] = bad
             print(f"float32 kernels with f64 instructions in their PTX: {bad or 'none'}", flush=True)
+        save()
     peak = None if smoke else copy_bandwidth(1 << 30 if not args.quick else 1 << 28)
     results["copy_GBps"] = peak
     if peak:
@@ -463,6 +474,7 @@ def main(args):
     except Exception:  # noqa: BLE001
         results["ops_error"] = traceback.format_exc()
         print(results["ops_error"])
+    save()
     if not args.skip_gpt:
         from fastnn.bench.train import BATCH, CONFIG
         configs = [(dict(CONFIG), BATCH)]
@@ -478,9 +490,9 @@ def main(args):
             except Exception:  # noqa: BLE001
                 results["gpt"].append(dict(config=cfg, error=traceback.format_exc()))
                 print(results["gpt"][-1]["error"])
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1, default=str)
+            save()
+    results["complete"] = True
+    save()
     failed = results.get("suite", {}).get("failed", [])
     errors = [g for g in results.get("gpt", []) if "error" in g] + \
         ([1] if "ops_error" in results else [])
