@@ -670,6 +670,39 @@ def linear_act_backward(cnp.ndarray dh, tuple saved, bint weight_grad=True,
     return _linear_backward(du, (x, w, has_bias), NULL, None, weight_grad, bias_grad)
 
 
+cdef inline void _bwd_split(Py_ssize_t rows, Py_ssize_t n_in, Py_ssize_t n_out, bint w_in_out,
+                            bint need_w, int* bm_x, int* bn_x, int* bm_w, int* bn_w) noexcept nogil:
+    """The backward's blocks: d_input's (rows x n_in over n_out), d_weight's in the weight's
+    layout; none for a frozen weight (need_w False)."""
+    _split(rows, n_in, n_out, bm_x, bn_x)
+    bm_w[0] = 0
+    bn_w[0] = 0
+    if not need_w:
+        return
+    if w_in_out:
+        _split(n_in, n_out, rows, bm_w, bn_w)
+    else:
+        _split(n_out, n_in, rows, bm_w, bn_w)
+
+
+cdef inline int _bwd_team(int nb_x, int nb_w, int nmax) noexcept nogil:
+    """Threads of the backward's region: both GEMMs' blocks share it; products that are
+    each one block (small) stay on the calling thread.  A frozen weight has no d_weight
+    blocks: d_input's own two or more still take a team."""
+    cdef int nb = nb_x + nb_w
+    if nb_x <= 1 and nb_w <= 1:
+        return 1
+    return nb if nb < nmax else nmax
+
+
+def _linear_bwd_team(Py_ssize_t rows, Py_ssize_t n_in, Py_ssize_t n_out, bint w_in_out=False,
+                     bint weight_grad=True):
+    """Test hook: the threads linear_backward's GEMM region takes for this shape now."""
+    cdef int bm_x, bn_x, bm_w, bn_w
+    _bwd_split(rows, n_in, n_out, w_in_out, weight_grad, &bm_x, &bn_x, &bm_w, &bn_w)
+    return _bwd_team(bm_x * bn_x, bm_w * bn_w, fnn_max_threads())
+
+
 cdef tuple _linear_backward(cnp.ndarray dy, tuple saved, _Post* post, object post_aux,
                             bint need_w, bint need_b):
     cdef cnp.ndarray x = saved[0], w = saved[1]
@@ -684,24 +717,15 @@ cdef tuple _linear_backward(cnp.ndarray dy, tuple saved, _Post* post, object pos
     cdef object dw = (np.empty((n_in, n_out) if w_in_out else (n_out, n_in), dtype=x.dtype)
                       if need_w else None)
     cdef cnp.ndarray db = np.empty(n_out, dtype=x.dtype) if has_bias else None
-    cdef int bm_x, bn_x, bm_w = 0, bn_w = 0    # no d_weight blocks for a frozen weight
-    _split(rows, n_in, n_out, &bm_x, &bn_x)
-    if not need_w:
-        pass
-    elif w_in_out:
-        _split(n_in, n_out, rows, &bm_w, &bn_w)
-    else:
-        _split(n_out, n_in, rows, &bm_w, &bn_w)
-    cdef int nmax = fnn_max_threads()
+    cdef int bm_x, bn_x, bm_w, bn_w
+    _bwd_split(rows, n_in, n_out, w_in_out, need_w, &bm_x, &bn_x, &bm_w, &bn_w)
     if _few_rows(x, w_in_out, rows, n_in, n_out):
         if _linear_bwd_few(dy, x, w, w_in_out, dx, dw, db, rows, n_in, n_out, bm_w, bn_w):
             raise MemoryError("linear_backward: out of memory for the packed rows")
         if post != NULL:
             _post_all(post, dx, rows, n_in)
         return dx, (dw.T if w_in_out and dw is not None else dw), db
-    # both GEMMs' blocks in one region; two unsplit (small) products stay on this thread
-    cdef int nb = bm_x * bn_x + bm_w * bn_w
-    cdef int nt = 1 if nb <= 2 else (nb if nb < nmax else nmax)
+    cdef int nt = _bwd_team(bm_x * bn_x, bm_w * bn_w, fnn_max_threads())
     if x.dtype == np.float32:
         _linear_bwd_run(<float>0, dy, x, w, w_in_out, dx, dw, db, rows, n_in, n_out,
                         bm_x, bn_x, bm_w, bn_w, nt, post)

@@ -145,6 +145,24 @@ def test_linear_gemm_blocks_rule():
     assert split(64, 3072, 768) == (1, 8)
 
 
+
+def test_linear_backward_team_with_a_frozen_weight(restore_threads):
+    """The backward's d_input and d_weight blocks share one parallel region; products that
+    are each one block stay on the calling thread.  A frozen weight (no d_weight blocks)
+    must not make d_input's two blocks look small: the GPT demo's 1024-token backward ran
+    on one of two threads (637 us, 326 us on two)."""
+    from fastnn.cpu import compiled_modules
+    dense = next(m for m in compiled_modules() if m.__name__.endswith(".dense"))
+    team = dense._linear_bwd_team
+    fastnn.set_num_threads(2)
+    assert team(1024, 128, 384, True, False) == 2      # frozen, GPT-2 Conv1D layout
+    assert team(1024, 128, 384, False, False) == 2     # frozen, (out, in) weight
+    assert team(1024, 128, 384, True, True) == 2       # 2 + 2 blocks
+    assert team(64, 64, 32) == 1                       # small: one thread
+    assert team(64, 64, 32, False, False) == 1
+    fastnn.set_num_threads(1)
+    assert team(1024, 128, 384, True, False) == 1
+
 # ------------------------------------------------------------------ thread safety
 def _build(spec, dtype, seed):
     """Built in the main thread: parameter init draws from fastnn's one global generator

@@ -76,5 +76,7 @@ def _few_rows(rows, n_in, n_out):
 
 
 def cases():
+    # the frozen layer twice: the wide one, and a 1024-token 768 -> 768 projection whose
+    # d_input is only two row blocks (the size that once ran on one thread)
     return [_linear(4096, 768, 3072), _linear(4096, 768, 3072, frozen=True),
-            _few_rows(8, 768, 3072)]
+            _linear(1024, 768, 768, frozen=True), _few_rows(8, 768, 3072)]
