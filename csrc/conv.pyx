@@ -107,6 +107,10 @@ cdef extern from "fnn_conv.h" nogil:
     void fnn_col2im_row_d(double* dst, const double* d, Py_ssize_t o0, Py_ssize_t o1, Py_ssize_t s)
     int FNN_HAVE_CV3
     Py_ssize_t fnn_cv3_o6(Py_ssize_t O)
+    void fnn_wg_pack_block(const float* w, Py_ssize_t C, Py_ssize_t m, float* S, float* U,
+                           Py_ssize_t OC)
+    void fnn_wg_unpack_rows(const double* du, Py_ssize_t C, Py_ssize_t O, Py_ssize_t o0,
+                            Py_ssize_t o1, float* D, float* dw)
     Py_ssize_t fnn_cv3_rows(Py_ssize_t C, Py_ssize_t OW, Py_ssize_t OH)
     Py_ssize_t fnn_cv3_plane_rows(Py_ssize_t R, Py_ssize_t OW)
     void fnn_cv3_image(const float* x, const float* Ap, const float* bias, float* y, Py_ssize_t C,
@@ -399,11 +403,14 @@ cdef inline bint _cv3_ok(Geo* g) noexcept nogil:
 
 
 cdef int _fwd_cv3(const float* x, const float* ap, const float* b, float* y, Geo* g,
-                  int nt) except -1 nogil:
-    cdef Py_ssize_t n, R = fnn_cv3_rows(g.C, g.OW, g.OH), We = g.OW + 2
+                  int nt, Py_ssize_t ng) except -1 nogil:
+    """Every image through fnn_cv3_image, in ng output-channel groups (_obound: the packed
+    weights of a group are the slice at o0 * C * 9, blocks of 6 from o0 on): work items
+    (image, group) over nt threads; a group changes no output's sums."""
+    cdef Py_ssize_t n, it, k, o0, o1, R = fnn_cv3_rows(g.C, g.OW, g.OH), We = g.OW + 2
     cdef Py_ssize_t xsz = g.C * fnn_cv3_plane_rows(R, g.OW) * We + 64
     cdef Py_ssize_t csz = g.O * (R * We + 24) + 64
-    cdef Py_ssize_t xs = g.C * g.H * g.W, ys = g.O * g.OH * g.OW
+    cdef Py_ssize_t xs = g.C * g.H * g.W, ys = g.O * g.OH * g.OW, ps = g.OH * g.OW
     cdef float* xp = NULL
     cdef float* ct = NULL
     cdef int failed = 0
@@ -412,15 +419,42 @@ cdef int _fwd_cv3(const float* x, const float* ap, const float* b, float* y, Geo
         ct = <float*>fnn_alloc(csz, sizeof(float))
         if xp == NULL or ct == NULL:
             fnn_flag_set(&failed)
-        for n in prange(g.N, schedule="dynamic", chunksize=1):
+        for it in prange(g.N * ng, schedule="dynamic", chunksize=1):
             if xp != NULL and ct != NULL:
-                fnn_cv3_image(x + n * xs, ap, b, y + n * ys, g.C, g.H, g.W, g.O, g.OH, g.OW,
+                n = it // ng
+                k = it % ng
+                o0 = _obound(g.O, ng, k)
+                o1 = _obound(g.O, ng, k + 1)
+                fnn_cv3_image(x + n * xs, ap + o0 * g.C * 9, NULL if b == NULL else b + o0,
+                              y + n * ys + o0 * ps, g.C, g.H, g.W, o1 - o0, g.OH, g.OW,
                               g.pt, g.pl, xp, ct)
         free(xp)
         free(ct)
     if failed:
         _raise_nomem(xsz + csz, sizeof(float))
     return 0
+
+
+cdef inline Py_ssize_t _obound(Py_ssize_t O, Py_ssize_t ng, Py_ssize_t k) noexcept nogil:
+    """Start of output-channel group k of ng (k = ng: O): multiples of 12, so every group
+    but the last is whole blocks of 6 and the last keeps the blocks of 6, then 4, that
+    the packing of all O channels gives it."""
+    if k >= ng:
+        return O
+    return (O * k // ng) // 12 * 12
+
+
+cdef Py_ssize_t _ogroups(Py_ssize_t N, Py_ssize_t O, int nt) noexcept nogil:
+    """Output-channel groups per image for the direct and Winograd 3x3 forwards: 1 when
+    the images alone keep nt threads busy, else enough for nt work items, each group >= 24
+    channels.  The result is the same for any count (each output's sums are fixed)."""
+    cdef Py_ssize_t ng
+    if N >= nt or O < 48:
+        return 1
+    ng = (nt + N - 1) // N
+    if ng > O // 24:
+        ng = O // 24
+    return ng if ng > 1 else 1
 
 
 cdef int _wgrad_cv3(const float* x, const float* gy, float* part, Py_ssize_t nch, Py_ssize_t per,
@@ -496,30 +530,67 @@ cdef bint _wg_ok(Geo* g):
     return g.C * PH * We <= _WG_PLANE_MAX
 
 
-cdef object _pack_wg(object weight):
-    """U[a*4 + b] = (G w G^T)[o, c, a, b] (computed in double), each (O, C) matrix packed
-    for the tap-list kernel (one tap): blocks of 6 output channels (then 4) at (c, r)."""
-    cdef Py_ssize_t O = weight.shape[0], C = weight.shape[1], o6 = fnn_cv3_o6(weight.shape[0])
-    G = np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]])
-    u = np.matmul(np.matmul(G, np.asarray(weight, np.float64)), G.T)     # (O, C, 4, 4)
-    u = u.reshape(O, C, 16).transpose(2, 0, 1)                           # (16, O, C)
-    parts = []
-    if o6 > 0:
-        parts.append(u[:, :o6].reshape(16, o6 // 6, 6, C).transpose(0, 1, 3, 2).reshape(16, -1))
-    if O > o6:
-        parts.append(u[:, o6:].reshape(16, (O - o6) // 4, 4, C).transpose(0, 1, 3, 2).reshape(16, -1))
-    return np.ascontiguousarray(np.concatenate(parts, axis=1), dtype=np.float32)
+cdef bint _wg_fwd_ok(Geo* g):
+    """Winograd for the forward (and d_input): _wg_ok and an output plane of >= 64
+    positions.  At 7 x 7 the 2 x 2 tiles cover 8 x 8 (77% used) and the per-call weight
+    transform weighs more: the direct 3x3 kernel is faster there (one thread, 512 -> 512
+    channels: 1 image 4.7 vs 6.5 ms, 16 images 34.8 vs 36.5 ms)."""
+    return _wg_ok(g) and g.OH * g.OW >= 64
+
+
+cdef int _wg_pack_run(const float* w, float* U, Py_ssize_t O, Py_ssize_t C,
+                      int nt) except -1 nogil:
+    """U[k] = the (O, C) matrix of (G w G^T)[., ., k // 4, k % 4] packed for the tap-list
+    kernel (blocks of 6 output channels, then 4, each block (C, rows)): one block per
+    work item (fnn_wg_pack_block, a tap-major copy of the block in per-thread scratch)."""
+    cdef Py_ssize_t o6 = fnn_cv3_o6(O), nb6 = o6 // 6, nb = o6 // 6 + (O - o6) // 4
+    cdef Py_ssize_t blk, o0
+    cdef float* S = NULL
+    cdef int failed = 0
+    with nogil, parallel(num_threads=nt):
+        S = <float*>fnn_alloc(54 * C, sizeof(float))
+        if S == NULL:
+            fnn_flag_set(&failed)
+        for blk in prange(nb, schedule="static"):
+            if S != NULL:
+                o0 = blk * 6 if blk < nb6 else o6 + (blk - nb6) * 4
+                fnn_wg_pack_block(w + o0 * C * 9, C, 6 if blk < nb6 else 4, S, U + o0 * C,
+                                  O * C)
+        free(S)
+    if failed:
+        _raise_nomem(54 * C, sizeof(float))
+    return 0
+
+
+cdef cnp.ndarray _pack_wg(cnp.ndarray weight, Py_ssize_t ng):
+    """U for the Winograd kernels from the (O, C, 3, 3) float32 weight (C-contiguous), in
+    ng output-channel groups (_obound) each packed as (16, O_k * C): _wg_pack_run.  Per call (the weight may have changed since the last):
+    a C loop, ~1 ns a weight (NumPy's float64 matmuls and transposes took 28 ms at 256 x
+    256 channels, more than the convolution of a small batch)."""
+    cdef Py_ssize_t O = weight.shape[0], C = weight.shape[1], k, o0, o1
+    cdef cnp.ndarray U = np.empty(16 * O * C, dtype=np.float32)
+    cdef const float* pw = <const float*>_data(weight, O * C * 9, F32)
+    cdef float* pu = <float*>_data(U, 16 * O * C, F32)
+    cdef int nt = _threads_for(O * C * 16, 1 << 16)
+    with nogil:
+        for k in range(ng):     # group k: its own (16, O_k * C) at U + 16 * o0 * C
+            o0 = _obound(O, ng, k)
+            o1 = _obound(O, ng, k + 1)
+            _wg_pack_run(pw + o0 * C * 9, pu + 16 * o0 * C, o1 - o0, C, nt)
+    return U
 
 
 cdef int _fwd_wg(const float* x, const float* U, const float* b, const float* zeros, float* y,
-                 Geo* g, int nt) except -1 nogil:
-    """Every image through fnn_wg_image (images over nt threads; an image's result depends
-    on nothing else)."""
-    cdef Py_ssize_t n, th, tw, We, PH, ldv
+                 Geo* g, int nt, Py_ssize_t ng) except -1 nogil:
+    """Every image through fnn_wg_image, in ng output-channel groups (_obound; group k's
+    weights packed on their own at U + 16 * o0 * C): work items (image, group) over nt
+    threads.  An output element's sums do not depend on its group, so neither does the
+    result."""
+    cdef Py_ssize_t n, th, tw, We, PH, ldv, it, k, o0, o1
     fnn_wg_dims(g.OH, g.OW, &th, &tw, &We, &PH, &ldv)
     cdef Py_ssize_t xsz = g.C * PH * We + 64, vsz = 16 * g.C * ldv + 64
     cdef Py_ssize_t msz = 16 * g.O * ldv + 64
-    cdef Py_ssize_t xs = g.C * g.H * g.W, ys = g.O * g.OH * g.OW
+    cdef Py_ssize_t xs = g.C * g.H * g.W, ys = g.O * g.OH * g.OW, ps = g.OH * g.OW
     cdef float* xp = NULL
     cdef float* V = NULL
     cdef float* M = NULL
@@ -533,10 +604,14 @@ cdef int _fwd_wg(const float* x, const float* U, const float* b, const float* ze
         else:   # lanes past a chunk's last tile are computed and dropped: keep them finite
             memset(V, 0, vsz * sizeof(float))
             memset(M, 0, msz * sizeof(float))
-        for n in prange(g.N, schedule="dynamic", chunksize=1):
+        for it in prange(g.N * ng, schedule="dynamic", chunksize=1):
             if xp != NULL and V != NULL and M != NULL:
-                fnn_wg_image(x + n * xs, U, b, y + n * ys, g.C, g.H, g.W, g.O, g.OH, g.OW,
-                             g.pt, g.pl, xp, V, M, zeros)
+                n = it // ng
+                k = it % ng
+                o0 = _obound(g.O, ng, k)
+                o1 = _obound(g.O, ng, k + 1)
+                fnn_wg_image(x + n * xs, U + 16 * o0 * g.C, b + o0, y + n * ys + o0 * ps, g.C,
+                             g.H, g.W, o1 - o0, g.OH, g.OW, g.pt, g.pl, xp, V, M, zeros)
         free(xp)
         free(V)
         free(M)
@@ -595,11 +670,38 @@ cdef int _wgrad_wg(const float* x, const float* gy, float* part, Py_ssize_t nch,
     return 0
 
 
-cdef object _unpack_wg_grad(object du, Py_ssize_t O, Py_ssize_t C):
-    """dw = G^T dU G (double) from the summed partials du (16, C, O)."""
-    G = np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]])
-    u = np.asarray(du, np.float64).reshape(4, 4, C, O).transpose(3, 2, 0, 1)   # (O, C, 4, 4)
-    return np.matmul(np.matmul(G.T, u), G)
+cdef int _wg_unpack_run(const double* du, float* dw, Py_ssize_t O, Py_ssize_t C,
+                        int nt) except -1 nogil:
+    """dw = G^T dU G, output channels in blocks of 64 per work item
+    (fnn_wg_unpack_rows)."""
+    cdef Py_ssize_t nb = (O + 63) // 64, blk
+    cdef float* D = NULL
+    cdef int failed = 0
+    with nogil, parallel(num_threads=nt):
+        D = <float*>fnn_alloc(9 * 64, sizeof(float))
+        if D == NULL:
+            fnn_flag_set(&failed)
+        for blk in prange(nb, schedule="static"):
+            if D != NULL:
+                fnn_wg_unpack_rows(du, C, O, blk * 64, O if blk * 64 + 64 > O else blk * 64 + 64,
+                                   D, dw)
+        free(D)
+    if failed:
+        _raise_nomem(9 * 64, sizeof(float))
+    return 0
+
+
+cdef cnp.ndarray _unpack_wg_grad(cnp.ndarray du, Py_ssize_t O, Py_ssize_t C):
+    """dw (O, C, 3, 3) float32 = G^T dU G from the summed partials du (16, C, O), float64,
+    C-contiguous: _wg_unpack_run (a C loop; NumPy's float64 matmuls took ~100 ms at 512 x
+    512 channels)."""
+    cdef cnp.ndarray dw = np.empty((O, C, 3, 3), dtype=np.float32)
+    cdef const double* pu = <const double*>_data(du, 16 * C * O, F64)
+    cdef float* pd = <float*>_data(dw, O * C * 9, F32)
+    cdef int nt = _threads_for(O * C * 16, 1 << 16)
+    with nogil:
+        _wg_unpack_run(pu, pd, O, C, nt)
+    return dw
 
 
 # ---------------------------------------------------------------- direct kernels, any taps
@@ -1467,7 +1569,7 @@ def conv2d(cnp.ndarray x, cnp.ndarray weight, object bias, tuple stride, tuple p
     cdef bint f32 = x.dtype == np.float32
     cdef void* pb = _data_or_null(bias, g.O, F32 if f32 else F64)
     cdef Py_ssize_t flops = g.N * g.O * g.OH * g.OW * g.Cg * g.kh * g.kw
-    cdef int nt
+    cdef int nt, nt_all
     if g.N * g.O * g.OH * g.OW == 0:
         y[...] = 0
     elif _depthwise(&g):
@@ -1477,14 +1579,13 @@ def conv2d(cnp.ndarray x, cnp.ndarray weight, object bias, tuple stride, tuple p
         else:
             _dw_fwd_run(<double>0, x, weight, pb, y, &g, nt)
     else:
-        nt = _threads_for(flops, 1 << 18)
-        if nt > g.N:
-            nt = <int>g.N
+        nt_all = _threads_for(flops, 1 << 18)
+        nt = nt_all if nt_all < g.N else <int>g.N
         if nt > 1:
             with _blas_single():
-                _conv_fwd_call(x, weight, pb, y, &g, nt, f32)
+                _conv_fwd_call(x, weight, pb, y, &g, nt, nt_all, f32)
         else:
-            _conv_fwd_call(x, weight, pb, y, &g, nt, f32)
+            _conv_fwd_call(x, weight, pb, y, &g, nt, nt_all, f32)
     return y, (x, weight, bias is not None, stride, padding, dilation, groups)
 
 
@@ -1500,31 +1601,40 @@ cdef cnp.ndarray _pack_cv3(cnp.ndarray weight, Py_ssize_t O, Py_ssize_t C):
 
 
 cdef _conv_fwd_call(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, Geo* g, int nt,
-                    bint f32):
+                    int nt_all, bint f32):
+    """The forward on the kernel the geometry takes.  nt: threads over images (at most N);
+    nt_all: the threads the work is worth -- the 3x3 kernels give fewer images than that
+    output-channel groups too (a batch of one on every core)."""
     cdef cnp.ndarray ap
     cdef const float* px
     cdef const float* pa
     cdef const float* pz
     cdef float* py
-    if f32 and _wg_ok(g):
-        ap = _pack_wg(weight)
+    cdef Py_ssize_t ng
+    cdef int team
+    if f32 and _wg_fwd_ok(g):
+        ng = _ogroups(g.N, g.O, nt_all)
+        team = <int>(g.N * ng if g.N * ng < nt_all else nt_all)
+        ap = _pack_wg(weight, ng)
         zeros = np.zeros(g.O, dtype=np.float32)
         px = <const float*>_data(x, _xsize(g), F32)
         pa = <const float*>_data(ap, 16 * g.O * g.C, F32)
         pz = <const float*>_data(zeros, g.O, F32)
         py = <float*>_data(y, _ysize(g), F32)
         with nogil:
-            _fwd_wg(px, pa, <const float*>pb if pb != NULL else pz, pz, py, g, nt)
+            _fwd_wg(px, pa, <const float*>pb if pb != NULL else pz, pz, py, g, team, ng)
         return
     if f32 and _cv3_ok(g):
         # weights packed for the direct kernel, by blocks of 6 then 4 output channels:
         # block [o0, o0 + m) holds w[o0 + r, c, i, j] at (c, i*3 + j, r)
+        ng = _ogroups(g.N, g.O, nt_all)
+        team = <int>(g.N * ng if g.N * ng < nt_all else nt_all)
         ap = _pack_cv3(weight, g.O, g.C)
         px = <const float*>_data(x, _xsize(g), F32)
         pa = <const float*>_data(ap, _wsize(g), F32)
         py = <float*>_data(y, _ysize(g), F32)
         with nogil:
-            _fwd_cv3(px, pa, <const float*>pb, py, g, nt)
+            _fwd_cv3(px, pa, <const float*>pb, py, g, team, ng)
         return
     if f32 and _rows_direct_ok(g):
         _rows_fwd_direct(x, weight, pb, y, g)
@@ -1630,7 +1740,7 @@ cdef tuple _grads(object x_or_none, tuple x_shape, cnp.ndarray weight, cnp.ndarr
             ppart = <float*>_data(part, nch * 16 * g.C * g.O, F32)
             with nogil:
                 _wgrad_wg(px, pdy, ppart, nch, per, &g, nt)
-            wg_dw = _unpack_wg_grad(_sum_parts(part), g.O, g.C).astype(dy.dtype)
+            wg_dw = _unpack_wg_grad(_sum_parts(part), g.O, g.C)
         elif want_dw and f32 and tdx and _cv3_ok(&g) and g.O * g.C * 72 * 4 <= (16 << 20):
             px = <const float*>_data(x, _xsize(&g), F32)
             pdy = <const float*>_data(dy, _ysize(&g), F32)
@@ -2062,14 +2172,13 @@ cdef _dx_by_conv(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray dx, Geo* g, tup
         .transpose(0, 2, 1, 3, 4).reshape(g.C, Og, g.kh, g.kw))
     t = _geo((<object>dy).shape, (<object>wt).shape, (1, 1), (eh - padding[0], eh - padding[1], ew - padding[2], ew - padding[3]),
              dilation, groups)
-    nt = _threads_for(flops, 1 << 18)
-    if nt > t.N:
-        nt = <int>t.N
+    cdef int nt_all = _threads_for(flops, 1 << 18)
+    nt = nt_all if nt_all < t.N else <int>t.N
     if nt > 1:
         with _blas_single():
-            _conv_fwd_call(dy, wt, NULL, dx, &t, nt, f32)
+            _conv_fwd_call(dy, wt, NULL, dx, &t, nt, nt_all, f32)
     else:
-        _conv_fwd_call(dy, wt, NULL, dx, &t, nt, f32)
+        _conv_fwd_call(dy, wt, NULL, dx, &t, nt, nt_all, f32)
 
 
 cdef _conv_bwd_call(cnp.ndarray x, cnp.ndarray weight, cnp.ndarray dy, object dx_or_none,

@@ -51,6 +51,74 @@ static inline void fnn_cv_interleave2(const float* restrict a, const float* rest
     for (; i < na; ++i) y[2 * i] = a[i];
 }
 
+/* ---- Winograd F(2x2, 3x3) weight transforms (portable C; the compiler vectorises the
+ * column loops).  G = [[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]].  In double:
+ * every product by 1/2 is exact and each sum runs in the order of G's row (or column),
+ * so a result is the double sum rounded once to float.
+ *
+ * Forward: one block of m output channels (o0 .. o0 + m - 1) of an (O, C, 3, 3) weight,
+ * w = its first filter, into the tap-list kernel's packing -- row k of U (stride OC) holds
+ * (G w G^T)[k / 4, k % 4] at c * m + r.  S (9 * m * C floats) first takes the block
+ * tap-major in that (c, r) order, so the transform reads and writes whole rows. */
+static inline void fnn_wg_pack_block(const float* restrict w, ptrdiff_t C, ptrdiff_t m,
+                                     float* restrict S, float* restrict U, ptrdiff_t OC) {
+    const ptrdiff_t n = m * C;
+    for (ptrdiff_t r = 0; r < m; ++r)
+        for (ptrdiff_t c = 0; c < C; ++c) {
+            const float* f = w + (r * C + c) * 9;
+            for (int t = 0; t < 9; ++t) S[t * n + c * m + r] = f[t];
+        }
+    /* the 16 rows of U never overlap (OC >= n): no dependence between iterations */
+    _Pragma("omp simd")
+    for (ptrdiff_t j = 0; j < n; ++j) {
+        double t[4][3];
+        for (int q = 0; q < 3; ++q) {
+            double a = S[q * n + j], b = S[(3 + q) * n + j], c = S[(6 + q) * n + j];
+            t[0][q] = a;
+            t[1][q] = (0.5 * a + 0.5 * b) + 0.5 * c;
+            t[2][q] = (0.5 * a - 0.5 * b) + 0.5 * c;
+            t[3][q] = c;
+        }
+        for (int a = 0; a < 4; ++a) {
+            U[(4 * a) * OC + j] = (float)t[a][0];
+            U[(4 * a + 1) * OC + j] = (float)((0.5 * t[a][0] + 0.5 * t[a][1]) + 0.5 * t[a][2]);
+            U[(4 * a + 2) * OC + j] = (float)((0.5 * t[a][0] - 0.5 * t[a][1]) + 0.5 * t[a][2]);
+            U[(4 * a + 3) * OC + j] = (float)t[a][2];
+        }
+    }
+}
+
+/* Backward: dw = G^T dU G for output channels [o0, o1) of every input channel, dU[a, b] =
+ * du[(4 a + b) * C * O + c * O + o] (the summed Winograd d_weight partials, double); dw
+ * (O, C, 3, 3) float.  D (9 * (o1 - o0) floats) holds one input channel's results
+ * tap-major while the loop over o runs on whole rows of du. */
+static inline void fnn_wg_unpack_rows(const double* restrict du, ptrdiff_t C, ptrdiff_t O,
+                                      ptrdiff_t o0, ptrdiff_t o1, float* restrict D,
+                                      float* restrict dw) {
+    const ptrdiff_t CO = C * O, n = o1 - o0;
+    for (ptrdiff_t c = 0; c < C; ++c) {
+        const double* u = du + c * O + o0;
+        _Pragma("omp simd")
+        for (ptrdiff_t j = 0; j < n; ++j) {
+            double s[3][4];
+            for (int b = 0; b < 4; ++b) {
+                double u0 = u[b * CO + j], u1 = u[(4 + b) * CO + j];
+                double u2 = u[(8 + b) * CO + j], u3 = u[(12 + b) * CO + j];
+                s[0][b] = (u0 + 0.5 * u1) + 0.5 * u2;
+                s[1][b] = 0.5 * u1 - 0.5 * u2;
+                s[2][b] = (0.5 * u1 + 0.5 * u2) + u3;
+            }
+            for (int i = 0; i < 3; ++i) {
+                D[(3 * i) * n + j] = (float)((s[i][0] + 0.5 * s[i][1]) + 0.5 * s[i][2]);
+                D[(3 * i + 1) * n + j] = (float)(0.5 * s[i][1] - 0.5 * s[i][2]);
+                D[(3 * i + 2) * n + j] = (float)((0.5 * s[i][1] + 0.5 * s[i][2]) + s[i][3]);
+            }
+        }
+        for (ptrdiff_t j = 0; j < n; ++j)
+            for (int t = 0; t < 9; ++t) dw[((o0 + j) * C + c) * 9 + t] = D[t * n + j];
+    }
+}
+
 /* ---- direct convolutions, float32, AVX2 + FMA (csrc/conv.pyx).
  * Implicit GEMMs with no packing of the input: the image is copied once (tile by tile of
  * output rows for the 3x3 kernel) into zero-padded planes of width We, and output

@@ -489,9 +489,11 @@ def test_direct_paths_fail_allocations_cleanly(case):
     (3, 8, 13, 11, 16, 1),      # odd output rows and columns: partial 2 x 2 tiles
     (2, 4, 9, 70, 16, 1),       # 35 tiles a row: 16-tile vectors, chunks across tile rows
     (2, 8, 12, 10, 16, 0),      # no padding
-    (10, 8, 6, 6, 16, 1),       # 8 image chunks of the d_weight partials
+    (10, 8, 8, 8, 16, 1),       # 8 image chunks of the d_weight partials
     (2, 12, 10, 10, 12, 1),     # O % 16 != 0: d_weight on the direct kernel, d_input too
-    (2, 6, 7, 9, 8, 1),         # C % 4 != 0: d_input and d_weight on the GEMM paths
+    (2, 6, 8, 9, 8, 1),         # C % 4 != 0: d_input and d_weight on the GEMM paths
+    (1, 16, 14, 14, 96, 1),     # one image, 2-3 threads: output-channel groups of 48 / 24-36
+    (1, 8, 10, 10, 100, 1),     # groups ending in a block of 4 output channels
 ])
 def test_conv2d_3x3_winograd_equals_the_direct_path_and_torch(geo, plane_limit):
     """conv2d 3x3 stride 1 (float32, groups 1, O % 4 == 0) runs its forward and d_input
@@ -521,6 +523,26 @@ def test_conv2d_3x3_winograd_equals_the_direct_path_and_torch(geo, plane_limit):
         for a, e in zip(got, want):
             assert a.shape == e.shape and a.dtype == np.float32
             np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())
+
+
+def test_conv2d_3x3_small_planes_take_the_direct_kernel():
+    """A 7 x 7 output (ResNet's last stage) runs its 3x3 forward on the direct kernel, not
+    Winograd (2 x 2 tiles cover 8 x 8 there and the weight transform weighs more): with
+    Winograd switched off the bits are the same; one image on several threads splits its
+    output channels (the same bits at 1, 2 and 3 threads) and agrees with torch."""
+    import importlib
+    import fastnn._backend
+    conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((1, 32, 7, 7)).astype(np.float32)
+    w = rng.standard_normal((96, 32, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(96).astype(np.float32)
+    res, direct, dy = _direct_and_gemm(conv, F.conv2d_fwd, F.conv2d_bwd, x, w, b, 1, 1, None,
+                                       "_WINOGRAD", "_set_wg_plane_max")
+    np.testing.assert_array_equal(res[0][0], direct[0])
+    want = _torch_grads(torch.nn.functional.conv2d, x, w, b, 1, 1, dy)
+    for a, e in zip(res[0], want):
+        np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())
 
 
 @pytest.mark.parametrize("plane_limit", [None, 64])

@@ -267,6 +267,10 @@ def cases():
     return [
         _conv_case(16, 64, 56, 56, 64, 3, 1, 1, True, "conv2d 3x3 fwd"),
         _conv_case(16, 64, 56, 56, 64, 3, 1, 1, False, "conv2d 3x3 fwd+bwd"),
+        # one image, deep channels (inference and small-batch fine-tuning): the per-call
+        # weight transform and the threads' share of a single image
+        _conv_case(1, 256, 14, 14, 256, 3, 1, 1, True, "conv2d 3x3 fwd, one image"),
+        _conv_case(1, 256, 14, 14, 256, 3, 1, 1, False, "conv2d 3x3 fwd+bwd, one image"),
         _conv_case(16, 128, 56, 56, 128, 3, 1, 128, False, "conv2d depthwise 3x3 fwd+bwd"),
         _pool_case("max", 16, 64, 112, 112, 2, 2, 0, True),
         _pool_case("max", 16, 64, 112, 112, 2, 2, 0, False),
