@@ -629,14 +629,16 @@ cdef bint _wg_wgrad_ok(Geo* g, Py_ssize_t nch):
 
 
 cdef int _wgrad_wg(const float* x, const float* gy, float* part, Py_ssize_t nch, Py_ssize_t per,
-                   Geo* g, int nt) except -1 nogil:
+                   Geo* g, int nt, Py_ssize_t ng) except -1 nogil:
     """Chunk ch sums dU over images [ch*per, ...) (image order) into part[ch] (16 x C x O,
-    zeroed by the caller)."""
-    cdef Py_ssize_t ch, n, n1, th, tw, We, PH, ldv
+    zeroed by the caller), in ng output-channel groups (_wbound): group k's dU is its own
+    (16, C, O_k) at part[ch] + 16 * C * o0, one work item per (chunk, group).  A dU
+    element's sum over the tiles does not depend on its group."""
+    cdef Py_ssize_t ch, n, n1, th, tw, We, PH, ldv, it, k, o0, o1
     fnn_wg_dims(g.OH, g.OW, &th, &tw, &We, &PH, &ldv)
     cdef Py_ssize_t xsz = g.C * PH * We + 64, vsz = 16 * g.C * ldv + 64
     cdef Py_ssize_t dsz = 16 * g.O * ldv + 64, usz = 16 * g.C * g.O
-    cdef Py_ssize_t xs = g.C * g.H * g.W, ys = g.O * g.OH * g.OW
+    cdef Py_ssize_t xs = g.C * g.H * g.W, ys = g.O * g.OH * g.OW, ps = g.OH * g.OW
     cdef float* xp = NULL
     cdef float* V = NULL
     cdef float* D = NULL
@@ -652,15 +654,20 @@ cdef int _wgrad_wg(const float* x, const float* gy, float* part, Py_ssize_t nch,
         else:   # lanes past a chunk's last tile are transformed and never summed
             memset(V, 0, vsz * sizeof(float))
             memset(D, 0, dsz * sizeof(float))
-        for ch in prange(nch, schedule="dynamic", chunksize=1):
+        for it in prange(nch * ng, schedule="dynamic", chunksize=1):
             if xp == NULL or V == NULL or D == NULL or Dt == NULL:
                 continue
+            ch = it // ng
+            k = it % ng
+            o0 = _wbound(g.O, ng, k)
+            o1 = _wbound(g.O, ng, k + 1)
             n1 = ch * per + per
             if n1 > g.N:
                 n1 = g.N
             for n in range(ch * per, n1):
-                fnn_wg_wgrad_image(x + n * xs, gy + n * ys, part + ch * usz, g.C, g.H, g.W,
-                                   g.O, g.OH, g.OW, g.pt, g.pl, xp, V, D, Dt)
+                fnn_wg_wgrad_image(x + n * xs, gy + n * ys + o0 * ps,
+                                   part + ch * usz + 16 * g.C * o0, g.C, g.H, g.W, o1 - o0,
+                                   g.OH, g.OW, g.pt, g.pl, xp, V, D, Dt)
         free(xp)
         free(V)
         free(D)
@@ -668,6 +675,26 @@ cdef int _wgrad_wg(const float* x, const float* gy, float* part, Py_ssize_t nch,
     if failed:
         _raise_nomem(xsz + vsz + 2 * dsz, sizeof(float))
     return 0
+
+
+cdef inline Py_ssize_t _wbound(Py_ssize_t O, Py_ssize_t ng, Py_ssize_t k) noexcept nogil:
+    """Start of the Winograd d_weight's output-channel group k of ng (k = ng: O):
+    multiples of 16 (fnn_cvw_run's column blocks)."""
+    if k >= ng:
+        return O
+    return (O * k // ng) // 16 * 16
+
+
+cdef Py_ssize_t _wgroups(Py_ssize_t nch, Py_ssize_t O, int nt) noexcept nogil:
+    """Output-channel groups of the Winograd d_weight: 1 when the image chunks keep nt
+    threads busy, else enough for nt work items, each group >= 32 channels."""
+    cdef Py_ssize_t ng
+    if nch >= nt or O < 64:
+        return 1
+    ng = (nt + nch - 1) // nch
+    if ng > O // 32:
+        ng = O // 32
+    return ng if ng > 1 else 1
 
 
 cdef int _wg_unpack_run(const double* du, float* dw, Py_ssize_t O, Py_ssize_t C,
@@ -691,16 +718,21 @@ cdef int _wg_unpack_run(const double* du, float* dw, Py_ssize_t O, Py_ssize_t C,
     return 0
 
 
-cdef cnp.ndarray _unpack_wg_grad(cnp.ndarray du, Py_ssize_t O, Py_ssize_t C):
-    """dw (O, C, 3, 3) float32 = G^T dU G from the summed partials du (16, C, O), float64,
-    C-contiguous: _wg_unpack_run (a C loop; NumPy's float64 matmuls took ~100 ms at 512 x
-    512 channels)."""
+cdef cnp.ndarray _unpack_wg_grad(cnp.ndarray du, Py_ssize_t O, Py_ssize_t C, Py_ssize_t ng):
+    """dw (O, C, 3, 3) float32 = G^T dU G from the summed partials du (16 * C * O float64,
+    C-contiguous), laid out in ng output-channel groups (_wbound) of (16, C, O_k) each:
+    _wg_unpack_run per group (a C loop; NumPy's float64 matmuls took ~100 ms at 512 x 512
+    channels)."""
     cdef cnp.ndarray dw = np.empty((O, C, 3, 3), dtype=np.float32)
     cdef const double* pu = <const double*>_data(du, 16 * C * O, F64)
     cdef float* pd = <float*>_data(dw, O * C * 9, F32)
     cdef int nt = _threads_for(O * C * 16, 1 << 16)
+    cdef Py_ssize_t k, o0, o1
     with nogil:
-        _wg_unpack_run(pu, pd, O, C, nt)
+        for k in range(ng):
+            o0 = _wbound(O, ng, k)
+            o1 = _wbound(O, ng, k + 1)
+            _wg_unpack_run(pu + 16 * C * o0, pd + o0 * C * 9, o1 - o0, C, nt)
     return dw
 
 
@@ -1685,8 +1717,8 @@ cdef tuple _grads(object x_or_none, tuple x_shape, cnp.ndarray weight, cnp.ndarr
     cdef cnp.ndarray dbp = None
     cdef cnp.ndarray part
     cdef Py_ssize_t ys = g.OH * g.OW, K = g.kh * g.kw, nch, per
-    cdef Py_ssize_t flops = g.N * g.O * g.OH * g.OW * g.Cg * g.kh * g.kw
-    cdef int nt
+    cdef Py_ssize_t flops = g.N * g.O * g.OH * g.OW * g.Cg * g.kh * g.kw, ng
+    cdef int nt, nt_all, team
     cdef bint f32 = dy.dtype == np.float32, tdx
     cdef double* pdb = NULL
     cdef const float* px
@@ -1734,13 +1766,17 @@ cdef tuple _grads(object x_or_none, tuple x_shape, cnp.ndarray weight, cnp.ndarr
         if not want_dw and tdx:
             pass
         elif want_dw and f32 and tdx and _wg_wgrad_ok(&g, nch):
-            part = np.zeros((nch, 16, g.C, g.O), dtype=np.float32)
+            # fewer image chunks than threads (a batch of one): output-channel groups too
+            nt_all = _threads_for(flops, 1 << 18)
+            ng = _wgroups(nch, g.O, nt_all)
+            team = <int>(nch * ng if nch * ng < nt_all else nt_all)
+            part = np.zeros((nch, 16 * g.C * g.O), dtype=np.float32)
             px = <const float*>_data(x, _xsize(&g), F32)
             pdy = <const float*>_data(dy, _ysize(&g), F32)
             ppart = <float*>_data(part, nch * 16 * g.C * g.O, F32)
             with nogil:
-                _wgrad_wg(px, pdy, ppart, nch, per, &g, nt)
-            wg_dw = _unpack_wg_grad(_sum_parts(part), g.O, g.C)
+                _wgrad_wg(px, pdy, ppart, nch, per, &g, team, ng)
+            wg_dw = _unpack_wg_grad(_sum_parts(part), g.O, g.C, ng)
         elif want_dw and f32 and tdx and _cv3_ok(&g) and g.O * g.C * 72 * 4 <= (16 << 20):
             px = <const float*>_data(x, _xsize(&g), F32)
             pdy = <const float*>_data(dy, _ysize(&g), F32)
