@@ -819,27 +819,50 @@ cdef void _direct_image(const float* src, const float* ap, const Py_ssize_t* tof
 
 cdef int _direct(const float* src, const float* ap, const Py_ssize_t* toff,
                  const Py_ssize_t* runs, const float* bias, float* y, DPlan* d,
-                 int nt) except -1 nogil:
-    """Every image through the plan (images spread over nt threads; each image's result
-    depends on nothing else, so the bits do not depend on the thread count)."""
-    cdef Py_ssize_t n, xsz = (d.Ct * d.PR + d.slack) * d.We + 64
+                 int nt, Py_ssize_t ng) except -1 nogil:
+    """Every image through the plan, in ng output-channel groups (_obound): work items
+    (image, group) over nt threads.  Group k runs the plan with O_k output channels, each
+    run's packed weights from its block at o0 (the packing's blocks of 6 from o0 on, as
+    for all O), the bias, result and y from o0.  Each image's result depends on nothing
+    else and an output's sums not on its group: the bits do not depend on the thread
+    count."""
+    cdef Py_ssize_t n, it, k, o0, o1, r, xsz = (d.Ct * d.PR + d.slack) * d.We + 64
     cdef Py_ssize_t csz = (2 if d.Sw == 2 else 1) * d.O * d.ldc + 64   # _direct_image
-    cdef Py_ssize_t ss = d.Cs * d.Hs * d.Ws, ys = d.O * d.OH * d.OW
+    cdef Py_ssize_t ss = d.Cs * d.Hs * d.Ws, ys = d.O * d.OH * d.OW, ps = d.OH * d.OW
     cdef float* xp = NULL
     cdef float* ct = NULL
+    cdef DPlan* dg = NULL
+    cdef Py_ssize_t* rg = NULL
     cdef int failed = 0
     with nogil, parallel(num_threads=nt):
         xp = <float*>fnn_alloc(xsz, sizeof(float))
         ct = <float*>fnn_alloc(csz, sizeof(float))
-        if xp == NULL or ct == NULL:
+        dg = <DPlan*>fnn_alloc(1, sizeof(DPlan))
+        rg = <Py_ssize_t*>fnn_alloc(d.nrun * _RUN, sizeof(Py_ssize_t))
+        if xp == NULL or ct == NULL or dg == NULL or rg == NULL:
             fnn_flag_set(&failed)
         else:   # the over-read past the last plane: finite values, never used
             memset(xp + d.Ct * d.PR * d.We, 0, (d.slack * d.We + 64) * sizeof(float))
-        for n in prange(d.N, schedule="dynamic", chunksize=1):
-            if xp != NULL and ct != NULL:
-                _direct_image(src + n * ss, ap, toff, runs, bias, y + n * ys, xp, ct, d)
+        for it in prange(d.N * ng, schedule="dynamic", chunksize=1):
+            if xp != NULL and ct != NULL and dg != NULL and rg != NULL:
+                n = it // ng
+                k = it % ng
+                if ng == 1:
+                    _direct_image(src + n * ss, ap, toff, runs, bias, y + n * ys, xp, ct, d)
+                else:
+                    o0 = _obound(d.O, ng, k)
+                    o1 = _obound(d.O, ng, k + 1)
+                    memcpy(dg, d, sizeof(DPlan))
+                    dg.O = o1 - o0
+                    memcpy(rg, runs, d.nrun * _RUN * sizeof(Py_ssize_t))
+                    for r in range(d.nrun):     # run r's blocks from o0: o0 * Ct * taps on
+                        rg[r * _RUN] = runs[r * _RUN] + o0 * d.Ct * runs[r * _RUN + 2]
+                    _direct_image(src + n * ss, ap, toff, rg, NULL if bias == NULL else bias + o0,
+                                  y + n * ys + o0 * ps, xp, ct, dg)
         free(xp)
         free(ct)
+        free(dg)
+        free(rg)
     if failed:
         _raise_nomem(xsz + csz, sizeof(float))
     return 0
@@ -869,16 +892,17 @@ cdef _run_direct(cnp.ndarray src, object ap, object toff, object runs, void* pbi
                  cnp.ndarray y, DPlan* d, Py_ssize_t flops):
     cdef cnp.ndarray a = ap, t = np.ascontiguousarray(toff, dtype=np.intp)
     cdef cnp.ndarray r = np.ascontiguousarray(runs, dtype=np.intp)
-    cdef int nt = _threads_for(flops, 1 << 18)
-    if nt > d.N:
-        nt = <int>d.N
+    cdef int nt_all = _threads_for(flops, 1 << 18)
+    # fewer images than threads (a batch of one): output-channel groups too
+    cdef Py_ssize_t ng = _ogroups(d.N, d.O, nt_all)
+    cdef int nt = <int>(d.N * ng if d.N * ng < nt_all else nt_all)
     cdef const float* ps = <const float*>_data(src, d.N * d.Cs * d.Hs * d.Ws, F32)
     cdef const float* pa = <const float*>_data(a, cnp.PyArray_SIZE(a), F32)
     cdef const Py_ssize_t* pt = <const Py_ssize_t*>_data(t, cnp.PyArray_SIZE(t), INTP)
     cdef const Py_ssize_t* pr = <const Py_ssize_t*>_data(r, d.nrun * _RUN, INTP)
     cdef float* py = <float*>_data(y, d.N * d.O * d.OH * d.OW, F32)
     with nogil:
-        _direct(ps, pa, pt, pr, <const float*>pbias, py, d, nt)
+        _direct(ps, pa, pt, pr, <const float*>pbias, py, d, nt, ng)
 
 
 cdef tuple _phase_taps(Py_ssize_t k, Py_ssize_t d, Py_ssize_t p, Py_ssize_t s):

@@ -525,6 +525,42 @@ def test_conv2d_3x3_winograd_equals_the_direct_path_and_torch(geo, plane_limit):
             np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())
 
 
+@pytest.mark.parametrize("case", [
+    # one image and >= 48 output channels, sizes past the two-thread work threshold (2 x
+    # 2^18 multiply-adds): the tap-list kernel (5x5, C < 4, conv_transpose2d) splits the
+    # image's output channels across threads (groups of multiples of 12, the last ending
+    # in 4s); conv1d and a strided conv2d run on GEMMs here (the avx512 build's own GEMM),
+    # which split their blocks
+    ("conv1d", (1, 16, 512), (52, 16, 3), dict(padding=1)),
+    ("conv1d ragged", (1, 20, 301), (48, 20, 5), dict(padding=2)),
+    ("conv2d 5x5", (1, 8, 12, 11), (60, 8, 5, 5), dict(padding=2)),
+    ("conv2d 3x3 C<4", (1, 3, 20, 20), (64, 3, 3, 3), dict(padding=1)),
+    ("conv2d 3x3 stride 2", (1, 16, 25, 25), (48, 16, 3, 3), dict(stride=2, padding=1)),
+    ("conv_transpose2d", (1, 16, 10, 10), (16, 52, 4, 4), dict(stride=2, padding=1)),
+])
+def test_one_image_uses_every_thread_with_the_same_bits(case):
+    """A batch of one: output-channel groups give every thread work on the direct kernels,
+    and the forward and gradients keep their bits at 1, 2 and 3 threads and agree with the
+    reference."""
+    name, xs, ws, kw = case
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = (rng.standard_normal(ws) * 0.2).astype(np.float32)
+    b = rng.standard_normal(ws[1] if name == "conv_transpose2d" else ws[0]).astype(np.float32)
+    if name.startswith("conv1d"):
+        fwd, bwd = F.conv1d_fwd, F.conv1d_bwd
+    elif name == "conv_transpose2d":
+        fwd, bwd = F.conv_transpose2d_fwd, F.conv_transpose2d_bwd
+    else:
+        fwd, bwd = F.conv2d_fwd, F.conv2d_bwd
+    res, dy = _fwd_bwd_across_threads(fwd, bwd, (x, w, b), kw)
+    with fastnn.use_backend("reference"):
+        y, ctx = fwd(x, w, b, **kw)
+        want = (y,) + tuple(bwd(ctx, dy))
+    for a, e in zip(res[0], want):
+        np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())
+
+
 def test_conv2d_3x3_small_planes_take_the_direct_kernel():
     """A 7 x 7 output (ResNet's last stage) runs its 3x3 forward on the direct kernel, not
     Winograd (2 x 2 tiles cover 8 x 8 there and the weight transform weighs more): with
