@@ -109,6 +109,9 @@ cdef extern from "fnn_conv.h" nogil:
     Py_ssize_t fnn_cv3_o6(Py_ssize_t O)
     void fnn_wg_pack_block(const float* w, Py_ssize_t C, Py_ssize_t m, float* S, float* U,
                            Py_ssize_t OC)
+    void fnn_pack_block_oct(const float* w, Py_ssize_t C, Py_ssize_t T, Py_ssize_t m, float* dst)
+    void fnn_flip_transpose_oct(const float* w, Py_ssize_t O, Py_ssize_t C, Py_ssize_t T,
+                                Py_ssize_t o0, Py_ssize_t o1, float* wt)
     void fnn_wg_unpack_rows(const double* du, Py_ssize_t C, Py_ssize_t O, Py_ssize_t o0,
                             Py_ssize_t o1, float* D, float* dw)
     Py_ssize_t fnn_cv3_rows(Py_ssize_t C, Py_ssize_t OW, Py_ssize_t OH)
@@ -624,7 +627,7 @@ cdef bint _wg_wgrad_ok(Geo* g, Py_ssize_t nch):
     """d_weight on the Winograd transforms (fnn_wg_wgrad_image, AVX-512 builds): a _wg_ok geometry with
     input channels of 4 and output channels of 16 (fnn_cvw_run's blocks), the 16 x C x O
     partials of the nch chunks within 64 MiB."""
-    return (FNN_HAVE_CVW != 0 and _wg_ok(g) and g.C % 4 == 0 and g.O % 16 == 0
+    return (FNN_HAVE_CVW != 0 and _wg_fwd_ok(g) and g.C % 4 == 0 and g.O % 16 == 0
             and nch * 16 * g.C * g.O * 4 <= (64 << 20))
 
 
@@ -868,16 +871,22 @@ cdef int _direct(const float* src, const float* ap, const Py_ssize_t* toff,
     return 0
 
 
-cdef object _pack_direct(object wd):
+cdef cnp.ndarray _pack_direct(object wd):
     """wd (O, C, taps) -> the direct kernel's packing: blocks of 6 output channels (then 4),
-    block [o0, o0 + m) holding wd[o0 + r, c, t] at (c, t, r)."""
-    cdef Py_ssize_t O = wd.shape[0], o6 = fnn_cv3_o6(wd.shape[0])
-    parts = []
-    if o6 > 0:
-        parts.append(wd[:o6].reshape(o6 // 6, 6, wd.shape[1], wd.shape[2]).transpose(0, 2, 3, 1).ravel())
-    if O > o6:
-        parts.append(wd[o6:].reshape((O - o6) // 4, 4, wd.shape[1], wd.shape[2]).transpose(0, 2, 3, 1).ravel())
-    return np.ascontiguousarray(np.concatenate(parts), dtype=np.float32)
+    block [o0, o0 + m) holding wd[o0 + r, c, t] at (c, t, r); a C loop, one block per work
+    item (NumPy's transposes and concatenation took ~2 ms a call at 512 x 512 x 3 x 3)."""
+    cdef cnp.ndarray w = np.ascontiguousarray(wd, dtype=np.float32)
+    cdef Py_ssize_t O = w.shape[0], C = w.shape[1], T = w.shape[2]
+    cdef Py_ssize_t o6 = fnn_cv3_o6(O), nb6 = o6 // 6, nb = o6 // 6 + (O - o6) // 4, blk, o0
+    cdef cnp.ndarray out = np.empty(O * C * T, dtype=np.float32)
+    cdef const float* pw = <const float*>_data(w, O * C * T, F32)
+    cdef float* po = <float*>_data(out, O * C * T, F32)
+    cdef int nt = _threads_for(O * C * T, 1 << 17)
+    with nogil:
+        for blk in prange(nb, schedule="static", num_threads=nt):
+            o0 = blk * 6 if blk < nb6 else o6 + (blk - nb6) * 4
+            fnn_pack_block_oct(pw + o0 * C * T, C, T, 6 if blk < nb6 else 4, po + o0 * C * T)
+    return out
 
 
 cdef inline Py_ssize_t _slack_rows(Py_ssize_t reach, Py_ssize_t We) noexcept nogil:
@@ -1646,14 +1655,8 @@ def conv2d(cnp.ndarray x, cnp.ndarray weight, object bias, tuple stride, tuple p
 
 
 cdef cnp.ndarray _pack_cv3(cnp.ndarray weight, Py_ssize_t O, Py_ssize_t C):
-    cdef Py_ssize_t o6 = fnn_cv3_o6(O)
-    w = (<object>weight).reshape(O, C, 9)
-    parts = []
-    if o6 > 0:
-        parts.append(w[:o6].reshape(o6 // 6, 6, C, 9).transpose(0, 2, 3, 1).ravel())
-    if O > o6:
-        parts.append(w[o6:].reshape((O - o6) // 4, 4, C, 9).transpose(0, 2, 3, 1).ravel())
-    return np.ascontiguousarray(np.concatenate(parts))
+    """The 3x3 kernel's packing: _pack_direct's over the 9 taps."""
+    return _pack_direct((<object>weight).reshape(O, C, 9))
 
 
 cdef _conv_fwd_call(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, Geo* g, int nt,
@@ -2227,9 +2230,26 @@ cdef _dx_by_conv(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray dx, Geo* g, tup
     cdef Py_ssize_t Og = g.O // g.G, eh = g.dh * (g.kh - 1), ew = g.dw * (g.kw - 1)
     cdef Geo t
     cdef int nt
-    cdef cnp.ndarray wt = np.ascontiguousarray(
-        (<object>weight).reshape(g.G, Og, g.Cg, g.kh, g.kw)[:, :, :, ::-1, ::-1]
-        .transpose(0, 2, 1, 3, 4).reshape(g.C, Og, g.kh, g.kw))
+    cdef cnp.ndarray wt
+    cdef Py_ssize_t ob, nob = (g.O + 15) // 16, T = g.kh * g.kw
+    cdef const float* pw
+    cdef float* pwt
+    cdef int ntw
+    if g.G == 1 and weight.dtype == np.float32 and cnp.PyArray_IS_C_CONTIGUOUS(weight):
+        # a C loop in 16 x 16 filter tiles (NumPy's flip and transpose: ~2 ms at 512 x 512
+        # x 3 x 3), tiles of output channels over the threads
+        wt = np.empty((g.C, g.O, g.kh, g.kw), dtype=np.float32)
+        pw = <const float*>_data(weight, g.O * g.C * T, F32)
+        pwt = <float*>_data(wt, g.O * g.C * T, F32)
+        ntw = _threads_for(g.O * g.C * T, 1 << 17)
+        with nogil:
+            for ob in prange(nob, schedule="static", num_threads=ntw):
+                fnn_flip_transpose_oct(pw, g.O, g.C, T, ob * 16,
+                                       g.O if ob * 16 + 16 > g.O else ob * 16 + 16, pwt)
+    else:
+        wt = np.ascontiguousarray(
+            (<object>weight).reshape(g.G, Og, g.Cg, g.kh, g.kw)[:, :, :, ::-1, ::-1]
+            .transpose(0, 2, 1, 3, 4).reshape(g.C, Og, g.kh, g.kw))
     t = _geo((<object>dy).shape, (<object>wt).shape, (1, 1), (eh - padding[0], eh - padding[1], ew - padding[2], ew - padding[3]),
              dilation, groups)
     cdef int nt_all = _threads_for(flops, 1 << 18)

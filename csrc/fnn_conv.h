@@ -51,6 +51,38 @@ static inline void fnn_cv_interleave2(const float* restrict a, const float* rest
     for (; i < na; ++i) y[2 * i] = a[i];
 }
 
+/* ---- the direct kernels' weight packing (portable C): one block of m output channels
+ * (o0 .. o0 + m - 1) of an (O, C, T) weight (T taps), w = its first filter, to
+ * dst[(c * T + t) * m + r] = w[(r * C + c) * T + t]: each filter read whole, the block's
+ * m * C * T floats written within a few pages. */
+static inline void fnn_pack_block_oct(const float* restrict w, ptrdiff_t C, ptrdiff_t T,
+                                      ptrdiff_t m, float* restrict dst) {
+    for (ptrdiff_t r = 0; r < m; ++r)
+        for (ptrdiff_t c = 0; c < C; ++c) {
+            const float* f = w + (r * C + c) * T;
+            float* d = dst + c * T * m + r;
+            for (ptrdiff_t t = 0; t < T; ++t) d[t * m] = f[t];
+        }
+}
+
+/* d_input's weights as a forward's: wt[c, o, t] = w[o, c, T - 1 - t] for an (O, C, T)
+ * weight (groups 1; T = kh * kw taps, flipped), over output channels [o0, o1), in tiles
+ * of 16 x 16 filters so that reads and writes both stay within a few pages. */
+static inline void fnn_flip_transpose_oct(const float* restrict w, ptrdiff_t O, ptrdiff_t C,
+                                          ptrdiff_t T, ptrdiff_t o0, ptrdiff_t o1,
+                                          float* restrict wt) {
+    for (ptrdiff_t ob = o0; ob < o1; ob += 16)
+        for (ptrdiff_t cb = 0; cb < C; cb += 16) {
+            ptrdiff_t oe = ob + 16 < o1 ? ob + 16 : o1, ce = cb + 16 < C ? cb + 16 : C;
+            for (ptrdiff_t c = cb; c < ce; ++c)
+                for (ptrdiff_t o = ob; o < oe; ++o) {
+                    const float* f = w + (o * C + c) * T;
+                    float* d = wt + (c * O + o) * T;
+                    for (ptrdiff_t t = 0; t < T; ++t) d[t] = f[T - 1 - t];
+                }
+        }
+}
+
 /* ---- Winograd F(2x2, 3x3) weight transforms (portable C; the compiler vectorises the
  * column loops).  G = [[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]].  In double:
  * every product by 1/2 is exact and each sum runs in the order of G's row (or column),
