@@ -447,17 +447,23 @@ cdef inline Py_ssize_t _obound(Py_ssize_t O, Py_ssize_t ng, Py_ssize_t k) noexce
     return (O * k // ng) // 12 * 12
 
 
-cdef Py_ssize_t _ogroups(Py_ssize_t N, Py_ssize_t O, int nt) noexcept nogil:
-    """Output-channel groups per image for the direct and Winograd 3x3 forwards: 1 when
-    the images alone keep nt threads busy, else enough for nt work items, each group >= 24
-    channels.  The result is the same for any count (each output's sums are fixed)."""
+cdef Py_ssize_t _groups(Py_ssize_t items, Py_ssize_t O, int nt, Py_ssize_t least) noexcept nogil:
+    """Output-channel groups for a pass over ``items`` independent work items (images, or
+    image chunks): 1 when the items alone keep nt threads busy, else enough for nt work
+    items, each group >= least channels.  Callers cut groups where an output's sums do not
+    change, so the result is the same for any count."""
     cdef Py_ssize_t ng
-    if N >= nt or O < 48:
+    if items >= nt or O < 2 * least:
         return 1
-    ng = (nt + N - 1) // N
-    if ng > O // 24:
-        ng = O // 24
+    ng = (nt + items - 1) // items
+    if ng > O // least:
+        ng = O // least
     return ng if ng > 1 else 1
+
+
+cdef inline Py_ssize_t _ogroups(Py_ssize_t N, Py_ssize_t O, int nt) noexcept nogil:
+    """The direct and Winograd forwards' groups per image: >= 24 channels."""
+    return _groups(N, O, nt, 24)
 
 
 cdef int _wgrad_cv3(const float* x, const float* gy, float* part, Py_ssize_t nch, Py_ssize_t per,
@@ -688,16 +694,9 @@ cdef inline Py_ssize_t _wbound(Py_ssize_t O, Py_ssize_t ng, Py_ssize_t k) noexce
     return (O * k // ng) // 16 * 16
 
 
-cdef Py_ssize_t _wgroups(Py_ssize_t nch, Py_ssize_t O, int nt) noexcept nogil:
-    """Output-channel groups of the Winograd d_weight: 1 when the image chunks keep nt
-    threads busy, else enough for nt work items, each group >= 32 channels."""
-    cdef Py_ssize_t ng
-    if nch >= nt or O < 64:
-        return 1
-    ng = (nt + nch - 1) // nch
-    if ng > O // 32:
-        ng = O // 32
-    return ng if ng > 1 else 1
+cdef inline Py_ssize_t _wgroups(Py_ssize_t nch, Py_ssize_t O, int nt) noexcept nogil:
+    """The Winograd d_weight's groups per image chunk: >= 32 channels."""
+    return _groups(nch, O, nt, 32)
 
 
 cdef int _wg_unpack_run(const double* du, float* dw, Py_ssize_t O, Py_ssize_t C,
