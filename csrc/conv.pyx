@@ -325,6 +325,51 @@ cdef void _rowcol(const real* x, real* Rt, Geo* g, Py_ssize_t r0, Py_ssize_t r1)
                 d += We
 
 
+cdef inline int _gemm_blocks_small(bint own, Py_ssize_t images, Py_ssize_t M, Py_ssize_t N,
+                                   Py_ssize_t K) noexcept nogil:
+    """Blocks of one image's GEMM (C = M x N over depth K) when the batch is too small to
+    spread images over the threads (fewer than 4) and the product runs on the own float32
+    kernel (``own``; it needs M >= 24 and K >= 16 and runs on the calling thread): column
+    blocks of >= 256 (at most 8) where C is wide, else row blocks of >= 32 (at most 8).
+    -> nb > 0: nb column blocks; nb < 0: -nb row blocks; 1: one call.  Fixed by the
+    shapes, never by the thread count: the same blocks (so the same bits) on one thread or
+    several."""
+    cdef Py_ssize_t nb
+    if not own or images >= 4 or M < 24 or K < 16 or M * N * K < (1 << 21):
+        return 1
+    nb = N // 256
+    if nb >= 2:
+        return <int>(nb if nb < 8 else 8)
+    nb = M // 32
+    if nb >= 2 and N >= 32:
+        return -<int>(nb if nb < 8 else 8)
+    return 1
+
+
+cdef void _gemm_cols(bint trans_a, bint trans_b, int M, int N, int K, real alpha,
+                     const real* A, int lda, const real* B, int ldb, real beta, real* C,
+                     int ldc, int nb) noexcept nogil:
+    """gemm(trans_a, trans_b, ...) in the blocks _gemm_blocks_small chose, over the
+    threads: column blocks [n0, n1) (n0 a multiple of 16) or row blocks [m0, m1), each one
+    call.  Inside another parallel region the blocks run on its thread, in order."""
+    cdef int k, n0, n1, nbk = nb if nb > 0 else -nb
+    if nbk <= 1:
+        gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
+        return
+    for k in prange(nbk, schedule="dynamic", num_threads=fnn_max_threads()):
+        if nb > 0:
+            n0 = (N * k // nbk) // 16 * 16
+            n1 = N if k == nbk - 1 else (N * (k + 1) // nbk) // 16 * 16
+            gemm(trans_a, trans_b, M, n1 - n0, K, alpha, A, lda,
+                 B + (<Py_ssize_t>n0 * ldb if trans_b else n0), ldb, beta, C + n0, ldc)
+        else:
+            n0 = M * k // nbk
+            n1 = M * (k + 1) // nbk
+            gemm(trans_a, trans_b, n1 - n0, N, K, alpha,
+                 A + (n0 if trans_a else <Py_ssize_t>n0 * lda), lda, B, ldb, beta,
+                 C + <Py_ssize_t>n0 * ldc, ldc)
+
+
 cdef void _fwd_image_rows(const real* x, const real* wr, const real* b, real* y, real* buf,
                           Geo* g) noexcept nogil:
     """One image, stride-1 columns: for every tile of output rows, y = sum_j W[:, :, :, j] @
@@ -336,11 +381,13 @@ cdef void _fwd_image_rows(const real* x, const real* wr, const real* b, real* y,
     cdef real* yr
     cdef const real* cr
     cdef real bo
+    cdef int nb
     r0 = 0
     while r0 < g.OH:
         r1 = r0 + R if r0 + R < g.OH else g.OH
         T = (r1 - r0) * We
         Np = T - (We - g.OW)
+        nb = _gemm_blocks_small(real is float and _sgz_on, g.N, Og, Np, Kr)
         _rowcol(x, Rt, g, r0, r1)
         if r1 - r0 == 1:
             # one row (conv1d): the result row is y's row, so the GEMMs accumulate
@@ -352,16 +399,17 @@ cdef void _fwd_image_rows(const real* x, const real* wr, const real* b, real* y,
                     yr[ow] = bo
             for gi in range(g.G):
                 for j in range(g.kw):
-                    gemm(False, False, <int>Og, <int>Np, <int>Kr, <real>1,
-                         wr + (j * g.O + gi * Og) * Kr, <int>Kr, Rt + gi * Kr * T + j * g.dw,
-                         <int>T, <real>1, y + gi * Og * P + r0 * g.OW, <int>P)
+                    _gemm_cols(False, False, <int>Og, <int>Np, <int>Kr, <real>1,
+                               wr + (j * g.O + gi * Og) * Kr, <int>Kr,
+                               Rt + gi * Kr * T + j * g.dw, <int>T, <real>1,
+                               y + gi * Og * P + r0 * g.OW, <int>P, nb)
             r0 = r1
             continue
         for gi in range(g.G):
             for j in range(g.kw):
-                gemm(False, False, <int>Og, <int>Np, <int>Kr, <real>1,
-                     wr + (j * g.O + gi * Og) * Kr, <int>Kr, Rt + gi * Kr * T + j * g.dw, <int>T,
-                     <real>(0 if j == 0 else 1), ct + gi * Og * Np, <int>Np)
+                _gemm_cols(False, False, <int>Og, <int>Np, <int>Kr, <real>1,
+                           wr + (j * g.O + gi * Og) * Kr, <int>Kr, Rt + gi * Kr * T + j * g.dw,
+                           <int>T, <real>(0 if j == 0 else 1), ct + gi * Og * Np, <int>Np, nb)
         for o in range(g.O):
             bo = b[o] if b != NULL else 0
             for oh in range(r0, r1):
@@ -383,19 +431,22 @@ cdef void _fwd_image(const real* x, const real* w, const real* b, real* y, real*
             for k in range(P):
                 y[o * P + k] = b[o]
         beta = 1
+    cdef int nb
     if _is_1x1(g):
+        nb = _gemm_blocks_small(real is float and _sgz_on, g.N, Og, P, Kg)
         for gi in range(g.G):
-            gemm(False, False, <int>Og, <int>P, <int>Kg, <real>1, w + gi * Og * Kg, <int>Kg,
-                 x + gi * Kg * P, <int>P, beta, y + gi * Og * P, <int>P)
+            _gemm_cols(False, False, <int>Og, <int>P, <int>Kg, <real>1, w + gi * Og * Kg, <int>Kg,
+                       x + gi * Kg * P, <int>P, beta, y + gi * Og * P, <int>P, nb)
         return
     r0 = 0
     while r0 < g.OH:
         r1 = r0 + R if r0 + R < g.OH else g.OH
         T = (r1 - r0) * g.OW
+        nb = _gemm_blocks_small(real is float and _sgz_on, g.N, Og, T, Kg)
         _im2col(x, col, g, r0, r1)
         for gi in range(g.G):
-            gemm(False, False, <int>Og, <int>T, <int>Kg, <real>1, w + gi * Og * Kg, <int>Kg,
-                 col + gi * Kg * T, <int>T, beta, y + gi * Og * P + r0 * g.OW, <int>P)
+            _gemm_cols(False, False, <int>Og, <int>T, <int>Kg, <real>1, w + gi * Og * Kg, <int>Kg,
+                       col + gi * Kg * T, <int>T, beta, y + gi * Og * P + r0 * g.OW, <int>P, nb)
         r0 = r1
 
 
@@ -1141,17 +1192,23 @@ cdef void _bwd_chunk(const real* x, const real* w, const real* gy, real* dx, rea
     cdef Py_ssize_t R = _tile_rows(g), r0, r1, T
     cdef const real* dyn
     cdef real beta
+    cdef bint own = real is float and _sgz_on
+    cdef int bw, bx
     for n in range(n0, n1):
         dyn = gy + n * ys
         if _is_1x1(g):
             beta = 0 if n == n0 else 1
+            bw = _gemm_blocks_small(own, g.N, Og, Kg, P)
+            bx = _gemm_blocks_small(own, g.N, Kg, P, Og)
             for gi in range(g.G):
                 if dw_part != NULL:
-                    gemm(False, True, <int>Og, <int>Kg, <int>P, <real>1, dyn + gi * Og * P, <int>P,
-                         x + n * xs + gi * Kg * P, <int>P, beta, dw_part + gi * Og * Kg, <int>Kg)
+                    _gemm_cols(False, True, <int>Og, <int>Kg, <int>P, <real>1, dyn + gi * Og * P,
+                               <int>P, x + n * xs + gi * Kg * P, <int>P, beta,
+                               dw_part + gi * Og * Kg, <int>Kg, bw)
                 if dx != NULL:
-                    gemm(True, False, <int>Kg, <int>P, <int>Og, <real>1, w + gi * Og * Kg, <int>Kg,
-                         dyn + gi * Og * P, <int>P, <real>0, dx + n * xs + gi * Kg * P, <int>P)
+                    _gemm_cols(True, False, <int>Kg, <int>P, <int>Og, <real>1, w + gi * Og * Kg,
+                               <int>Kg, dyn + gi * Og * P, <int>P, <real>0,
+                               dx + n * xs + gi * Kg * P, <int>P, bx)
             continue
         if dx != NULL:
             memset(dx + n * xs, 0, xs * sizeof(real))
@@ -1160,18 +1217,21 @@ cdef void _bwd_chunk(const real* x, const real* w, const real* gy, real* dx, rea
             r1 = r0 + R if r0 + R < g.OH else g.OH
             T = (r1 - r0) * g.OW
             beta = 0 if (n == n0 and r0 == 0) else 1
+            bw = _gemm_blocks_small(own, g.N, Og, Kg, T)
+            bx = _gemm_blocks_small(own, g.N, Kg, T, Og)
             if dw_part != NULL:
                 _im2col(x + n * xs, col, g, r0, r1)
                 for gi in range(g.G):
-                    gemm(False, True, <int>Og, <int>Kg, <int>T, <real>1,
-                         dyn + gi * Og * P + r0 * g.OW, <int>P, col + gi * Kg * T, <int>T, beta,
-                         dw_part + gi * Og * Kg, <int>Kg)
+                    _gemm_cols(False, True, <int>Og, <int>Kg, <int>T, <real>1,
+                               dyn + gi * Og * P + r0 * g.OW, <int>P, col + gi * Kg * T, <int>T,
+                               beta, dw_part + gi * Og * Kg, <int>Kg, bw)
             if dx == NULL:
                 r0 = r1
                 continue
             for gi in range(g.G):
-                gemm(True, False, <int>Kg, <int>T, <int>Og, <real>1, w + gi * Og * Kg, <int>Kg,
-                     dyn + gi * Og * P + r0 * g.OW, <int>P, <real>0, col + gi * Kg * T, <int>T)
+                _gemm_cols(True, False, <int>Kg, <int>T, <int>Og, <real>1, w + gi * Og * Kg,
+                           <int>Kg, dyn + gi * Og * P + r0 * g.OW, <int>P, <real>0,
+                           col + gi * Kg * T, <int>T, bx)
             _col2im(col, dx + n * xs, g, r0, r1)
             r0 = r1
 
@@ -1218,13 +1278,15 @@ cdef void _wgrad_rows_chunk(const real* x, const real* gy, real* dw_part, Py_ssi
                     for j in range(g.kw):
                         dw_part[(o * Kr + k) * g.kw + j] = acc[(j * g.O + o) * Kr + k]
             return
+    cdef int bw = _gemm_blocks_small(real is float and _sgz_on, g.N, Og, Kr, g.OW)
     for n in range(n0, n1):
         _rowcol(x + n * xs, Rt, g, 0, 1)
         for j in range(g.kw):
             for gi in range(g.G):
-                gemm(False, True, <int>Og, <int>Kr, <int>g.OW, <real>1,
-                     gy + n * ys + gi * Og * g.OW, <int>g.OW, Rt + gi * Kr * We + j * g.dw,
-                     <int>We, <real>(0 if n == n0 else 1), acc + (j * g.O + gi * Og) * Kr, <int>Kr)
+                _gemm_cols(False, True, <int>Og, <int>Kr, <int>g.OW, <real>1,
+                           gy + n * ys + gi * Og * g.OW, <int>g.OW, Rt + gi * Kr * We + j * g.dw,
+                           <int>We, <real>(0 if n == n0 else 1), acc + (j * g.O + gi * Og) * Kr,
+                           <int>Kr, bw)
     for o in range(g.O):
         for k in range(Kr):
             for j in range(g.kw):

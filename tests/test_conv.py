@@ -537,6 +537,10 @@ def test_conv2d_3x3_winograd_equals_the_direct_path_and_torch(geo, plane_limit):
     ("conv2d 3x3 C<4", (1, 3, 20, 20), (64, 3, 3, 3), dict(padding=1)),
     ("conv2d 3x3 stride 2", (1, 16, 25, 25), (48, 16, 3, 3), dict(stride=2, padding=1)),
     ("conv_transpose2d", (1, 16, 10, 10), (16, 52, 4, 4), dict(stride=2, padding=1)),
+    # GEMM paths with one image's product split in fixed column blocks (own float32 GEMM)
+    ("conv1d wide", (1, 64, 1024), (64, 64, 3), dict(padding=1)),
+    ("conv2d 1x1", (1, 64, 32, 32), (64, 64, 1, 1), {}),
+    ("conv2d 3x3 stride 2 wide", (1, 32, 66, 66), (64, 32, 3, 3), dict(stride=2, padding=1)),
 ])
 def test_one_image_uses_every_thread_with_the_same_bits(case):
     """A batch of one: output-channel groups give every thread work on the direct kernels,
