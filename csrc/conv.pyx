@@ -420,19 +420,38 @@ cdef void _fwd_image_rows(const real* x, const real* wr, const real* b, real* y,
         r0 = r1
 
 
+cdef void _fwd_tile(const real* x, const real* w, const real* b, real* y, real* col, Geo* g,
+                    Py_ssize_t r0, Py_ssize_t r1) noexcept nogil:
+    """Output rows [r0, r1) of one image (not 1x1): the bias, then W_g @ im2col(rows) for
+    every group into y (blocks from _gemm_blocks_small)."""
+    cdef Py_ssize_t P = g.OH * g.OW, Og = g.O // g.G, Kg = g.Cg * g.kh * g.kw, gi, o, k
+    cdef Py_ssize_t T = (r1 - r0) * g.OW
+    cdef real beta = 0
+    cdef int nb = _gemm_blocks_small(real is float and _sgz_on, g.N, Og, T, Kg)
+    if b != NULL:
+        for o in range(g.O):
+            for k in range(T):
+                y[o * P + r0 * g.OW + k] = b[o]
+        beta = 1
+    _im2col(x, col, g, r0, r1)
+    for gi in range(g.G):
+        _gemm_cols(False, False, <int>Og, <int>T, <int>Kg, <real>1, w + gi * Og * Kg, <int>Kg,
+                   col + gi * Kg * T, <int>T, beta, y + gi * Og * P + r0 * g.OW, <int>P, nb)
+
+
 cdef void _fwd_image(const real* x, const real* w, const real* b, real* y, real* col,
                      Geo* g) noexcept nogil:
     """One image: y (O, OH*OW) = W_g @ col_g (+ bias) for every group, tile by tile."""
     cdef Py_ssize_t P = g.OH * g.OW, Og = g.O // g.G, Kg = g.Cg * g.kh * g.kw, gi, o, k
-    cdef Py_ssize_t R = _tile_rows(g), r0, r1, T
+    cdef Py_ssize_t R = _tile_rows(g), r0
     cdef real beta = 0
-    if b != NULL:
-        for o in range(g.O):
-            for k in range(P):
-                y[o * P + k] = b[o]
-        beta = 1
     cdef int nb
     if _is_1x1(g):
+        if b != NULL:
+            for o in range(g.O):
+                for k in range(P):
+                    y[o * P + k] = b[o]
+            beta = 1
         nb = _gemm_blocks_small(real is float and _sgz_on, g.N, Og, P, Kg)
         for gi in range(g.G):
             _gemm_cols(False, False, <int>Og, <int>P, <int>Kg, <real>1, w + gi * Og * Kg, <int>Kg,
@@ -440,14 +459,8 @@ cdef void _fwd_image(const real* x, const real* w, const real* b, real* y, real*
         return
     r0 = 0
     while r0 < g.OH:
-        r1 = r0 + R if r0 + R < g.OH else g.OH
-        T = (r1 - r0) * g.OW
-        nb = _gemm_blocks_small(real is float and _sgz_on, g.N, Og, T, Kg)
-        _im2col(x, col, g, r0, r1)
-        for gi in range(g.G):
-            _gemm_cols(False, False, <int>Og, <int>T, <int>Kg, <real>1, w + gi * Og * Kg, <int>Kg,
-                       col + gi * Kg * T, <int>T, beta, y + gi * Og * P + r0 * g.OW, <int>P, nb)
-        r0 = r1
+        _fwd_tile(x, w, b, y, col, g, r0, r0 + R if r0 + R < g.OH else g.OH)
+        r0 += R
 
 
 cdef inline bint _cv3_ok(Geo* g) noexcept nogil:
@@ -1147,15 +1160,36 @@ cdef _taps_fwd_direct(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y
 
 
 cdef int _fwd_gemm(const real* x, const real* w, const real* wr, const real* b, real* y,
-                   Geo* g, int nt) except -1 nogil:
+                   Geo* g, int nt, int nt_all) except -1 nogil:
     cdef Py_ssize_t n, csize = g.C * g.kh * g.kw * _tile_rows(g) * g.OW
     cdef Py_ssize_t xs = g.C * g.H * g.W, ys = g.O * g.OH * g.OW
-    cdef Py_ssize_t We = g.OW + g.dw * (g.kw - 1), Rr = _row_tile(g)
+    cdef Py_ssize_t We = g.OW + g.dw * (g.kw - 1), Rr = _row_tile(g), R = _tile_rows(g)
+    cdef Py_ssize_t ntile = (g.OH + R - 1) // R, it, r0
     cdef bint rows = _rowcol_ok(g) and not _is_1x1(g)
     cdef real* col = NULL
     cdef int failed = 0
     if rows:
         csize = g.C * g.kh * Rr * We + g.O * Rr * We
+    if (real is float and _sgz_on and not rows and not _is_1x1(g) and g.N < nt_all
+            and ntile > 1 and g.O // g.G >= 24 and g.Cg * g.kh * g.kw >= 16):
+        # fewer images than threads: the images' row tiles (im2col and GEMM each) over the
+        # threads -- a tile's outputs are computed as in the image loop, so the same bits.
+        # Only where the products run on the own float32 kernel (BLAS would thread inside)
+        with parallel(num_threads=nt_all):
+            col = <real*>fnn_alloc(csize * sizeof(real) + 64, 1)
+            if col == NULL:
+                fnn_flag_set(&failed)
+            for it in prange(g.N * ntile, schedule="dynamic", chunksize=1):
+                if col == NULL:
+                    continue
+                n = it // ntile
+                r0 = (it % ntile) * R
+                _fwd_tile(x + n * xs, w, b, y + n * ys, col, g, r0,
+                          r0 + R if r0 + R < g.OH else g.OH)
+            free(col)
+        if failed:
+            _raise_nomem(csize * sizeof(real) + 64, 1)
+        return 0
     if nt > 1:
         with parallel(num_threads=nt):
             col = <real*>fnn_alloc(csize * sizeof(real) + 64, 1)
@@ -1623,13 +1657,13 @@ cdef _dw_fwd_run(real z, cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarra
 
 
 cdef _fwd_gemm_run(real z, cnp.ndarray x, cnp.ndarray weight, cnp.ndarray wr, void* pb,
-                   cnp.ndarray y, Geo* g, int nt):
+                   cnp.ndarray y, Geo* g, int nt, int nt_all):
     cdef const real* px = _typed(x, _xsize(g), z)
     cdef const real* pw = _typed(weight, _wsize(g), z)
     cdef const real* pwr = _typed(wr, _wsize(g), z)
     cdef real* py = _typed(y, _ysize(g), z)
     with nogil:
-        _fwd_gemm(px, pw, pwr, <const real*>pb, py, g, nt)
+        _fwd_gemm(px, pw, pwr, <const real*>pb, py, g, nt, nt_all)
 
 
 cdef _dw_bwd_run(real z, cnp.ndarray x, cnp.ndarray weight, cnp.ndarray dy, cnp.ndarray dx,
@@ -1766,9 +1800,9 @@ cdef _conv_fwd_call(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, 
     cdef cnp.ndarray wr = np.ascontiguousarray(
         (<object>weight).transpose(3, 0, 1, 2).reshape(g.kw, g.O, g.Cg * g.kh))
     if f32:
-        _fwd_gemm_run(<float>0, x, weight, wr, pb, y, g, nt)
+        _fwd_gemm_run(<float>0, x, weight, wr, pb, y, g, nt, nt_all)
     else:
-        _fwd_gemm_run(<double>0, x, weight, wr, pb, y, g, nt)
+        _fwd_gemm_run(<double>0, x, weight, wr, pb, y, g, nt, nt_all)
 
 
 cdef Py_ssize_t _chunks(Geo* g):

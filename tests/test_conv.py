@@ -541,6 +541,8 @@ def test_conv2d_3x3_winograd_equals_the_direct_path_and_torch(geo, plane_limit):
     ("conv1d wide", (1, 64, 1024), (64, 64, 3), dict(padding=1)),
     ("conv2d 1x1", (1, 64, 32, 32), (64, 64, 1, 1), {}),
     ("conv2d 3x3 stride 2 wide", (1, 32, 66, 66), (64, 32, 3, 3), dict(stride=2, padding=1)),
+    # the im2col path's row tiles over the threads (a ResNet stem)
+    ("conv2d 7x7 stride 2", (1, 3, 64, 64), (64, 3, 7, 7), dict(stride=2, padding=3)),
 ])
 def test_one_image_uses_every_thread_with_the_same_bits(case):
     """A batch of one: output-channel groups give every thread work on the direct kernels,
