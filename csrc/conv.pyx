@@ -112,8 +112,8 @@ cdef extern from "fnn_conv.h" nogil:
     void fnn_pack_block_oct(const float* w, Py_ssize_t C, Py_ssize_t T, Py_ssize_t m, float* dst)
     void fnn_flip_transpose_oct(const float* w, Py_ssize_t O, Py_ssize_t C, Py_ssize_t T,
                                 Py_ssize_t o0, Py_ssize_t o1, float* wt)
-    void fnn_wg_unpack_rows(const double* du, Py_ssize_t C, Py_ssize_t O, Py_ssize_t o0,
-                            Py_ssize_t o1, float* D, float* dw)
+    void fnn_wg_unpack_rows(const float* part, Py_ssize_t nch, Py_ssize_t ps, Py_ssize_t C,
+                            Py_ssize_t O, Py_ssize_t o0, Py_ssize_t o1, float* D, float* dw)
     Py_ssize_t fnn_cv3_rows(Py_ssize_t C, Py_ssize_t OW, Py_ssize_t OH)
     Py_ssize_t fnn_cv3_plane_rows(Py_ssize_t R, Py_ssize_t OW)
     void fnn_cv3_image(const float* x, const float* Ap, const float* bias, float* y, Py_ssize_t C,
@@ -704,7 +704,7 @@ cdef bint _wg_wgrad_ok(Geo* g, Py_ssize_t nch):
 cdef int _wgrad_wg(const float* x, const float* gy, float* part, Py_ssize_t nch, Py_ssize_t per,
                    Geo* g, int nt, Py_ssize_t ng) except -1 nogil:
     """Chunk ch sums dU over images [ch*per, ...) (image order) into part[ch] (16 x C x O,
-    zeroed by the caller), in ng output-channel groups (_wbound): group k's dU is its own
+    each work item zeroes its own share first), in ng output-channel groups (_wbound): group k's dU is its own
     (16, C, O_k) at part[ch] + 16 * C * o0, one work item per (chunk, group).  A dU
     element's sum over the tiles does not depend on its group."""
     cdef Py_ssize_t ch, n, n1, th, tw, We, PH, ldv, it, k, o0, o1
@@ -737,6 +737,7 @@ cdef int _wgrad_wg(const float* x, const float* gy, float* part, Py_ssize_t nch,
             n1 = ch * per + per
             if n1 > g.N:
                 n1 = g.N
+            memset(part + ch * usz + 16 * g.C * o0, 0, 16 * g.C * (o1 - o0) * sizeof(float))
             for n in range(ch * per, n1):
                 fnn_wg_wgrad_image(x + n * xs, gy + n * ys + o0 * ps,
                                    part + ch * usz + 16 * g.C * o0, g.C, g.H, g.W, o1 - o0,
@@ -763,10 +764,10 @@ cdef inline Py_ssize_t _wgroups(Py_ssize_t nch, Py_ssize_t O, int nt) noexcept n
     return _groups(nch, O, nt, 32)
 
 
-cdef int _wg_unpack_run(const double* du, float* dw, Py_ssize_t O, Py_ssize_t C,
-                        int nt) except -1 nogil:
-    """dw = G^T dU G, output channels in blocks of 64 per work item
-    (fnn_wg_unpack_rows)."""
+cdef int _wg_unpack_run(const float* part, Py_ssize_t nch, Py_ssize_t ps, float* dw,
+                        Py_ssize_t O, Py_ssize_t C, int nt) except -1 nogil:
+    """dw = G^T dU G, dU the sum of the nch chunks' partials, output channels in blocks of
+    64 per work item (fnn_wg_unpack_rows)."""
     cdef Py_ssize_t nb = (O + 63) // 64, blk
     cdef float* D = NULL
     cdef int failed = 0
@@ -776,21 +777,23 @@ cdef int _wg_unpack_run(const double* du, float* dw, Py_ssize_t O, Py_ssize_t C,
             fnn_flag_set(&failed)
         for blk in prange(nb, schedule="static"):
             if D != NULL:
-                fnn_wg_unpack_rows(du, C, O, blk * 64, O if blk * 64 + 64 > O else blk * 64 + 64,
-                                   D, dw)
+                fnn_wg_unpack_rows(part, nch, ps, C, O, blk * 64,
+                                   O if blk * 64 + 64 > O else blk * 64 + 64, D, dw)
         free(D)
     if failed:
         _raise_nomem(9 * 64, sizeof(float))
     return 0
 
 
-cdef cnp.ndarray _unpack_wg_grad(cnp.ndarray du, Py_ssize_t O, Py_ssize_t C, Py_ssize_t ng):
-    """dw (O, C, 3, 3) float32 = G^T dU G from the summed partials du (16 * C * O float64,
-    C-contiguous), laid out in ng output-channel groups (_wbound) of (16, C, O_k) each:
-    _wg_unpack_run per group (a C loop; NumPy's float64 matmuls took ~100 ms at 512 x 512
-    channels)."""
+cdef cnp.ndarray _unpack_wg_grad(cnp.ndarray part, Py_ssize_t O, Py_ssize_t C, Py_ssize_t ng):
+    """dw (O, C, 3, 3) float32 = G^T dU G, dU the chunks' float32 partials part (nch, 16 * C
+    * O) summed in double in chunk order, each laid out in ng output-channel groups
+    (_wbound) of (16, C, O_k): _wg_unpack_run per group (a C loop; NumPy's float64 matmuls
+    took ~100 ms at 512 x 512 channels, and the float64 sum of the partials a copy of
+    twice their size)."""
     cdef cnp.ndarray dw = np.empty((O, C, 3, 3), dtype=np.float32)
-    cdef const double* pu = <const double*>_data(du, 16 * C * O, F64)
+    cdef Py_ssize_t nch = part.shape[0], ps = 16 * C * O
+    cdef const float* pu = <const float*>_data(part, nch * ps, F32)
     cdef float* pd = <float*>_data(dw, O * C * 9, F32)
     cdef int nt = _threads_for(O * C * 16, 1 << 16)
     cdef Py_ssize_t k, o0, o1
@@ -798,7 +801,7 @@ cdef cnp.ndarray _unpack_wg_grad(cnp.ndarray du, Py_ssize_t O, Py_ssize_t C, Py_
         for k in range(ng):
             o0 = _wbound(O, ng, k)
             o1 = _wbound(O, ng, k + 1)
-            _wg_unpack_run(pu + 16 * C * o0, pd + o0 * C * 9, o1 - o0, C, nt)
+            _wg_unpack_run(pu + 16 * C * o0, nch, ps, pd + o0 * C * 9, o1 - o0, C, nt)
     return dw
 
 
@@ -1892,13 +1895,13 @@ cdef tuple _grads(object x_or_none, tuple x_shape, cnp.ndarray weight, cnp.ndarr
             nt_all = _threads_for(flops, 1 << 18)
             ng = _wgroups(nch, g.O, nt_all)
             team = <int>(nch * ng if nch * ng < nt_all else nt_all)
-            part = np.zeros((nch, 16 * g.C * g.O), dtype=np.float32)
+            part = np.empty((nch, 16 * g.C * g.O), dtype=np.float32)   # zeroed by _wgrad_wg
             px = <const float*>_data(x, _xsize(&g), F32)
             pdy = <const float*>_data(dy, _ysize(&g), F32)
             ppart = <float*>_data(part, nch * 16 * g.C * g.O, F32)
             with nogil:
                 _wgrad_wg(px, pdy, ppart, nch, per, &g, team, ng)
-            wg_dw = _unpack_wg_grad(_sum_parts(part), g.O, g.C, ng)
+            wg_dw = _unpack_wg_grad(part, g.O, g.C, ng)
         elif want_dw and f32 and tdx and _cv3_ok(&g) and g.O * g.C * 72 * 4 <= (16 << 20):
             px = <const float*>_data(x, _xsize(&g), F32)
             pdy = <const float*>_data(dy, _ysize(&g), F32)

@@ -120,22 +120,31 @@ static inline void fnn_wg_pack_block(const float* restrict w, ptrdiff_t C, ptrdi
     }
 }
 
-/* Backward: dw = G^T dU G for output channels [o0, o1) of every input channel, dU[a, b] =
- * du[(4 a + b) * C * O + c * O + o] (the summed Winograd d_weight partials, double); dw
- * (O, C, 3, 3) float.  D (9 * (o1 - o0) floats) holds one input channel's results
- * tap-major while the loop over o runs on whole rows of du. */
-static inline void fnn_wg_unpack_rows(const double* restrict du, ptrdiff_t C, ptrdiff_t O,
-                                      ptrdiff_t o0, ptrdiff_t o1, float* restrict D,
-                                      float* restrict dw) {
+/* Backward: dw = G^T dU G for output channels [o0, o1) of every input channel.  dU is the
+ * sum of nch float partials (part + ch * ps, chunk order, in double -- a NumPy float64
+ * reduce over the chunks gives the same bits), dU[a, b] at [(4 a + b) * C * O + c * O + o];
+ * dw (O, C, 3, 3) float.  D (9 * (o1 - o0) floats) holds one input channel's results
+ * tap-major while the loop over o runs on whole rows of the partials. */
+static inline double fnn_wg_du(const float* restrict u, ptrdiff_t nch, ptrdiff_t ps) {
+    double s = u[0];
+    for (ptrdiff_t ch = 1; ch < nch; ++ch) s += u[ch * ps];
+    return s;
+}
+
+static inline void fnn_wg_unpack_rows(const float* restrict part, ptrdiff_t nch, ptrdiff_t ps,
+                                      ptrdiff_t C, ptrdiff_t O, ptrdiff_t o0, ptrdiff_t o1,
+                                      float* restrict D, float* restrict dw) {
     const ptrdiff_t CO = C * O, n = o1 - o0;
     for (ptrdiff_t c = 0; c < C; ++c) {
-        const double* u = du + c * O + o0;
+        const float* u = part + c * O + o0;
         _Pragma("omp simd")
         for (ptrdiff_t j = 0; j < n; ++j) {
             double s[3][4];
             for (int b = 0; b < 4; ++b) {
-                double u0 = u[b * CO + j], u1 = u[(4 + b) * CO + j];
-                double u2 = u[(8 + b) * CO + j], u3 = u[(12 + b) * CO + j];
+                double u0 = fnn_wg_du(u + b * CO + j, nch, ps);
+                double u1 = fnn_wg_du(u + (4 + b) * CO + j, nch, ps);
+                double u2 = fnn_wg_du(u + (8 + b) * CO + j, nch, ps);
+                double u3 = fnn_wg_du(u + (12 + b) * CO + j, nch, ps);
                 s[0][b] = (u0 + 0.5 * u1) + 0.5 * u2;
                 s[1][b] = 0.5 * u1 - 0.5 * u2;
                 s[2][b] = (0.5 * u1 + 0.5 * u2) + u3;
