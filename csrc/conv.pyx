@@ -107,8 +107,11 @@ cdef extern from "fnn_conv.h" nogil:
     void fnn_col2im_row_d(double* dst, const double* d, Py_ssize_t o0, Py_ssize_t o1, Py_ssize_t s)
     int FNN_HAVE_CV3
     Py_ssize_t fnn_cv3_o6(Py_ssize_t O)
-    void fnn_wg_pack_block(const float* w, Py_ssize_t C, Py_ssize_t m, float* S, float* U,
-                           Py_ssize_t OC)
+    Py_ssize_t fnn_wg_ustride(Py_ssize_t O, Py_ssize_t C)
+    void fnn_zero_tails(float* A, Py_ssize_t rows, Py_ssize_t ld, Py_ssize_t z0)
+    int FNN_WG_TB
+    void fnn_wg_pack_block(const float* w, Py_ssize_t rs, Py_ssize_t cs, int flip, Py_ssize_t C,
+                           Py_ssize_t m, float* S, float* U, Py_ssize_t OC)
     void fnn_pack_block_oct(const float* w, Py_ssize_t C, Py_ssize_t T, Py_ssize_t m, float* dst)
     void fnn_flip_transpose_oct(const float* w, Py_ssize_t O, Py_ssize_t C, Py_ssize_t T,
                                 Py_ssize_t o0, Py_ssize_t o1, float* wt)
@@ -611,13 +614,61 @@ cdef bint _wg_fwd_ok(Geo* g):
     return _wg_ok(g) and g.OH * g.OW >= 64
 
 
-cdef int _wg_pack_run(const float* w, float* U, Py_ssize_t O, Py_ssize_t C,
-                      int nt) except -1 nogil:
-    """U[k] = the (O, C) matrix of (G w G^T)[., ., k // 4, k % 4] packed for the tap-list
-    kernel (blocks of 6 output channels, then 4, each block (C, rows)): one block per
-    work item (fnn_wg_pack_block, a tap-major copy of the block in per-thread scratch)."""
-    cdef Py_ssize_t o6 = fnn_cv3_o6(O), nb6 = o6 // 6, nb = o6 // 6 + (O - o6) // 4
-    cdef Py_ssize_t blk, o0
+cdef struct WSrc:
+    # a 3x3 weight as the Winograd forward reads it: filter (o, c) at w + o * rs + c * cs,
+    # taps reversed when flip (fnn_wg_pack_block)
+    const float* w
+    Py_ssize_t rs
+    Py_ssize_t cs
+    int flip
+
+
+cdef inline Py_ssize_t _wg_bound(Py_ssize_t O, Py_ssize_t ng, Py_ssize_t k) noexcept nogil:
+    """Start of the Winograd forward's output-channel group k of ng (k = ng: O): multiples
+    of 4.  Each group's weights are transformed and packed on their own (blocks of 6, then
+    4, of its channels), so the groups need not follow the blocks of all O channels (as
+    _obound's do) and two groups of 256 channels are 128 each, not 120 and 136."""
+    if k >= ng:
+        return O
+    return (O * k // ng) // 4 * 4
+
+
+cdef inline void _wg_zero_tails(float* A, Py_ssize_t rows, Py_ssize_t ldv,
+                                Py_ssize_t T) noexcept nogil:
+    """Zero lanes [z, ldv) of rows rows of ldv floats, z = the first chunk's tile count
+    (min(T, FNN_WG_TB)) rounded down to 16.  The Winograd kernels read whole vectors, past
+    a chunk's last tile too, and drop those lanes: the lanes no chunk writes are kept
+    finite.  Lanes below z are written before they are read.  (Zeroing all of V and M
+    was ~5% of a one-image 256-channel 14 x 14 forward.)"""
+    fnn_zero_tails(A, rows, ldv, (T if T < FNN_WG_TB else FNN_WG_TB) // 16 * 16)
+
+
+cdef inline Py_ssize_t _wg_ubase(Py_ssize_t o0, Py_ssize_t C, Py_ssize_t k) noexcept nogil:
+    """Where group k (from output channel o0) starts in U: each group's 16 matrices are
+    fnn_wg_ustride(O_k, C) floats apart, 16 * (O_k * C + 16) floats in all."""
+    return 16 * (o0 * C + 16 * k)
+
+
+cdef inline Py_ssize_t _wg_blocks(Py_ssize_t O) noexcept nogil:
+    cdef Py_ssize_t o6 = fnn_cv3_o6(O)
+    return o6 // 6 + (O - o6) // 4
+
+
+cdef void _wg_pack_blocks(WSrc* src, float* U, Py_ssize_t O, Py_ssize_t C, Py_ssize_t b0,
+                          Py_ssize_t b1, float* S) noexcept nogil:
+    """Blocks [b0, b1) of U[k] = the (O, C) matrix of (G w G^T)[., ., k // 4, k % 4] packed
+    for the tap-list kernel (blocks of 6 output channels, then 4, each block (C, rows)),
+    S: 54 * C floats of scratch (fnn_wg_pack_block)."""
+    cdef Py_ssize_t o6 = fnn_cv3_o6(O), nb6 = o6 // 6, blk, o0
+    for blk in range(b0, b1):
+        o0 = blk * 6 if blk < nb6 else o6 + (blk - nb6) * 4
+        fnn_wg_pack_block(src.w + o0 * src.rs, src.rs, src.cs, src.flip, C,
+                          6 if blk < nb6 else 4, S, U + o0 * C, fnn_wg_ustride(O, C))
+
+
+cdef int _wg_pack_run(WSrc* src, float* U, Py_ssize_t O, Py_ssize_t C, int nt) except -1 nogil:
+    """_wg_pack_blocks over nt threads, one block per work item."""
+    cdef Py_ssize_t nb = _wg_blocks(O), blk
     cdef float* S = NULL
     cdef int failed = 0
     with nogil, parallel(num_threads=nt):
@@ -626,71 +677,90 @@ cdef int _wg_pack_run(const float* w, float* U, Py_ssize_t O, Py_ssize_t C,
             fnn_flag_set(&failed)
         for blk in prange(nb, schedule="static"):
             if S != NULL:
-                o0 = blk * 6 if blk < nb6 else o6 + (blk - nb6) * 4
-                fnn_wg_pack_block(w + o0 * C * 9, C, 6 if blk < nb6 else 4, S, U + o0 * C,
-                                  O * C)
+                _wg_pack_blocks(src, U, O, C, blk, blk + 1, S)
         free(S)
     if failed:
         _raise_nomem(54 * C, sizeof(float))
     return 0
 
 
-cdef cnp.ndarray _pack_wg(cnp.ndarray weight, Py_ssize_t ng):
-    """U for the Winograd kernels from the (O, C, 3, 3) float32 weight (C-contiguous), in
-    ng output-channel groups (_obound) each packed as (16, O_k * C): _wg_pack_run.  Per call (the weight may have changed since the last):
-    a C loop, ~1 ns a weight (NumPy's float64 matmuls and transposes took 28 ms at 256 x
-    256 channels, more than the convolution of a small batch)."""
-    cdef Py_ssize_t O = weight.shape[0], C = weight.shape[1], k, o0, o1
-    cdef cnp.ndarray U = np.empty(16 * O * C, dtype=np.float32)
-    cdef const float* pw = <const float*>_data(weight, O * C * 9, F32)
-    cdef float* pu = <float*>_data(U, 16 * O * C, F32)
-    cdef int nt = _threads_for(O * C * 16, 1 << 16)
-    with nogil:
-        for k in range(ng):     # group k: its own (16, O_k * C) at U + 16 * o0 * C
-            o0 = _obound(O, ng, k)
-            o1 = _obound(O, ng, k + 1)
-            _wg_pack_run(pw + o0 * C * 9, pu + 16 * o0 * C, o1 - o0, C, nt)
-    return U
-
-
-cdef int _fwd_wg(const float* x, const float* U, const float* b, const float* zeros, float* y,
-                 Geo* g, int nt, Py_ssize_t ng) except -1 nogil:
-    """Every image through fnn_wg_image, in ng output-channel groups (_obound; group k's
-    weights packed on their own at U + 16 * o0 * C): work items (image, group) over nt
-    threads.  An output element's sums do not depend on its group, so neither does the
-    result."""
+cdef int _fwd_wg(const float* x, WSrc* src, float* U, const float* b, const float* zeros,
+                 float* y, Geo* g, int nt, Py_ssize_t ng, bint pack) except -1 nogil:
+    """Every image through fnn_wg_image, in ng output-channel groups (_wg_bound; group k's
+    weights packed on their own at U + _wg_ubase(o0, C, k)): work items (image, group) over nt
+    threads.  pack (one image): each work item first packs its group's weights from src
+    (one parallel region, and the group's U is in the cache of the thread that uses it);
+    else U is packed already.  An output element's sums do not depend on its group, so
+    neither does the result."""
     cdef Py_ssize_t n, th, tw, We, PH, ldv, it, k, o0, o1
     fnn_wg_dims(g.OH, g.OW, &th, &tw, &We, &PH, &ldv)
     cdef Py_ssize_t xsz = g.C * PH * We + 64, vsz = 16 * g.C * ldv + 64
-    cdef Py_ssize_t msz = 16 * g.O * ldv + 64
+    cdef Py_ssize_t msz = 16 * g.O * ldv + 64, ssz = 54 * g.C if pack else 1
     cdef Py_ssize_t xs = g.C * g.H * g.W, ys = g.O * g.OH * g.OW, ps = g.OH * g.OW
     cdef float* xp = NULL
     cdef float* V = NULL
     cdef float* M = NULL
+    cdef float* S = NULL
+    cdef WSrc gs
     cdef int failed = 0
     with nogil, parallel(num_threads=nt):
         xp = <float*>fnn_alloc(xsz, sizeof(float))
         V = <float*>fnn_alloc(vsz, sizeof(float))
         M = <float*>fnn_alloc(msz, sizeof(float))
-        if xp == NULL or V == NULL or M == NULL:
+        S = <float*>fnn_alloc(ssz, sizeof(float))
+        if xp == NULL or V == NULL or M == NULL or S == NULL:
             fnn_flag_set(&failed)
-        else:   # lanes past a chunk's last tile are computed and dropped: keep them finite
-            memset(V, 0, vsz * sizeof(float))
-            memset(M, 0, msz * sizeof(float))
+        else:
+            _wg_zero_tails(V, 16 * g.C, ldv, th * tw)
+            _wg_zero_tails(M, 16 * g.O, ldv, th * tw)
         for it in prange(g.N * ng, schedule="dynamic", chunksize=1):
-            if xp != NULL and V != NULL and M != NULL:
+            if xp != NULL and V != NULL and M != NULL and S != NULL:
                 n = it // ng
                 k = it % ng
-                o0 = _obound(g.O, ng, k)
-                o1 = _obound(g.O, ng, k + 1)
-                fnn_wg_image(x + n * xs, U + 16 * o0 * g.C, b + o0, y + n * ys + o0 * ps, g.C,
+                o0 = _wg_bound(g.O, ng, k)
+                o1 = _wg_bound(g.O, ng, k + 1)
+                if pack:
+                    gs = src[0]
+                    gs.w = src.w + o0 * src.rs
+                    _wg_pack_blocks(&gs, U + _wg_ubase(o0, g.C, k), o1 - o0, g.C, 0,
+                                    _wg_blocks(o1 - o0), S)
+                fnn_wg_image(x + n * xs, U + _wg_ubase(o0, g.C, k), b + o0, y + n * ys + o0 * ps, g.C,
                              g.H, g.W, o1 - o0, g.OH, g.OW, g.pt, g.pl, xp, V, M, zeros)
         free(xp)
         free(V)
         free(M)
+        free(S)
     if failed:
-        _raise_nomem(xsz + vsz + msz, sizeof(float))
+        _raise_nomem(xsz + vsz + msz + ssz, sizeof(float))
     return 0
+
+
+cdef _wg_fwd_call(cnp.ndarray x, WSrc* src, void* pb, cnp.ndarray y, Geo* g, int nt_all):
+    """The Winograd forward of a _wg_fwd_ok geometry, weights from src (per call: the
+    weight may have changed since the last; a C loop, ~1 ns a weight -- NumPy's float64
+    matmuls and transposes took 28 ms at 256 x 256 channels).  Fewer images than threads:
+    output-channel groups (_ogroups), and one image packs each group's weights in the work
+    item that uses them."""
+    cdef Py_ssize_t ng = _ogroups(g.N, g.O, nt_all), k, o0, o1
+    cdef int team = <int>(g.N * ng if g.N * ng < nt_all else nt_all)
+    cdef bint pack = g.N == 1 and ng > 1
+    cdef cnp.ndarray U = np.empty(_wg_ubase(g.O, g.C, ng), dtype=np.float32)
+    cdef cnp.ndarray zeros = np.zeros(g.O, dtype=np.float32)
+    cdef float* pu = <float*>_data(U, _wg_ubase(g.O, g.C, ng), F32)
+    cdef const float* pz = <const float*>_data(zeros, g.O, F32)
+    cdef const float* px = <const float*>_data(x, _xsize(g), F32)
+    cdef float* py = <float*>_data(y, _ysize(g), F32)
+    cdef int nt = _threads_for(g.O * g.C * 16, 1 << 16)
+    cdef WSrc gs
+    with nogil:
+        if not pack:
+            for k in range(ng):     # group k: its own 16 (O_k, C) matrices at _wg_ubase
+                o0 = _wg_bound(g.O, ng, k)
+                o1 = _wg_bound(g.O, ng, k + 1)
+                gs = src[0]
+                gs.w = src.w + o0 * src.rs
+                _wg_pack_run(&gs, pu + _wg_ubase(o0, g.C, k), o1 - o0, g.C, nt)
+        _fwd_wg(px, src, pu, <const float*>pb if pb != NULL else pz, pz, py, g, team, ng, pack)
 
 
 cdef bint _wg_wgrad_ok(Geo* g, Py_ssize_t nch):
@@ -725,8 +795,8 @@ cdef int _wgrad_wg(const float* x, const float* gy, float* part, Py_ssize_t nch,
         if xp == NULL or V == NULL or D == NULL or Dt == NULL:
             fnn_flag_set(&failed)
         else:   # lanes past a chunk's last tile are transformed and never summed
-            memset(V, 0, vsz * sizeof(float))
-            memset(D, 0, dsz * sizeof(float))
+            _wg_zero_tails(V, 16 * g.C, ldv, th * tw)
+            _wg_zero_tails(D, 16 * g.O, ldv, th * tw)
         for it in prange(nch * ng, schedule="dynamic", chunksize=1):
             if xp == NULL or V == NULL or D == NULL or Dt == NULL:
                 continue
@@ -1769,17 +1839,13 @@ cdef _conv_fwd_call(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, 
     cdef float* py
     cdef Py_ssize_t ng
     cdef int team
+    cdef WSrc src
     if f32 and _wg_fwd_ok(g):
-        ng = _ogroups(g.N, g.O, nt_all)
-        team = <int>(g.N * ng if g.N * ng < nt_all else nt_all)
-        ap = _pack_wg(weight, ng)
-        zeros = np.zeros(g.O, dtype=np.float32)
-        px = <const float*>_data(x, _xsize(g), F32)
-        pa = <const float*>_data(ap, 16 * g.O * g.C, F32)
-        pz = <const float*>_data(zeros, g.O, F32)
-        py = <float*>_data(y, _ysize(g), F32)
-        with nogil:
-            _fwd_wg(px, pa, <const float*>pb if pb != NULL else pz, pz, py, g, team, ng)
+        src.w = <const float*>_data(weight, _wsize(g), F32)
+        src.rs = g.C * 9
+        src.cs = 9
+        src.flip = 0
+        _wg_fwd_call(x, &src, pb, y, g, nt_all)
         return
     if f32 and _cv3_ok(g):
         # weights packed for the direct kernel, by blocks of 6 then 4 output channels:
@@ -2333,6 +2399,19 @@ cdef _dx_by_conv(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray dx, Geo* g, tup
     cdef const float* pw
     cdef float* pwt
     cdef int ntw
+    cdef int nt_all = _threads_for(flops, 1 << 18)
+    cdef WSrc src
+    t = _geo((<object>dy).shape, (g.C, Og, g.kh, g.kw), (1, 1),
+             (eh - padding[0], eh - padding[1], ew - padding[2], ew - padding[3]),
+             dilation, groups)
+    if (g.G == 1 and f32 and cnp.PyArray_IS_C_CONTIGUOUS(weight) and _wg_fwd_ok(&t)):
+        # Winograd reads the flipped, transposed filters from the weight itself
+        src.w = <const float*>_data(weight, g.O * g.C * T, F32)
+        src.rs = 9
+        src.cs = g.C * 9
+        src.flip = 1
+        _wg_fwd_call(dy, &src, NULL, dx, &t, nt_all)
+        return
     if g.G == 1 and weight.dtype == np.float32 and cnp.PyArray_IS_C_CONTIGUOUS(weight):
         # a C loop in 16 x 16 filter tiles (NumPy's flip and transpose: ~2 ms at 512 x 512
         # x 3 x 3), tiles of output channels over the threads
@@ -2348,9 +2427,6 @@ cdef _dx_by_conv(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray dx, Geo* g, tup
         wt = np.ascontiguousarray(
             (<object>weight).reshape(g.G, Og, g.Cg, g.kh, g.kw)[:, :, :, ::-1, ::-1]
             .transpose(0, 2, 1, 3, 4).reshape(g.C, Og, g.kh, g.kw))
-    t = _geo((<object>dy).shape, (<object>wt).shape, (1, 1), (eh - padding[0], eh - padding[1], ew - padding[2], ew - padding[3]),
-             dilation, groups)
-    cdef int nt_all = _threads_for(flops, 1 << 18)
     nt = nt_all if nt_all < t.N else <int>t.N
     if nt > 1:
         with _blas_single():

@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <string.h>
 
+#define FNN_WG_TB 64    /* Winograd: tiles a chunk (scratch sizes: fnn_wg_dims) */
+
 /* fnn_conv_t.h names its type FNN_CV_T and its functions FNN_CV_FN(name) */
 #define FNN_CV_T FNN_T
 #define FNN_CV_FN(name) FNN_TNAME(name)
@@ -25,6 +27,16 @@
 
 /* ---- zero-padded planes for the direct convolutions (float32):
  * xp[c, a, b] = x[c, h0 + a, b - pl] for a < PR, b < We, zero outside x */
+#if defined(__AVX512F__)
+#include <immintrin.h>
+/* lanes [b, b + 16) of [lo, hi) as a mask */
+static inline __mmask16 fnn_span16(ptrdiff_t b, ptrdiff_t lo, ptrdiff_t hi) {
+    ptrdiff_t l = lo - b < 0 ? 0 : lo - b > 16 ? 16 : lo - b;
+    ptrdiff_t h = hi - b < 0 ? 0 : hi - b > 16 ? 16 : hi - b;
+    return (__mmask16)(((1u << h) - 1) & ~((1u << l) - 1));
+}
+#endif
+
 static inline void fnn_cv3_pad_tile(const float* restrict x, float* restrict xp, ptrdiff_t C,
                                     ptrdiff_t H, ptrdiff_t W, ptrdiff_t We, ptrdiff_t PR,
                                     ptrdiff_t h0, ptrdiff_t pl) {
@@ -34,12 +46,36 @@ static inline void fnn_cv3_pad_tile(const float* restrict x, float* restrict xp,
         for (ptrdiff_t a = 0; a < PR; ++a) {
             float* d = xp + (c * PR + a) * We;
             ptrdiff_t h = h0 + a, b;
+#if defined(__AVX512F__)
+            /* each 16-lane block one masked load (zeros outside [c0, c1)) and store: GCC
+             * made the short zero runs below memset calls, two a row */
+            const float* sr = h < 0 || h >= H ? NULL : x + (c * H + h) * W - pl;
+            for (b = 0; b < We; b += 16) {
+                __m512 v = sr ? _mm512_maskz_loadu_ps(fnn_span16(b, c0, c1), sr + b)
+                              : _mm512_setzero_ps();
+                _mm512_mask_storeu_ps(d + b, fnn_span16(b, 0, We), v);
+            }
+#else
             if (h < 0 || h >= H) { for (b = 0; b < We; ++b) d[b] = 0.f; continue; }
             const float* sr = x + (c * H + h) * W - pl;
             for (b = 0; b < c0; ++b) d[b] = 0.f;
             for (b = c0; b < c1; ++b) d[b] = sr[b];
             for (b = c1; b < We; ++b) d[b] = 0.f;
+#endif
         }
+}
+
+/* Zero columns [z0, ld) of rows rows of ld floats (AVX-512 builds: masked stores, not a
+ * memset call a row). */
+static inline void fnn_zero_tails(float* restrict A, ptrdiff_t rows, ptrdiff_t ld, ptrdiff_t z0) {
+    for (ptrdiff_t r = 0; r < rows; ++r) {
+#if defined(__AVX512F__)
+        for (ptrdiff_t b = z0; b < ld; b += 16)
+            _mm512_mask_storeu_ps(A + r * ld + b, fnn_span16(b, z0, ld), _mm512_setzero_ps());
+#else
+        memset(A + r * ld + z0, 0, (size_t)(ld - z0) * sizeof(float));
+#endif
+    }
 }
 
 /* y[2i] = a[i] (i < na), y[2i + 1] = b[i] (i < nb), nb in {na - 1, na}: two column phases
@@ -88,17 +124,136 @@ static inline void fnn_flip_transpose_oct(const float* restrict w, ptrdiff_t O, 
  * every product by 1/2 is exact and each sum runs in the order of G's row (or column),
  * so a result is the double sum rounded once to float.
  *
- * Forward: one block of m output channels (o0 .. o0 + m - 1) of an (O, C, 3, 3) weight,
- * w = its first filter, into the tap-list kernel's packing -- row k of U (stride OC) holds
- * (G w G^T)[k / 4, k % 4] at c * m + r.  S (9 * m * C floats) first takes the block
- * tap-major in that (c, r) order, so the transform reads and writes whole rows. */
-static inline void fnn_wg_pack_block(const float* restrict w, ptrdiff_t C, ptrdiff_t m,
-                                     float* restrict S, float* restrict U, ptrdiff_t OC) {
+ * Forward: one block of m output channels (r = 0 .. m - 1) by C input channels, filter
+ * (r, c) the 9 floats at w + r * rs + c * cs (taps reversed when flip), into the tap-list
+ * kernel's packing -- row k of U (stride OC) holds (G w G^T)[k / 4, k % 4] at j = c * m + r.
+ * An (O, C, 3, 3) weight's block from output channel o0: w + o0 * C * 9, rs = C * 9, cs =
+ * 9.  d_input's weights (the forward of the flipped, transposed weight) straight from the
+ * (O, C, 3, 3) weight: the block from input channel c0 is w + c0 * 9, rs = 9, cs = C * 9,
+ * flip.  AVX-512 builds: 16 filters (j .. j + 15) at a time, their 9 taps transposed in
+ * registers into 9 vectors of 16 filters, the transform on 8 doubles a vector; the last
+ * n % 16 filters one by one (fnn_wg_tf1).  Other builds: S (9 * m * C floats) first takes
+ * the block tap-major in j order, so the transform's loop reads and writes whole rows.
+ * Every path does the same double arithmetic (products by 1/2 are exact, so contracting
+ * one into an FMA changes nothing): the same bits. */
+/* The stride between U's 16 matrices (O x C each): padded by 16 floats.  At O * C (a
+ * multiple of 4 KiB for most channel counts) the pack's 16 store streams fell in the
+ * same L1 sets -- 256 x 256 channels took 0.61 ms one thread, 0.32 ms padded. */
+static inline ptrdiff_t fnn_wg_ustride(ptrdiff_t O, ptrdiff_t C) { return O * C + 16; }
+
+static inline void fnn_wg_tf1(const float* restrict f, int flip, float* restrict U,
+                              ptrdiff_t OC) {
+    double t[4][3];
+    for (int q = 0; q < 3; ++q) {
+        double a = f[flip ? 8 - q : q], b = f[flip ? 5 - q : 3 + q], c = f[flip ? 2 - q : 6 + q];
+        t[0][q] = a;
+        t[1][q] = (0.5 * a + 0.5 * b) + 0.5 * c;
+        t[2][q] = (0.5 * a - 0.5 * b) + 0.5 * c;
+        t[3][q] = c;
+    }
+    for (int a = 0; a < 4; ++a) {
+        U[(4 * a) * OC] = (float)t[a][0];
+        U[(4 * a + 1) * OC] = (float)((0.5 * t[a][0] + 0.5 * t[a][1]) + 0.5 * t[a][2]);
+        U[(4 * a + 2) * OC] = (float)((0.5 * t[a][0] - 0.5 * t[a][1]) + 0.5 * t[a][2]);
+        U[(4 * a + 3) * OC] = (float)t[a][2];
+    }
+}
+
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+#include <immintrin.h>
+/* 8 filters' transform: s[t] their tap t (row-major 3 x 3) as doubles -> U[k * OC + 0..7] */
+static inline void fnn_wg_tf8(const __m512d* s, float* restrict U, ptrdiff_t OC) {
+    const __m512d h = _mm512_set1_pd(0.5);
+    __m512d t[4][3];
+    for (int q = 0; q < 3; ++q) {
+        __m512d a = s[q], b = s[3 + q], c = s[6 + q];
+        __m512d ha = _mm512_mul_pd(h, a), hb = _mm512_mul_pd(h, b), hc = _mm512_mul_pd(h, c);
+        t[0][q] = a;
+        t[1][q] = _mm512_add_pd(_mm512_add_pd(ha, hb), hc);
+        t[2][q] = _mm512_add_pd(_mm512_sub_pd(ha, hb), hc);
+        t[3][q] = c;
+    }
+    for (int a = 0; a < 4; ++a) {
+        __m512d h0 = _mm512_mul_pd(h, t[a][0]), h1 = _mm512_mul_pd(h, t[a][1]);
+        __m512d h2 = _mm512_mul_pd(h, t[a][2]);
+        _mm256_storeu_ps(U + (4 * a) * OC, _mm512_cvtpd_ps(t[a][0]));
+        _mm256_storeu_ps(U + (4 * a + 1) * OC,
+                         _mm512_cvtpd_ps(_mm512_add_pd(_mm512_add_pd(h0, h1), h2)));
+        _mm256_storeu_ps(U + (4 * a + 2) * OC,
+                         _mm512_cvtpd_ps(_mm512_add_pd(_mm512_sub_pd(h0, h1), h2)));
+        _mm256_storeu_ps(U + (4 * a + 3) * OC, _mm512_cvtpd_ps(t[a][2]));
+    }
+}
+
+/* 16 filters (f[i]: 9 floats each) -> U[k * OC + 0..15]: the 16 x 9 taps transposed by
+ * 32-bit and 64-bit unpacks and two rounds of 128-bit lane shuffles into col[t] (lane i =
+ * filter i), then two fnn_wg_tf8. */
+static inline void fnn_wg_tf16(const float* const* f, int flip, float* restrict U,
+                               ptrdiff_t OC) {
+    __m512 r[16], t[16], col[9];
+    for (int i = 0; i < 16; ++i) r[i] = _mm512_maskz_loadu_ps((__mmask16)0x1ff, f[i]);
+    for (int i = 0; i < 8; ++i) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    /* r[4 i + k], 128-bit lane L: rows 4 i .. 4 i + 3 of column 4 L + k */
+    for (int i = 0; i < 4; ++i) {
+        __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+        __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+        r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (int k = 0; k < 4; ++k) {
+        __m512 s0 = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x44);
+        __m512 s2 = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x44);
+        col[k] = _mm512_shuffle_f32x4(s0, s2, 0x88);
+        col[4 + k] = _mm512_shuffle_f32x4(s0, s2, 0xdd);
+    }
+    {
+        __m512 s1 = _mm512_shuffle_f32x4(r[0], r[4], 0xee);
+        __m512 s3 = _mm512_shuffle_f32x4(r[8], r[12], 0xee);
+        col[8] = _mm512_shuffle_f32x4(s1, s3, 0x88);
+    }
+    for (int half = 0; half < 2; ++half) {
+        __m512d s[9];
+        for (int q = 0; q < 9; ++q) {
+            __m512 v = col[flip ? 8 - q : q];
+            s[q] = _mm512_cvtps_pd(half ? _mm512_extractf32x8_ps(v, 1) : _mm512_castps512_ps256(v));
+        }
+        fnn_wg_tf8(s, U + 8 * half, OC);
+    }
+}
+#endif
+
+static inline void fnn_wg_pack_block(const float* restrict w, ptrdiff_t rs, ptrdiff_t cs,
+                                     int flip, ptrdiff_t C, ptrdiff_t m, float* restrict S,
+                                     float* restrict U, ptrdiff_t OC) {
     const ptrdiff_t n = m * C;
-    for (ptrdiff_t r = 0; r < m; ++r)
-        for (ptrdiff_t c = 0; c < C; ++c) {
-            const float* f = w + (r * C + c) * 9;
-            for (int t = 0; t < 9; ++t) S[t * n + c * m + r] = f[t];
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+    const float* f[16];
+    ptrdiff_t j = 0, r = 0, c = 0;
+    (void)S;
+    for (; j + 16 <= n; j += 16) {
+        for (int i = 0; i < 16; ++i) {
+            f[i] = w + r * rs + c * cs;
+            if (++r == m) { r = 0; ++c; }
+        }
+        fnn_wg_tf16(f, flip, U + j, OC);
+    }
+    for (; j < n; ++j) {
+        fnn_wg_tf1(w + r * rs + c * cs, flip, U + j, OC);
+        if (++r == m) { r = 0; ++c; }
+    }
+#else
+    for (ptrdiff_t c = 0; c < C; ++c)
+        for (ptrdiff_t r = 0; r < m; ++r) {
+            const float* f = w + r * rs + c * cs;
+            if (flip)
+                for (int t = 0; t < 9; ++t) S[t * n + c * m + r] = f[8 - t];
+            else
+                for (int t = 0; t < 9; ++t) S[t * n + c * m + r] = f[t];
         }
     /* the 16 rows of U never overlap (OC >= n): no dependence between iterations */
     _Pragma("omp simd")
@@ -118,6 +273,7 @@ static inline void fnn_wg_pack_block(const float* restrict w, ptrdiff_t C, ptrdi
             U[(4 * a + 3) * OC + j] = (float)t[a][2];
         }
     }
+#endif
 }
 
 /* Backward: dw = G^T dU G for output channels [o0, o1) of every input channel.  dU is the
@@ -261,8 +417,7 @@ static inline void fnn_cvd_tile4(const float* restrict A, const float* restrict 
  * outermost, a many-channel input sweeps one stream per channel every 16 positions).
  * The sum order per output is the same either way (channel blocks in order). */
 /* Winograd F(2x2, 3x3) (below: AVX-512 builds, and after fnn_cvd_run_init: AVX2 builds):
- * chunks of FNN_WG_TB tiles, their scratch sizes */
-#define FNN_WG_TB 64
+ * chunks of FNN_WG_TB tiles (defined above), their scratch sizes */
 static inline void fnn_wg_dims(ptrdiff_t OH, ptrdiff_t OW, ptrdiff_t* th, ptrdiff_t* tw,
                                ptrdiff_t* We, ptrdiff_t* PH, ptrdiff_t* ldv) {
     *th = (OH + 1) / 2; *tw = (OW + 1) / 2;
@@ -645,8 +800,8 @@ static inline void fnn_wg_image(const float* restrict x, const float* restrict U
         ptrdiff_t t1 = t0 + FNN_WG_TB < T ? t0 + FNN_WG_TB : T;
         fnn_wg_in(xp, C, PH, We, tw, t0, t1, V, ldv);
         for (int k = 0; k < 16; ++k)
-            fnn_cvd_run_(U + k * O * C, V + k * C * ldv, ldv, toff, 1, C, C, O, M + k * O * ldv,
-                         ldv, t1 - t0, zeros);
+            fnn_cvd_run_(U + k * fnn_wg_ustride(O, C), V + k * C * ldv, ldv, toff, 1, C, C, O,
+                         M + k * O * ldv, ldv, t1 - t0, zeros);
         fnn_wg_out(M, ldv, O, bias, OH, OW, tw, t0, t1, y);
     }
 }
@@ -1065,7 +1220,8 @@ static inline void fnn_wg_image(const float* restrict x, const float* restrict U
         ptrdiff_t t1 = t0 + FNN_WG_TB < T ? t0 + FNN_WG_TB : T;
         fnn_wg_in8(xp, C, PH, We, tw, t0, t1, V, ldv);
         for (int k = 0; k < 16; ++k)
-            fnn_wg_gemm(U + k * O * C, V + k * C * ldv, ldv, C, O, M + k * O * ldv, t1 - t0);
+            fnn_wg_gemm(U + k * fnn_wg_ustride(O, C), V + k * C * ldv, ldv, C, O, M + k * O * ldv,
+                        t1 - t0);
         fnn_wg_out8(M, ldv, O, bias, OH, OW, tw, t0, t1, y);
     }
 }

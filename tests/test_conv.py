@@ -494,6 +494,9 @@ def test_direct_paths_fail_allocations_cleanly(case):
     (2, 6, 8, 9, 8, 1),         # C % 4 != 0: d_input and d_weight on the GEMM paths
     (1, 16, 14, 14, 96, 1),     # one image, 2-3 threads: output-channel groups of 48 / 24-36
     (1, 8, 10, 10, 100, 1),     # groups ending in a block of 4 output channels
+    # one image, >= 48 channels each way: forward and d_input both in groups, each work
+    # item packing its group's weights (d_input's flipped ones straight from the weight)
+    (1, 48, 12, 12, 100, 1),
 ])
 def test_conv2d_3x3_winograd_equals_the_direct_path_and_torch(geo, plane_limit):
     """conv2d 3x3 stride 1 (float32, groups 1, O % 4 == 0) runs its forward and d_input
