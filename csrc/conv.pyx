@@ -116,7 +116,8 @@ cdef extern from "fnn_conv.h" nogil:
     void fnn_flip_transpose_oct(const float* w, Py_ssize_t O, Py_ssize_t C, Py_ssize_t T,
                                 Py_ssize_t o0, Py_ssize_t o1, float* wt)
     void fnn_wg_unpack_rows(const float* part, Py_ssize_t nch, Py_ssize_t ps, Py_ssize_t C,
-                            Py_ssize_t O, Py_ssize_t o0, Py_ssize_t o1, float* D, float* dw)
+                            Py_ssize_t O, Py_ssize_t o0, Py_ssize_t o1, float* D, double* L,
+                            float* dw)
     Py_ssize_t fnn_cv3_rows(Py_ssize_t C, Py_ssize_t OW, Py_ssize_t OH)
     Py_ssize_t fnn_cv3_plane_rows(Py_ssize_t R, Py_ssize_t OW)
     void fnn_cv3_image(const float* x, const float* Ap, const float* bias, float* y, Py_ssize_t C,
@@ -772,11 +773,13 @@ cdef bint _wg_wgrad_ok(Geo* g, Py_ssize_t nch):
 
 
 cdef int _wgrad_wg(const float* x, const float* gy, float* part, Py_ssize_t nch, Py_ssize_t per,
-                   Geo* g, int nt, Py_ssize_t ng) except -1 nogil:
+                   Geo* g, int nt, Py_ssize_t ng, float* dw) except -1 nogil:
     """Chunk ch sums dU over images [ch*per, ...) (image order) into part[ch] (16 x C x O,
-    each work item zeroes its own share first), in ng output-channel groups (_wbound): group k's dU is its own
-    (16, C, O_k) at part[ch] + 16 * C * o0, one work item per (chunk, group).  A dU
-    element's sum over the tiles does not depend on its group."""
+    each work item zeroes its own share first), in ng output-channel groups (_wbound):
+    group k's dU is its own (16, C, O_k) at part[ch] + 16 * C * o0, one work item per
+    (chunk, group).  A dU element's sum over the tiles does not depend on its group.  dw
+    (one chunk only; else NULL and the caller unpacks the summed partials): each work item
+    then writes its group's G^T dU G into dw (O, C, 3, 3) while its dU is in cache."""
     cdef Py_ssize_t ch, n, n1, th, tw, We, PH, ldv, it, k, o0, o1
     fnn_wg_dims(g.OH, g.OW, &th, &tw, &We, &PH, &ldv)
     cdef Py_ssize_t xsz = g.C * PH * We + 64, vsz = 16 * g.C * ldv + 64
@@ -786,19 +789,22 @@ cdef int _wgrad_wg(const float* x, const float* gy, float* part, Py_ssize_t nch,
     cdef float* V = NULL
     cdef float* D = NULL
     cdef float* Dt = NULL
+    cdef float* R = NULL
+    cdef Py_ssize_t jb, rsz = 9 * 64 + 32 * 64 if dw != NULL else 1
     cdef int failed = 0
     with nogil, parallel(num_threads=nt):
         xp = <float*>fnn_alloc(xsz, sizeof(float))
         V = <float*>fnn_alloc(vsz, sizeof(float))
         D = <float*>fnn_alloc(dsz, sizeof(float))
         Dt = <float*>fnn_alloc(dsz, sizeof(float))
-        if xp == NULL or V == NULL or D == NULL or Dt == NULL:
+        R = <float*>fnn_alloc(rsz, sizeof(float))   # fnn_wg_unpack_rows' D, then L
+        if xp == NULL or V == NULL or D == NULL or Dt == NULL or R == NULL:
             fnn_flag_set(&failed)
         else:   # lanes past a chunk's last tile are transformed and never summed
             _wg_zero_tails(V, 16 * g.C, ldv, th * tw)
             _wg_zero_tails(D, 16 * g.O, ldv, th * tw)
         for it in prange(nch * ng, schedule="dynamic", chunksize=1):
-            if xp == NULL or V == NULL or D == NULL or Dt == NULL:
+            if xp == NULL or V == NULL or D == NULL or Dt == NULL or R == NULL:
                 continue
             ch = it // ng
             k = it % ng
@@ -812,12 +818,18 @@ cdef int _wgrad_wg(const float* x, const float* gy, float* part, Py_ssize_t nch,
                 fnn_wg_wgrad_image(x + n * xs, gy + n * ys + o0 * ps,
                                    part + ch * usz + 16 * g.C * o0, g.C, g.H, g.W, o1 - o0,
                                    g.OH, g.OW, g.pt, g.pl, xp, V, D, Dt)
+            if dw != NULL:
+                for jb in range(0, o1 - o0, 64):
+                    fnn_wg_unpack_rows(part + 16 * g.C * o0, 1, usz, g.C, o1 - o0, jb,
+                                       o1 - o0 if jb + 64 > o1 - o0 else jb + 64, R,
+                                       <double*>(R + 9 * 64), dw + o0 * g.C * 9)
         free(xp)
         free(V)
         free(D)
         free(Dt)
+        free(R)
     if failed:
-        _raise_nomem(xsz + vsz + 2 * dsz, sizeof(float))
+        _raise_nomem(xsz + vsz + 2 * dsz + rsz, sizeof(float))
     return 0
 
 
@@ -842,16 +854,18 @@ cdef int _wg_unpack_run(const float* part, Py_ssize_t nch, Py_ssize_t ps, float*
     cdef float* D = NULL
     cdef int failed = 0
     with nogil, parallel(num_threads=nt):
-        D = <float*>fnn_alloc(9 * 64, sizeof(float))
+        # D: 9 x 64 floats, then L: 16 x 64 doubles
+        D = <float*>fnn_alloc(9 * 64 + 32 * 64, sizeof(float))
         if D == NULL:
             fnn_flag_set(&failed)
         for blk in prange(nb, schedule="static"):
             if D != NULL:
                 fnn_wg_unpack_rows(part, nch, ps, C, O, blk * 64,
-                                   O if blk * 64 + 64 > O else blk * 64 + 64, D, dw)
+                                   O if blk * 64 + 64 > O else blk * 64 + 64, D,
+                                   <double*>(D + 9 * 64), dw)
         free(D)
     if failed:
-        _raise_nomem(9 * 64, sizeof(float))
+        _raise_nomem(9 * 64 + 32 * 64, sizeof(float))
     return 0
 
 
@@ -1915,6 +1929,7 @@ cdef tuple _grads(object x_or_none, tuple x_shape, cnp.ndarray weight, cnp.ndarr
     cdef const float* px
     cdef const float* pdy
     cdef float* ppart
+    cdef float* pdw
     wg_dw = None
     if want_dx or _depthwise(&g):
         dx = np.empty(x_shape, dtype=dy.dtype)
@@ -1965,9 +1980,15 @@ cdef tuple _grads(object x_or_none, tuple x_shape, cnp.ndarray weight, cnp.ndarr
             px = <const float*>_data(x, _xsize(&g), F32)
             pdy = <const float*>_data(dy, _ysize(&g), F32)
             ppart = <float*>_data(part, nch * 16 * g.C * g.O, F32)
+            if nch == 1:    # each work item writes its group's d_weight
+                wg_dw = np.empty((<object>weight).shape, dtype=np.float32)
+                pdw = <float*>_data(wg_dw, _wsize(&g), F32)
+            else:
+                pdw = NULL
             with nogil:
-                _wgrad_wg(px, pdy, ppart, nch, per, &g, team, ng)
-            wg_dw = _unpack_wg_grad(part, g.O, g.C, ng)
+                _wgrad_wg(px, pdy, ppart, nch, per, &g, team, ng, pdw)
+            if nch > 1:
+                wg_dw = _unpack_wg_grad(part, g.O, g.C, ng)
         elif want_dw and f32 and tdx and _cv3_ok(&g) and g.O * g.C * 72 * 4 <= (16 << 20):
             px = <const float*>_data(x, _xsize(&g), F32)
             pdy = <const float*>_data(dy, _ysize(&g), F32)

@@ -276,31 +276,32 @@ static inline void fnn_wg_pack_block(const float* restrict w, ptrdiff_t rs, ptrd
 #endif
 }
 
-/* Backward: dw = G^T dU G for output channels [o0, o1) of every input channel.  dU is the
- * sum of nch float partials (part + ch * ps, chunk order, in double -- a NumPy float64
- * reduce over the chunks gives the same bits), dU[a, b] at [(4 a + b) * C * O + c * O + o];
- * dw (O, C, 3, 3) float.  D (9 * (o1 - o0) floats) holds one input channel's results
- * tap-major while the loop over o runs on whole rows of the partials. */
-static inline double fnn_wg_du(const float* restrict u, ptrdiff_t nch, ptrdiff_t ps) {
-    double s = u[0];
-    for (ptrdiff_t ch = 1; ch < nch; ++ch) s += u[ch * ps];
-    return s;
-}
-
+/* Backward: dw = G^T dU G for output channels [o0, o1) (at most 64) of every input
+ * channel.  dU is the sum of nch float partials (part + ch * ps, chunk order, in double --
+ * a NumPy float64 reduce over the chunks gives the same bits), dU[a, b] at [(4 a + b) * C
+ * * O + c * O + o]; dw (O, C, 3, 3) float.  Per input channel, L (16 x 64 doubles) first
+ * takes the 16 rows' sums: the rows are C * O floats apart, often a multiple of 4 KiB, and
+ * read in place their 16 streams fell in the same L1 sets.  D (9 * 64 floats) holds one
+ * input channel's results tap-major while the loop over o runs on whole rows. */
 static inline void fnn_wg_unpack_rows(const float* restrict part, ptrdiff_t nch, ptrdiff_t ps,
                                       ptrdiff_t C, ptrdiff_t O, ptrdiff_t o0, ptrdiff_t o1,
-                                      float* restrict D, float* restrict dw) {
+                                      float* restrict D, double* restrict L,
+                                      float* restrict dw) {
     const ptrdiff_t CO = C * O, n = o1 - o0;
     for (ptrdiff_t c = 0; c < C; ++c) {
-        const float* u = part + c * O + o0;
+        for (int k = 0; k < 16; ++k) {
+            const float* u = part + k * CO + c * O + o0;
+            double* l = L + k * 64;
+            for (ptrdiff_t j = 0; j < n; ++j) l[j] = u[j];
+            for (ptrdiff_t ch = 1; ch < nch; ++ch)
+                for (ptrdiff_t j = 0; j < n; ++j) l[j] += u[ch * ps + j];
+        }
         _Pragma("omp simd")
         for (ptrdiff_t j = 0; j < n; ++j) {
             double s[3][4];
             for (int b = 0; b < 4; ++b) {
-                double u0 = fnn_wg_du(u + b * CO + j, nch, ps);
-                double u1 = fnn_wg_du(u + (4 + b) * CO + j, nch, ps);
-                double u2 = fnn_wg_du(u + (8 + b) * CO + j, nch, ps);
-                double u3 = fnn_wg_du(u + (12 + b) * CO + j, nch, ps);
+                double u0 = L[b * 64 + j], u1 = L[(4 + b) * 64 + j];
+                double u2 = L[(8 + b) * 64 + j], u3 = L[(12 + b) * 64 + j];
                 s[0][b] = (u0 + 0.5 * u1) + 0.5 * u2;
                 s[1][b] = 0.5 * u1 - 0.5 * u2;
                 s[2][b] = (0.5 * u1 + 0.5 * u2) + u3;
