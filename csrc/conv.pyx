@@ -120,7 +120,9 @@ cdef extern from "fnn_conv.h" nogil:
                             float* dw)
     Py_ssize_t fnn_cv3_rows(Py_ssize_t C, Py_ssize_t OW, Py_ssize_t OH)
     Py_ssize_t fnn_cv3_plane_rows(Py_ssize_t R, Py_ssize_t OW)
-    void fnn_cv3_image(const float* x, const float* Ap, const float* bias, float* y, Py_ssize_t C,
+    int FNN_HAVE_CVD_RAW
+    void fnn_cv3_image(const float* x, const float* Ap, Py_ssize_t ars, Py_ssize_t cs,
+                       Py_ssize_t ts, const float* bias, float* y, Py_ssize_t C,
                        Py_ssize_t H, Py_ssize_t W, Py_ssize_t O, Py_ssize_t OH, Py_ssize_t OW,
                        Py_ssize_t pt, Py_ssize_t pl, float* xp, float* ct)
     void fnn_cv3_wgrad_image(const float* x, const float* dy, float* acc, Py_ssize_t C, Py_ssize_t H,
@@ -473,11 +475,34 @@ cdef inline bint _cv3_ok(Geo* g) noexcept nogil:
             and g.dh == 1 and g.dw == 1 and g.G == 1 and g.O % 4 == 0 and g.C >= 4)
 
 
-cdef int _fwd_cv3(const float* x, const float* ap, const float* b, float* y, Geo* g,
+cdef struct WSrc:
+    # a weight read in place: filter (o, c) at w + o * rs + c * cs, taps reversed when flip
+    # (Winograd's fnn_wg_pack_block: w at the filter's first float; the direct kernel's
+    # fnn_cvd_run_raw: w at its first tap read, tap steps ts = 1, or -1 when flipped)
+    const float* w
+    Py_ssize_t rs
+    Py_ssize_t cs
+    Py_ssize_t ts
+    int flip
+
+
+cdef inline Py_ssize_t _bound4(Py_ssize_t O, Py_ssize_t ng, Py_ssize_t k) noexcept nogil:
+    """Start of output-channel group k of ng (k = ng: O) where each group's weights are
+    packed on their own (Winograd) or read in place: multiples of 4 (each group's blocks
+    of 6, then 4, are its own), so two groups of 256 channels are 128 each, not 120 and
+    136 as _obound's."""
+    if k >= ng:
+        return O
+    return (O * k // ng) // 4 * 4
+
+
+cdef int _fwd_cv3(const float* x, WSrc* src, const float* b, float* y, Geo* g,
                   int nt, Py_ssize_t ng) except -1 nogil:
-    """Every image through fnn_cv3_image, in ng output-channel groups (_obound: the packed
-    weights of a group are the slice at o0 * C * 9, blocks of 6 from o0 on): work items
-    (image, group) over nt threads; a group changes no output's sums."""
+    """Every image through fnn_cv3_image, in ng output-channel groups, work items (image,
+    group) over nt threads; a group changes no output's sums.  src.rs == 0: src.w is the
+    packed weight (_obound's groups: the slice at o0 * C * 9, blocks of 6 from o0 on);
+    else the kernel reads the weight in place (fnn_cvd_run_raw, rows src.rs apart, taps
+    src.cs and src.ts; _bound4's groups: no packing to follow)."""
     cdef Py_ssize_t n, it, k, o0, o1, R = fnn_cv3_rows(g.C, g.OW, g.OH), We = g.OW + 2
     cdef Py_ssize_t xsz = g.C * fnn_cv3_plane_rows(R, g.OW) * We + 64
     cdef Py_ssize_t csz = g.O * (R * We + 24) + 64
@@ -494,11 +519,18 @@ cdef int _fwd_cv3(const float* x, const float* ap, const float* b, float* y, Geo
             if xp != NULL and ct != NULL:
                 n = it // ng
                 k = it % ng
-                o0 = _obound(g.O, ng, k)
-                o1 = _obound(g.O, ng, k + 1)
-                fnn_cv3_image(x + n * xs, ap + o0 * g.C * 9, NULL if b == NULL else b + o0,
-                              y + n * ys + o0 * ps, g.C, g.H, g.W, o1 - o0, g.OH, g.OW,
-                              g.pt, g.pl, xp, ct)
+                if src.rs:
+                    o0 = _bound4(g.O, ng, k)
+                    o1 = _bound4(g.O, ng, k + 1)
+                    fnn_cv3_image(x + n * xs, src.w + o0 * src.rs, src.rs, src.cs, src.ts,
+                                  NULL if b == NULL else b + o0, y + n * ys + o0 * ps, g.C,
+                                  g.H, g.W, o1 - o0, g.OH, g.OW, g.pt, g.pl, xp, ct)
+                else:
+                    o0 = _obound(g.O, ng, k)
+                    o1 = _obound(g.O, ng, k + 1)
+                    fnn_cv3_image(x + n * xs, src.w + o0 * g.C * 9, 0, 0, 0,
+                                  NULL if b == NULL else b + o0, y + n * ys + o0 * ps, g.C,
+                                  g.H, g.W, o1 - o0, g.OH, g.OW, g.pt, g.pl, xp, ct)
         free(xp)
         free(ct)
     if failed:
@@ -615,23 +647,6 @@ cdef bint _wg_fwd_ok(Geo* g):
     return _wg_ok(g) and g.OH * g.OW >= 64
 
 
-cdef struct WSrc:
-    # a 3x3 weight as the Winograd forward reads it: filter (o, c) at w + o * rs + c * cs,
-    # taps reversed when flip (fnn_wg_pack_block)
-    const float* w
-    Py_ssize_t rs
-    Py_ssize_t cs
-    int flip
-
-
-cdef inline Py_ssize_t _wg_bound(Py_ssize_t O, Py_ssize_t ng, Py_ssize_t k) noexcept nogil:
-    """Start of the Winograd forward's output-channel group k of ng (k = ng: O): multiples
-    of 4.  Each group's weights are transformed and packed on their own (blocks of 6, then
-    4, of its channels), so the groups need not follow the blocks of all O channels (as
-    _obound's do) and two groups of 256 channels are 128 each, not 120 and 136."""
-    if k >= ng:
-        return O
-    return (O * k // ng) // 4 * 4
 
 
 cdef inline void _wg_zero_tails(float* A, Py_ssize_t rows, Py_ssize_t ldv,
@@ -687,7 +702,7 @@ cdef int _wg_pack_run(WSrc* src, float* U, Py_ssize_t O, Py_ssize_t C, int nt) e
 
 cdef int _fwd_wg(const float* x, WSrc* src, float* U, const float* b, const float* zeros,
                  float* y, Geo* g, int nt, Py_ssize_t ng, bint pack) except -1 nogil:
-    """Every image through fnn_wg_image, in ng output-channel groups (_wg_bound; group k's
+    """Every image through fnn_wg_image, in ng output-channel groups (_bound4; group k's
     weights packed on their own at U + _wg_ubase(o0, C, k)): work items (image, group) over nt
     threads.  pack (one image): each work item first packs its group's weights from src
     (one parallel region, and the group's U is in the cache of the thread that uses it);
@@ -718,8 +733,8 @@ cdef int _fwd_wg(const float* x, WSrc* src, float* U, const float* b, const floa
             if xp != NULL and V != NULL and M != NULL and S != NULL:
                 n = it // ng
                 k = it % ng
-                o0 = _wg_bound(g.O, ng, k)
-                o1 = _wg_bound(g.O, ng, k + 1)
+                o0 = _bound4(g.O, ng, k)
+                o1 = _bound4(g.O, ng, k + 1)
                 if pack:
                     gs = src[0]
                     gs.w = src.w + o0 * src.rs
@@ -756,8 +771,8 @@ cdef _wg_fwd_call(cnp.ndarray x, WSrc* src, void* pb, cnp.ndarray y, Geo* g, int
     with nogil:
         if not pack:
             for k in range(ng):     # group k: its own 16 (O_k, C) matrices at _wg_ubase
-                o0 = _wg_bound(g.O, ng, k)
-                o1 = _wg_bound(g.O, ng, k + 1)
+                o0 = _bound4(g.O, ng, k)
+                o1 = _bound4(g.O, ng, k + 1)
                 gs = src[0]
                 gs.w = src.w + o0 * src.rs
                 _wg_pack_run(&gs, pu + _wg_ubase(o0, g.C, k), o1 - o0, g.C, nt)
@@ -1841,6 +1856,30 @@ cdef cnp.ndarray _pack_cv3(cnp.ndarray weight, Py_ssize_t O, Py_ssize_t C):
     return _pack_direct((<object>weight).reshape(O, C, 9))
 
 
+cdef _cv3_fwd_call(cnp.ndarray x, cnp.ndarray weight, WSrc* src, void* pb, cnp.ndarray y,
+                   Geo* g, int nt_all):
+    """The direct 3x3 forward (_fwd_cv3) of a _cv3_ok geometry.  AVX-512 builds read the
+    weight in place as src says (fnn_cvd_run_raw); other builds pack the (O, C, 3, 3)
+    weight (weight; src.w must be its data, not flipped) for the kernel, by blocks of 6
+    then 4 output channels: block [o0, o0 + m) holds w[o0 + r, c, i, j] at (c, i*3 + j,
+    r)."""
+    cdef Py_ssize_t ng = _ogroups(g.N, g.O, nt_all)
+    cdef int team = <int>(g.N * ng if g.N * ng < nt_all else nt_all)
+    cdef cnp.ndarray ap
+    cdef WSrc packed
+    cdef const float* px = <const float*>_data(x, _xsize(g), F32)
+    cdef float* py = <float*>_data(y, _ysize(g), F32)
+    if FNN_HAVE_CVD_RAW:
+        with nogil:
+            _fwd_cv3(px, src, <const float*>pb, py, g, team, ng)
+        return
+    ap = _pack_cv3(weight, g.O, g.C)
+    packed.w = <const float*>_data(ap, _wsize(g), F32)
+    packed.rs = 0
+    with nogil:
+        _fwd_cv3(px, &packed, <const float*>pb, py, g, team, ng)
+
+
 cdef _conv_fwd_call(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, Geo* g, int nt,
                     int nt_all, bint f32):
     """The forward on the kernel the geometry takes.  nt: threads over images (at most N);
@@ -1858,20 +1897,17 @@ cdef _conv_fwd_call(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, 
         src.w = <const float*>_data(weight, _wsize(g), F32)
         src.rs = g.C * 9
         src.cs = 9
+        src.ts = 1
         src.flip = 0
         _wg_fwd_call(x, &src, pb, y, g, nt_all)
         return
     if f32 and _cv3_ok(g):
-        # weights packed for the direct kernel, by blocks of 6 then 4 output channels:
-        # block [o0, o0 + m) holds w[o0 + r, c, i, j] at (c, i*3 + j, r)
-        ng = _ogroups(g.N, g.O, nt_all)
-        team = <int>(g.N * ng if g.N * ng < nt_all else nt_all)
-        ap = _pack_cv3(weight, g.O, g.C)
-        px = <const float*>_data(x, _xsize(g), F32)
-        pa = <const float*>_data(ap, _wsize(g), F32)
-        py = <float*>_data(y, _ysize(g), F32)
-        with nogil:
-            _fwd_cv3(px, pa, <const float*>pb, py, g, team, ng)
+        src.w = <const float*>_data(weight, _wsize(g), F32)
+        src.rs = g.C * 9
+        src.cs = 9
+        src.ts = 1
+        src.flip = 0
+        _cv3_fwd_call(x, weight, &src, pb, y, g, nt_all)
         return
     if f32 and _rows_direct_ok(g):
         _rows_fwd_direct(x, weight, pb, y, g)
@@ -2430,8 +2466,20 @@ cdef _dx_by_conv(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray dx, Geo* g, tup
         src.w = <const float*>_data(weight, g.O * g.C * T, F32)
         src.rs = 9
         src.cs = g.C * 9
+        src.ts = -1
         src.flip = 1
         _wg_fwd_call(dy, &src, NULL, dx, &t, nt_all)
+        return
+    if (FNN_HAVE_CVD_RAW and g.G == 1 and f32 and cnp.PyArray_IS_C_CONTIGUOUS(weight)
+            and _cv3_ok(&t)):
+        # the direct 3x3 kernel reads the flipped, transposed filters in place: rows are
+        # the weight's input channels, channels its output channels, taps from the last
+        src.w = <const float*>_data(weight, g.O * g.C * T, F32) + (T - 1)
+        src.rs = T
+        src.cs = g.C * T
+        src.ts = -1
+        src.flip = 1
+        _cv3_fwd_call(dy, weight, &src, NULL, dx, &t, nt_all)
         return
     if g.G == 1 and weight.dtype == np.float32 and cnp.PyArray_IS_C_CONTIGUOUS(weight):
         # a C loop in 16 x 16 filter tiles (NumPy's flip and transpose: ~2 ms at 512 x 512

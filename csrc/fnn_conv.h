@@ -548,6 +548,98 @@ static inline void fnn_cvd_run_init(const float* restrict Ap, const float* restr
     fnn_cvd_run_(Ap, xp, plane, toff, nt, cg, C, O, ct, ldc, np, bias);
 }
 
+/* The same sums with the weights read where they lie, no packing (AVX-512 builds): row r
+ * of an output block from ob at W + (ob + r) * ars, input channel c's taps at + c * cs,
+ * tap t at + t * ts; one tap list for all channels.  An (O, C, T) weight: ars = C * T, cs =
+ * T, ts = 1.  Its flipped transpose (d_input as a forward): W at tap T - 1, ars = T (rows:
+ * the weight's input channels), cs = O * T, ts = -1.  Per output: bias (or ct), then
+ * channels in order, taps in list order -- the packed kernels' order, the same bits.  At
+ * batch 1 the packing was a third of a 512 -> 512 channel 7 x 7 forward: it reads and
+ * writes the 9.4 MB weight once more than the kernel reads it. */
+#define FNN_HAVE_CVD_RAW 1
+FNN_CVD_AI void fnn_cvd_rtile(const float* restrict A, ptrdiff_t ars, ptrdiff_t cs,
+                              ptrdiff_t ts, const float* restrict B, ptrdiff_t plane,
+                              const ptrdiff_t* restrict toff, ptrdiff_t nt, ptrdiff_t nc,
+                              float* restrict C, ptrdiff_t ldc, const float* restrict init,
+                              const int m, const int nv) {
+    __m512 acc[6][4];
+#pragma GCC unroll 6
+    for (int r = 0; r < m; ++r)
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; ++v)
+            acc[r][v] = init ? _mm512_set1_ps(init[r]) : _mm512_loadu_ps(C + r * ldc + 16 * v);
+    for (ptrdiff_t c = 0; c < nc; ++c, B += plane) {
+        const float* a0 = A + c * cs;
+        for (ptrdiff_t t = 0; t < nt; ++t, a0 += ts) {
+            const float* bp = B + toff[t];
+            __m512 x[4];
+#pragma GCC unroll 4
+            for (int v = 0; v < nv; ++v) x[v] = _mm512_loadu_ps(bp + 16 * v);
+#pragma GCC unroll 6
+            for (int r = 0; r < m; ++r) {
+                __m512 a = _mm512_set1_ps(a0[r * ars]);
+#pragma GCC unroll 4
+                for (int v = 0; v < nv; ++v) acc[r][v] = _mm512_fmadd_ps(a, x[v], acc[r][v]);
+            }
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < m; ++r)
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; ++v) _mm512_storeu_ps(C + r * ldc + 16 * v, acc[r][v]);
+}
+#define FNN_CVD_RAW_TILE(name, m, nv)                                                        \
+    static void name(const float* restrict A, ptrdiff_t ars, ptrdiff_t cs, ptrdiff_t ts,     \
+                     const float* restrict B, ptrdiff_t plane, const ptrdiff_t* restrict toff, \
+                     ptrdiff_t nt, ptrdiff_t nc, float* restrict C, ptrdiff_t ldc,            \
+                     const float* restrict init) {                                           \
+        fnn_cvd_rtile(A, ars, cs, ts, B, plane, toff, nt, nc, C, ldc, init, m, nv);          \
+    }
+FNN_CVD_RAW_TILE(fnn_cvd_r64_6, 6, 4)
+FNN_CVD_RAW_TILE(fnn_cvd_r64_4, 4, 4)
+FNN_CVD_RAW_TILE(fnn_cvd_r16_6, 6, 1)
+FNN_CVD_RAW_TILE(fnn_cvd_r16_4, 4, 1)
+#undef FNN_CVD_RAW_TILE
+
+/* fnn_cvd_run_ over weights in place (fnn_cvd_rtile; cg = C) */
+static inline void fnn_cvd_run_raw(const float* restrict W, ptrdiff_t ars, ptrdiff_t cs,
+                                   ptrdiff_t ts, const float* restrict xp, ptrdiff_t plane,
+                                   const ptrdiff_t* restrict toff, ptrdiff_t nt, ptrdiff_t C,
+                                   ptrdiff_t O, float* restrict ct, ptrdiff_t ldc,
+                                   ptrdiff_t np, const float* restrict bias) {
+    ptrdiff_t o6 = fnn_cv3_o6(O), npr = (np + 15) / 16 * 16;
+    for (ptrdiff_t p0 = 0; p0 < npr; p0 += FNN_CVD_PC) {
+        ptrdiff_t p1 = p0 + FNN_CVD_PC < npr ? p0 + FNN_CVD_PC : npr, cb = 0;
+        ptrdiff_t p64 = p0 + (p1 - p0) / 64 * 64;
+        while (cb < C) {
+            ptrdiff_t nc = C - cb < FNN_CVD_CB ? C - cb : FNN_CVD_CB, ob = 0, pb;
+            const float* B = xp + cb * plane;
+            const float* bi = bias && cb == 0 ? bias : NULL;
+            for (; ob < O; ob += ob < o6 ? 6 : 4) {
+                const float* A = W + ob * ars + cb * cs;
+                const float* ib = bi ? bi + ob : NULL;
+                float* cto = ct + ob * ldc;
+                if (ob < o6) {
+                    for (pb = p0; pb < p64; pb += 64)
+                        fnn_cvd_r64_6(A, ars, cs, ts, B + pb, plane, toff, nt, nc, cto + pb,
+                                      ldc, ib);
+                    for (; pb < p1; pb += 16)
+                        fnn_cvd_r16_6(A, ars, cs, ts, B + pb, plane, toff, nt, nc, cto + pb,
+                                      ldc, ib);
+                } else {
+                    for (pb = p0; pb < p64; pb += 64)
+                        fnn_cvd_r64_4(A, ars, cs, ts, B + pb, plane, toff, nt, nc, cto + pb,
+                                      ldc, ib);
+                    for (; pb < p1; pb += 16)
+                        fnn_cvd_r16_4(A, ars, cs, ts, B + pb, plane, toff, nt, nc, cto + pb,
+                                      ldc, ib);
+                }
+            }
+            cb += nc;
+        }
+    }
+}
+
 /* ---- direct d_weight (float32, AVX-512 builds): for every tap t,
  *   dw[t, m, v] += sum_{q < Q, p < R} a[m*lda + aoff[t] + q*arow + p]
  *                                     * b[boff[t] + q*brow + p*ldb + v]
@@ -882,6 +974,11 @@ static inline void fnn_wg_wgrad_image(const float* restrict x, const float* rest
     }
 }
 #else
+#define FNN_HAVE_CVD_RAW 0     /* AVX2 builds: the packed weights only */
+static inline void fnn_cvd_run_raw(const float* W, ptrdiff_t ars, ptrdiff_t cs, ptrdiff_t ts,
+                                   const float* xp, ptrdiff_t plane, const ptrdiff_t* toff,
+                                   ptrdiff_t nt, ptrdiff_t C, ptrdiff_t O, float* ct,
+                                   ptrdiff_t ldc, ptrdiff_t np, const float* bias) {}
 #define FNN_CVD_PC 128
 /* Kept out of line: inlined into conv.pyx's tap-list drivers (_direct_image), GCC ran
  * short of general registers there and kept the tile's weight pointer and tap counter on
@@ -1019,7 +1116,10 @@ static inline void fnn_cv3_wgrad_reduce(const float* restrict acc, float* restri
 
 /* One image: x (C, H, W) -> y (O, OH, OW); xp: C * plane_rows * We floats, ct: O *
  * (R * We + 24) floats of scratch (a whole number of 16-position blocks per row of ct). */
+/* Ap: the packed weights (ars == 0), or with ars != 0 the weights in place as
+ * fnn_cvd_run_raw reads them (FNN_HAVE_CVD_RAW builds) */
 static inline void fnn_cv3_image(const float* restrict x, const float* restrict Ap,
+                                 ptrdiff_t ars, ptrdiff_t cs, ptrdiff_t ts,
                                  const float* bias, float* restrict y, ptrdiff_t C,
                                  ptrdiff_t H, ptrdiff_t W, ptrdiff_t O, ptrdiff_t OH,
                                  ptrdiff_t OW, ptrdiff_t pt, ptrdiff_t pl,
@@ -1034,7 +1134,10 @@ static inline void fnn_cv3_image(const float* restrict x, const float* restrict 
             float bo = bias ? bias[o] : 0.f;
             for (ptrdiff_t q = 0; q < ldc; ++q) ct[o * ldc + q] = bo;
         }
-        fnn_cvd_run(Ap, xp, plane, toff, 9, C, C, O, ct, ldc, np);
+        if (ars)
+            fnn_cvd_run_raw(Ap, ars, cs, ts, xp, plane, toff, 9, C, O, ct, ldc, np, NULL);
+        else
+            fnn_cvd_run(Ap, xp, plane, toff, 9, C, C, O, ct, ldc, np);
         for (ptrdiff_t o = 0; o < O; ++o)
             for (ptrdiff_t oh = 0; oh < R1; ++oh) {
                 const float* sr = ct + o * ldc + oh * We;
@@ -1049,7 +1152,9 @@ static inline void fnn_cv3_image(const float* restrict x, const float* restrict 
 static inline ptrdiff_t fnn_cv3_o6(ptrdiff_t O) { return 0; }
 static inline ptrdiff_t fnn_cv3_rows(ptrdiff_t C, ptrdiff_t OW, ptrdiff_t OH) { return 1; }
 static inline ptrdiff_t fnn_cv3_plane_rows(ptrdiff_t R, ptrdiff_t OW) { return 1; }
-static inline void fnn_cv3_image(const float* x, const float* Ap, const float* bias, float* y,
+#define FNN_HAVE_CVD_RAW 0
+static inline void fnn_cv3_image(const float* x, const float* Ap, ptrdiff_t ars, ptrdiff_t cs,
+                                 ptrdiff_t ts, const float* bias, float* y,
                                  ptrdiff_t C, ptrdiff_t H, ptrdiff_t W, ptrdiff_t O,
                                  ptrdiff_t OH, ptrdiff_t OW, ptrdiff_t pt, ptrdiff_t pl,
                                  float* xp, float* ct) {}

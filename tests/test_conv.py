@@ -570,18 +570,21 @@ def test_one_image_uses_every_thread_with_the_same_bits(case):
         np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())
 
 
-def test_conv2d_3x3_small_planes_take_the_direct_kernel():
+@pytest.mark.parametrize("C, O", [(32, 96), (48, 100)])
+def test_conv2d_3x3_small_planes_take_the_direct_kernel(C, O):
     """A 7 x 7 output (ResNet's last stage) runs its 3x3 forward on the direct kernel, not
     Winograd (2 x 2 tiles cover 8 x 8 there and the weight transform weighs more): with
     Winograd switched off the bits are the same; one image on several threads splits its
-    output channels (the same bits at 1, 2 and 3 threads) and agrees with torch."""
+    output channels (the same bits at 1, 2 and 3 threads) and agrees with torch.  AVX-512
+    builds read the weight in place (d_input: its flipped transpose); 48 -> 100 channels
+    split d_input's channels too, in groups that end in blocks of 4."""
     import importlib
     import fastnn._backend
     conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
     rng = np.random.default_rng(6)
-    x = rng.standard_normal((1, 32, 7, 7)).astype(np.float32)
-    w = rng.standard_normal((96, 32, 3, 3)).astype(np.float32)
-    b = rng.standard_normal(96).astype(np.float32)
+    x = rng.standard_normal((1, C, 7, 7)).astype(np.float32)
+    w = rng.standard_normal((O, C, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(O).astype(np.float32)
     res, direct, dy = _direct_and_gemm(conv, F.conv2d_fwd, F.conv2d_bwd, x, w, b, 1, 1, None,
                                        "_WINOGRAD", "_set_wg_plane_max")
     np.testing.assert_array_equal(res[0][0], direct[0])
