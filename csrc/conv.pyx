@@ -1446,35 +1446,70 @@ cdef inline Py_ssize_t _wgrad_taps_size(Geo* g) noexcept nogil:
 
 cdef void _wgrad_taps_chunk(const real* x, const real* gy, real* dw_part, Py_ssize_t n0,
                             Py_ssize_t n1, real* buf, Geo* g) noexcept nogil:
-    """Images [n0, n1): each image zero-padded (C x PR*We), transposed to (PR*We) x C, and
-    fnn_cvw_run sums dy (broadcast) against it for every tap (i, j) -- a shift by
-    i*dH*We + j*dW positions; the taps' sums (kH*kW, O, C) land in dw_part (O, C, kH, kW)."""
+    """Images [n0, n1): _wgrad_taps_rows over all output channels."""
+    if real is float:
+        _wgrad_taps_rows(x, gy, dw_part, n0, n1, 0, g.O, buf, g)
+
+
+cdef void _wgrad_taps_rows(const float* x, const float* gy, float* dw_part, Py_ssize_t n0,
+                           Py_ssize_t n1, Py_ssize_t o0, Py_ssize_t o1, float* buf,
+                           Geo* g) noexcept nogil:
+    """Images [n0, n1), output channels [o0, o1): each image zero-padded (C x PR*We),
+    transposed to (PR*We) x C, and fnn_cvw_run sums dy's rows o0 .. o1 (broadcast) against
+    it for every tap (i, j) -- a shift by i*dH*We + j*dW positions; the taps' sums (kH*kW,
+    o1 - o0, C) land in dw_part's rows [o0, o1) (O, C, kH, kW).  A weight's sum does not
+    depend on the rows run with it."""
     cdef Py_ssize_t We = g.OW + g.dw * (g.kw - 1), PR = g.OH + g.dh * (g.kh - 1)
     cdef Py_ssize_t nt = g.kh * g.kw, xs = g.C * g.H * g.W, ys = g.O * g.OH * g.OW
-    cdef Py_ssize_t n, i, j, o, c, P = PR * We
+    cdef Py_ssize_t n, i, j, o, c, P = PR * We, M = o1 - o0
     cdef Py_ssize_t aoff[64]
     cdef Py_ssize_t boff[64]
-    cdef float* xp
-    cdef float* xt
-    cdef float* acc
-    if real is float:
-        xp = buf
-        xt = buf + g.C * P + 32
-        acc = xt + P * g.C + 32
-        for i in range(g.kh):
-            for j in range(g.kw):
-                aoff[i * g.kw + j] = 0
-                boff[i * g.kw + j] = (i * g.dh * We + j * g.dw) * g.C
-        memset(acc, 0, nt * g.O * g.C * sizeof(float))
-        for n in range(n0, n1):
-            fnn_cv3_pad_tile(x + n * xs, xp, g.C, g.H, g.W, We, PR, -g.pt, g.pl)
-            fnn_cvw_transpose(xp, xt, g.C, P, P, 0)
-            fnn_cvw_run(gy + n * ys, g.OH * g.OW, g.OW, aoff, xt, g.C, We * g.C, boff, nt,
-                        g.OH, g.OW, g.O, g.C, acc)
-        for o in range(g.O):
-            for c in range(g.C):
-                for i in range(nt):
-                    dw_part[(o * g.C + c) * nt + i] = acc[(i * g.O + o) * g.C + c]
+    cdef float* xp = buf
+    cdef float* xt = buf + g.C * P + 32
+    cdef float* acc = xt + P * g.C + 32
+    for i in range(g.kh):
+        for j in range(g.kw):
+            aoff[i * g.kw + j] = 0
+            boff[i * g.kw + j] = (i * g.dh * We + j * g.dw) * g.C
+    memset(acc, 0, nt * M * g.C * sizeof(float))
+    for n in range(n0, n1):
+        fnn_cv3_pad_tile(x + n * xs, xp, g.C, g.H, g.W, We, PR, -g.pt, g.pl)
+        fnn_cvw_transpose(xp, xt, g.C, P, P, 0)
+        fnn_cvw_run(gy + n * ys + o0 * g.OH * g.OW, g.OH * g.OW, g.OW, aoff, xt, g.C,
+                    We * g.C, boff, nt, g.OH, g.OW, M, g.C, acc)
+    for o in range(M):
+        for c in range(g.C):
+            for i in range(nt):
+                dw_part[((o0 + o) * g.C + c) * nt + i] = acc[(i * M + o) * g.C + c]
+
+
+cdef int _wgrad_taps_groups(const float* x, const float* gy, float* dw_part, Py_ssize_t nch,
+                            Py_ssize_t per, Geo* g, int nt, Py_ssize_t ng) except -1 nogil:
+    """_wgrad_taps_rows with fewer image chunks than threads (a batch of one): work items
+    (chunk, output-channel group), groups in multiples of 4 (_bound4; fnn_cvw_run's row
+    blocks); each item pads and transposes its chunk's images itself (C x PR*We floats
+    each, small beside its product)."""
+    cdef Py_ssize_t csize = _wgrad_taps_size(g), wsz = g.O * g.C * g.kh * g.kw
+    cdef Py_ssize_t it, ch, k, n0, n1
+    cdef float* buf = NULL
+    cdef int failed = 0
+    with nogil, parallel(num_threads=nt):
+        buf = <float*>fnn_alloc(csize * sizeof(float) + 64, 1)
+        if buf == NULL:
+            fnn_flag_set(&failed)
+        for it in prange(nch * ng, schedule="dynamic", chunksize=1):
+            if buf == NULL:
+                continue
+            ch = it // ng
+            k = it % ng
+            n0 = ch * per
+            n1 = n0 + per if n0 + per < g.N else g.N
+            _wgrad_taps_rows(x, gy, dw_part + ch * wsz, n0, n1, _bound4(g.O, ng, k),
+                             _bound4(g.O, ng, k + 1), buf, g)
+        free(buf)
+    if failed:
+        _raise_nomem(csize * sizeof(float) + 64, 1)
+    return 0
 
 
 cdef enum:
@@ -2031,6 +2066,17 @@ cdef tuple _grads(object x_or_none, tuple x_shape, cnp.ndarray weight, cnp.ndarr
             ppart = <float*>_data(part, nch * _wsize(&g), F32)
             with nogil:
                 _wgrad_cv3(px, pdy, ppart, nch, per, &g, nt)
+        elif (want_dw and f32 and tdx and _wgrad_taps_ok(&g, <float*>NULL)
+                and _ogroups(nch, g.O, _threads_for(flops, 1 << 18)) > 1):
+            # fewer image chunks than threads: output-channel groups too
+            nt_all = _threads_for(flops, 1 << 18)
+            ng = _ogroups(nch, g.O, nt_all)
+            px = <const float*>_data(x, _xsize(&g), F32)
+            pdy = <const float*>_data(dy, _ysize(&g), F32)
+            ppart = <float*>_data(part, nch * _wsize(&g), F32)
+            with nogil:
+                _wgrad_taps_groups(px, pdy, ppart, nch, per, &g,
+                                   <int>(nch * ng if nch * ng < nt_all else nt_all), ng)
         elif nt > 1:
             with _blas_single():
                 _conv_bwd_call(x, weight, dy, None if tdx else dx, part, nch, per, &g, nt, f32)
