@@ -856,6 +856,25 @@ cdef inline Py_ssize_t _wbound(Py_ssize_t O, Py_ssize_t ng, Py_ssize_t k) noexce
     return (O * k // ng) // 16 * 16
 
 
+# Winograd d_weight partials (16 * C * O floats) of this many bytes or more: one image
+# chunk (_grads).  Per image chunk the partial was read and written once per image and
+# summed across the chunks afterwards; past the L2 that traffic was a quarter of the
+# backward (4 x 256 x 14 x 14 -> 256: unpack 11%, zeroing 3.5%).
+cdef Py_ssize_t _WG_ONE_CHUNK = 2 << 20
+
+
+cdef Py_ssize_t _wg_l2_groups(Py_ssize_t C, Py_ssize_t O, int nt) noexcept nogil:
+    """Output-channel groups of the one-chunk Winograd d_weight: at least the threads, and
+    enough that a group's partial (16 * C * O_k floats) is within 1 MiB; each group >= 16
+    channels (_wbound)."""
+    cdef Py_ssize_t ng = (16 * C * O * 4 + (1 << 20) - 1) >> 20
+    if ng < nt:
+        ng = nt
+    if ng > O // 16:
+        ng = O // 16
+    return ng if ng > 1 else 1
+
+
 cdef inline Py_ssize_t _wgroups(Py_ssize_t nch, Py_ssize_t O, int nt) noexcept nogil:
     """The Winograd d_weight's groups per image chunk: >= 32 channels."""
     return _groups(nch, O, nt, 32)
@@ -2043,9 +2062,17 @@ cdef tuple _grads(object x_or_none, tuple x_shape, cnp.ndarray weight, cnp.ndarr
         if not want_dw and tdx:
             pass
         elif want_dw and f32 and tdx and _wg_wgrad_ok(&g, nch):
-            # fewer image chunks than threads (a batch of one): output-channel groups too
             nt_all = _threads_for(flops, 1 << 18)
-            ng = _wgroups(nch, g.O, nt_all)
+            if 16 * g.C * g.O * 4 >= _WG_ONE_CHUNK:
+                # big partials: one chunk of all images (a function of the shapes, so the
+                # bits do not depend on the threads), the threads on output-channel
+                # groups whose partials the L2 holds
+                nch = 1
+                per = g.N
+                ng = _wg_l2_groups(g.C, g.O, nt_all)
+            else:
+                # fewer image chunks than threads: output-channel groups too
+                ng = _wgroups(nch, g.O, nt_all)
             team = <int>(nch * ng if nch * ng < nt_all else nt_all)
             part = np.empty((nch, 16 * g.C * g.O), dtype=np.float32)   # zeroed by _wgrad_wg
             px = <const float*>_data(x, _xsize(&g), F32)

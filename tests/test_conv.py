@@ -497,6 +497,9 @@ def test_direct_paths_fail_allocations_cleanly(case):
     # one image, >= 48 channels each way: forward and d_input both in groups, each work
     # item packing its group's weights (d_input's flipped ones straight from the weight)
     (1, 48, 12, 12, 100, 1),
+    # d_weight partials of 2 MiB or more (16 * C * O floats): one chunk of all images in
+    # output-channel groups sized for the L2
+    (3, 128, 8, 8, 256, 1),
 ])
 def test_conv2d_3x3_winograd_equals_the_direct_path_and_torch(geo, plane_limit):
     """conv2d 3x3 stride 1 (float32, groups 1, O % 4 == 0) runs its forward and d_input
