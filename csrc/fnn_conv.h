@@ -444,33 +444,46 @@ static inline void fnn_wg_dims(ptrdiff_t OH, ptrdiff_t OW, ptrdiff_t* th, ptrdif
 #define FNN_CVD_CB 64
 #endif
 #define FNN_CVD_AI static inline __attribute__((always_inline))
-FNN_CVD_AI void fnn_cvd_ztile(const float* restrict A, const float* restrict B,
-                              ptrdiff_t plane, const ptrdiff_t* restrict toff, ptrdiff_t nt,
-                              ptrdiff_t nc, float* restrict C, ptrdiff_t ldc,
-                              const float* restrict init, const int m, const int nv) {
+/* The tile's weights by stride: output row r, input channel c, tap t at A[r * ars + c * cs
+ * + t * ts] -- the packing below (ars = 1, ts = m, cs = nt * m) or a weight in place
+ * (fnn_cvd_run_raw). */
+FNN_CVD_AI void fnn_cvd_rtile(const float* restrict A, ptrdiff_t ars, ptrdiff_t cs,
+                              ptrdiff_t ts, const float* restrict B, ptrdiff_t plane,
+                              const ptrdiff_t* restrict toff, ptrdiff_t nt, ptrdiff_t nc,
+                              float* restrict C, ptrdiff_t ldc, const float* restrict init,
+                              const int m, const int nv) {
     __m512 acc[6][4];
 #pragma GCC unroll 6
     for (int r = 0; r < m; ++r)
 #pragma GCC unroll 4
         for (int v = 0; v < nv; ++v)
             acc[r][v] = init ? _mm512_set1_ps(init[r]) : _mm512_loadu_ps(C + r * ldc + 16 * v);
-    for (ptrdiff_t c = 0; c < nc; ++c, B += plane)
-        for (ptrdiff_t t = 0; t < nt; ++t, A += m) {
+    for (ptrdiff_t c = 0; c < nc; ++c, B += plane) {
+        const float* a0 = A + c * cs;
+        for (ptrdiff_t t = 0; t < nt; ++t, a0 += ts) {
             const float* bp = B + toff[t];
             __m512 x[4];
 #pragma GCC unroll 4
             for (int v = 0; v < nv; ++v) x[v] = _mm512_loadu_ps(bp + 16 * v);
 #pragma GCC unroll 6
             for (int r = 0; r < m; ++r) {
-                __m512 a = _mm512_set1_ps(A[r]);
+                __m512 a = _mm512_set1_ps(a0[r * ars]);
 #pragma GCC unroll 4
                 for (int v = 0; v < nv; ++v) acc[r][v] = _mm512_fmadd_ps(a, x[v], acc[r][v]);
             }
         }
+    }
 #pragma GCC unroll 6
     for (int r = 0; r < m; ++r)
 #pragma GCC unroll 4
         for (int v = 0; v < nv; ++v) _mm512_storeu_ps(C + r * ldc + 16 * v, acc[r][v]);
+}
+/* packed: block [ob, ob + m) holds w[ob + r, c, t] at (c, t, r) */
+FNN_CVD_AI void fnn_cvd_ztile(const float* restrict A, const float* restrict B,
+                              ptrdiff_t plane, const ptrdiff_t* restrict toff, ptrdiff_t nt,
+                              ptrdiff_t nc, float* restrict C, ptrdiff_t ldc,
+                              const float* restrict init, const int m, const int nv) {
+    fnn_cvd_rtile(A, 1, nt * m, m, B, plane, toff, nt, nc, C, ldc, init, m, nv);
 }
 static void fnn_cvd_z64_6(const float* restrict A, const float* restrict B, ptrdiff_t plane,
                           const ptrdiff_t* restrict toff, ptrdiff_t nt, ptrdiff_t nc,
@@ -552,42 +565,12 @@ static inline void fnn_cvd_run_init(const float* restrict Ap, const float* restr
  * of an output block from ob at W + (ob + r) * ars, input channel c's taps at + c * cs,
  * tap t at + t * ts; one tap list for all channels.  An (O, C, T) weight: ars = C * T, cs =
  * T, ts = 1.  Its flipped transpose (d_input as a forward): W at tap T - 1, ars = T (rows:
- * the weight's input channels), cs = O * T, ts = -1.  Per output: bias (or ct), then
- * channels in order, taps in list order -- the packed kernels' order, the same bits.  At
- * batch 1 the packing was a third of a 512 -> 512 channel 7 x 7 forward: it reads and
- * writes the 9.4 MB weight once more than the kernel reads it. */
+ * the weight's input channels), cs = C * T (channels: its output channels), ts = -1.
+ * Per output: bias (or ct), then channels in order, taps in list order -- the packed
+ * kernels' order, the same bits.  At batch 1 the packing was a third of a 512 -> 512
+ * channel 7 x 7 forward: it reads and writes the 9.4 MB weight once more than the kernel
+ * reads it. */
 #define FNN_HAVE_CVD_RAW 1
-FNN_CVD_AI void fnn_cvd_rtile(const float* restrict A, ptrdiff_t ars, ptrdiff_t cs,
-                              ptrdiff_t ts, const float* restrict B, ptrdiff_t plane,
-                              const ptrdiff_t* restrict toff, ptrdiff_t nt, ptrdiff_t nc,
-                              float* restrict C, ptrdiff_t ldc, const float* restrict init,
-                              const int m, const int nv) {
-    __m512 acc[6][4];
-#pragma GCC unroll 6
-    for (int r = 0; r < m; ++r)
-#pragma GCC unroll 4
-        for (int v = 0; v < nv; ++v)
-            acc[r][v] = init ? _mm512_set1_ps(init[r]) : _mm512_loadu_ps(C + r * ldc + 16 * v);
-    for (ptrdiff_t c = 0; c < nc; ++c, B += plane) {
-        const float* a0 = A + c * cs;
-        for (ptrdiff_t t = 0; t < nt; ++t, a0 += ts) {
-            const float* bp = B + toff[t];
-            __m512 x[4];
-#pragma GCC unroll 4
-            for (int v = 0; v < nv; ++v) x[v] = _mm512_loadu_ps(bp + 16 * v);
-#pragma GCC unroll 6
-            for (int r = 0; r < m; ++r) {
-                __m512 a = _mm512_set1_ps(a0[r * ars]);
-#pragma GCC unroll 4
-                for (int v = 0; v < nv; ++v) acc[r][v] = _mm512_fmadd_ps(a, x[v], acc[r][v]);
-            }
-        }
-    }
-#pragma GCC unroll 6
-    for (int r = 0; r < m; ++r)
-#pragma GCC unroll 4
-        for (int v = 0; v < nv; ++v) _mm512_storeu_ps(C + r * ldc + 16 * v, acc[r][v]);
-}
 #define FNN_CVD_RAW_TILE(name, m, nv)                                                        \
     static void name(const float* restrict A, ptrdiff_t ars, ptrdiff_t cs, ptrdiff_t ts,     \
                      const float* restrict B, ptrdiff_t plane, const ptrdiff_t* restrict toff, \
