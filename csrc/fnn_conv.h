@@ -583,6 +583,9 @@ FNN_CVD_RAW_TILE(fnn_cvd_r64_4, 4, 4)
 FNN_CVD_RAW_TILE(fnn_cvd_r16_6, 6, 1)
 FNN_CVD_RAW_TILE(fnn_cvd_r16_4, 4, 1)
 #undef FNN_CVD_RAW_TILE
+typedef void (*fnn_cvd_rfn)(const float*, ptrdiff_t, ptrdiff_t, ptrdiff_t, const float*,
+                            ptrdiff_t, const ptrdiff_t*, ptrdiff_t, ptrdiff_t, float*,
+                            ptrdiff_t, const float*);
 
 /* fnn_cvd_run_ over weights in place (fnn_cvd_rtile; cg = C) */
 static inline void fnn_cvd_run_raw(const float* restrict W, ptrdiff_t ars, ptrdiff_t cs,
@@ -602,21 +605,12 @@ static inline void fnn_cvd_run_raw(const float* restrict W, ptrdiff_t ars, ptrdi
                 const float* A = W + ob * ars + cb * cs;
                 const float* ib = bi ? bi + ob : NULL;
                 float* cto = ct + ob * ldc;
-                if (ob < o6) {
-                    for (pb = p0; pb < p64; pb += 64)
-                        fnn_cvd_r64_6(A, ars, cs, ts, B + pb, plane, toff, nt, nc, cto + pb,
-                                      ldc, ib);
-                    for (; pb < p1; pb += 16)
-                        fnn_cvd_r16_6(A, ars, cs, ts, B + pb, plane, toff, nt, nc, cto + pb,
-                                      ldc, ib);
-                } else {
-                    for (pb = p0; pb < p64; pb += 64)
-                        fnn_cvd_r64_4(A, ars, cs, ts, B + pb, plane, toff, nt, nc, cto + pb,
-                                      ldc, ib);
-                    for (; pb < p1; pb += 16)
-                        fnn_cvd_r16_4(A, ars, cs, ts, B + pb, plane, toff, nt, nc, cto + pb,
-                                      ldc, ib);
-                }
+                fnn_cvd_rfn f64 = ob < o6 ? fnn_cvd_r64_6 : fnn_cvd_r64_4;
+                fnn_cvd_rfn f16 = ob < o6 ? fnn_cvd_r16_6 : fnn_cvd_r16_4;
+                for (pb = p0; pb < p64; pb += 64)
+                    f64(A, ars, cs, ts, B + pb, plane, toff, nt, nc, cto + pb, ldc, ib);
+                for (; pb < p1; pb += 16)
+                    f16(A, ars, cs, ts, B + pb, plane, toff, nt, nc, cto + pb, ldc, ib);
             }
             cb += nc;
         }
