@@ -703,8 +703,8 @@ cdef int _wg_pack_run(WSrc* src, float* U, Py_ssize_t O, Py_ssize_t C, int nt) e
 cdef int _fwd_wg(const float* x, WSrc* src, float* U, const float* b, const float* zeros,
                  float* y, Geo* g, int nt, Py_ssize_t ng, bint pack) except -1 nogil:
     """Every image through fnn_wg_image, in ng output-channel groups (_bound4; group k's
-    weights packed on their own at U + _wg_ubase(o0, C, k)): work items (image, group) over nt
-    threads.  pack (one image): each work item first packs its group's weights from src
+    weights packed on their own at U + _wg_ubase(o0, C, k)): work items (image, group)
+    over nt threads.  pack (one image): each work item first packs its group's weights from src
     (one parallel region, and the group's U is in the cache of the thread that uses it);
     else U is packed already.  An output element's sums do not depend on its group, so
     neither does the result."""
@@ -740,8 +740,9 @@ cdef int _fwd_wg(const float* x, WSrc* src, float* U, const float* b, const floa
                     gs.w = src.w + o0 * src.rs
                     _wg_pack_blocks(&gs, U + _wg_ubase(o0, g.C, k), o1 - o0, g.C, 0,
                                     _wg_blocks(o1 - o0), S)
-                fnn_wg_image(x + n * xs, U + _wg_ubase(o0, g.C, k), b + o0, y + n * ys + o0 * ps, g.C,
-                             g.H, g.W, o1 - o0, g.OH, g.OW, g.pt, g.pl, xp, V, M, zeros)
+                fnn_wg_image(x + n * xs, U + _wg_ubase(o0, g.C, k), b + o0,
+                             y + n * ys + o0 * ps, g.C, g.H, g.W, o1 - o0, g.OH, g.OW, g.pt,
+                             g.pl, xp, V, M, zeros)
         free(xp)
         free(V)
         free(M)
