@@ -1935,6 +1935,30 @@ cdef _cv3_fwd_call(cnp.ndarray x, cnp.ndarray weight, WSrc* src, void* pb, cnp.n
         _fwd_cv3(px, &packed, <const float*>pb, py, g, team, ng)
 
 
+cdef _conv_fwd_padded(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, Geo* g,
+                      Geo* g4, int nt, int nt_all):
+    """A 3x3 stride-1 float32 forward with fewer than 16 output channels, not a multiple of
+    4 (an RGB output layer; d_input of a 3-channel stem): the weight (and bias) padded
+    with zero filters to g4.O channels, the direct 3x3 kernel (not Winograd: its input
+    transform is per input channel, too much for 4 outputs), the first g.O channels
+    kept.  The GEMM path ran it as a 3-row product (one image 64 -> 3 channels at 224 x
+    224: 4.5 ms, on OpenBLAS's threads)."""
+    cdef cnp.ndarray w4 = np.zeros((g4.O, g.C, 3, 3), dtype=np.float32)
+    cdef cnp.ndarray b4 = np.zeros(g4.O, dtype=np.float32)
+    cdef cnp.ndarray y4 = np.empty((g.N, g4.O, g.OH, g.OW), dtype=np.float32)
+    cdef WSrc src
+    w4[:g.O] = weight
+    if pb != NULL:
+        memcpy(_data(b4, g.O, F32), pb, g.O * sizeof(float))
+    src.w = <const float*>_data(w4, g4.O * g.C * 9, F32)
+    src.rs = g.C * 9
+    src.cs = 9
+    src.ts = 1
+    src.flip = 0
+    _cv3_fwd_call(x, w4, &src, _data(b4, g4.O, F32) if pb != NULL else NULL, y4, g4, nt_all)
+    (<object>y)[...] = (<object>y4)[:, :g.O]
+
+
 cdef _conv_fwd_call(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, Geo* g, int nt,
                     int nt_all, bint f32):
     """The forward on the kernel the geometry takes.  nt: threads over images (at most N);
@@ -1963,6 +1987,11 @@ cdef _conv_fwd_call(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, 
         src.ts = 1
         src.flip = 0
         _cv3_fwd_call(x, weight, &src, pb, y, g, nt_all)
+        return
+    cdef Geo g4 = g[0]
+    g4.O = (g.O + 3) // 4 * 4
+    if f32 and g.O % 4 != 0 and g.O < 16 and _cv3_ok(&g4):
+        _conv_fwd_padded(x, weight, pb, y, g, &g4, nt, nt_all)
         return
     if f32 and _rows_direct_ok(g):
         _rows_fwd_direct(x, weight, pb, y, g)

@@ -543,6 +543,9 @@ def test_conv2d_3x3_winograd_equals_the_direct_path_and_torch(geo, plane_limit):
     # the direct d_weight kernel (C % 16 == 0) in output-channel groups of multiples of 4
     ("conv2d 5x5 C16", (1, 16, 9, 9), (52, 16, 5, 5), dict(padding=2)),
     ("conv2d 3x3 C<4", (1, 3, 20, 20), (64, 3, 3, 3), dict(padding=1)),
+    # fewer than 16 output channels, not a multiple of 4 (an RGB output layer; the C<4
+    # case's d_input too): the direct 3x3 kernel on zero-padded filters
+    ("conv2d 3x3 O=3", (1, 16, 20, 20), (3, 16, 3, 3), dict(padding=1)),
     ("conv2d 3x3 stride 2", (1, 16, 25, 25), (48, 16, 3, 3), dict(stride=2, padding=1)),
     ("conv_transpose2d", (1, 16, 10, 10), (16, 52, 4, 4), dict(stride=2, padding=1)),
     # GEMM paths with one image's product split in fixed column blocks (own float32 GEMM)
