@@ -113,6 +113,12 @@ cdef extern from "fnn_conv.h" nogil:
     void fnn_wg_pack_block(const float* w, Py_ssize_t rs, Py_ssize_t cs, int flip, Py_ssize_t C,
                            Py_ssize_t m, float* S, float* U, Py_ssize_t OC)
     void fnn_pack_block_oct(const float* w, Py_ssize_t C, Py_ssize_t T, Py_ssize_t m, float* dst)
+    void fnn_pack_block_taps(const float* w, Py_ssize_t rs, Py_ssize_t cs, const Py_ssize_t* tof,
+                             Py_ssize_t C, Py_ssize_t T, Py_ssize_t m, float* dst)
+    void fnn_cvd_run_raw(const float* W, Py_ssize_t ars, Py_ssize_t cs, Py_ssize_t ts,
+                         const float* xp, Py_ssize_t plane, const Py_ssize_t* toff, Py_ssize_t nt,
+                         Py_ssize_t C, Py_ssize_t O, float* ct, Py_ssize_t ldc, Py_ssize_t npos,
+                         const float* bias)
     void fnn_flip_transpose_oct(const float* w, Py_ssize_t O, Py_ssize_t C, Py_ssize_t T,
                                 Py_ssize_t o0, Py_ssize_t o1, float* wt)
     void fnn_wg_unpack_rows(const float* part, Py_ssize_t nch, Py_ssize_t ps, Py_ssize_t C,
@@ -929,12 +935,17 @@ cdef struct DPlan:
     Py_ssize_t N, Cs, Hs, Ws        # source images: channels, rows, columns (x, or dy)
     Py_ssize_t top, left, PR, We    # zero-padded planes: x row u - top at row u (fnn_cv3_pad_tile)
     Py_ssize_t Ct, cg               # channels the kernel reads (Cs); per tap-offset group
+    Py_ssize_t Cx                   # planes in xp (Ct; the phase planes: sh*sw*C, their
+                                    # phase in the tap offsets)
     Py_ssize_t O, OH, OW, Sh, Sw    # output channels and plane; interleave steps of the runs
     Py_ssize_t nrun, ldc            # runs per image; row stride of the run's result
     Py_ssize_t slack                # rows past the last plane the last blocks may read
     bint yout                       # one run of one row, OW % 16 == 0: results straight into y
     Geo* pg                         # not NULL: xp holds the phase planes of this conv2d's input
     const float* zeros              # d.O zeros (the bias of a yout plan without one)
+    const float* wr                 # not NULL: one run whose weights the kernel reads in
+    Py_ssize_t ars, acs             # place (fnn_cvd_run_raw: rows ars, channels acs apart,
+                                    # taps 1 apart; AVX-512 builds), not from the packing
 
 
 # per run (one row of the plan's run table): packed-weight offset, tap-offset offset, taps,
@@ -949,7 +960,10 @@ cdef inline void _direct_run(const float* ap, const Py_ssize_t* toff, const Py_s
     cdef Py_ssize_t nt = rr[2], Q = rr[3], Rc = rr[4], o, k
     cdef Py_ssize_t npos = (Q * d.We + 15) // 16 * 16
     cdef float bo
-    if nt > 0:   # positions up to the last row's last column (the rest is dropped)
+    if nt > 0 and d.wr != NULL:
+        fnn_cvd_run_raw(d.wr, d.ars, d.acs, 1, xp, d.PR * d.We, toff + rr[1], nt, d.Ct, d.O,
+                        ct, d.ldc, (Q - 1) * d.We + Rc, bias if bias != NULL else d.zeros)
+    elif nt > 0:   # positions up to the last row's last column (the rest is dropped)
         fnn_cvd_run_init(ap + rr[0], xp, d.PR * d.We, toff + rr[1], nt, d.cg, d.Ct, d.O, ct,
                          d.ldc, (Q - 1) * d.We + Rc, bias if bias != NULL else d.zeros)
     else:
@@ -959,19 +973,28 @@ cdef inline void _direct_run(const float* ap, const Py_ssize_t* toff, const Py_s
                 ct[o * d.ldc + k] = bo
 
 
+cdef void _direct_planes(const float* src, float* xp, DPlan* d, Py_ssize_t c0,
+                         Py_ssize_t c1) noexcept nogil:
+    """Channels [c0, c1) of one image's zero-padded (or phase) planes, as the kernel reads
+    them."""
+    if d.pg != NULL:
+        _phase_planes_c(src, xp, d.pg, True, c0, c1)
+    else:
+        fnn_cv3_pad_tile(src + c0 * d.Hs * d.Ws, xp + c0 * d.PR * d.We, c1 - c0, d.Hs, d.Ws,
+                         d.We, d.PR, -d.top, d.left)
+
+
 cdef void _direct_image(const float* src, const float* ap, const Py_ssize_t* toff,
                         const Py_ssize_t* runs, const float* bias, float* y, float* xp,
-                        float* ct, DPlan* d) noexcept nogil:
+                        float* ct, DPlan* d, bint built=False) noexcept nogil:
     cdef Py_ssize_t plane = d.PR * d.We, r, o, q, c, nt, Q, Rc, a, b
     cdef const Py_ssize_t* rr
     cdef const Py_ssize_t* r2
     cdef float* ct2 = ct + d.O * d.ldc    # the second run of a column-phase pair (Sw == 2)
     cdef float* yr
     cdef const float* cr
-    if d.pg != NULL:
-        _phase_planes(src, xp, d.pg, True)
-    else:
-        fnn_cv3_pad_tile(src, xp, d.Cs, d.Hs, d.Ws, d.We, d.PR, -d.top, d.left)
+    if not built:
+        _direct_planes(src, xp, d, 0, d.Cs)
     if d.yout:   # y's rows are whole 16-position blocks: the tiles sum into y, on the bias
         fnn_cvd_run_init(ap + runs[0], xp, plane, toff + runs[1], runs[2], d.cg, d.Ct, d.O,
                          y, d.OW, d.OW, bias if bias != NULL else d.zeros)
@@ -1013,28 +1036,45 @@ cdef int _direct(const float* src, const float* ap, const Py_ssize_t* toff,
     run's packed weights from its block at o0 (the packing's blocks of 6 from o0 on, as
     for all O), the bias, result and y from o0.  Each image's result depends on nothing
     else and an output's sums not on its group: the bits do not depend on the thread
-    count."""
-    cdef Py_ssize_t n, it, k, o0, o1, r, xsz = (d.Ct * d.PR + d.slack) * d.We + 64
+    count.  With groups (fewer images than threads), the images' planes are built once,
+    shared, each image's channels split over the threads, before the groups run."""
+    cdef Py_ssize_t n, it, k, o0, o1, r, xsz = (d.Cx * d.PR + d.slack) * d.We + 64
     cdef Py_ssize_t csz = (2 if d.Sw == 2 else 1) * d.O * d.ldc + 64   # _direct_image
     cdef Py_ssize_t ss = d.Cs * d.Hs * d.Ws, ys = d.O * d.OH * d.OW, ps = d.OH * d.OW
+    cdef Py_ssize_t cch = (d.Cs + nt - 1) // nt, c0, c1
+    cdef float* xall = NULL
     cdef float* xp = NULL
+    cdef float* xi = NULL
     cdef float* ct = NULL
     cdef DPlan* dg = NULL
     cdef Py_ssize_t* rg = NULL
     cdef int failed = 0
+    if ng > 1 and d.N * xsz <= _DIRECT_SHARED_MAX:
+        xall = <float*>fnn_alloc(d.N * xsz, sizeof(float))
+        if xall != NULL:    # each image's over-read past its last plane (as below)
+            for n in range(d.N):
+                memset(xall + n * xsz + d.Cx * d.PR * d.We, 0, (d.slack * d.We + 64) * sizeof(float))
     with nogil, parallel(num_threads=nt):
-        xp = <float*>fnn_alloc(xsz, sizeof(float))
+        xp = NULL if xall != NULL else <float*>fnn_alloc(xsz, sizeof(float))
         ct = <float*>fnn_alloc(csz, sizeof(float))
         dg = <DPlan*>fnn_alloc(1, sizeof(DPlan))
         rg = <Py_ssize_t*>fnn_alloc(d.nrun * _RUN, sizeof(Py_ssize_t))
-        if xp == NULL or ct == NULL or dg == NULL or rg == NULL:
+        if (xp == NULL and xall == NULL) or ct == NULL or dg == NULL or rg == NULL:
             fnn_flag_set(&failed)
-        else:   # the over-read past the last plane: finite values, never used
-            memset(xp + d.Ct * d.PR * d.We, 0, (d.slack * d.We + 64) * sizeof(float))
+        elif xp != NULL:   # the over-read past the last plane: finite values, never used
+            memset(xp + d.Cx * d.PR * d.We, 0, (d.slack * d.We + 64) * sizeof(float))
+        if xall != NULL:
+            for it in prange(d.N * nt, schedule="static"):
+                n = it // nt
+                c0 = (it % nt) * cch
+                c1 = c0 + cch if c0 + cch < d.Cs else d.Cs
+                if c0 < c1:
+                    _direct_planes(src + n * ss, xall + n * xsz, d, c0, c1)
         for it in prange(d.N * ng, schedule="dynamic", chunksize=1):
-            if xp != NULL and ct != NULL and dg != NULL and rg != NULL:
+            if (xp != NULL or xall != NULL) and ct != NULL and dg != NULL and rg != NULL:
                 n = it // ng
                 k = it % ng
+                xi = xall + n * xsz if xall != NULL else xp
                 if ng == 1:
                     _direct_image(src + n * ss, ap, toff, runs, bias, y + n * ys, xp, ct, d)
                 else:
@@ -1042,18 +1082,26 @@ cdef int _direct(const float* src, const float* ap, const Py_ssize_t* toff,
                     o1 = _obound(d.O, ng, k + 1)
                     memcpy(dg, d, sizeof(DPlan))
                     dg.O = o1 - o0
+                    if d.wr != NULL:
+                        dg.wr = d.wr + o0 * d.ars
                     memcpy(rg, runs, d.nrun * _RUN * sizeof(Py_ssize_t))
                     for r in range(d.nrun):     # run r's blocks from o0: o0 * Ct * taps on
                         rg[r * _RUN] = runs[r * _RUN] + o0 * d.Ct * runs[r * _RUN + 2]
                     _direct_image(src + n * ss, ap, toff, rg, NULL if bias == NULL else bias + o0,
-                                  y + n * ys + o0 * ps, xp, ct, dg)
+                                  y + n * ys + o0 * ps, xi, ct, dg, xall != NULL)
         free(xp)
         free(ct)
         free(dg)
         free(rg)
+    free(xall)
     if failed:
         _raise_nomem(xsz + csz, sizeof(float))
     return 0
+
+
+# _direct shares the images' planes among the output-channel groups up to this many
+# elements (64 MiB of float32); past it each thread builds its own
+cdef Py_ssize_t _DIRECT_SHARED_MAX = 1 << 24
 
 
 cdef cnp.ndarray _pack_direct(object wd):
@@ -1071,6 +1119,28 @@ cdef cnp.ndarray _pack_direct(object wd):
         for blk in prange(nb, schedule="static", num_threads=nt):
             o0 = blk * 6 if blk < nb6 else o6 + (blk - nb6) * 4
             fnn_pack_block_oct(pw + o0 * C * T, C, T, 6 if blk < nb6 else 4, po + o0 * C * T)
+    return out
+
+
+cdef cnp.ndarray _pack_taps(object weight, Py_ssize_t rs, Py_ssize_t cs, list tof,
+                           Py_ssize_t R, Py_ssize_t C):
+    """The direct kernel's packing (_pack_direct) of R kernel rows x C channels x the taps
+    tof, read from a float32 weight by strides (fnn_pack_block_taps): no NumPy gathers or
+    transposes of the weight (~3 ms a call at 512 x 256 x 3 x 3)."""
+    cdef cnp.ndarray w = np.ascontiguousarray(weight, dtype=np.float32)
+    cdef cnp.ndarray t = np.asarray(tof, dtype=np.intp)
+    cdef Py_ssize_t T = len(tof), o6 = fnn_cv3_o6(R), nb6 = o6 // 6, nb = o6 // 6 + (R - o6) // 4
+    cdef Py_ssize_t blk, o0
+    cdef cnp.ndarray out = np.empty(R * C * T, dtype=np.float32)
+    cdef const float* pw = <const float*>_data(w, cnp.PyArray_SIZE(w), F32)
+    cdef const Py_ssize_t* pt = <const Py_ssize_t*>_data(t, T, INTP)
+    cdef float* po = <float*>_data(out, R * C * T, F32)
+    cdef int nt = _threads_for(R * C * T, 1 << 17)
+    with nogil:
+        for blk in prange(nb, schedule="static", num_threads=nt):
+            o0 = blk * 6 if blk < nb6 else o6 + (blk - nb6) * 4
+            fnn_pack_block_taps(pw + o0 * rs, rs, cs, pt, C, T, 6 if blk < nb6 else 4,
+                                po + o0 * C * T)
     return out
 
 
@@ -1140,12 +1210,13 @@ cdef _tconv_fwd_direct(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray 
     d.We = max(maxR + PL - nlo, 1)
     d.top = PT; d.left = PL
     d.PR = max(maxQ + PT - mlo, 1)
-    d.Ct = g.O; d.cg = g.O
+    d.Ct = g.O; d.cg = g.O; d.Cx = d.Ct
     d.O = g.C; d.OH = g.H; d.OW = g.W; d.Sh = g.sh; d.Sw = g.sw
     d.ldc = maxQ * d.We + 16
     d.slack = _slack_rows(d.We, d.We)
     d.yout = False
     d.pg = NULL
+    d.wr = NULL
     zeros = np.zeros(d.O, dtype=np.float32)
     d.zeros = <const float*>_data(zeros, d.O, F32)
     w = <object>weight   # (O, C, kh, kw) of the conv2d: w[o, c, i, j]; x has O channels
@@ -1159,9 +1230,9 @@ cdef _tconv_fwd_direct(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray 
             runs.append([apo, len(toff), len(taps), Q[a], Rc[b], a, b, 0])
             for (i, mi, j, mj) in taps:
                 toff.append((PT - mi) * d.We + (PL - mj))
-            if taps:
-                wd = np.stack([w[:, :, i, j] for (i, mi, j, mj) in taps], axis=-1)  # (O, C, t)
-                pk = _pack_direct(np.ascontiguousarray(wd.transpose(1, 0, 2)))
+            if taps:    # rows: the conv2d's input channels; channels: its output ones
+                pk = _pack_taps(w, g.kh * g.kw, g.C * g.kh * g.kw,
+                                [i * g.kw + j for (i, mi, j, mj) in taps], g.C, g.O)
                 aps.append(pk)
                 apo += pk.shape[0]
     d.nrun = len(runs)
@@ -1229,13 +1300,14 @@ cdef _rows_fwd_direct(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y
     d.N = g.N; d.Cs = g.C; d.Hs = 1; d.Ws = g.W
     d.We = g.OW + reach
     d.top = 0; d.left = g.pl; d.PR = 1
-    d.Ct = g.C; d.cg = g.C
+    d.Ct = g.C; d.cg = g.C; d.Cx = d.Ct
     d.O = g.O; d.OH = 1; d.OW = g.OW; d.Sh = 1; d.Sw = 1
     d.nrun = 1
     d.yout = g.OW % 16 == 0
     d.ldc = 0 if d.yout else (d.We + 15) // 16 * 16     # yout: no result buffer
     d.slack = _slack_rows(reach, d.We)
     d.pg = NULL
+    d.wr = NULL
     zeros = np.zeros(g.O, dtype=np.float32)
     d.zeros = <const float*>_data(zeros, g.O, F32)
     ap = _pack_direct((<object>weight).reshape(g.O, g.C, g.kw))
@@ -1266,19 +1338,27 @@ cdef _taps_fwd_direct(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y
     d.N = g.N; d.Cs = g.C; d.Hs = g.H; d.Ws = g.W
     d.We = g.OW + reach
     d.top = g.pt; d.left = g.pl; d.PR = g.OH + g.dh * (g.kh - 1)
-    d.Ct = g.C; d.cg = g.C
+    d.Ct = g.C; d.cg = g.C; d.Cx = d.Ct
     d.O = g.O; d.OH = g.OH; d.OW = g.OW; d.Sh = 1; d.Sw = 1
     d.nrun = 1
     d.yout = False
     d.ldc = (g.OH * d.We + 15) // 16 * 16
     d.slack = _slack_rows(reach, d.We)
     d.pg = NULL
+    d.wr = NULL
     zeros = np.zeros(g.O, dtype=np.float32)
     d.zeros = <const float*>_data(zeros, g.O, F32)
     ap = _pack_direct((<object>weight).reshape(g.O, g.C, g.kh * g.kw))
     toff = [i * g.dh * d.We + j * g.dw for i in range(g.kh) for j in range(g.kw)]
     runs = [[0, 0, g.kh * g.kw, g.OH, g.OW, 0, 0, 0]]
     _run_direct(x, ap, toff, runs, pb, y, &d, g.N * g.O * g.OH * g.OW * g.C * g.kh * g.kw)
+
+
+cdef bint _strided_direct_ok(Geo* g):
+    """A strided conv2d's forward on the direct kernel over its input's phase planes
+    (_tdx_plan says where that applies): a kernel of more than one tap (a 1x1 kernel at
+    stride 2 reads one phase of four: a strided GEMM)."""
+    return (g.sh > 1 or g.sw > 1) and g.kh * g.kw > 1
 
 
 cdef int _fwd_gemm(const real* x, const real* w, const real* wr, const real* b, real* y,
@@ -1972,6 +2052,7 @@ cdef _conv_fwd_call(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, 
     cdef Py_ssize_t ng
     cdef int team
     cdef WSrc src
+    cdef DPlan d
     if f32 and _wg_fwd_ok(g):
         src.w = <const float*>_data(weight, _wsize(g), F32)
         src.rs = g.C * 9
@@ -1999,6 +2080,13 @@ cdef _conv_fwd_call(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, 
     if f32 and _taps_direct_ok(g):
         _taps_fwd_direct(x, weight, pb, y, g)
         return
+    if f32 and _strided_direct_ok(g):
+        plan = _tdx_plan(weight, g, &d)
+        if plan is not None:
+            ap, toff, runs, zeros = plan    # zeros: d.zeros' array, alive while d is used
+            _run_direct(x, ap, toff, runs, pb, y, &d,
+                        g.N * g.O * g.OH * g.OW * g.C * g.kh * g.kw)
+            return
     # weights by column tap for the row-im2col path: wr[j, o, c*kH + i] = w[o, c, i, j]
     cdef cnp.ndarray wr = np.ascontiguousarray(
         (<object>weight).transpose(3, 0, 1, 2).reshape(g.kw, g.O, g.Cg * g.kh))
@@ -2085,12 +2173,31 @@ cdef tuple _grads(object x_or_none, tuple x_shape, cnp.ndarray weight, cnp.ndarr
         tdx = _dx_as_conv(&g, padding)
         if tdx and want_dx:
             _dx_by_conv(dy, weight, dx, &g, padding, dilation, groups, flops, f32)
+        elif (want_dx and f32 and _strided_direct_ok(&g) and _tdx_plan_ok(&g)
+                and _tconv_direct_ok(&g)):
+            # strided: d_input is the transposed convolution of dy, on its direct kernel
+            _tconv_fwd_direct(dy, weight, NULL, dx, &g, padding)
+            tdx = True
         nt = _threads_for(flops, 1 << 18)
         if nt > nch:
             nt = <int>nch
         # the direct d_weight keeps 8 lanes per weight per thread: not for huge layers
         if not want_dw and tdx:
             pass
+        elif want_dw and f32 and _strided_direct_ok(&g) and _tdx_plan_ok(&g) and _twgrad_ok(&g):
+            # strided: the direct d_weight over the input's phase planes, the threads on
+            # image chunks and (fewer chunks than threads) output-channel groups
+            nt_all = _threads_for(flops, 1 << 18)
+            ng = _groups(nch, g.O, nt_all, 16)
+            part = np.empty((nch, _wsize(&g)), dtype=np.float32)   # zeroed by _swgrad
+            px = <const float*>_data(x, _xsize(&g), F32)
+            pdy = <const float*>_data(dy, _ysize(&g), F32)
+            ppart = <float*>_data(part, nch * _wsize(&g), F32)
+            with nogil:
+                _swgrad(px, pdy, ppart, nch, per, &g,
+                        <int>(nch * ng if nch * ng < nt_all else nt_all), ng)
+            wg_dw = _swgrad_unpack(part[0] if nch == 1 else _sum_parts(part).astype(np.float32),
+                                   &g, ng, (<object>weight).shape)
         elif want_dw and f32 and tdx and _wg_wgrad_ok(&g, nch):
             nt_all = _threads_for(flops, 1 << 18)
             if 16 * g.C * g.O * 4 >= _WG_ONE_CHUNK:
@@ -2239,17 +2346,22 @@ cdef inline void _phase_dims(Geo* g, Py_ssize_t* mlo, Py_ssize_t* nlo, Py_ssize_
     Wp[0] = g.OW + _fdiv((g.kw - 1) * g.dw - g.pl, g.sw) - nlo[0]
 
 
-cdef void _phase_planes(const real* z, real* pl, Geo* g, bint phase_major) noexcept nogil:
+cdef inline void _phase_planes(const real* z, real* pl, Geo* g, bint phase_major) noexcept nogil:
+    _phase_planes_c(z, pl, g, phase_major, 0, g.C)
+
+
+cdef void _phase_planes_c(const real* z, real* pl, Geo* g, bint phase_major, Py_ssize_t c0,
+                          Py_ssize_t c1) noexcept nogil:
     """pl[c, a, b, u, v] = z[c, sh*(u + mlo) + a, sw*(v + nlo) + b], zero outside z: the
     input (one image) split by row phase a and column phase b (sh*sw planes per channel,
     each Hp x Wp, zero-padded), so every tap of a strided convolution reads a contiguous
     row segment of one plane -- no strided gather or bounds test per column tile.
     phase_major: the planes in (a, b, c) order instead (the direct kernel's channel groups
-    by phase, _tdx_direct)."""
+    by phase, _tdx_direct).  Channels [c0, c1) only."""
     cdef Py_ssize_t mlo, nlo, Hp, Wp, c, a, b, u, h, v0, v1
     cdef real* d
     _phase_dims(g, &mlo, &nlo, &Hp, &Wp)
-    for c in range(g.C):
+    for c in range(c0, c1):
         for a in range(g.sh):
             for b in range(g.sw):
                 if phase_major:
@@ -2347,18 +2459,29 @@ cdef void _tbwd_chunk(const real* z, const real* w, const real* gx, real* y, rea
             r0 = r1
 
 
+cdef bint _tdx_plan_ok(Geo* g):
+    """Where _tdx_plan gives a plan (the strided direct conv2d)."""
+    cdef Py_ssize_t mlo, nlo, Hp, Wp
+    _phase_dims(g, &mlo, &nlo, &Hp, &Wp)
+    return (g.direct and FNN_HAVE_CVW != 0 and g.G == 1 and g.O >= 4 and g.O % 4 == 0
+            and (g.sh > 1 or g.sw > 1) and g.N * g.O * g.OH * g.OW > 0
+            and g.C * g.sh * g.sw * Hp * Wp <= _TBWD_PLANES_MAX)
+
+
 cdef object _tdx_plan(cnp.ndarray weight, Geo* g, DPlan* d):
-    """conv_transpose2d's d_input = the strided conv2d of dy (g: that conv2d) on the direct
-    kernel (float32, AVX-512 builds -- on the AVX2 tiles the fused im2col pass measured
-    faster --, groups 1, output channels a multiple of 4, the same number of taps in
-    every phase): dy split into sh*sw phase planes per image
-    (_phase_planes, phase-major), each phase a channel group of C planes whose taps read
-    its own planes at fixed offsets -- a stride-1 implicit GEMM over K = C*kh*kw, no
-    column tile.  Fills d, returns (packed weights, tap offsets, run table), or None
-    where it does not apply (then the fused pass computes both)."""
-    cdef Py_ssize_t mlo, nlo, Hp, Wp, a, b, nt = -1, reach = 0
-    if not (g.direct and FNN_HAVE_CVW != 0 and g.G == 1 and g.O >= 4 and g.O % 4 == 0
-            and (g.sh > 1 or g.sw > 1) and g.N * g.O * g.OH * g.OW > 0):
+    """A strided conv2d (g) on the direct kernel: conv_transpose2d's d_input (the conv2d
+    of dy) and the strided conv2d's forward (float32, AVX-512 builds -- on the AVX2 tiles
+    the im2col passes measured faster --, groups 1, output channels a multiple of 4).  The
+    input is split into sh*sw phase planes per image (_phase_planes, phase-major), so
+    every tap reads one plane at a fixed offset: a stride-1 implicit GEMM over K =
+    C*kh*kw, no column tile.  With the same number of taps in every phase (a 4x4 kernel at
+    stride 2), each phase is a channel group of C planes with its own taps; otherwise (3x3
+    at stride 2: 1, 2, 2 and 4 taps) one group of C channels whose kh*kw tap offsets carry
+    their phase's plane offset.  Fills d, returns (packed weights, tap offsets, run table,
+    zeros), or None where it does not apply."""
+    cdef Py_ssize_t mlo, nlo, Hp, Wp, a, b, nt = -1, reach = 0, i, j, ei, ej, mi, mj
+    cdef bint grouped = True
+    if not _tdx_plan_ok(g):
         return None
     rows = _phase_taps(g.kh, g.dh, g.pt, g.sh)
     cols = _phase_taps(g.kw, g.dw, g.pl, g.sw)
@@ -2367,31 +2490,57 @@ cdef object _tdx_plan(cnp.ndarray weight, Geo* g, DPlan* d):
             if nt < 0:
                 nt = len(rows[a]) * len(cols[b])
             elif nt != len(rows[a]) * len(cols[b]):
-                return None
+                grouped = False
     _phase_dims(g, &mlo, &nlo, &Hp, &Wp)
-    if nt <= 0 or g.C * g.sh * g.sw * Hp * Wp > _TBWD_PLANES_MAX:
-        return None
     w = <object>weight     # (O, C, kh, kw)
-    toff, wds = [], []
-    for a in range(g.sh):
-        for b in range(g.sw):
-            taps = [(i, mi, j, mj) for (i, mi) in rows[a] for (j, mj) in cols[b]]
-            for (i, mi, j, mj) in taps:
-                toff.append((mi - mlo) * Wp + (mj - nlo))
-            wds.append(np.stack([w[:, :, i, j] for (i, mi, j, mj) in taps], axis=-1))
-    reach = max(toff)
+    toff = []
+    if grouped and nt > 0:
+        wds = []
+        for a in range(g.sh):
+            for b in range(g.sw):
+                taps = [(i, mi, j, mj) for (i, mi) in rows[a] for (j, mj) in cols[b]]
+                for (i, mi, j, mj) in taps:
+                    toff.append((mi - mlo) * Wp + (mj - nlo))
+                wds.append(np.stack([w[:, :, i, j] for (i, mi, j, mj) in taps], axis=-1))
+        reach = max(toff)
+        d.Ct = g.C * g.sh * g.sw; d.cg = g.C
+        ap = _pack_direct(np.concatenate(wds, axis=1))      # (O, phases*C, nt)
+    else:
+        # tap (i, j) reads phase (a_i, b_j)'s plane of its channel at row m_i - mlo,
+        # column m_j - nlo (i*dh - pt = sh*m_i + a_i, likewise for columns)
+        for i in range(g.kh):
+            ei = i * g.dh - g.pt
+            mi = _fdiv(ei, g.sh)
+            for j in range(g.kw):
+                ej = j * g.dw - g.pl
+                mj = _fdiv(ej, g.sw)
+                toff.append((((ei - mi * g.sh) * g.sw + ej - mj * g.sw) * g.C * Hp
+                             + mi - mlo) * Wp + mj - nlo)
+                if (mi - mlo) * Wp + mj - nlo > reach:
+                    reach = (mi - mlo) * Wp + mj - nlo
+        nt = g.kh * g.kw
+        d.Ct = g.C; d.cg = g.C
+        if FNN_HAVE_CVD_RAW and cnp.PyArray_IS_C_CONTIGUOUS(weight):
+            ap = None    # the kernel reads the weight in place: (O, C, taps), taps in order
+        else:
+            ap = _pack_direct(w.reshape(g.O, g.C, nt))
     d.N = g.N; d.Cs = g.C; d.Hs = g.H; d.Ws = g.W
     d.top = 0; d.left = 0; d.PR = Hp; d.We = Wp
-    d.Ct = g.C * g.sh * g.sw; d.cg = g.C
+    d.Cx = g.C * g.sh * g.sw
     d.O = g.O; d.OH = g.OH; d.OW = g.OW; d.Sh = 1; d.Sw = 1
     d.nrun = 1
     d.ldc = (g.OH * Wp + 15) // 16 * 16
     d.slack = _slack_rows(reach, Wp)
     d.yout = False
     d.pg = g
+    d.wr = NULL
+    if ap is None:
+        d.wr = <const float*>_data(weight, g.O * g.C * nt, F32)
+        d.ars = g.C * nt
+        d.acs = nt
+        ap = np.zeros(1, dtype=np.float32)
     zeros = np.zeros(d.O, dtype=np.float32)
     d.zeros = <const float*>_data(zeros, d.O, F32)
-    ap = _pack_direct(np.concatenate(wds, axis=1))      # (O, phases*C, nt)
     return (ap, np.asarray(toff, dtype=np.intp),
             np.asarray([[0, 0, nt, g.OH, g.OW, 0, 0, 0]], dtype=np.intp), zeros)
 
@@ -2434,6 +2583,83 @@ cdef inline void _twgrad_image(const float* pl, const float* gx, float* xt, floa
                 g.C, g.O, acc)
 
 
+cdef int _swgrad(const float* x, const float* gy, float* part, Py_ssize_t nch,
+                 Py_ssize_t per, Geo* g, int nt, Py_ssize_t ng) except -1 nogil:
+    """A strided conv2d's d_weight on the direct d_weight kernel over the input's phase
+    planes (as conv_transpose2d's, _twgrad_image): work items (fixed image chunk ch,
+    output-channel group k = [o0, o1), _wbound) over nt threads.  The item's partial is
+    part[ch] from kh*kw*C*o0 on, in (tap, c, o - o0) order (the caller puts the chunk sum
+    in the weight's order).  A weight's sum runs over its chunk's images and positions in
+    order, whatever the group: the same bits at any thread count."""
+    cdef Py_ssize_t mlo, nlo, Hp, Wp, P = g.OH * g.OW, KK = g.kh * g.kw
+    cdef Py_ssize_t xs = g.C * g.H * g.W, ys = g.O * P, wsz = g.O * g.C * KK
+    cdef Py_ssize_t psz, it, ch, k, o0, o1, og, n, n0, n1, ogm = 0
+    cdef Py_ssize_t aoff[64]
+    cdef Py_ssize_t boff[64]
+    cdef float* buf = NULL
+    cdef float* acc
+    cdef int failed = 0
+    _phase_dims(g, &mlo, &nlo, &Hp, &Wp)
+    _twgrad_offsets(g, aoff, boff)
+    psz = g.C * g.sh * g.sw * Hp * Wp + 64
+    for k in range(ng):
+        if _wbound(g.O, ng, k + 1) - _wbound(g.O, ng, k) > ogm:
+            ogm = _wbound(g.O, ng, k + 1) - _wbound(g.O, ng, k)
+    with nogil, parallel(num_threads=nt):
+        buf = <float*>fnn_alloc(psz + P * ogm + 64, sizeof(float))
+        if buf == NULL:
+            fnn_flag_set(&failed)
+        for it in prange(nch * ng, schedule="dynamic", chunksize=1):
+            if buf == NULL:
+                continue
+            ch = it // ng
+            k = it % ng
+            o0 = _wbound(g.O, ng, k)
+            o1 = _wbound(g.O, ng, k + 1)
+            og = o1 - o0
+            n0 = ch * per
+            n1 = n0 + per if n0 + per < g.N else g.N
+            acc = part + ch * wsz + KK * g.C * o0
+            memset(acc, 0, KK * g.C * og * sizeof(float))
+            for n in range(n0, n1):
+                _phase_planes(x + n * xs, buf, g, True)
+                fnn_cvw_transpose(gy + n * ys + o0 * P, buf + psz, og, P, P, 0)
+                fnn_cvw_run(buf, Hp * Wp, Wp, aoff, buf + psz, og, g.OW * og, boff, KK,
+                            g.OH, g.OW, g.C, og, acc)
+        free(buf)
+    if failed:
+        _raise_nomem(psz + P * ogm + 64, sizeof(float))
+    return 0
+
+
+cdef cnp.ndarray _swgrad_unpack(cnp.ndarray acc, Geo* g, Py_ssize_t ng, object wshape):
+    """_swgrad's summed float32 partial (per group k, (tap, c, o - o0)) in the weight's
+    (O, C, kh, kw) order: a C loop over the output channels (NumPy's transposes of the
+    groups took ~1 ms a call at 512 x 256 x 3 x 3)."""
+    cdef Py_ssize_t k, ob, o0, o1, og, c, t, r, KK = g.kh * g.kw, C = g.C
+    cdef cnp.ndarray dw = np.empty(wshape, dtype=np.float32)
+    cdef const float* pa = <const float*>_data(acc, g.O * C * KK, F32)
+    cdef float* pd = <float*>_data(dw, g.O * C * KK, F32)
+    cdef const float* src
+    cdef float* dst
+    cdef int nt = _threads_for(g.O * C * KK, 1 << 17)
+    with nogil:
+        for k in range(ng):
+            o0 = _wbound(g.O, ng, k)
+            o1 = _wbound(g.O, ng, k + 1)
+            og = o1 - o0
+            # blocks of 16 output channels (the groups are multiples of 16): per channel c
+            # and tap, one 64-byte row of the partial to 16 filters
+            for ob in prange(o0, o1, 16, schedule="static", num_threads=nt):
+                for c in range(C):
+                    src = pa + KK * C * o0 + c * og + (ob - o0)
+                    dst = pd + (ob * C + c) * KK
+                    for t in range(KK):
+                        for r in range(16):
+                            dst[r * C * KK + t] = src[t * C * og + r]
+    return dw
+
+
 cdef int _tboth(const float* z, const float* gx, float* y, float* part, const float* ap,
                 const Py_ssize_t* toff, const Py_ssize_t* runs, DPlan* d, Py_ssize_t nch,
                 Py_ssize_t per, Geo* g, int nt, double* dbp) except -1 nogil:
@@ -2445,7 +2671,7 @@ cdef int _tboth(const float* z, const float* gx, float* y, float* part, const fl
     z, as _bias_part takes them (d_bias, summed while the image is in cache)."""
     cdef Py_ssize_t ch, n, n0, n1, c, P = g.OH * g.OW, KK = g.kh * g.kw
     cdef Py_ssize_t zs = g.C * g.H * g.W, ys = g.O * P, wsz = g.O * g.C * KK
-    cdef Py_ssize_t xsz = (d.Ct * d.PR + d.slack) * d.We + 64, csz = d.O * d.ldc + 64
+    cdef Py_ssize_t xsz = (d.Cx * d.PR + d.slack) * d.We + 64, csz = d.O * d.ldc + 64
     cdef Py_ssize_t tsz = P * g.O + KK * g.C * g.O + 64
     cdef Py_ssize_t aoff[64]
     cdef Py_ssize_t boff[64]
@@ -2457,7 +2683,7 @@ cdef int _tboth(const float* z, const float* gx, float* y, float* part, const fl
         if buf == NULL:
             fnn_flag_set(&failed)
         else:   # the over-read past the last plane: finite values, never used
-            memset(buf + d.Ct * d.PR * d.We, 0, (d.slack * d.We + 64) * sizeof(float))
+            memset(buf + d.Cx * d.PR * d.We, 0, (d.slack * d.We + 64) * sizeof(float))
         for ch in prange(nch, schedule="dynamic", chunksize=1):
             if buf == NULL:
                 continue

@@ -101,6 +101,21 @@ static inline void fnn_pack_block_oct(const float* restrict w, ptrdiff_t C, ptrd
         }
 }
 
+/* the same block layout from a weight read by strides: kernel row r at w + r * rs, its
+ * channel c at + c * cs, tap t at + tof[t] -- dst[(c * T + t) * m + r].  conv_transpose2d's
+ * phase runs: rows the conv2d's input channels (rs = kh*kw), channels its output channels
+ * (cs = C*kh*kw), the phase's taps i*kw + j. */
+static inline void fnn_pack_block_taps(const float* restrict w, ptrdiff_t rs, ptrdiff_t cs,
+                                       const ptrdiff_t* restrict tof, ptrdiff_t C, ptrdiff_t T,
+                                       ptrdiff_t m, float* restrict dst) {
+    for (ptrdiff_t c = 0; c < C; ++c)
+        for (ptrdiff_t t = 0; t < T; ++t) {
+            const float* f = w + c * cs + tof[t];
+            float* d = dst + (c * T + t) * m;
+            for (ptrdiff_t r = 0; r < m; ++r) d[r] = f[r * rs];
+        }
+}
+
 /* d_input's weights as a forward's: wt[c, o, t] = w[o, c, T - 1 - t] for an (O, C, T)
  * weight (groups 1; T = kh * kw taps, flipped), over output channels [o0, o1), in tiles
  * of 16 x 16 filters so that reads and writes both stay within a few pages. */

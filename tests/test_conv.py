@@ -367,16 +367,62 @@ def test_conv1d_direct_equals_the_gemm_path_and_torch(geo, row_limit):
 
 
 @pytest.mark.parametrize("geo", [
+    # (N, C, H, W, O, k, stride, padding, dilation)
+    (1, 32, 14, 14, 48, 3, 2, 1, 1),        # batch 1: output-channel groups, shared planes
+    (3, 16, 15, 13, 32, 3, 2, 1, 1),        # odd sizes; phases with 1, 2 and 4 taps
+    (2, 8, 17, 17, 16, 7, 2, 3, 1),         # a 7x7 stem's stride 2
+    (2, 12, 16, 15, 20, 5, 3, 2, 1),        # stride 3; C % 4 == 0, O % 16 != 0
+    (1, 16, 12, 12, 32, 4, 2, 1, 1),        # even kernel: the same taps in every phase
+    (2, 8, 11, 11, 16, 3, 2, 0, 2),         # dilation 2
+    (2, 3, 20, 20, 16, 7, (2, 1), 3, 1),    # mixed strides; 3 channels: d_input on im2col
+    (2, 16, 9, 9, 6, 3, 2, 1, 1),           # O % 4 != 0: the GEMM paths
+])
+def test_conv2d_strided_direct_equals_the_gemm_path_and_torch(geo):
+    """A strided conv2d on the direct kernels (AVX-512 builds, float32, groups 1, O % 4 ==
+    0): the forward over the input's phase planes (each tap offset carrying its phase),
+    the weight read in place; d_input as the transposed convolution of dy (C % 4 == 0);
+    d_weight on the direct d_weight kernel over the phase planes (C % 4 == 0, O % 16 ==
+    0).  conv._DIRECT = False forces the im2col GEMM paths.  Both agree with each other
+    and with torch, and the direct results do not depend on the thread count."""
+    import importlib
+    import fastnn._backend
+    conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
+    N, C, H, W, O, k, s, p, d = geo
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+    w = rng.standard_normal((O, C, k, k)).astype(np.float32)
+    b = rng.standard_normal(O).astype(np.float32)
+    args = (x, w, b, s, p, d)
+    res, dy = _fwd_bwd_across_threads(F.conv2d_fwd, F.conv2d_bwd, args)
+    conv._DIRECT = False
+    try:
+        y, ctx = F.conv2d_fwd(*args)
+        gemm = (y,) + tuple(F.conv2d_bwd(ctx, dy))
+    finally:
+        conv._DIRECT = True
+    tx = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    tw = torch.tensor(w, dtype=torch.float64, requires_grad=True)
+    tb = torch.tensor(b, dtype=torch.float64, requires_grad=True)
+    ty = torch.nn.functional.conv2d(tx, tw, tb, s, p, d)
+    ty.backward(torch.tensor(dy, dtype=torch.float64))
+    want = (ty.detach().numpy(), tx.grad.numpy(), tw.grad.numpy(), tb.grad.numpy())
+    for got in (res[0], gemm):
+        for a, e in zip(got, want):
+            assert a.shape == e.shape and a.dtype == np.float32
+            np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())
+
+
+@pytest.mark.parametrize("geo", [
     # (N, Cin, H, W, Cout, k, stride, padding, output_padding)
     (2, 16, 5, 7, 8, 4, 2, 1, 0),                 # the benchmark's shape class: all direct
     (3, 32, 4, 5, 12, (4, 2), 2, (1, 0), 1),      # output_padding, 2 taps per phase
     (2, 8, 6, 6, 4, 4, 2, 1, 0),                  # Cin % 16 != 0: d_weight on the fused pass
     (2, 16, 3, 4, 4, 6, 3, 2, 0),                 # stride 3, 4 taps per phase
-    (2, 16, 5, 5, 4, 3, 2, 1, 0),                 # phases with 1 and 2 taps: fused pass
+    (2, 16, 5, 5, 4, 3, 2, 1, 0),                 # phases with 1, 2 and 4 taps: one channel group
 ])
 def test_conv_transpose_backward_direct_equals_the_fused_pass(geo):
-    """conv_transpose2d's backward on the direct kernels (float32, groups 1, Cout % 4 == 0,
-    the same number of taps in every phase): d_input over dy's phase planes, and (AVX-512
+    """conv_transpose2d's backward on the direct kernels (float32, groups 1, Cout % 4 == 0):
+    d_input over dy's phase planes, and (AVX-512
     builds, Cin % 16 == 0) d_weight; conv._DIRECT = False forces the fused im2col pass.
     Both agree with each other and with torch, and do not depend on the thread count."""
     import importlib
