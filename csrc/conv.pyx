@@ -187,6 +187,12 @@ OPS = ("conv2d", "conv2d_backward", "conv_transpose2d", "conv_transpose2d_backwa
 
 include "fnn_gemm.pxi"
 
+cdef extern from "fnn_conv_gemm.h" nogil:
+    int FNN_HAVE_CIG
+    int fnn_cig_image(const float* W, Py_ssize_t O, Py_ssize_t K, const float* pl,
+                      const Py_ssize_t* koff, Py_ssize_t Wp, Py_ssize_t OW, Py_ssize_t j0,
+                      Py_ssize_t j1, float* y, Py_ssize_t P, const float* bias)
+
 
 cdef struct Geo:
     Py_ssize_t N, C, H, W, O, Cg, kh, kw, OH, OW, sh, sw, pt, pl, dh, dw, G
@@ -1361,6 +1367,107 @@ cdef bint _strided_direct_ok(Geo* g):
     return (g.sh > 1 or g.sw > 1) and g.kh * g.kw > 1
 
 
+_CIG = True     # strided forwards as implicit GEMMs where they apply; tests compare routes
+
+
+cdef bint _cig_ok(Geo* g):
+    """A strided conv2d's forward as an implicit GEMM on the own float32 kernel
+    (fnn_conv_gemm.h: AVX-512 builds, GEMMs on fnn_sgemm.h): groups 1, a kernel of more
+    than one tap, at least 12 output channels (one 12-row tile), the input's phase planes
+    within the limit.  Its B panels are packed straight from the phase planes; the
+    direct kernel (_tdx_plan) reads them in place, but reloads each 64-position tile's
+    planes from L2 for every 6 output channels: 190-250 GFLOP/s on 2 cores where the
+    GEMM kernel's 12 x 32 tiles run at 300+."""
+    cdef Py_ssize_t mlo, nlo, Hp, Wp
+    if not (_CIG and FNN_HAVE_CIG != 0 and _sgz_on and g.direct and g.G == 1
+            and (g.sh > 1 or g.sw > 1) and g.kh * g.kw > 1 and g.O >= 12
+            and g.N * g.O * g.OH * g.OW > 0):
+        return False
+    _phase_dims(g, &mlo, &nlo, &Hp, &Wp)
+    return g.C * g.sh * g.sw * Hp * Wp <= _TBWD_PLANES_MAX
+
+
+cdef int _cig_run(const float* x, const float* w, const float* bias, float* y,
+                  const Py_ssize_t* koff, Geo* g, Py_ssize_t Hp, Py_ssize_t Wp,
+                  int nt) except -1 nogil:
+    """Every image of _cig_fwd: with at least as many images as threads, one image per
+    work item (its phase planes in the thread's buffer); with fewer, the images' planes
+    built once (channels split over the threads), then column ranges of each image
+    (multiples of 32 positions) over the threads."""
+    cdef Py_ssize_t P = g.OH * g.OW, K = g.C * g.kh * g.kw, xs = g.C * g.H * g.W
+    cdef Py_ssize_t ys = g.O * P, psz = g.C * g.sh * g.sw * Hp * Wp + 64
+    cdef Py_ssize_t parts = 1, cch = (g.C + nt - 1) // nt, it, n, k, j0, j1, c0, c1
+    cdef float* xall = NULL
+    cdef float* buf = NULL
+    cdef float* pl
+    cdef int failed = 0
+    if g.N < nt:
+        parts = (nt + g.N - 1) // g.N
+        if parts > P // 64:
+            parts = P // 64 if P >= 128 else 1
+    if parts > 1 and g.N * psz <= _DIRECT_SHARED_MAX:
+        xall = <float*>fnn_alloc(g.N * psz, sizeof(float))
+    if xall == NULL:
+        parts = 1
+    with nogil, parallel(num_threads=nt):
+        buf = NULL if xall != NULL else <float*>fnn_alloc(psz, sizeof(float))
+        if xall == NULL and buf == NULL:
+            fnn_flag_set(&failed)
+        if xall != NULL:
+            for it in prange(g.N * nt, schedule="static"):
+                n = it // nt
+                c0 = (it % nt) * cch
+                c1 = c0 + cch if c0 + cch < g.C else g.C
+                if c0 < c1:
+                    _phase_planes_c(x + n * xs, xall + n * psz, g, True, c0, c1)
+        for it in prange(g.N * parts, schedule="dynamic", chunksize=1):
+            if xall == NULL and buf == NULL:
+                continue
+            n = it // parts
+            k = it % parts
+            j0 = (P * k // parts) // 32 * 32
+            j1 = P if k == parts - 1 else (P * (k + 1) // parts) // 32 * 32
+            if xall != NULL:
+                pl = xall + n * psz
+            else:
+                pl = buf
+                _phase_planes(x + n * xs, buf, g, True)
+            if j0 < j1 and fnn_cig_image(w, g.O, K, pl, koff, Wp, g.OW, j0, j1, y + n * ys,
+                                         P, bias) != 0:
+                fnn_flag_set(&failed)
+        free(buf)
+    free(xall)
+    if failed:
+        _raise_nomem(psz, sizeof(float))
+    return 0
+
+
+cdef _cig_fwd(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, Geo* g):
+    """y = conv2d(x) for _cig_ok shapes: step k = c * taps + t of the implicit GEMM reads
+    channel c's planes at tap t's offset (its phase plane's, as _tdx_plan's flat taps)."""
+    cdef Py_ssize_t mlo, nlo, Hp, Wp, i, j, ei, ej, mi, mj, c, t, T = g.kh * g.kw
+    _phase_dims(g, &mlo, &nlo, &Hp, &Wp)
+    cdef cnp.ndarray koff = np.empty(g.C * T, dtype=np.intp)
+    cdef Py_ssize_t* pk = <Py_ssize_t*>_data(koff, g.C * T, INTP)
+    for i in range(g.kh):
+        ei = i * g.dh - g.pt
+        mi = _fdiv(ei, g.sh)
+        for j in range(g.kw):
+            ej = j * g.dw - g.pl
+            mj = _fdiv(ej, g.sw)
+            pk[i * g.kw + j] = ((((ei - mi * g.sh) * g.sw + ej - mj * g.sw) * g.C * Hp
+                                 + mi - mlo) * Wp + mj - nlo)
+    for c in range(1, g.C):
+        for t in range(T):
+            pk[c * T + t] = pk[t] + c * Hp * Wp
+    cdef const float* px = <const float*>_data(x, _xsize(g), F32)
+    cdef const float* pw = <const float*>_data(weight, _wsize(g), F32)
+    cdef float* py = <float*>_data(y, _ysize(g), F32)
+    cdef int nt = _threads_for(g.N * g.O * g.OH * g.OW * g.C * T, 1 << 18)
+    with nogil:
+        _cig_run(px, pw, <const float*>pb, py, pk, g, Hp, Wp, nt)
+
+
 cdef int _fwd_gemm(const real* x, const real* w, const real* wr, const real* b, real* y,
                    Geo* g, int nt, int nt_all) except -1 nogil:
     cdef Py_ssize_t n, csize = g.C * g.kh * g.kw * _tile_rows(g) * g.OW
@@ -2080,6 +2187,9 @@ cdef _conv_fwd_call(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, 
     if f32 and _taps_direct_ok(g):
         _taps_fwd_direct(x, weight, pb, y, g)
         return
+    if f32 and _cig_ok(g) and cnp.PyArray_IS_C_CONTIGUOUS(weight):
+        _cig_fwd(x, weight, pb, y, g)
+        return
     if f32 and _strided_direct_ok(g):
         plan = _tdx_plan(weight, g, &d)
         if plan is not None:
@@ -2185,19 +2295,7 @@ cdef tuple _grads(object x_or_none, tuple x_shape, cnp.ndarray weight, cnp.ndarr
         if not want_dw and tdx:
             pass
         elif want_dw and f32 and _strided_direct_ok(&g) and _tdx_plan_ok(&g) and _twgrad_ok(&g):
-            # strided: the direct d_weight over the input's phase planes, the threads on
-            # image chunks and (fewer chunks than threads) output-channel groups
-            nt_all = _threads_for(flops, 1 << 18)
-            ng = _groups(nch, g.O, nt_all, 16)
-            part = np.empty((nch, _wsize(&g)), dtype=np.float32)   # zeroed by _swgrad
-            px = <const float*>_data(x, _xsize(&g), F32)
-            pdy = <const float*>_data(dy, _ysize(&g), F32)
-            ppart = <float*>_data(part, nch * _wsize(&g), F32)
-            with nogil:
-                _swgrad(px, pdy, ppart, nch, per, &g,
-                        <int>(nch * ng if nch * ng < nt_all else nt_all), ng)
-            wg_dw = _swgrad_unpack(part[0] if nch == 1 else _sum_parts(part).astype(np.float32),
-                                   &g, ng, (<object>weight).shape)
+            wg_dw = _strided_wgrad(x, dy, &g, nch, per)
         elif want_dw and f32 and tdx and _wg_wgrad_ok(&g, nch):
             nt_all = _threads_for(flops, 1 << 18)
             if 16 * g.C * g.O * 4 >= _WG_ONE_CHUNK:
@@ -2632,6 +2730,25 @@ cdef int _swgrad(const float* x, const float* gy, float* part, Py_ssize_t nch,
     return 0
 
 
+cdef cnp.ndarray _strided_wgrad(cnp.ndarray x, cnp.ndarray dy, Geo* g, Py_ssize_t nch,
+                                Py_ssize_t per):
+    """A strided conv2d's d_weight (float32, _twgrad_ok) on the direct d_weight kernel over
+    the input's phase planes (_swgrad), the threads on the fixed image chunks and (fewer
+    chunks than threads) output-channel groups; the chunks' partials added in order."""
+    cdef Py_ssize_t flops = g.N * g.O * g.OH * g.OW * g.C * g.kh * g.kw
+    cdef int nt_all = _threads_for(flops, 1 << 18)
+    cdef Py_ssize_t ng = _groups(nch, g.O, nt_all, 16)
+    cdef cnp.ndarray part = np.empty((nch, _wsize(g)), dtype=np.float32)   # zeroed by _swgrad
+    cdef const float* px = <const float*>_data(x, _xsize(g), F32)
+    cdef const float* pdy = <const float*>_data(dy, _ysize(g), F32)
+    cdef float* ppart = <float*>_data(part, nch * _wsize(g), F32)
+    with nogil:
+        _swgrad(px, pdy, ppart, nch, per, g, <int>(nch * ng if nch * ng < nt_all else nt_all),
+                ng)
+    return _swgrad_unpack(part[0] if nch == 1 else _sum_parts(part).astype(np.float32), g, ng,
+                          (g.O, g.C, g.kh, g.kw))
+
+
 cdef cnp.ndarray _swgrad_unpack(cnp.ndarray acc, Geo* g, Py_ssize_t ng, object wshape):
     """_swgrad's summed float32 partial (per group k, (tap, c, o - o0)) in the weight's
     (O, C, kh, kw) order: a C loop over the output channels (NumPy's transposes of the
@@ -2732,6 +2849,11 @@ cdef tuple _tbwd(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray x, Geo* g, bint
     cdef cnp.ndarray dxg = dx
     cdef cnp.ndarray ap, toff, runs
     cdef DPlan d
+    if f32 and _cig_ok(g) and _twgrad_ok(g) and cnp.PyArray_IS_C_CONTIGUOUS(weight):
+        # d_input: the strided conv2d of dy as an implicit GEMM; d_weight on the direct
+        # d_weight kernel over dy's phase planes
+        _cig_fwd(dy, weight, NULL, dx, g)
+        return dx, _strided_wgrad(dy, x, g, nch, per), None
     plan = _tdx_plan(weight, g, &d) if f32 else None
     if plan is not None:
         ap, toff, runs, zeros = plan    # zeros: d.zeros' array, alive while d is used

@@ -376,14 +376,19 @@ def test_conv1d_direct_equals_the_gemm_path_and_torch(geo, row_limit):
     (2, 8, 11, 11, 16, 3, 2, 0, 2),         # dilation 2
     (2, 3, 20, 20, 16, 7, (2, 1), 3, 1),    # mixed strides; 3 channels: d_input on im2col
     (2, 16, 9, 9, 6, 3, 2, 1, 1),           # O % 4 != 0: the GEMM paths
+    (1, 8, 40, 40, 12, 3, 2, 1, 1),         # implicit GEMM: one 12-row tile, column ranges
+    (2, 4, 9, 7, 24, 3, 2, 1, 1),           # rows of 4 and 5 positions: gathered panels
 ])
-def test_conv2d_strided_direct_equals_the_gemm_path_and_torch(geo):
-    """A strided conv2d on the direct kernels (AVX-512 builds, float32, groups 1, O % 4 ==
-    0): the forward over the input's phase planes (each tap offset carrying its phase),
-    the weight read in place; d_input as the transposed convolution of dy (C % 4 == 0);
-    d_weight on the direct d_weight kernel over the phase planes (C % 4 == 0, O % 16 ==
-    0).  conv._DIRECT = False forces the im2col GEMM paths.  Both agree with each other
-    and with torch, and the direct results do not depend on the thread count."""
+@pytest.mark.parametrize("cig", [True, False])
+def test_conv2d_strided_direct_equals_the_gemm_path_and_torch(geo, cig):
+    """A strided conv2d on the direct kernels (AVX-512 builds, float32, groups 1): the
+    forward as an implicit GEMM whose panels are packed from the input's phase planes
+    (cig, O >= 12, where GEMMs run on the own float32 kernel), else on the tap-list kernel
+    over the phase planes (each tap offset carrying its phase; O % 4 == 0), the weight read
+    in place; d_input as the transposed convolution of dy (C % 4 == 0); d_weight on the
+    direct d_weight kernel over the phase planes (C % 4 == 0, O % 16 == 0).
+    conv._DIRECT = False forces the im2col GEMM paths.  All agree with each other and with
+    torch, and the direct results do not depend on the thread count."""
     import importlib
     import fastnn._backend
     conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
@@ -393,7 +398,11 @@ def test_conv2d_strided_direct_equals_the_gemm_path_and_torch(geo):
     w = rng.standard_normal((O, C, k, k)).astype(np.float32)
     b = rng.standard_normal(O).astype(np.float32)
     args = (x, w, b, s, p, d)
-    res, dy = _fwd_bwd_across_threads(F.conv2d_fwd, F.conv2d_bwd, args)
+    conv._CIG = cig
+    try:
+        res, dy = _fwd_bwd_across_threads(F.conv2d_fwd, F.conv2d_bwd, args)
+    finally:
+        conv._CIG = True
     conv._DIRECT = False
     try:
         y, ctx = F.conv2d_fwd(*args)
@@ -419,10 +428,13 @@ def test_conv2d_strided_direct_equals_the_gemm_path_and_torch(geo):
     (2, 8, 6, 6, 4, 4, 2, 1, 0),                  # Cin % 16 != 0: d_weight on the fused pass
     (2, 16, 3, 4, 4, 6, 3, 2, 0),                 # stride 3, 4 taps per phase
     (2, 16, 5, 5, 4, 3, 2, 1, 0),                 # phases with 1, 2 and 4 taps: one channel group
+    (2, 16, 6, 6, 12, 4, 2, 1, 0),                # Cout >= 12: d_input as an implicit GEMM
 ])
-def test_conv_transpose_backward_direct_equals_the_fused_pass(geo):
+@pytest.mark.parametrize("cig", [True, False])
+def test_conv_transpose_backward_direct_equals_the_fused_pass(geo, cig):
     """conv_transpose2d's backward on the direct kernels (float32, groups 1, Cout % 4 == 0):
-    d_input over dy's phase planes, and (AVX-512
+    d_input over dy's phase planes (cig, Cout >= 12, Cin % 16 == 0: as an implicit GEMM
+    packed from them), and (AVX-512
     builds, Cin % 16 == 0) d_weight; conv._DIRECT = False forces the fused im2col pass.
     Both agree with each other and with torch, and do not depend on the thread count."""
     import importlib
@@ -436,11 +448,13 @@ def test_conv_transpose_backward_direct_equals_the_fused_pass(geo):
     old = fastnn.get_num_threads()
     res = []
     try:
+        conv._CIG = cig
         for n in (1, 2, 3):
             fastnn.set_num_threads(n)
             y, ctx = F.conv_transpose2d_fwd(x, w, b, s, p, op)
             dy = np.sin(np.arange(y.size, dtype=np.float32)).reshape(y.shape)
             res.append(tuple(F.conv_transpose2d_bwd(ctx, dy)))
+        conv._CIG = True
         conv._DIRECT = False
         try:
             y, ctx = F.conv_transpose2d_fwd(x, w, b, s, p, op)
@@ -448,6 +462,7 @@ def test_conv_transpose_backward_direct_equals_the_fused_pass(geo):
         finally:
             conv._DIRECT = True
     finally:
+        conv._CIG = True
         fastnn.set_num_threads(old)
     for r in res[1:]:
         for a, e in zip(r, res[0]):
