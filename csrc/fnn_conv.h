@@ -1145,6 +1145,10 @@ static inline ptrdiff_t fnn_cv3_o6(ptrdiff_t O) { return 0; }
 static inline ptrdiff_t fnn_cv3_rows(ptrdiff_t C, ptrdiff_t OW, ptrdiff_t OH) { return 1; }
 static inline ptrdiff_t fnn_cv3_plane_rows(ptrdiff_t R, ptrdiff_t OW) { return 1; }
 #define FNN_HAVE_CVD_RAW 0
+static inline void fnn_cvd_run_raw(const float* W, ptrdiff_t ars, ptrdiff_t cs, ptrdiff_t ts,
+                                   const float* xp, ptrdiff_t plane, const ptrdiff_t* toff,
+                                   ptrdiff_t nt, ptrdiff_t C, ptrdiff_t O, float* ct,
+                                   ptrdiff_t ldc, ptrdiff_t np, const float* bias) {}
 static inline void fnn_cv3_image(const float* x, const float* Ap, ptrdiff_t ars, ptrdiff_t cs,
                                  ptrdiff_t ts, const float* bias, float* y,
                                  ptrdiff_t C, ptrdiff_t H, ptrdiff_t W, ptrdiff_t O,
