@@ -1368,6 +1368,7 @@ cdef bint _strided_direct_ok(Geo* g):
 
 
 _CIG = True     # strided forwards as implicit GEMMs where they apply; tests compare routes
+_CIG_S1 = True  # stride-1 ones too (not 3x3: Winograd or the direct 3x3 kernel take those)
 
 
 cdef bint _cig_ok(Geo* g):
@@ -1380,7 +1381,7 @@ cdef bint _cig_ok(Geo* g):
     GEMM kernel's 12 x 32 tiles run at 300+."""
     cdef Py_ssize_t mlo, nlo, Hp, Wp
     if not (_CIG and FNN_HAVE_CIG != 0 and _sgz_on and g.direct and g.G == 1
-            and (g.sh > 1 or g.sw > 1) and g.kh * g.kw > 1 and g.O >= 12
+            and (g.sh > 1 or g.sw > 1 or _CIG_S1) and g.kh * g.kw > 1 and g.O >= 12
             and g.N * g.O * g.OH * g.OW > 0):
         return False
     _phase_dims(g, &mlo, &nlo, &Hp, &Wp)
@@ -2181,14 +2182,14 @@ cdef _conv_fwd_call(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, 
     if f32 and g.O % 4 != 0 and g.O < 16 and _cv3_ok(&g4):
         _conv_fwd_padded(x, weight, pb, y, g, &g4, nt, nt_all)
         return
+    if f32 and _cig_ok(g) and cnp.PyArray_IS_C_CONTIGUOUS(weight):
+        _cig_fwd(x, weight, pb, y, g)
+        return
     if f32 and _rows_direct_ok(g):
         _rows_fwd_direct(x, weight, pb, y, g)
         return
     if f32 and _taps_direct_ok(g):
         _taps_fwd_direct(x, weight, pb, y, g)
-        return
-    if f32 and _cig_ok(g) and cnp.PyArray_IS_C_CONTIGUOUS(weight):
-        _cig_fwd(x, weight, pb, y, g)
         return
     if f32 and _strided_direct_ok(g):
         plan = _tdx_plan(weight, g, &d)

@@ -225,6 +225,8 @@ def test_conv2d_backward_needs_forward():
     (1, 4, 3, 3, 4, 1, 3, 0, 0, 1),      # 1x1 kernel, stride 3: 8 of 9 phases empty
     (2, 64, 12, 12, 32, 4, 2, 1, 0, 1),  # several 16-channel blocks, 6- and 4-row tiles
     (2, 8, 5, 5, 8, 3, 2, 1, 0, 1),      # odd output width: column phases of 5 and 4 merged
+    (2, 16, 5, 5, 12, 3, 2, 1, 0, 2),    # dilation 2: a phase no tap reaches
+    (1, 16, 9, 9, 24, 3, 2, 1, 1, 1),    # one image: output-channel groups
 ])
 def test_conv_transpose_direct_forward_equals_the_gemm_path(geo):
     """conv_transpose2d's forward by output phase on the direct kernel (float32, AVX2
@@ -292,15 +294,20 @@ def test_conv_transpose_backward_phase_planes_match_the_reference(geo, dt):
 
 
 def _direct_and_gemm(conv, fwd, bwd, x, w, b, p, d, plane_limit, switch="_DIRECT",
-                     set_limit="_set_row_plane_max"):
+                     set_limit="_set_row_plane_max", cig=True):
     """-> (res, other, dy): (y, d_input, d_weight, d_bias) of the fast kernels at 1, 2 and
     3 threads (asserted the same bits) and of the route conv.<switch> = False gives (the
     GEMM paths for _DIRECT, the direct 3x3 kernel for _WINOGRAD), with rows / planes over
-    plane_limit elements (conv.<set_limit>) on that route (None: the default limit)."""
+    plane_limit elements (conv.<set_limit>) on that route (None: the default limit).
+    cig False: the fast kernels without the implicit GEMM (the tap-list kernels)."""
     limit = getattr(conv, set_limit)
     old_limit = limit(plane_limit) if plane_limit else None
     try:
-        res, dy = _fwd_bwd_across_threads(fwd, bwd, (x, w, b, 1, p, d))
+        conv._CIG = cig
+        try:
+            res, dy = _fwd_bwd_across_threads(fwd, bwd, (x, w, b, 1, p, d))
+        finally:
+            conv._CIG = True
         setattr(conv, switch, False)
         try:
             y, ctx = fwd(x, w, b, 1, p, d)
@@ -323,6 +330,7 @@ def _torch_grads(fn, x, w, b, p, d, dy):
     return ty.detach().numpy(), tx.grad.numpy(), tw.grad.numpy(), tb.grad.numpy()
 
 
+@pytest.mark.parametrize("cig", [True, False])
 @pytest.mark.parametrize("row_limit", [None, 64])
 @pytest.mark.parametrize("geo", [
     # (N, C, L, O, k, padding, dilation)
@@ -333,7 +341,7 @@ def _torch_grads(fn, x, w, b, p, d, dy):
     (2, 20, 33, 4, 2, 0, 3),         # C % 16 != 0: d_weight stays on the GEMM path
     (2, 16, 200, 24, 3, 1, 1),       # several position chunks in the forward and d_weight
 ])
-def test_conv1d_direct_equals_the_gemm_path_and_torch(geo, row_limit):
+def test_conv1d_direct_equals_the_gemm_path_and_torch(geo, row_limit, cig):
     """Conv1d's forward, its d_input (the forward of the flipped weights) and (AVX-512
     builds) its d_weight run on the direct kernels where they apply (float32, groups 1,
     stride 1, O % 4 == 0); conv._DIRECT = False forces the row-im2col GEMM paths.  Both
@@ -353,7 +361,7 @@ def test_conv1d_direct_equals_the_gemm_path_and_torch(geo, row_limit):
     old_forced = conv._set_rows_direct(True)
     try:
         res, gemm, dy = _direct_and_gemm(conv, F.conv1d_fwd, F.conv1d_bwd, x, w, b, p, d,
-                                         row_limit)
+                                         row_limit, cig=cig)
     finally:
         conv._set_rows_direct(old_forced)
     # the default route (the GEMM paths where the own float32 GEMM runs): thread-count
@@ -594,10 +602,11 @@ def test_conv2d_3x3_winograd_equals_the_direct_path_and_torch(geo, plane_limit):
 
 @pytest.mark.parametrize("case", [
     # one image and >= 48 output channels, sizes past the two-thread work threshold (2 x
-    # 2^18 multiply-adds): the tap-list kernel (5x5, C < 4, conv_transpose2d) splits the
-    # image's output channels across threads (groups of multiples of 12, the last ending
-    # in 4s); conv1d and a strided conv2d run on GEMMs here (the avx512 build's own GEMM),
-    # which split their blocks
+    # 2^18 multiply-adds): the tap-list kernels (C < 4, conv_transpose2d; 5x5 where GEMMs
+    # do not run on the avx512 build's own float32 kernel) split the image's output
+    # channels across threads (groups of multiples of 12, the last ending in 4s); the
+    # implicit GEMMs (conv1d, 5x5 and strided conv2d on the own kernel) split each image's
+    # positions in ranges of 32
     ("conv1d", (1, 16, 512), (52, 16, 3), dict(padding=1)),
     ("conv1d ragged", (1, 20, 301), (48, 20, 5), dict(padding=2)),
     ("conv2d 5x5", (1, 8, 12, 11), (60, 8, 5, 5), dict(padding=2)),
@@ -672,10 +681,13 @@ def test_conv2d_3x3_small_planes_take_the_direct_kernel(C, O):
     (3, 16, 6, 6, 8, 4, "same", 1),           # even kernel: asymmetric padding
     (2, 48, 20, 20, 16, (5, 3), (2, 1), (1, 2)),  # 64 + 16 channel blocks in d_weight
     (2, 5, 8, 8, 8, 2, 0, 1),                 # C % 16 != 0: d_weight on the GEMM path
+    (1, 16, 21, 23, 24, 5, 2, 1),             # implicit GEMM: two 12-row tiles, one image
 ])
-def test_conv2d_stride1_taps_direct_equals_the_gemm_path_and_torch(geo, plane_limit):
+@pytest.mark.parametrize("cig", [True, False])
+def test_conv2d_stride1_taps_direct_equals_the_gemm_path_and_torch(geo, plane_limit, cig):
     """Other stride-1 conv2d (not 1x1, not the 3x3 kernel's shapes; float32, groups 1,
-    O % 4 == 0) run their forward and d_input on the tap-list kernel in AVX-512 builds,
+    O % 4 == 0) run their forward and d_input on the tap-list kernel in AVX-512 builds
+    (cig: as an implicit GEMM where GEMMs run on the own float32 kernel and O >= 12),
     and their d_weight on the direct d_weight kernel where C % 16 == 0; conv._DIRECT =
     False (or a padded image over plane_limit elements) forces the row-im2col GEMM paths.
     Both agree with each other and with torch, the results do not depend on the thread
@@ -691,7 +703,7 @@ def test_conv2d_stride1_taps_direct_equals_the_gemm_path_and_torch(geo, plane_li
     w = rng.standard_normal((O, C) + k2).astype(np.float32)
     b = rng.standard_normal(O).astype(np.float32)
     res, gemm, dy = _direct_and_gemm(conv, F.conv2d_fwd, F.conv2d_bwd, x, w, b, p, d,
-                                     plane_limit)
+                                     plane_limit, cig=cig)
     if conv._avx512_direct_built() and plane_limit is None:
         assert not np.array_equal(res[0][0], gemm[0])        # forward
         if C % 4 == 0:                                         # d_input: C output channels
