@@ -29,7 +29,10 @@ def _winograd(k, pad, groups):
         return False, False
 
 
-def _conv_case(N, C, H, W, O, k, pad, groups, fwd_only, op):
+def _conv_case(N, C, H, W, O, k, pad, groups, fwd_only, op, stride=1):
+    OH = (H + 2 * pad - k) // stride + 1
+    OW = (W + 2 * pad - k) // stride + 1
+
     def make():
         import fastnn.functional as F
         from fastnn._backend import backend
@@ -37,20 +40,20 @@ def _conv_case(N, C, H, W, O, k, pad, groups, fwd_only, op):
         x = rng.standard_normal((N, C, H, W)).astype(np.float32)
         w = (rng.standard_normal((O, C // groups, k, k)) * 0.05).astype(np.float32)
         b = np.zeros(O, np.float32)
-        y0 = F.conv2d(x, w, b, 1, pad, 1, groups)
+        y0 = F.conv2d(x, w, b, stride, pad, 1, groups)
         dy = rng.standard_normal(y0.shape).astype(np.float32)
         ref = backend("reference")
-        geo = ((1, 1), (pad, pad, pad, pad), (1, 1), groups)
+        geo = ((stride, stride), (pad, pad, pad, pad), (1, 1), groups)
 
         if fwd_only:
             def fast():
-                return F.conv2d(x, w, b, 1, pad, 1, groups)
+                return F.conv2d(x, w, b, stride, pad, 1, groups)
 
             def reference():
                 return ref.conv2d(x, w, b, *geo)
         else:
             def fast():
-                y, ctx = F.conv2d_fwd(x, w, b, 1, pad, 1, groups)
+                y, ctx = F.conv2d_fwd(x, w, b, stride, pad, 1, groups)
                 return F.conv2d_bwd(ctx, dy)
 
             def reference():
@@ -61,7 +64,7 @@ def _conv_case(N, C, H, W, O, k, pad, groups, fwd_only, op):
         torch = torch_or_none()
         if torch is not None:
             tx = torch.tensor(x, requires_grad=not fwd_only)
-            tm = torch.nn.Conv2d(C, O, k, padding=pad, groups=groups)
+            tm = torch.nn.Conv2d(C, O, k, stride=stride, padding=pad, groups=groups)
             tdy = torch.tensor(dy)
             if fwd_only:
                 def t():
@@ -74,9 +77,9 @@ def _conv_case(N, C, H, W, O, k, pad, groups, fwd_only, op):
                     tm(tx).backward(tdy)
             fns["torch"] = t
         return fns
-    direct = 2.0 * N * O * H * W * (C // groups) * k * k
+    direct = 2.0 * N * O * OH * OW * (C // groups) * k * k
     fwd = wgrad = direct
-    wino, wino_wgrad = _winograd(k, pad, groups)
+    wino, wino_wgrad = _winograd(k, pad, groups) if stride == 1 else (False, False)
     if wino:
         # the multiply-adds the kernel does: 16 per 2 x 2 output tile and channel pair,
         # not the direct 36 -- so the row's share of sgemm is a share of work done (the
@@ -84,8 +87,9 @@ def _conv_case(N, C, H, W, O, k, pad, groups, fwd_only, op):
         # AVX-512 builds, O % 16 == 0, C % 4 == 0)
         fwd = 2.0 * N * O * (C // groups) * 16 * ((H + 1) // 2) * ((W + 1) // 2)
         wgrad = fwd if wino_wgrad else direct
-    return BenchCase("conv", op, f"{N}x{C}x{H}x{W}->{O} k{k}" + (f" g{groups}" if groups > 1 else ""),
-                     make, flops=fwd if fwd_only else 2 * fwd + wgrad, min_time=0.3, max_reps=20)
+    return BenchCase("conv", op, f"{N}x{C}x{H}x{W}->{O} k{k}" + (f" g{groups}" if groups > 1 else "")
+                     + (f" s{stride}" if stride > 1 else ""), make,
+                     flops=fwd if fwd_only else 2 * fwd + wgrad, min_time=0.3, max_reps=20)
 
 
 def _pool_case(kind, N, C, H, W, k, s, p, fwd_only):
@@ -271,6 +275,9 @@ def cases():
         # weight transform and the threads' share of a single image
         _conv_case(1, 256, 14, 14, 256, 3, 1, 1, True, "conv2d 3x3 fwd, one image"),
         _conv_case(1, 256, 14, 14, 256, 3, 1, 1, False, "conv2d 3x3 fwd+bwd, one image"),
+        # a ResNet stage's first conv (stride 2, channels doubled), one image
+        _conv_case(1, 256, 28, 28, 512, 3, 1, 1, False, "conv2d 3x3 stride 2 fwd+bwd, one image",
+                   stride=2),
         _conv_case(16, 128, 56, 56, 128, 3, 1, 128, False, "conv2d depthwise 3x3 fwd+bwd"),
         _pool_case("max", 16, 64, 112, 112, 2, 2, 0, True),
         _pool_case("max", 16, 64, 112, 112, 2, 2, 0, False),
