@@ -251,18 +251,25 @@ cdef void _im2col(const real* x, real* col, Geo* g, Py_ssize_t r0, Py_ssize_t r1
                     d += OW
 
 
-cdef void _col2im(const real* col, real* dx, Geo* g, Py_ssize_t r0, Py_ssize_t r1) noexcept nogil:
+cdef inline void _col2im(const real* col, real* dx, Geo* g, Py_ssize_t r0,
+                         Py_ssize_t r1) noexcept nogil:
     """dx (one image, zeroed by the caller) += the tile's columns scattered back."""
+    _col2im_c(col, dx, g, r0, r1, 0, g.C)
+
+
+cdef void _col2im_c(const real* col, real* dx, Geo* g, Py_ssize_t r0, Py_ssize_t r1,
+                    Py_ssize_t c0, Py_ssize_t c1) noexcept nogil:
+    """_col2im for channels [c0, c1), whose rows the tile holds from its first on."""
     cdef Py_ssize_t c, i, j, oh, ow, ih, off, o0, o1
     cdef Py_ssize_t OW = g.OW, sw = g.sw, H = g.H, W = g.W, T = (r1 - r0) * g.OW
     cdef const real* d
     cdef real* dst
-    for c in range(g.C):
+    for c in range(c0, c1):
         for i in range(g.kh):
             for j in range(g.kw):
                 off = j * g.dw - g.pl
                 _ow_range(off, sw, W, OW, &o0, &o1)
-                d = col + ((c * g.kh + i) * g.kw + j) * T
+                d = col + (((c - c0) * g.kh + i) * g.kw + j) * T
                 for oh in range(r0, r1):
                     ih = oh * g.sh - g.pt + i * g.dh
                     if ih >= 0 and ih < H:
@@ -1368,6 +1375,8 @@ cdef bint _strided_direct_ok(Geo* g):
 
 
 _CIG = True     # strided forwards as implicit GEMMs where they apply; tests compare routes
+_SDX = True     # the strided d_input on column tiles of the own GEMM (_sdx_ok)
+_SWG_GEMM = True  # and its d_weight (_swgrad_gemm)
 _CIG_S1 = True  # stride-1 ones too (not 3x3: Winograd or the direct 3x3 kernel take those)
 
 
@@ -2249,6 +2258,8 @@ cdef tuple _grads(object x_or_none, tuple x_shape, cnp.ndarray weight, cnp.ndarr
     cdef const float* pdy
     cdef float* ppart
     cdef float* pdw
+    cdef float* pw
+    cdef float* pdx
     wg_dw = None
     if want_dx or _depthwise(&g):
         dx = np.empty(x_shape, dtype=dy.dtype)
@@ -2284,6 +2295,16 @@ cdef tuple _grads(object x_or_none, tuple x_shape, cnp.ndarray weight, cnp.ndarr
         tdx = _dx_as_conv(&g, padding)
         if tdx and want_dx:
             _dx_by_conv(dy, weight, dx, &g, padding, dilation, groups, flops, f32)
+        elif want_dx and f32 and _sdx_ok(&g) and cnp.PyArray_IS_C_CONTIGUOUS(weight):
+            # strided: column tiles of W^T dy on the own GEMM, scattered back
+            nt_all = _threads_for(flops, 1 << 18)
+            pw = <float*>_data(weight, _wsize(&g), F32)
+            pdy = <const float*>_data(dy, _ysize(&g), F32)
+            pdx = <float*>_data(dx, _xsize(&g), F32)
+            with _blas_single():
+                with nogil:
+                    _sdx_run(pw, pdy, pdx, &g, nt_all)
+            tdx = True
         elif (want_dx and f32 and _strided_direct_ok(&g) and _tdx_plan_ok(&g)
                 and _tconv_direct_ok(&g)):
             # strided: d_input is the transposed convolution of dy, on its direct kernel
@@ -2731,6 +2752,54 @@ cdef int _swgrad(const float* x, const float* gy, float* part, Py_ssize_t nch,
     return 0
 
 
+cdef int _swgrad_gemm(const float* x, const float* gy, float* part, Py_ssize_t nch,
+                      Py_ssize_t per, Geo* g, int nt, Py_ssize_t ng) except -1 nogil:
+    """A strided conv2d's d_weight as GEMMs on the own float32 kernel: work items (fixed
+    image chunk ch, output-channel group [o0, o1)), per image and tile of R output rows
+    (_SDX_TILE, shapes only): col = im2col(x) (C*kh*kw x T), part[ch][o0:o1] += dy[o0:o1,
+    tile] col^T (depth T; its transposed-B packing).  A weight's sum runs over the chunk's
+    images and tiles in order: the same bits at any thread count.  part[ch] is in the
+    weight's order."""
+    cdef Py_ssize_t KK = g.kh * g.kw, K = g.C * KK, P = g.OH * g.OW
+    cdef Py_ssize_t xs = g.C * g.H * g.W, ys = g.O * P
+    cdef Py_ssize_t R = _SDX_TILE // (K * g.OW if K * g.OW > 0 else 1), it, ch, k, n, n0, n1
+    cdef Py_ssize_t o0, o1, r0, r1, T
+    cdef float* col = NULL
+    cdef int failed = 0
+    if R < 1:
+        R = 1
+    if R > g.OH:
+        R = g.OH
+    with nogil, parallel(num_threads=nt):
+        col = <float*>fnn_alloc(K * R * g.OW + 64, sizeof(float))
+        if col == NULL:
+            fnn_flag_set(&failed)
+        for it in prange(nch * ng, schedule="dynamic", chunksize=1):
+            if col == NULL:
+                continue
+            ch = it // ng
+            k = it % ng
+            o0 = _obound(g.O, ng, k)
+            o1 = _obound(g.O, ng, k + 1)
+            n0 = ch * per
+            n1 = n0 + per if n0 + per < g.N else g.N
+            for n in range(n0, n1):
+                r0 = 0
+                while r0 < g.OH:
+                    r1 = r0 + R if r0 + R < g.OH else g.OH
+                    T = (r1 - r0) * g.OW
+                    _im2col(x + n * xs, col, g, r0, r1)
+                    gemm(False, True, <int>(o1 - o0), <int>K, <int>T, <float>1,
+                         gy + n * ys + o0 * P + r0 * g.OW, <int>P, col, <int>T,
+                         <float>(0 if (n == n0 and r0 == 0) else 1),
+                         part + ch * g.O * K + o0 * K, <int>K)
+                    r0 = r1
+        free(col)
+    if failed:
+        _raise_nomem(K * R * g.OW + 64, sizeof(float))
+    return 0
+
+
 cdef cnp.ndarray _strided_wgrad(cnp.ndarray x, cnp.ndarray dy, Geo* g, Py_ssize_t nch,
                                 Py_ssize_t per):
     """A strided conv2d's d_weight (float32, _twgrad_ok) on the direct d_weight kernel over
@@ -2743,11 +2812,89 @@ cdef cnp.ndarray _strided_wgrad(cnp.ndarray x, cnp.ndarray dy, Geo* g, Py_ssize_
     cdef const float* px = <const float*>_data(x, _xsize(g), F32)
     cdef const float* pdy = <const float*>_data(dy, _ysize(g), F32)
     cdef float* ppart = <float*>_data(part, nch * _wsize(g), F32)
+    if _SWG_GEMM and _sdx_ok(g):
+        if _wsize(g) * 4 >= _WG_ONE_CHUNK:
+            # big partials: one chunk of all images (as the Winograd d_weight; a function
+            # of the shapes), the threads on output-channel groups
+            nch = 1
+            per = g.N
+        ng = _groups(nch, g.O, nt_all, 24)
+        with _blas_single():
+            with nogil:
+                _swgrad_gemm(px, pdy, ppart, nch, per, g,
+                             <int>(nch * ng if nch * ng < nt_all else nt_all), ng)
+        dws = part[0] if nch == 1 else _sum_parts(part).astype(np.float32)
+        return dws.reshape(g.O, g.C, g.kh, g.kw)
     with nogil:
         _swgrad(px, pdy, ppart, nch, per, g, <int>(nch * ng if nch * ng < nt_all else nt_all),
                 ng)
     return _swgrad_unpack(part[0] if nch == 1 else _sum_parts(part).astype(np.float32), g, ng,
                           (g.O, g.C, g.kh, g.kw))
+
+
+# the strided d_input's column tile (_sdx_run): output rows such that all C*kh*kw rows of
+# it stay within this many floats (8 MiB; shapes only, so the same tiles at any thread count)
+cdef Py_ssize_t _SDX_TILE = 1 << 21
+
+
+cdef bint _sdx_ok(Geo* g):
+    """A strided conv2d's d_input as column tiles of W^T dy on the own float32 kernel (its
+    transposed-A form: AVX-512 builds), scattered back by col2im, the threads on images
+    and (fewer images than threads) channel groups: groups 1, a kernel of more than one
+    tap.  The tap-list kernel ran the transposed convolution's phases at 140 GFLOP/s on 2
+    cores (1 x 512 -> 256 channels, 14 x 14 -> 28 x 28)."""
+    return (_SDX and FNN_HAVE_CIG != 0 and _sgz_on and FNN_SGZ_TRANS_A and g.direct
+            and g.G == 1 and (g.sh > 1 or g.sw > 1) and g.kh * g.kw > 1 and g.O >= 16
+            and g.N * g.C * g.OH * g.OW > 0)
+
+
+cdef int _sdx_run(const float* w, const float* gy, float* dx, Geo* g, int nt) except -1 nogil:
+    """dx of every image: per work item (image, channel group [c0, c1)), per tile of R
+    output rows, col = W[:, c0*KK:c1*KK]^T dy[:, rows] (one GEMM of depth O), then col2im
+    into dx's channels [c0, c1) (zeroed first).  A dx value's sum runs over the tiles in
+    order, its (i, j) taps in order: the tiles depend on the shapes only and the groups
+    only split channels, so the bits do not depend on the thread count."""
+    cdef Py_ssize_t KK = g.kh * g.kw, K = g.C * KK, P = g.OH * g.OW
+    cdef Py_ssize_t xs = g.C * g.H * g.W, ys = g.O * P
+    cdef Py_ssize_t R = _SDX_TILE // (K * g.OW if K * g.OW > 0 else 1), ng = 1, it, n, k
+    cdef Py_ssize_t c0, c1, r0, r1, T
+    cdef float* col = NULL
+    cdef int failed = 0
+    if R < 1:
+        R = 1
+    if R > g.OH:
+        R = g.OH
+    if g.N < nt:
+        ng = (nt + g.N - 1) // g.N
+        if ng > g.C // 4:
+            ng = g.C // 4 if g.C >= 8 else 1
+    with nogil, parallel(num_threads=nt):
+        col = <float*>fnn_alloc(K * R * g.OW + 64, sizeof(float))
+        if col == NULL:
+            fnn_flag_set(&failed)
+        for it in prange(g.N * ng, schedule="dynamic", chunksize=1):
+            if col == NULL:
+                continue
+            n = it // ng
+            k = it % ng
+            c0 = g.C * k // ng
+            c1 = g.C * (k + 1) // ng
+            if c0 >= c1:
+                continue
+            memset(dx + n * xs + c0 * g.H * g.W, 0, (c1 - c0) * g.H * g.W * sizeof(float))
+            r0 = 0
+            while r0 < g.OH:
+                r1 = r0 + R if r0 + R < g.OH else g.OH
+                T = (r1 - r0) * g.OW
+                gemm(True, False, <int>((c1 - c0) * KK), <int>T, <int>g.O, <float>1,
+                     w + c0 * KK, <int>K, gy + n * ys + r0 * g.OW, <int>P, <float>0, col,
+                     <int>T)
+                _col2im_c(col, dx + n * xs, g, r0, r1, c0, c1)
+                r0 = r1
+        free(col)
+    if failed:
+        _raise_nomem(K * R * g.OW + 64, sizeof(float))
+    return 0
 
 
 cdef cnp.ndarray _swgrad_unpack(cnp.ndarray acc, Geo* g, Py_ssize_t ng, object wshape):

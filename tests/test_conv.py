@@ -386,17 +386,22 @@ def test_conv1d_direct_equals_the_gemm_path_and_torch(geo, row_limit, cig):
     (2, 16, 9, 9, 6, 3, 2, 1, 1),           # O % 4 != 0: the GEMM paths
     (1, 8, 40, 40, 12, 3, 2, 1, 1),         # implicit GEMM: one 12-row tile, column ranges
     (2, 4, 9, 7, 24, 3, 2, 1, 1),           # rows of 4 and 5 positions: gathered panels
+    (3, 64, 6, 6, 1024, 3, 2, 1, 1),        # d_weight of 2.4 MiB: one chunk of all images
+    (1, 16, 64, 64, 16, 3, 2, 1, 1),        # several column tiles per image
 ])
 @pytest.mark.parametrize("cig", [True, False])
-def test_conv2d_strided_direct_equals_the_gemm_path_and_torch(geo, cig):
-    """A strided conv2d on the direct kernels (AVX-512 builds, float32, groups 1): the
-    forward as an implicit GEMM whose panels are packed from the input's phase planes
-    (cig, O >= 12, where GEMMs run on the own float32 kernel), else on the tap-list kernel
-    over the phase planes (each tap offset carrying its phase; O % 4 == 0), the weight read
-    in place; d_input as the transposed convolution of dy (C % 4 == 0); d_weight on the
-    direct d_weight kernel over the phase planes (C % 4 == 0, O % 16 == 0).
-    conv._DIRECT = False forces the im2col GEMM paths.  All agree with each other and with
-    torch, and the direct results do not depend on the thread count."""
+def test_conv2d_strided_direct_equals_the_gemm_path_and_torch(geo, cig, monkeypatch):
+    """A strided conv2d on the direct kernels (AVX-512 builds, float32, groups 1).  cig:
+    where GEMMs run on the own float32 kernel, the forward as an implicit GEMM whose
+    panels are packed from the input's phase planes (O >= 12), d_input as whole-image
+    column tiles of W^T dy scattered back (channel groups at batch 1), d_weight as GEMMs
+    of dy and im2col tiles (output-channel groups; partials of 2 MiB or more in one chunk
+    of all images).  Without: the forward on the tap-list kernel over the phase planes
+    (each tap offset carrying its phase; O % 4 == 0), the weight read in place; d_input
+    as the transposed convolution of dy (C % 4 == 0); d_weight on the direct d_weight
+    kernel over the phase planes (C % 4 == 0, O % 16 == 0).  conv._DIRECT = False forces
+    the im2col GEMM paths.  All agree with each other and with torch, and the direct
+    results do not depend on the thread count."""
     import importlib
     import fastnn._backend
     conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
@@ -406,11 +411,11 @@ def test_conv2d_strided_direct_equals_the_gemm_path_and_torch(geo, cig):
     w = rng.standard_normal((O, C, k, k)).astype(np.float32)
     b = rng.standard_normal(O).astype(np.float32)
     args = (x, w, b, s, p, d)
-    conv._CIG = cig
-    try:
-        res, dy = _fwd_bwd_across_threads(F.conv2d_fwd, F.conv2d_bwd, args)
-    finally:
-        conv._CIG = True
+    for switch in ("_CIG", "_SDX", "_SWG_GEMM"):
+        monkeypatch.setattr(conv, switch, cig)
+    res, dy = _fwd_bwd_across_threads(F.conv2d_fwd, F.conv2d_bwd, args)
+    for switch in ("_CIG", "_SDX", "_SWG_GEMM"):
+        monkeypatch.setattr(conv, switch, True)
     conv._DIRECT = False
     try:
         y, ctx = F.conv2d_fwd(*args)
