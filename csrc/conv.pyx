@@ -2832,9 +2832,12 @@ cdef cnp.ndarray _strided_wgrad(cnp.ndarray x, cnp.ndarray dy, Geo* g, Py_ssize_
                           (g.O, g.C, g.kh, g.kw))
 
 
-# the strided d_input's column tile (_sdx_run): output rows such that all C*kh*kw rows of
-# it stay within this many floats (8 MiB; shapes only, so the same tiles at any thread count)
-cdef Py_ssize_t _SDX_TILE = 1 << 21
+# the strided backward's column tiles (_sdx_run, _swgrad_gemm): output rows such that all
+# C*kh*kw rows of a tile stay within this many floats (4 MiB a thread; shapes only, so the
+# same tiles at any thread count).  Whole images at ResNet's sizes (14 x 14 outputs of 256
+# channels: 2304 x 196), so a GEMM's packing of the weight or of its d_weight block is
+# done once an image, not once every two output rows as on the im2col path's 256 KiB tiles
+cdef Py_ssize_t _SDX_TILE = 1 << 20
 
 
 cdef bint _sdx_ok(Geo* g):
