@@ -1455,18 +1455,11 @@ cdef int _cig_run(const float* x, const float* w, const float* bias, float* y,
 cdef _cig_fwd(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, Geo* g):
     """y = conv2d(x) for _cig_ok shapes: step k = c * taps + t of the implicit GEMM reads
     channel c's planes at tap t's offset (its phase plane's, as _tdx_plan's flat taps)."""
-    cdef Py_ssize_t mlo, nlo, Hp, Wp, i, j, ei, ej, mi, mj, c, t, T = g.kh * g.kw
+    cdef Py_ssize_t mlo, nlo, Hp, Wp, c, t, T = g.kh * g.kw
     _phase_dims(g, &mlo, &nlo, &Hp, &Wp)
     cdef cnp.ndarray koff = np.empty(g.C * T, dtype=np.intp)
     cdef Py_ssize_t* pk = <Py_ssize_t*>_data(koff, g.C * T, INTP)
-    for i in range(g.kh):
-        ei = i * g.dh - g.pt
-        mi = _fdiv(ei, g.sh)
-        for j in range(g.kw):
-            ej = j * g.dw - g.pl
-            mj = _fdiv(ej, g.sw)
-            pk[i * g.kw + j] = ((((ei - mi * g.sh) * g.sw + ej - mj * g.sw) * g.C * Hp
-                                 + mi - mlo) * Wp + mj - nlo)
+    _phase_tap_offsets(g, pk)
     for c in range(1, g.C):
         for t in range(T):
             pk[c * T + t] = pk[t] + c * Hp * Wp
@@ -2599,8 +2592,9 @@ cdef object _tdx_plan(cnp.ndarray weight, Geo* g, DPlan* d):
     at stride 2: 1, 2, 2 and 4 taps) one group of C channels whose kh*kw tap offsets carry
     their phase's plane offset.  Fills d, returns (packed weights, tap offsets, run table,
     zeros), or None where it does not apply."""
-    cdef Py_ssize_t mlo, nlo, Hp, Wp, a, b, nt = -1, reach = 0, i, j, ei, ej, mi, mj
+    cdef Py_ssize_t mlo, nlo, Hp, Wp, a, b, nt = -1, reach = 0
     cdef bint grouped = True
+    cdef cnp.ndarray ta
     if not _tdx_plan_ok(g):
         return None
     rows = _phase_taps(g.kh, g.dh, g.pt, g.sh)
@@ -2628,17 +2622,10 @@ cdef object _tdx_plan(cnp.ndarray weight, Geo* g, DPlan* d):
     else:
         # tap (i, j) reads phase (a_i, b_j)'s plane of its channel at row m_i - mlo,
         # column m_j - nlo (i*dh - pt = sh*m_i + a_i, likewise for columns)
-        for i in range(g.kh):
-            ei = i * g.dh - g.pt
-            mi = _fdiv(ei, g.sh)
-            for j in range(g.kw):
-                ej = j * g.dw - g.pl
-                mj = _fdiv(ej, g.sw)
-                toff.append((((ei - mi * g.sh) * g.sw + ej - mj * g.sw) * g.C * Hp
-                             + mi - mlo) * Wp + mj - nlo)
-                if (mi - mlo) * Wp + mj - nlo > reach:
-                    reach = (mi - mlo) * Wp + mj - nlo
         nt = g.kh * g.kw
+        ta = np.empty(nt, dtype=np.intp)
+        reach = _phase_tap_offsets(g, <Py_ssize_t*>_data(ta, nt, INTP))
+        toff = ta
         d.Ct = g.C; d.cg = g.C
         if FNN_HAVE_CVD_RAW and cnp.PyArray_IS_C_CONTIGUOUS(weight):
             ap = None    # the kernel reads the weight in place: (O, C, taps), taps in order
@@ -2673,21 +2660,32 @@ cdef bint _twgrad_ok(Geo* g) noexcept nogil:
             and g.kh * g.kw <= 64 and _tbwd_planes(g) > 0)
 
 
-cdef void _twgrad_offsets(Geo* g, Py_ssize_t* aoff, Py_ssize_t* boff) noexcept nogil:
-    """Tap t = i*kw + j of the direct d_weight reads phase (a_i, b_j)'s planes (phase-major,
-    Hp x Wp each) shifted by (m_i - mlo, m_j - nlo) (see _phase_dims)."""
-    cdef Py_ssize_t mlo, nlo, Hp, Wp, i, j, ei, ej, mi, mj, ai, bj
+cdef Py_ssize_t _phase_tap_offsets(Geo* g, Py_ssize_t* off) noexcept nogil:
+    """off[i*kw + j]: where tap (i, j) reads channel 0's phase planes (phase-major, C planes
+    of Hp x Wp per phase, _phase_planes): phase (a_i, b_j)'s plane shifted by (m_i - mlo,
+    m_j - nlo) (see _phase_dims).  -> the largest shift within a plane (the taps' reach)."""
+    cdef Py_ssize_t mlo, nlo, Hp, Wp, i, j, ei, ej, mi, mj, reach = 0
     _phase_dims(g, &mlo, &nlo, &Hp, &Wp)
     for i in range(g.kh):
         ei = i * g.dh - g.pt
         mi = _fdiv(ei, g.sh)
-        ai = ei - mi * g.sh
         for j in range(g.kw):
             ej = j * g.dw - g.pl
             mj = _fdiv(ej, g.sw)
-            bj = ej - mj * g.sw
-            aoff[i * g.kw + j] = ((ai * g.sw + bj) * g.C * Hp + (mi - mlo)) * Wp + (mj - nlo)
-            boff[i * g.kw + j] = 0
+            off[i * g.kw + j] = (((ei - mi * g.sh) * g.sw + ej - mj * g.sw) * g.C * Hp
+                                 * Wp + (mi - mlo) * Wp + (mj - nlo))
+            if (mi - mlo) * Wp + mj - nlo > reach:
+                reach = (mi - mlo) * Wp + mj - nlo
+    return reach
+
+
+cdef void _twgrad_offsets(Geo* g, Py_ssize_t* aoff, Py_ssize_t* boff) noexcept nogil:
+    """Tap t of the direct d_weight reads the input's phase planes at aoff[t]
+    (_phase_tap_offsets); dy's positions at boff[t] = 0."""
+    cdef Py_ssize_t t
+    _phase_tap_offsets(g, aoff)
+    for t in range(g.kh * g.kw):
+        boff[t] = 0
 
 
 cdef inline void _twgrad_image(const float* pl, const float* gx, float* xt, float* acc,
@@ -2762,14 +2760,10 @@ cdef int _swgrad_gemm(const float* x, const float* gy, float* part, Py_ssize_t n
     weight's order."""
     cdef Py_ssize_t KK = g.kh * g.kw, K = g.C * KK, P = g.OH * g.OW
     cdef Py_ssize_t xs = g.C * g.H * g.W, ys = g.O * P
-    cdef Py_ssize_t R = _SDX_TILE // (K * g.OW if K * g.OW > 0 else 1), it, ch, k, n, n0, n1
+    cdef Py_ssize_t R = _sdx_rows(g), it, ch, k, n, n0, n1
     cdef Py_ssize_t o0, o1, r0, r1, T
     cdef float* col = NULL
     cdef int failed = 0
-    if R < 1:
-        R = 1
-    if R > g.OH:
-        R = g.OH
     with nogil, parallel(num_threads=nt):
         col = <float*>fnn_alloc(K * R * g.OW + 64, sizeof(float))
         if col == NULL:
@@ -2840,6 +2834,14 @@ cdef cnp.ndarray _strided_wgrad(cnp.ndarray x, cnp.ndarray dy, Geo* g, Py_ssize_
 cdef Py_ssize_t _SDX_TILE = 1 << 20
 
 
+cdef inline Py_ssize_t _sdx_rows(Geo* g) noexcept nogil:
+    """Output rows per column tile of the strided backward (_SDX_TILE; at least 1)."""
+    cdef Py_ssize_t r = _SDX_TILE // (g.C * g.kh * g.kw * g.OW if g.OW > 0 else 1)
+    if r < 1:
+        r = 1
+    return r if r < g.OH else g.OH
+
+
 cdef bint _sdx_ok(Geo* g):
     """A strided conv2d's d_input as column tiles of W^T dy on the own float32 kernel (its
     transposed-A form: AVX-512 builds), scattered back by col2im, the threads on images
@@ -2859,14 +2861,10 @@ cdef int _sdx_run(const float* w, const float* gy, float* dx, Geo* g, int nt) ex
     only split channels, so the bits do not depend on the thread count."""
     cdef Py_ssize_t KK = g.kh * g.kw, K = g.C * KK, P = g.OH * g.OW
     cdef Py_ssize_t xs = g.C * g.H * g.W, ys = g.O * P
-    cdef Py_ssize_t R = _SDX_TILE // (K * g.OW if K * g.OW > 0 else 1), ng = 1, it, n, k
+    cdef Py_ssize_t R = _sdx_rows(g), ng = 1, it, n, k
     cdef Py_ssize_t c0, c1, r0, r1, T
     cdef float* col = NULL
     cdef int failed = 0
-    if R < 1:
-        R = 1
-    if R > g.OH:
-        R = g.OH
     if g.N < nt:
         ng = (nt + g.N - 1) // g.N
         if ng > g.C // 4:
