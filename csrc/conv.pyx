@@ -227,19 +227,26 @@ cdef inline double _dot(const real* x, const real* y, Py_ssize_t n, Py_ssize_t s
 
 
 # ---------------------------------------------------------------- im2col / col2im
-cdef void _im2col(const real* x, real* col, Geo* g, Py_ssize_t r0, Py_ssize_t r1) noexcept nogil:
+cdef inline void _im2col(const real* x, real* col, Geo* g, Py_ssize_t r0,
+                         Py_ssize_t r1) noexcept nogil:
     """col[(c, i, j), (oh - r0, ow)] = xpad[c, oh*sh + i*dh, ow*sw + j*dw] for one image
     and the output rows oh in [r0, r1) (a tile of (r1 - r0) * OW columns)."""
+    _im2col_c(x, col, g, r0, r1, 0, g.C)
+
+
+cdef void _im2col_c(const real* x, real* col, Geo* g, Py_ssize_t r0, Py_ssize_t r1,
+                    Py_ssize_t c0, Py_ssize_t c1) noexcept nogil:
+    """_im2col for channels [c0, c1), their rows in col from its first on."""
     cdef Py_ssize_t c, i, j, oh, ow, ih, off, o0, o1
     cdef Py_ssize_t OW = g.OW, sw = g.sw, H = g.H, W = g.W, T = (r1 - r0) * g.OW
     cdef real* d
     cdef const real* src
-    for c in range(g.C):
+    for c in range(c0, c1):
         for i in range(g.kh):
             for j in range(g.kw):
                 off = j * g.dw - g.pl
                 _ow_range(off, sw, W, OW, &o0, &o1)
-                d = col + ((c * g.kh + i) * g.kw + j) * T
+                d = col + (((c - c0) * g.kh + i) * g.kw + j) * T
                 for oh in range(r0, r1):
                     ih = oh * g.sh - g.pt + i * g.dh
                     if ih < 0 or ih >= H or o0 >= o1:
@@ -1377,6 +1384,7 @@ cdef bint _strided_direct_ok(Geo* g):
 _CIG = True     # strided forwards as implicit GEMMs where they apply; tests compare routes
 _SDX = True     # the strided d_input on column tiles of the own GEMM (_sdx_ok)
 _SWG_GEMM = True  # and its d_weight (_swgrad_gemm)
+_SWG_TR = True    # that d_weight as im2col x dy^T where im2col has more rows than dy
 _CIG_S1 = True  # stride-1 ones too (not 3x3: Winograd or the direct 3x3 kernel take those)
 
 
@@ -2750,20 +2758,32 @@ cdef int _swgrad(const float* x, const float* gy, float* part, Py_ssize_t nch,
     return 0
 
 
+cdef inline Py_ssize_t _cbound(Py_ssize_t C, Py_ssize_t ng, Py_ssize_t k) noexcept nogil:
+    """Start of input-channel group k of ng (k = ng: C)."""
+    return C * k // ng
+
+
 cdef int _swgrad_gemm(const float* x, const float* gy, float* part, Py_ssize_t nch,
-                      Py_ssize_t per, Geo* g, int nt, Py_ssize_t ng) except -1 nogil:
+                      Py_ssize_t per, Geo* g, int nt, Py_ssize_t ng, Py_ssize_t ldo) except -1 nogil:
     """A strided conv2d's d_weight as GEMMs on the own float32 kernel: work items (fixed
-    image chunk ch, output-channel group [o0, o1)), per image and tile of R output rows
-    (_SDX_TILE, shapes only): col = im2col(x) (C*kh*kw x T), part[ch][o0:o1] += dy[o0:o1,
-    tile] col^T (depth T; its transposed-B packing).  A weight's sum runs over the chunk's
-    images and tiles in order: the same bits at any thread count.  part[ch] is in the
-    weight's order."""
+    image chunk ch, group k), per image and tile of R output rows (_SDX_TILE, shapes
+    only), col = im2col(x) (C*kh*kw x T), and either
+      tr False: part[ch][o0:o1] += dy[o0:o1, tile] col^T (groups of output channels
+        [o0, o1); col^T packed as B, C*kh*kw columns), part[ch] in the weight's order; or
+      ldo > 0: part[ch][c0*kh*kw:c1*kh*kw] += col dy[:, tile]^T (groups of input
+        channels [c0, c1), whose rows alone the item's im2col builds; dy^T packed as B, O
+        columns), part[ch] in (c, i, j, o) order, its rows ldo >= O apart.
+    Both sum each weight over k = the tile's positions in the GEMM's fixed k blocks: the
+    same products in the same order, so the same bits either way.  A weight's sum runs over
+    the chunk's images and tiles in order: the same bits at any thread count."""
     cdef Py_ssize_t KK = g.kh * g.kw, K = g.C * KK, P = g.OH * g.OW
     cdef Py_ssize_t xs = g.C * g.H * g.W, ys = g.O * P
     cdef Py_ssize_t R = _sdx_rows(g), it, ch, k, n, n0, n1
     cdef Py_ssize_t o0, o1, r0, r1, T
     cdef float* col = NULL
+    cdef float beta
     cdef int failed = 0
+    cdef bint tr = ldo > 0
     with nogil, parallel(num_threads=nt):
         col = <float*>fnn_alloc(K * R * g.OW + 64, sizeof(float))
         if col == NULL:
@@ -2773,8 +2793,14 @@ cdef int _swgrad_gemm(const float* x, const float* gy, float* part, Py_ssize_t n
                 continue
             ch = it // ng
             k = it % ng
-            o0 = _obound(g.O, ng, k)
-            o1 = _obound(g.O, ng, k + 1)
+            if tr:
+                o0 = _cbound(g.C, ng, k)
+                o1 = _cbound(g.C, ng, k + 1)
+            else:
+                o0 = _obound(g.O, ng, k)
+                o1 = _obound(g.O, ng, k + 1)
+            if o1 <= o0:
+                continue
             n0 = ch * per
             n1 = n0 + per if n0 + per < g.N else g.N
             for n in range(n0, n1):
@@ -2782,11 +2808,17 @@ cdef int _swgrad_gemm(const float* x, const float* gy, float* part, Py_ssize_t n
                 while r0 < g.OH:
                     r1 = r0 + R if r0 + R < g.OH else g.OH
                     T = (r1 - r0) * g.OW
-                    _im2col(x + n * xs, col, g, r0, r1)
-                    gemm(False, True, <int>(o1 - o0), <int>K, <int>T, <float>1,
-                         gy + n * ys + o0 * P + r0 * g.OW, <int>P, col, <int>T,
-                         <float>(0 if (n == n0 and r0 == 0) else 1),
-                         part + ch * g.O * K + o0 * K, <int>K)
+                    beta = 0 if (n == n0 and r0 == 0) else 1
+                    if tr:
+                        _im2col_c(x + n * xs, col, g, r0, r1, o0, o1)
+                        gemm(False, True, <int>((o1 - o0) * KK), <int>g.O, <int>T, <float>1,
+                             col, <int>T, gy + n * ys + r0 * g.OW, <int>P, beta,
+                             part + ch * ldo * K + o0 * KK * ldo, <int>ldo)
+                    else:
+                        _im2col(x + n * xs, col, g, r0, r1)
+                        gemm(False, True, <int>(o1 - o0), <int>K, <int>T, <float>1,
+                             gy + n * ys + o0 * P + r0 * g.OW, <int>P, col, <int>T, beta,
+                             part + ch * g.O * K + o0 * K, <int>K)
                     r0 = r1
         free(col)
     if failed:
@@ -2794,11 +2826,24 @@ cdef int _swgrad_gemm(const float* x, const float* gy, float* part, Py_ssize_t n
     return 0
 
 
+cdef bint _swg_tr(Geo* g):
+    """The strided d_weight's GEMMs as im2col x dy^T (_swgrad_gemm, ldo > 0): few output
+    channels (32 to 64; fewer go to BLAS) beside im2col's rows, e.g. conv_transpose2d's
+    backward (its input's channels).  There dy x im2col^T had 6 row tiles of 12, the last of 4, and packed
+    im2col's C*kh*kw columns for each image; the other way packs dy's O.  With more output
+    channels it ran slower: its part (C*kh*kw x O, written per image) and im2col (read in
+    place, 12 row streams) outgrow the L2 (1 x 256 x 28 x 28 -> 512: 4.2 vs 3.3 ms, one
+    thread)."""
+    return _SWG_TR and 32 <= g.O <= 64 and g.C * g.kh * g.kw > g.O
+
+
 cdef cnp.ndarray _strided_wgrad(cnp.ndarray x, cnp.ndarray dy, Geo* g, Py_ssize_t nch,
                                 Py_ssize_t per):
     """A strided conv2d's d_weight (float32, _twgrad_ok) on the direct d_weight kernel over
     the input's phase planes (_swgrad), the threads on the fixed image chunks and (fewer
     chunks than threads) output-channel groups; the chunks' partials added in order."""
+    cdef bint tr
+    cdef Py_ssize_t ldo
     cdef Py_ssize_t flops = g.N * g.O * g.OH * g.OW * g.C * g.kh * g.kw
     cdef int nt_all = _threads_for(flops, 1 << 18)
     cdef Py_ssize_t ng = _groups(nch, g.O, nt_all, 16)
@@ -2812,12 +2857,20 @@ cdef cnp.ndarray _strided_wgrad(cnp.ndarray x, cnp.ndarray dy, Geo* g, Py_ssize_
             # of the shapes), the threads on output-channel groups
             nch = 1
             per = g.N
-        ng = _groups(nch, g.O, nt_all, 24)
+        tr = _swg_tr(g)
+        ldo = g.O if tr else 0
+        # (tr: groups of >= 24 rows and O >= 32 columns, so every group's GEMM runs on
+        # the own kernel, as gemm routes them, and the bits do not depend on the groups)
+        ng = (_groups(nch, g.C, nt_all, max(8, (24 + g.kh * g.kw - 1) // (g.kh * g.kw)))
+              if tr else _groups(nch, g.O, nt_all, 24))
         with _blas_single():
             with nogil:
                 _swgrad_gemm(px, pdy, ppart, nch, per, g,
-                             <int>(nch * ng if nch * ng < nt_all else nt_all), ng)
+                             <int>(nch * ng if nch * ng < nt_all else nt_all), ng, ldo)
         dws = part[0] if nch == 1 else _sum_parts(part).astype(np.float32)
+        if tr:
+            return np.ascontiguousarray(dws.reshape(g.C * g.kh * g.kw, g.O).T).reshape(
+                g.O, g.C, g.kh, g.kw)
         return dws.reshape(g.O, g.C, g.kh, g.kw)
     with nogil:
         _swgrad(px, pdy, ppart, nch, per, g, <int>(nch * ng if nch * ng < nt_all else nt_all),

@@ -434,6 +434,45 @@ def test_conv2d_strided_direct_equals_the_gemm_path_and_torch(geo, cig, monkeypa
             np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())
 
 
+@pytest.mark.parametrize("kind,geo", [
+    # (N, C, H, W, O, k, stride, padding): conv2d weight (O, C, k, k); conv_transpose2d
+    # weight (C, O, k, k), whose d_weight is a strided conv2d's with dy as its input
+    ("conv2d", (1, 16, 33, 31, 32, 3, 2, 1)),         # batch 1: two channel groups
+    ("conv2d", (1, 20, 21, 15, 48, 3, 2, 1)),         # batch 1: groups of 10 channels
+    ("conv2d", (3, 24, 17, 15, 64, 3, 2, 1)),         # three chunks
+    ("conv2d", (2, 4, 40, 40, 64, 7, 2, 3)),          # 7x7: 196 im2col rows, O = 64
+    ("conv_transpose2d", (5, 64, 9, 11, 32, 4, 2, 1)),
+    ("conv_transpose2d", (1, 40, 12, 12, 12, 4, 2, 1)),
+])
+def test_strided_weight_grad_the_same_bits_either_gemm_orientation(kind, geo, monkeypatch):
+    """A strided d_weight on the own GEMM (AVX-512 builds) with few output channels (32 to
+    64) runs as im2col x dy^T (input-channel groups at batch 1) rather than dy x im2col^T.  Both
+    sum every weight over the same positions in the same k blocks: the same bits, at 1, 2
+    and 3 threads, and torch's values."""
+    import importlib
+    import fastnn._backend
+    conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
+    N, C, H, W, O, k, s, p = geo
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+    tconv = kind == "conv_transpose2d"
+    w = rng.standard_normal((C, O, k, k) if tconv else (O, C, k, k)).astype(np.float32)
+    fwd, bwd = ((F.conv_transpose2d_fwd, F.conv_transpose2d_bwd) if tconv
+                else (F.conv2d_fwd, F.conv2d_bwd))
+    got = {}
+    for tr in (True, False):
+        monkeypatch.setattr(conv, "_SWG_TR", tr)
+        got[tr], dy = _fwd_bwd_across_threads(fwd, bwd, (x, w, None, s, p))
+    for a, e in zip(got[True][0], got[False][0]):
+        np.testing.assert_array_equal(a, e)
+    tx = torch.tensor(x, dtype=torch.float64)
+    tw = torch.tensor(w, dtype=torch.float64, requires_grad=True)
+    tf = torch.nn.functional.conv_transpose2d if tconv else torch.nn.functional.conv2d
+    tf(tx, tw, None, s, p).backward(torch.tensor(dy, dtype=torch.float64))
+    want = tw.grad.numpy()
+    np.testing.assert_allclose(got[True][0][2], want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
 @pytest.mark.parametrize("geo", [
     # (N, Cin, H, W, Cout, k, stride, padding, output_padding)
     (2, 16, 5, 7, 8, 4, 2, 1, 0),                 # the benchmark's shape class: all direct
