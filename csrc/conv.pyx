@@ -1384,6 +1384,7 @@ cdef bint _strided_direct_ok(Geo* g):
 _CIG = True     # strided forwards as implicit GEMMs where they apply; tests compare routes
 _SDX = True     # the strided d_input on column tiles of the own GEMM (_sdx_ok)
 _SWG_GEMM = True  # and its d_weight (_swgrad_gemm)
+_WGEMM = True     # stride-1 d_weight of wide layers as GEMMs too (_wgemm_first)
 _SWG_TR = True    # that d_weight as im2col x dy^T where im2col has more rows than dy
 _CIG_S1 = True  # stride-1 ones too (not 3x3: Winograd or the direct 3x3 kernel take those)
 
@@ -2319,6 +2320,8 @@ cdef tuple _grads(object x_or_none, tuple x_shape, cnp.ndarray weight, cnp.ndarr
             pass
         elif want_dw and f32 and _strided_direct_ok(&g) and _tdx_plan_ok(&g) and _twgrad_ok(&g):
             wg_dw = _strided_wgrad(x, dy, &g, nch, per)
+        elif want_dw and f32 and tdx and _wgemm_first(&g, nch):
+            wg_dw = _wgrad_gemm(x, dy, &g, nch, per)
         elif want_dw and f32 and tdx and _wg_wgrad_ok(&g, nch):
             nt_all = _threads_for(flops, 1 << 18)
             if 16 * g.C * g.O * 4 >= _WG_ONE_CHUNK:
@@ -2837,13 +2840,59 @@ cdef bint _swg_tr(Geo* g):
     return _SWG_TR and 32 <= g.O <= 64 and g.C * g.kh * g.kw > g.O
 
 
+cdef bint _wgemm_ok(Geo* g):
+    """d_weight as GEMMs of dy and im2col tiles on the own float32 kernel (_wgrad_gemm):
+    AVX-512 builds, groups 1, more than one tap, >= 16 output channels."""
+    return (_SWG_GEMM and FNN_HAVE_CIG != 0 and _sgz_on and g.direct and g.G == 1
+            and g.kh * g.kw > 1 and g.O >= 16 and g.N * g.C * g.OH * g.OW > 0)
+
+
+cdef bint _wgemm_first(Geo* g, Py_ssize_t nch):
+    """A stride-1 d_weight as GEMMs (_wgrad_gemm) rather than on its direct kernels, where
+    those run slow on wide layers:
+    * Winograd's (3x3; its 16 x C x O partials of 2 MiB or more take one chunk of all
+      images) with few 2 x 2 tiles in that chunk (<= 100: the depth of its transform-domain
+      products), or with partials over 8 MiB (L2-sized output-channel groups, each of which
+      transforms the whole input again).  1 x 256 x 14 x 14 -> 256: 1.43 -> 1.11 ms; 1 x 512
+      x 14 x 14 -> 512: 9.1 -> 3.8 ms (2 threads); at 4 images (196 tiles) Winograd's is
+      8% faster.
+    * the others' (the 7 x 7 planes' 3x3, other kernels) with a weight of 2 MiB or more:
+      the tap-list d_weight keeps the whole weight's sums per thread, the im2col path's
+      tiles are two output rows.  2 x 512 x 7 x 7 -> 512: 10.2 -> 2.2 ms."""
+    cdef Py_ssize_t wb
+    if not (_WGEMM and _wgemm_ok(g)):
+        return False
+    if _wg_wgrad_ok(g, nch):
+        wb = 16 * g.C * g.O * 4
+        if wb > (8 << 20):
+            return True
+        return wb >= _WG_ONE_CHUNK and g.N * ((g.OH + 1) // 2) * ((g.OW + 1) // 2) <= 100
+    return _wsize(g) * 4 >= _WG_ONE_CHUNK
+
+
+def _wgrad_route(tuple x_shape, tuple w_shape, tuple stride, tuple padding):
+    """Tests and the bench: the kernel a float32 conv2d's d_weight (groups 1, dilation 1,
+    padding (top, bottom, left, right)) runs on -- "gemm" (_wgrad_gemm, stride 1),
+    "winograd", or "other"."""
+    cdef Geo g = _geo(x_shape, w_shape, stride, padding, (1, 1), 1)
+    cdef Py_ssize_t nch = _chunks(&g), per
+    per = (g.N + nch - 1) // nch
+    nch = (g.N + per - 1) // per
+    if not _dx_as_conv(&g, padding) or g.N * g.O * g.OH * g.OW * g.C * g.kh * g.kw == 0:
+        return "other"
+    if _wgemm_first(&g, nch):
+        return "gemm"
+    return "winograd" if _wg_wgrad_ok(&g, nch) else "other"
+
+
 cdef cnp.ndarray _strided_wgrad(cnp.ndarray x, cnp.ndarray dy, Geo* g, Py_ssize_t nch,
                                 Py_ssize_t per):
-    """A strided conv2d's d_weight (float32, _twgrad_ok) on the direct d_weight kernel over
-    the input's phase planes (_swgrad), the threads on the fixed image chunks and (fewer
-    chunks than threads) output-channel groups; the chunks' partials added in order."""
-    cdef bint tr
-    cdef Py_ssize_t ldo
+    """A strided conv2d's d_weight (float32, _twgrad_ok): as GEMMs (_wgrad_gemm) where
+    _sdx_ok, else on the direct d_weight kernel over the input's phase planes (_swgrad),
+    the threads on the fixed image chunks and (fewer chunks than threads) output-channel
+    groups; the chunks' partials added in order."""
+    if _SWG_GEMM and _sdx_ok(g):
+        return _wgrad_gemm(x, dy, g, nch, per)
     cdef Py_ssize_t flops = g.N * g.O * g.OH * g.OW * g.C * g.kh * g.kw
     cdef int nt_all = _threads_for(flops, 1 << 18)
     cdef Py_ssize_t ng = _groups(nch, g.O, nt_all, 16)
@@ -2851,32 +2900,43 @@ cdef cnp.ndarray _strided_wgrad(cnp.ndarray x, cnp.ndarray dy, Geo* g, Py_ssize_
     cdef const float* px = <const float*>_data(x, _xsize(g), F32)
     cdef const float* pdy = <const float*>_data(dy, _ysize(g), F32)
     cdef float* ppart = <float*>_data(part, nch * _wsize(g), F32)
-    if _SWG_GEMM and _sdx_ok(g):
-        if _wsize(g) * 4 >= _WG_ONE_CHUNK:
-            # big partials: one chunk of all images (as the Winograd d_weight; a function
-            # of the shapes), the threads on output-channel groups
-            nch = 1
-            per = g.N
-        tr = _swg_tr(g)
-        ldo = g.O if tr else 0
-        # (tr: groups of >= 24 rows and O >= 32 columns, so every group's GEMM runs on
-        # the own kernel, as gemm routes them, and the bits do not depend on the groups)
-        ng = (_groups(nch, g.C, nt_all, max(8, (24 + g.kh * g.kw - 1) // (g.kh * g.kw)))
-              if tr else _groups(nch, g.O, nt_all, 24))
-        with _blas_single():
-            with nogil:
-                _swgrad_gemm(px, pdy, ppart, nch, per, g,
-                             <int>(nch * ng if nch * ng < nt_all else nt_all), ng, ldo)
-        dws = part[0] if nch == 1 else _sum_parts(part).astype(np.float32)
-        if tr:
-            return np.ascontiguousarray(dws.reshape(g.C * g.kh * g.kw, g.O).T).reshape(
-                g.O, g.C, g.kh, g.kw)
-        return dws.reshape(g.O, g.C, g.kh, g.kw)
     with nogil:
         _swgrad(px, pdy, ppart, nch, per, g, <int>(nch * ng if nch * ng < nt_all else nt_all),
                 ng)
     return _swgrad_unpack(part[0] if nch == 1 else _sum_parts(part).astype(np.float32), g, ng,
                           (g.O, g.C, g.kh, g.kw))
+
+
+cdef cnp.ndarray _wgrad_gemm(cnp.ndarray x, cnp.ndarray dy, Geo* g, Py_ssize_t nch,
+                             Py_ssize_t per):
+    """A conv2d's d_weight (float32, _wgemm_ok) as GEMMs of dy and im2col tiles
+    (_swgrad_gemm), the threads on the fixed image chunks and (fewer chunks than threads)
+    channel groups; the chunks' partials added in order.  Partials of 2 MiB or more: one
+    chunk of all images (as the Winograd d_weight; a function of the shapes)."""
+    cdef Py_ssize_t flops = g.N * g.O * g.OH * g.OW * g.C * g.kh * g.kw
+    cdef int nt_all = _threads_for(flops, 1 << 18)
+    cdef bint tr = _swg_tr(g)
+    cdef Py_ssize_t ng, ldo = g.O if tr else 0
+    if _wsize(g) * 4 >= _WG_ONE_CHUNK:
+        nch = 1
+        per = g.N
+    cdef cnp.ndarray part = np.empty((nch, _wsize(g)), dtype=np.float32)
+    cdef const float* px = <const float*>_data(x, _xsize(g), F32)
+    cdef const float* pdy = <const float*>_data(dy, _ysize(g), F32)
+    cdef float* ppart = <float*>_data(part, nch * _wsize(g), F32)
+    # tr: groups of >= 24 rows and O >= 32 columns, so every group's GEMM runs on the own
+    # kernel, as gemm routes them, and the bits do not depend on the groups
+    ng = (_groups(nch, g.C, nt_all, max(8, (24 + g.kh * g.kw - 1) // (g.kh * g.kw)))
+          if tr else _groups(nch, g.O, nt_all, 24))
+    with _blas_single():
+        with nogil:
+            _swgrad_gemm(px, pdy, ppart, nch, per, g,
+                         <int>(nch * ng if nch * ng < nt_all else nt_all), ng, ldo)
+    dws = part[0] if nch == 1 else _sum_parts(part).astype(np.float32)
+    if tr:
+        return np.ascontiguousarray(dws.reshape(g.C * g.kh * g.kw, g.O).T).reshape(
+            g.O, g.C, g.kh, g.kw)
+    return dws.reshape(g.O, g.C, g.kh, g.kw)
 
 
 # the strided backward's column tiles (_sdx_run, _swgrad_gemm): output rows such that all

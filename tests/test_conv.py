@@ -614,16 +614,18 @@ def test_direct_paths_fail_allocations_cleanly(case):
     # output-channel groups sized for the L2
     (3, 128, 8, 8, 256, 1),
 ])
-def test_conv2d_3x3_winograd_equals_the_direct_path_and_torch(geo, plane_limit):
+def test_conv2d_3x3_winograd_equals_the_direct_path_and_torch(geo, plane_limit, monkeypatch):
     """conv2d 3x3 stride 1 (float32, groups 1, O % 4 == 0) runs its forward and d_input
     (the forward of the flipped weights) on Winograd F(2x2, 3x3) in AVX2 and AVX-512
     builds, and in AVX-512 builds its d_weight too where C % 4 == 0 and O % 16 == 0; conv._WINOGRAD = False forces the direct
     3x3 kernel (and a padded image over plane_limit elements falls back to it).  Both agree
     with each other and with torch, the results do not depend on the thread count, and in
-    AVX-512 builds the two paths differ (the switch reaches a different kernel)."""
+    AVX-512 builds the two paths differ (the switch reaches a different kernel).  conv._WGEMM
+    = False keeps the wide layers' d_weight on Winograd too (else GEMMs take it)."""
     import importlib
     import fastnn._backend
     conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
+    monkeypatch.setattr(conv, "_WGEMM", False)
     N, C, H, W, O, p = geo
     rng = np.random.default_rng(4)
     x = rng.standard_normal((N, C, H, W)).astype(np.float32)
@@ -690,6 +692,44 @@ def test_one_image_uses_every_thread_with_the_same_bits(case):
         want = (y,) + tuple(bwd(ctx, dy))
     for a, e in zip(res[0], want):
         np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())
+
+
+@pytest.mark.parametrize("geo", [
+    # (N, C, H, W, O, kernel, padding)
+    (1, 128, 8, 8, 256, 3, 1),     # Winograd's shapes, 2 MiB partials, 16 tiles
+    (3, 128, 8, 8, 256, 3, 1),     # the same, 48 tiles in one chunk of three images
+    (2, 256, 5, 5, 256, 3, 1),     # a small plane (the direct 3x3 kernel's), 2.25 MiB weight
+    (1, 176, 6, 6, 128, 5, 2),     # 5x5, a 2.1 MiB weight
+    (1, 1024, 5, 5, 64, 3, 1),     # 64 output channels: im2col x dy^T, input-channel groups
+])
+def test_conv2d_wide_stride1_weight_grad_on_gemms(geo):
+    """A stride-1 d_weight of a wide layer (AVX-512 builds, float32, groups 1) runs as GEMMs
+    of dy and whole-image im2col tiles (conv._wgrad_route says "gemm"): Winograd's with 2
+    MiB partials or more over few 2 x 2 tiles, the other kernels' with a weight of 2 MiB
+    or more.  The same bits at 1, 2 and 3 threads (channel groups at batch 1), torch's
+    values, and those of the kernels conv._WGEMM = False leaves it to."""
+    import importlib
+    import fastnn._backend
+    conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
+    N, C, H, W, O, k, p = geo
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+    w = (rng.standard_normal((O, C, k, k)) / np.sqrt(C * k * k)).astype(np.float32)
+    b = rng.standard_normal(O).astype(np.float32)
+    route = conv._wgrad_route(x.shape, w.shape, (1, 1), (p,) * 4)
+    assert route == ("gemm" if conv._avx512_direct_built() else "other")
+    # (the other builds' forward of one image runs on BLAS's threads: not asserted here)
+    res, dy = _fwd_bwd_across_threads(F.conv2d_fwd, F.conv2d_bwd, (x, w, b, 1, p),
+                                      counts=(1, 2, 3) if route == "gemm" else (1,))
+    conv._WGEMM = False
+    try:
+        y, ctx = F.conv2d_fwd(x, w, b, 1, p)
+        other = F.conv2d_bwd(ctx, dy)[1]
+    finally:
+        conv._WGEMM = True
+    want = _torch_grads(torch.nn.functional.conv2d, x, w, b, p, 1, dy)[2]
+    for got in (res[0][2], other):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
 @pytest.mark.parametrize("C, O", [(32, 96), (48, 100)])

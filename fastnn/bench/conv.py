@@ -13,10 +13,11 @@ from .core import BenchCase, torch_or_none
 F32 = 4
 
 
-def _winograd(k, pad, groups):
+def _winograd(N, C, H, W, O, k, pad, groups):
     """(forward and d_input, d_weight): whether the loaded kernels run this conv2d (3x3,
     stride 1, 'same' padding, groups 1) on Winograd F(2x2, 3x3) -- the forward and d_input
-    in AVX2 and AVX-512 builds, d_weight in AVX-512 builds."""
+    in AVX2 and AVX-512 builds, d_weight in AVX-512 builds where its route is Winograd's
+    (wide layers with few tiles take GEMMs: conv._wgrad_route)."""
     if k != 3 or pad != 1 or groups != 1:
         return False, False
     try:
@@ -24,7 +25,8 @@ def _winograd(k, pad, groups):
         from fastnn._backend import backend
         conv = importlib.import_module(backend("cpu").conv2d.__module__)
         fwd = bool(conv._winograd_built() and conv._WINOGRAD)
-        return fwd, fwd and bool(conv._avx512_direct_built())
+        wgrad = conv._wgrad_route((N, C, H, W), (O, C, k, k), (1, 1), (pad,) * 4)
+        return fwd, fwd and bool(conv._avx512_direct_built()) and wgrad == "winograd"
     except (ImportError, AttributeError):
         return False, False
 
@@ -79,7 +81,7 @@ def _conv_case(N, C, H, W, O, k, pad, groups, fwd_only, op, stride=1):
         return fns
     direct = 2.0 * N * O * OH * OW * (C // groups) * k * k
     fwd = wgrad = direct
-    wino, wino_wgrad = _winograd(k, pad, groups) if stride == 1 else (False, False)
+    wino, wino_wgrad = _winograd(N, C, H, W, O, k, pad, groups) if stride == 1 else (False, False)
     if wino:
         # the multiply-adds the kernel does: 16 per 2 x 2 output tile and channel pair,
         # not the direct 36 -- so the row's share of sgemm is a share of work done (the
