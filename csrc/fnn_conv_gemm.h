@@ -124,6 +124,66 @@ static inline int fnn_cig_image(const float* restrict W, ptrdiff_t O, ptrdiff_t 
     }
     return 0;
 }
+/* Several images side by side (small planes, fewer positions than a few panels): column
+ * j = n * P + q * OW + r reads image n's planes (PS floats after image n - 1's) at
+ * koff[k] + q * Wp + r.  Lanes [0, w) of the 16 from column pos: their offsets in *idx,
+ * the mask of live lanes returned (the others read nothing and pack as 0). */
+static inline __mmask16 fnn_cig_multi_idx(ptrdiff_t pos, ptrdiff_t w, ptrdiff_t P, ptrdiff_t PS,
+                                          ptrdiff_t Wp, ptrdiff_t OW, __m512i* idx)
+{
+    int32_t ix[16] __attribute__((aligned(64)));
+    for (int l = 0; l < 16; ++l) {
+        const ptrdiff_t p = pos + (l < w ? l : 0), n = p / P, e = p - n * P, q = e / OW;
+        ix[l] = (int32_t)(n * PS + q * Wp + (e - q * OW));
+    }
+    *idx = _mm512_load_si512((const void*)ix);
+    return w <= 0 ? (__mmask16)0 : w >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << w) - 1);
+}
+
+/* tmp (O rows, ldt apart; columns [0, J)) = W (O x K, read in place) B, B's columns as
+ * fnn_cig_multi_idx says, packed by gathers (2 a k step and panel: a few percent of the
+ * panel's 12 x 32 products over O rows).  The k blocks and the sums within them are
+ * fnn_sgemm_z's.  Returns 0, or -1 (tmp untouched) without a packing buffer. */
+static inline int fnn_cig_multi(const float* restrict W, ptrdiff_t O, ptrdiff_t K,
+                                const float* restrict pl, const ptrdiff_t* restrict koff,
+                                ptrdiff_t P, ptrdiff_t PS, ptrdiff_t Wp, ptrdiff_t OW,
+                                ptrdiff_t J, float* restrict tmp, ptrdiff_t ldt)
+{
+    float* pb = fnn_sgz_buffer();
+    if (pb == NULL)
+        return -1;
+    const ptrdiff_t nkb = (K + FNN_SGZ_KC - 1) / FNN_SGZ_KC;
+    const ptrdiff_t ncm = fnn_sgz_nc_max(), njb = (J + ncm - 1) / ncm;
+    for (ptrdiff_t jb = 0; jb < njb; ++jb) {
+        const ptrdiff_t jc = fnn_sgz_col_edge(J, jb, njb);
+        const ptrdiff_t nc = fnn_sgz_col_edge(J, jb + 1, njb) - jc;
+        if (nc <= 0)
+            continue;
+        for (ptrdiff_t kb = 0; kb < nkb; ++kb) {
+            const ptrdiff_t p0 = K * kb / nkb, kc = K * (kb + 1) / nkb - p0;
+            for (ptrdiff_t j = 0; j < nc; j += FNN_SGZ_NR) {
+                __m512i i0, i1;
+                const __mmask16 m0 = fnn_cig_multi_idx(jc + j, nc - j, P, PS, Wp, OW, &i0);
+                const __mmask16 m1 = fnn_cig_multi_idx(jc + j + 16, nc - j - 16, P, PS, Wp, OW,
+                                                       &i1);
+                float* dst = pb + j * kc;
+                for (ptrdiff_t k = 0; k < kc; ++k) {
+                    const float* base = pl + koff[p0 + k];
+                    _mm512_store_ps(dst + k * 32, _mm512_mask_i32gather_ps(
+                        _mm512_setzero_ps(), m0, i0, base, 4));
+                    _mm512_store_ps(dst + k * 32 + 16, _mm512_mask_i32gather_ps(
+                        _mm512_setzero_ps(), m1, i1, base, 4));
+                }
+            }
+            for (ptrdiff_t i0 = 0; i0 < O; i0 += FNN_SGZ_MC) {
+                const ptrdiff_t mc = O - i0 < FNN_SGZ_MC ? O - i0 : FNN_SGZ_MC;
+                fnn_sgz_block(0, W, K, NULL, i0, mc, p0, kc, pb, jc, nc, tmp, ldt, 1.0f, 0.0f,
+                              NULL, kb == 0);
+            }
+        }
+    }
+    return 0;
+}
 #else
 #define FNN_HAVE_CIG 0
 static inline int fnn_cig_image(const float* W, ptrdiff_t O, ptrdiff_t K, const float* pl,
@@ -132,6 +192,14 @@ static inline int fnn_cig_image(const float* W, ptrdiff_t O, ptrdiff_t K, const 
 {
     (void)W; (void)O; (void)K; (void)pl; (void)koff; (void)Wp; (void)OW; (void)j0; (void)j1;
     (void)y; (void)P; (void)bias;
+    return -1;
+}
+static inline int fnn_cig_multi(const float* W, ptrdiff_t O, ptrdiff_t K, const float* pl,
+                                const ptrdiff_t* koff, ptrdiff_t P, ptrdiff_t PS, ptrdiff_t Wp,
+                                ptrdiff_t OW, ptrdiff_t J, float* tmp, ptrdiff_t ldt)
+{
+    (void)W; (void)O; (void)K; (void)pl; (void)koff; (void)P; (void)PS; (void)Wp; (void)OW;
+    (void)J; (void)tmp; (void)ldt;
     return -1;
 }
 #endif

@@ -732,6 +732,44 @@ def test_conv2d_wide_stride1_weight_grad_on_gemms(geo):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("geo", [
+    # (N, C, H, W, O, kernel, padding)
+    (3, 128, 5, 5, 64, 3, 1),      # 75 positions: one GEMM, output-channel groups
+    (4, 128, 5, 5, 128, 3, 1),     # d_input too (4 images, 128 x 9 deep)
+    (40, 128, 4, 4, 64, 3, 1),     # 640 positions: image groups of 10
+    (3, 64, 6, 6, 64, 5, 2),       # 5x5
+])
+def test_conv2d_small_planes_run_images_side_by_side(geo):
+    """A small output plane (< 64 positions, >= 2 images, >= 64 output channels, depth >=
+    1024; AVX-512 builds) runs its forward (and, from 4 images, its d_input) as an implicit
+    GEMM over several images' positions side by side, packed by gathers from their padded
+    planes.  The same bits at 1, 2 and 3 threads (other image and channel groups), torch's
+    values, and the other kernels' (conv._IMGS = False), which give other bits."""
+    import importlib
+    import fastnn._backend
+    conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
+    N, C, H, W, O, k, p = geo
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+    w = (rng.standard_normal((O, C, k, k)) / np.sqrt(C * k * k)).astype(np.float32)
+    b = rng.standard_normal(O).astype(np.float32)
+    res, dy = _fwd_bwd_across_threads(F.conv2d_fwd, F.conv2d_bwd, (x, w, b, 1, p))
+    conv._IMGS = False
+    try:
+        y, ctx = F.conv2d_fwd(x, w, b, 1, p)
+        other = (y,) + tuple(F.conv2d_bwd(ctx, dy))
+    finally:
+        conv._IMGS = True
+    if conv._avx512_direct_built():
+        assert not np.array_equal(res[0][0], other[0])
+        if N >= 4 and O * k * k >= 1024:
+            assert not np.array_equal(res[0][1], other[1])
+    want = _torch_grads(torch.nn.functional.conv2d, x, w, b, p, 1, dy)
+    for got in (res[0], other):
+        for a, e in zip(got, want):
+            np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())
+
+
 @pytest.mark.parametrize("C, O", [(32, 96), (48, 100)])
 def test_conv2d_3x3_small_planes_take_the_direct_kernel(C, O):
     """A 7 x 7 output (ResNet's last stage) runs its 3x3 forward on the direct kernel, not
