@@ -2892,7 +2892,8 @@ cdef inline Py_ssize_t _cbound(Py_ssize_t C, Py_ssize_t ng, Py_ssize_t k) noexce
 
 
 cdef int _swgrad_gemm(const float* x, const float* gy, float* part, Py_ssize_t nch,
-                      Py_ssize_t per, Geo* g, int nt, Py_ssize_t ng, Py_ssize_t ldo) except -1 nogil:
+                      Py_ssize_t per, Geo* g, int nt, Py_ssize_t ng, Py_ssize_t ldo,
+                      Py_ssize_t nI) except -1 nogil:
     """A strided conv2d's d_weight as GEMMs on the own float32 kernel: work items (fixed
     image chunk ch, group k), per image and tile of R output rows (_SDX_TILE, shapes
     only), col = im2col(x) (C*kh*kw x T), and either
@@ -2902,18 +2903,25 @@ cdef int _swgrad_gemm(const float* x, const float* gy, float* part, Py_ssize_t n
         channels [c0, c1), whose rows alone the item's im2col builds; dy^T packed as B, O
         columns), part[ch] in (c, i, j, o) order, its rows ldo >= O apart.
     Both sum each weight over k = the tile's positions in the GEMM's fixed k blocks: the
-    same products in the same order, so the same bits either way.  A weight's sum runs over
+    same products in the same order, so the same bits either way.  nI > 1 (whole images a
+    tile: small planes, _imgs_per): a tile is nI images of the chunk side by side (their
+    im2col, and dy's rows copied next to each other into dyc), so the GEMMs are nI times
+    deeper and part is read and written once per nI images.  A weight's sum runs over
     the chunk's images and tiles in order: the same bits at any thread count."""
     cdef Py_ssize_t KK = g.kh * g.kw, K = g.C * KK, P = g.OH * g.OW
     cdef Py_ssize_t xs = g.C * g.H * g.W, ys = g.O * P
-    cdef Py_ssize_t R = _sdx_rows(g), it, ch, k, n, n0, n1
+    cdef Py_ssize_t R = _sdx_rows(g), it, ch, k, n, n0, n1, m, m1, o
     cdef Py_ssize_t o0, o1, r0, r1, T
+    cdef Py_ssize_t csz = K * R * g.OW if K * R * g.OW > K * nI * P else K * nI * P
     cdef float* col = NULL
+    cdef float* dyc
     cdef float beta
     cdef int failed = 0
     cdef bint tr = ldo > 0
+    if nI > 1:
+        csz = csz + g.O * nI * P
     with nogil, parallel(num_threads=nt):
-        col = <float*>fnn_alloc(K * R * g.OW + 64, sizeof(float))
+        col = <float*>fnn_alloc(csz + 64, sizeof(float))
         if col == NULL:
             fnn_flag_set(&failed)
         for it in prange(nch * ng, schedule="dynamic", chunksize=1):
@@ -2931,6 +2939,29 @@ cdef int _swgrad_gemm(const float* x, const float* gy, float* part, Py_ssize_t n
                 continue
             n0 = ch * per
             n1 = n0 + per if n0 + per < g.N else g.N
+            if nI > 1:
+                dyc = col + csz - g.O * nI * P
+                m = n0
+                while m < n1:
+                    m1 = m + nI if m + nI < n1 else n1
+                    T = (m1 - m) * P
+                    beta = 0 if m == n0 else 1
+                    for n in range(m, m1):
+                        for o in range(0 if tr else o0, g.O if tr else o1):
+                            memcpy(dyc + o * T + (n - m) * P, gy + n * ys + o * P,
+                                   P * sizeof(float))
+                        _im2col_c(x + n * xs, col + (n - m) * P, g, 0, g.OH,
+                                  o0 if tr else 0, o1 if tr else g.C, T)
+                    if tr:
+                        gemm(False, True, <int>((o1 - o0) * KK), <int>g.O, <int>T, <float>1,
+                             col, <int>T, dyc, <int>T, beta,
+                             part + ch * ldo * K + o0 * KK * ldo, <int>ldo)
+                    else:
+                        gemm(False, True, <int>(o1 - o0), <int>K, <int>T, <float>1,
+                             dyc + o0 * T, <int>T, col, <int>T, beta,
+                             part + ch * g.O * K + o0 * K, <int>K)
+                    m = m1
+                continue
             for n in range(n0, n1):
                 r0 = 0
                 while r0 < g.OH:
@@ -2950,7 +2981,7 @@ cdef int _swgrad_gemm(const float* x, const float* gy, float* part, Py_ssize_t n
                     r0 = r1
         free(col)
     if failed:
-        _raise_nomem(K * R * g.OW + 64, sizeof(float))
+        _raise_nomem(csz + 64, sizeof(float))
     return 0
 
 
@@ -3053,10 +3084,12 @@ cdef cnp.ndarray _wgrad_gemm(cnp.ndarray x, cnp.ndarray dy, Geo* g, Py_ssize_t n
     # kernel, as gemm routes them, and the bits do not depend on the groups
     ng = (_groups(nch, g.C, nt_all, max(8, (24 + g.kh * g.kw - 1) // (g.kh * g.kw)))
           if tr else _groups(nch, g.O, nt_all, 24))
+    # small planes: several images a GEMM (whole images a tile)
+    cdef Py_ssize_t nI = _imgs_per(g) if _IMGS and _sdx_rows(g) >= g.OH else 1
     with _blas_single():
         with nogil:
             _swgrad_gemm(px, pdy, ppart, nch, per, g,
-                         <int>(nch * ng if nch * ng < nt_all else nt_all), ng, ldo)
+                         <int>(nch * ng if nch * ng < nt_all else nt_all), ng, ldo, nI)
     dws = part[0] if nch == 1 else _sum_parts(part).astype(np.float32)
     if tr:
         return np.ascontiguousarray(dws.reshape(g.C * g.kh * g.kw, g.O).T).reshape(

@@ -701,13 +701,15 @@ def test_one_image_uses_every_thread_with_the_same_bits(case):
     (2, 256, 5, 5, 256, 3, 1),     # a small plane (the direct 3x3 kernel's), 2.25 MiB weight
     (1, 176, 6, 6, 128, 5, 2),     # 5x5, a 2.1 MiB weight
     (1, 1024, 5, 5, 64, 3, 1),     # 64 output channels: im2col x dy^T, input-channel groups
+    (2, 1024, 5, 5, 64, 3, 1),     # the same, both images side by side in one GEMM
 ])
 def test_conv2d_wide_stride1_weight_grad_on_gemms(geo):
     """A stride-1 d_weight of a wide layer (AVX-512 builds, float32, groups 1) runs as GEMMs
     of dy and whole-image im2col tiles (conv._wgrad_route says "gemm"): Winograd's with 2
     MiB partials or more over few 2 x 2 tiles, the other kernels' with a weight of 2 MiB
-    or more.  The same bits at 1, 2 and 3 threads (channel groups at batch 1), torch's
-    values, and those of the kernels conv._WGEMM = False leaves it to."""
+    or more.  Small planes put several images side by side in one GEMM.  The same bits at
+    1, 2 and 3 threads (channel groups at batch 1), torch's values, and those of the
+    kernels conv._WGEMM = False leaves it to."""
     import importlib
     import fastnn._backend
     conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
