@@ -1512,11 +1512,15 @@ cdef bint _imgs_fwd_ok(Geo* g):
     columns where the batch has them.  One image at a time, a 7 x 7
     plane fills 2 panels of 32 columns 77%; the direct 3x3 kernel ran 512 -> 512 channels
     at 220 GFLOP/s on 2 cores (8 images: 8.5 ms, torch 6.1).  Groups 1, a kernel of more
-    than one tap, >= 2 images, >= 64 output channels and a depth (C*kh*kw) of >= 1024
-    (4 x 64 -> 64 channels at 7 x 7 ran 0.09 ms direct, 0.13 so)."""
+    than one tap (or a plain 1x1: its planes are the input itself), >= 2 images, >= 64
+    output channels, a depth (C*kh*kw) of >= 512 and a weight of >= 128 Ki floats (4 x 64
+    -> 64 channels 3x3 at 7 x 7 ran 0.09 ms direct, 0.13 so).  ResNet-50's last 1x1s
+    (2048 -> 512, 512 -> 2048 at 7 x 7) took 1.1-1.2x torch's time forward one image a
+    GEMM, and their backward 1.6-1.9x (d_input packed all of W^T for each image)."""
     return (_IMGS and FNN_HAVE_CIG != 0 and _sgz_on and g.direct and g.G == 1
-            and g.kh * g.kw > 1 and g.OH * g.OW < 64 and g.N >= 2 and g.O >= 64
-            and g.C * g.kh * g.kw >= 1024 and g.N * g.OH * g.OW > 0)
+            and (g.kh * g.kw > 1 or _is_1x1(g)) and g.OH * g.OW < 64 and g.N >= 2
+            and g.O >= 64 and g.C * g.kh * g.kw >= 512
+            and g.O * g.C * g.kh * g.kw >= (1 << 17) and g.N * g.OH * g.OW > 0)
 
 
 cdef int _imgs_fwd(const float* x, const float* w, const float* b, float* y,
@@ -1543,7 +1547,9 @@ cdef int _imgs_fwd(const float* x, const float* w, const float* b, float* y,
         nq = 1
     nI = (g.N + nq - 1) // nq
     ng = _groups(nq, g.O, nt, 24)
-    cdef Py_ssize_t bsz = nI * psz + g.O * nI * P + 64
+    cdef bint one = _is_1x1(g)      # planes: the images themselves
+    cdef Py_ssize_t bsz = (0 if one else nI * psz) + g.O * nI * P + 64
+    cdef const float* pl
     cdef float* buf = NULL
     cdef float* tmp
     cdef float* src
@@ -1564,10 +1570,15 @@ cdef int _imgs_fwd(const float* x, const float* w, const float* b, float* y,
             T = (n1 - n0) * P
             o0 = _obound(g.O, ng, k)
             o1 = _obound(g.O, ng, k + 1)
-            tmp = buf + nI * psz
-            for n in range(n0, n1):
-                _phase_planes(x + n * xs, buf + (n - n0) * psz, g, True)
-            if fnn_cig_multi(w + o0 * K, o1 - o0, K, buf, koff, P, psz, Wp, g.OW, T, tmp,
+            if one:
+                tmp = buf
+                pl = x + n0 * xs
+            else:
+                tmp = buf + nI * psz
+                pl = buf
+                for n in range(n0, n1):
+                    _phase_planes(x + n * xs, buf + (n - n0) * psz, g, True)
+            if fnn_cig_multi(w + o0 * K, o1 - o0, K, pl, koff, P, psz, Wp, g.OW, T, tmp,
                              T) != 0:
                 fnn_flag_set(&failed)
                 continue
@@ -2420,7 +2431,9 @@ cdef tuple _grads(object x_or_none, tuple x_shape, cnp.ndarray weight, cnp.ndarr
         nch = (g.N + per - 1) // per
         part = np.empty((nch,) + (<object>weight).shape, dtype=dy.dtype) if want_dw else None
         tdx = _dx_as_conv(&g, padding)
-        if tdx and want_dx:
+        if want_dx and f32 and _dx_1x1_imgs(dy, weight, dx, &g, flops):
+            tdx = True
+        elif tdx and want_dx:
             _dx_by_conv(dy, weight, dx, &g, padding, dilation, groups, flops, f32)
         elif want_dx and f32 and _sdx_ok(&g) and cnp.PyArray_IS_C_CONTIGUOUS(weight):
             # strided: column tiles of W^T dy on the own GEMM, scattered back
@@ -2998,9 +3011,9 @@ cdef bint _swg_tr(Geo* g):
 
 cdef bint _wgemm_ok(Geo* g):
     """d_weight as GEMMs of dy and im2col tiles on the own float32 kernel (_wgrad_gemm):
-    AVX-512 builds, groups 1, more than one tap, >= 16 output channels."""
+    AVX-512 builds, groups 1, more than one tap (or a plain 1x1), >= 16 output channels."""
     return (_SWG_GEMM and FNN_HAVE_CIG != 0 and _sgz_on and g.direct and g.G == 1
-            and g.kh * g.kw > 1 and g.O >= 16 and g.N * g.C * g.OH * g.OW > 0)
+            and (g.kh * g.kw > 1 or _is_1x1(g)) and g.O >= 16 and g.N * g.C * g.OH * g.OW > 0)
 
 
 cdef bint _wgemm_first(Geo* g, Py_ssize_t nch):
@@ -3313,6 +3326,34 @@ cdef bint _dx_as_conv(Geo* g, tuple padding):
     cdef Py_ssize_t eh = g.dh * (g.kh - 1), ew = g.dw * (g.kw - 1)
     return (g.sh == 1 and g.sw == 1 and not _is_1x1(g) and padding[0] <= eh
             and padding[1] <= eh and padding[2] <= ew and padding[3] <= ew)
+
+
+cdef bint _dx_1x1_imgs(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray dx, Geo* g,
+                       Py_ssize_t flops):
+    """A plain 1x1 conv2d's d_input, W^T dy, over small planes (_imgs_fwd_ok of the 1x1
+    conv with C outputs): W transposed once (a C loop in 16 x 16 tiles) and the images'
+    positions side by side (_imgs_fwd).  -> whether it ran."""
+    cdef Geo t
+    cdef cnp.ndarray wt
+    cdef const float* pw
+    cdef float* pwt
+    cdef Py_ssize_t ob, nob = (g.O + 15) // 16
+    cdef int ntw
+    if not (_is_1x1(g) and g.G == 1 and cnp.PyArray_IS_C_CONTIGUOUS(weight)):
+        return False
+    t = _geo((<object>dy).shape, (g.C, g.O, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
+    if not _imgs_fwd_ok(&t):
+        return False
+    wt = np.empty((g.C, g.O, 1, 1), dtype=np.float32)
+    pw = <const float*>_data(weight, g.O * g.C, F32)
+    pwt = <float*>_data(wt, g.O * g.C, F32)
+    ntw = _threads_for(g.O * g.C, 1 << 17)
+    with nogil:
+        for ob in prange(nob, schedule="static", num_threads=ntw):
+            fnn_flip_transpose_oct(pw, g.O, g.C, 1, ob * 16,
+                                   g.O if ob * 16 + 16 > g.O else ob * 16 + 16, pwt)
+    _imgs_fwd_call(dy, wt, NULL, dx, &t, _threads_for(flops, 1 << 18))
+    return True
 
 
 cdef _dx_by_conv(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray dx, Geo* g, tuple padding,

@@ -734,19 +734,24 @@ def test_conv2d_wide_stride1_weight_grad_on_gemms(geo):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
-@pytest.mark.parametrize("geo", [
-    # (N, C, H, W, O, kernel, padding)
-    (3, 128, 5, 5, 64, 3, 1),      # 75 positions: one GEMM, output-channel groups
-    (4, 128, 5, 5, 128, 3, 1),     # d_input too (4 images, 128 x 9 deep)
-    (40, 128, 4, 4, 64, 3, 1),     # 640 positions: image groups of 10
-    (3, 64, 6, 6, 64, 5, 2),       # 5x5
+@pytest.mark.parametrize("geo,dx_too", [
+    # (N, C, H, W, O, kernel, padding); whether d_input takes the route too
+    ((3, 128, 5, 5, 128, 3, 1), False),    # 75 positions: one GEMM, output-channel groups
+    ((4, 128, 5, 5, 128, 3, 1), True),     # d_input too (4 images, 128 x 9 deep)
+    ((40, 128, 4, 4, 128, 3, 1), False),   # 640 positions: image groups of 10
+    ((3, 64, 6, 6, 96, 5, 2), False),      # 5x5
+    # 1x1: the input is the planes.  Its d_input (W^T dy, W transposed once) sums the same
+    # products in the same k blocks as the image-by-image GEMM: the same bits
+    ((2, 512, 4, 4, 512, 1, 0), False),
+    ((2, 1024, 3, 3, 512, 1, 0), False),   # a 2 MiB weight: d_weight as GEMMs too
 ])
-def test_conv2d_small_planes_run_images_side_by_side(geo):
+def test_conv2d_small_planes_run_images_side_by_side(geo, dx_too):
     """A small output plane (< 64 positions, >= 2 images, >= 64 output channels, depth >=
-    1024; AVX-512 builds) runs its forward (and, from 4 images, its d_input) as an implicit
-    GEMM over several images' positions side by side, packed by gathers from their padded
-    planes.  The same bits at 1, 2 and 3 threads (other image and channel groups), torch's
-    values, and the other kernels' (conv._IMGS = False), which give other bits."""
+    512, weight >= 128 Ki floats; AVX-512 builds) runs its forward (and its d_input: a
+    3x3's from 4 images, a 1x1's on W transposed once) as an implicit GEMM over several
+    images' positions side by side, packed by gathers from their padded planes (a 1x1's:
+    the images).  The same bits at 1, 2 and 3 threads (other image and channel groups),
+    torch's values, and the other kernels' (conv._IMGS = False), which give other bits."""
     import importlib
     import fastnn._backend
     conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
@@ -764,7 +769,7 @@ def test_conv2d_small_planes_run_images_side_by_side(geo):
         conv._IMGS = True
     if conv._avx512_direct_built():
         assert not np.array_equal(res[0][0], other[0])
-        if N >= 4 and O * k * k >= 1024:
+        if dx_too:
             assert not np.array_equal(res[0][1], other[1])
     want = _torch_grads(torch.nn.functional.conv2d, x, w, b, p, 1, dy)
     for got in (res[0], other):
