@@ -3039,6 +3039,13 @@ cdef bint _wgemm_first(Geo* g, Py_ssize_t nch):
     return _wsize(g) * 4 >= _WG_ONE_CHUNK
 
 
+def _fwd_on_winograd(tuple x_shape, tuple w_shape, tuple padding):
+    """Tests and the bench: whether a float32 conv2d's forward (stride 1, groups 1,
+    dilation 1, padding (top, bottom, left, right)) runs on Winograd F(2x2, 3x3)."""
+    cdef Geo g = _geo(x_shape, w_shape, (1, 1), padding, (1, 1), 1)
+    return bool(g.N * g.O * g.OH * g.OW > 0 and _wg_fwd_ok(&g))
+
+
 def _wgrad_route(tuple x_shape, tuple w_shape, tuple stride, tuple padding):
     """Tests and the bench: the kernel a float32 conv2d's d_weight (groups 1, dilation 1,
     padding (top, bottom, left, right)) runs on -- "gemm" (_wgrad_gemm, stride 1),

@@ -16,15 +16,16 @@ F32 = 4
 def _winograd(N, C, H, W, O, k, pad, groups):
     """(forward and d_input, d_weight): whether the loaded kernels run this conv2d (3x3,
     stride 1, 'same' padding, groups 1) on Winograd F(2x2, 3x3) -- the forward and d_input
-    in AVX2 and AVX-512 builds, d_weight in AVX-512 builds where its route is Winograd's
-    (wide layers with few tiles take GEMMs: conv._wgrad_route)."""
+    in AVX2 and AVX-512 builds on planes of >= 64 positions, d_weight in AVX-512 builds
+    where its route is Winograd's (wide layers with few tiles take GEMMs:
+    conv._wgrad_route)."""
     if k != 3 or pad != 1 or groups != 1:
         return False, False
     try:
         import importlib
         from fastnn._backend import backend
         conv = importlib.import_module(backend("cpu").conv2d.__module__)
-        fwd = bool(conv._winograd_built() and conv._WINOGRAD)
+        fwd = conv._fwd_on_winograd((N, C, H, W), (O, C, k, k), (pad,) * 4)
         wgrad = conv._wgrad_route((N, C, H, W), (O, C, k, k), (1, 1), (pad,) * 4)
         return fwd, fwd and bool(conv._avx512_direct_built()) and wgrad == "winograd"
     except (ImportError, AttributeError):
@@ -280,6 +281,10 @@ def cases():
         # a ResNet stage's first conv (stride 2, channels doubled), one image
         _conv_case(1, 256, 28, 28, 512, 3, 1, 1, False, "conv2d 3x3 stride 2 fwd+bwd, one image",
                    stride=2),
+        # ResNet's last stage: 7 x 7 planes, several images a GEMM (ResNet-18's 3x3 and
+        # ResNet-50's 1x1)
+        _conv_case(8, 512, 7, 7, 512, 3, 1, 1, False, "conv2d 3x3 fwd+bwd, 7x7 planes"),
+        _conv_case(8, 2048, 7, 7, 512, 1, 0, 1, False, "conv2d 1x1 fwd+bwd, 7x7 planes"),
         _conv_case(16, 128, 56, 56, 128, 3, 1, 128, False, "conv2d depthwise 3x3 fwd+bwd"),
         _pool_case("max", 16, 64, 112, 112, 2, 2, 0, True),
         _pool_case("max", 16, 64, 112, 112, 2, 2, 0, False),
