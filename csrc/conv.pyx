@@ -1468,20 +1468,29 @@ cdef int _cig_run(const float* x, const float* w, const float* bias, float* y,
 cdef _cig_fwd(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, Geo* g):
     """y = conv2d(x) for _cig_ok shapes: step k = c * taps + t of the implicit GEMM reads
     channel c's planes at tap t's offset (its phase plane's, as _tdx_plan's flat taps)."""
-    cdef Py_ssize_t mlo, nlo, Hp, Wp, c, t, T = g.kh * g.kw
-    _phase_dims(g, &mlo, &nlo, &Hp, &Wp)
+    cdef Py_ssize_t Hp, Wp
+    cdef cnp.ndarray koff = _plane_steps(g, &Hp, &Wp)
+    cdef const Py_ssize_t* pk = <const Py_ssize_t*>_data(koff, g.C * g.kh * g.kw, INTP)
+    cdef const float* px = <const float*>_data(x, _xsize(g), F32)
+    cdef const float* pw = <const float*>_data(weight, _wsize(g), F32)
+    cdef float* py = <float*>_data(y, _ysize(g), F32)
+    cdef int nt = _threads_for(g.N * g.O * g.OH * g.OW * g.C * g.kh * g.kw, 1 << 18)
+    with nogil:
+        _cig_run(px, pw, <const float*>pb, py, pk, g, Hp, Wp, nt)
+
+
+cdef cnp.ndarray _plane_steps(Geo* g, Py_ssize_t* Hp, Py_ssize_t* Wp):
+    """The implicit GEMM's step offsets: step k = c * taps + t reads channel c's planes
+    (*Hp x *Wp each, _phase_dims) at tap t's offset (_phase_tap_offsets)."""
+    cdef Py_ssize_t mlo, nlo, c, t, T = g.kh * g.kw
+    _phase_dims(g, &mlo, &nlo, Hp, Wp)
     cdef cnp.ndarray koff = np.empty(g.C * T, dtype=np.intp)
     cdef Py_ssize_t* pk = <Py_ssize_t*>_data(koff, g.C * T, INTP)
     _phase_tap_offsets(g, pk)
     for c in range(1, g.C):
         for t in range(T):
-            pk[c * T + t] = pk[t] + c * Hp * Wp
-    cdef const float* px = <const float*>_data(x, _xsize(g), F32)
-    cdef const float* pw = <const float*>_data(weight, _wsize(g), F32)
-    cdef float* py = <float*>_data(y, _ysize(g), F32)
-    cdef int nt = _threads_for(g.N * g.O * g.OH * g.OW * g.C * T, 1 << 18)
-    with nogil:
-        _cig_run(px, pw, <const float*>pb, py, pk, g, Hp, Wp, nt)
+            pk[c * T + t] = pk[t] + c * Hp[0] * Wp[0]
+    return koff
 
 
 # ---------------------------------------------------------------- small planes, images side by side
@@ -1597,15 +1606,10 @@ cdef int _imgs_fwd(const float* x, const float* w, const float* b, float* y,
 
 cdef _imgs_fwd_call(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, Geo* g,
                     int nt):
-    """_imgs_fwd with its tap offsets (as _cig_fwd's)."""
-    cdef Py_ssize_t mlo, nlo, Hp, Wp, c, t, T = g.kh * g.kw
-    _phase_dims(g, &mlo, &nlo, &Hp, &Wp)
-    cdef cnp.ndarray koff = np.empty(g.C * T, dtype=np.intp)
-    cdef Py_ssize_t* pk = <Py_ssize_t*>_data(koff, g.C * T, INTP)
-    _phase_tap_offsets(g, pk)
-    for c in range(1, g.C):
-        for t in range(T):
-            pk[c * T + t] = pk[t] + c * Hp * Wp
+    """_imgs_fwd with its step offsets (_plane_steps, as _cig_fwd's)."""
+    cdef Py_ssize_t Hp, Wp
+    cdef cnp.ndarray koff = _plane_steps(g, &Hp, &Wp)
+    cdef const Py_ssize_t* pk = <const Py_ssize_t*>_data(koff, g.C * g.kh * g.kw, INTP)
     cdef const float* px = <const float*>_data(x, _xsize(g), F32)
     cdef const float* pw = <const float*>_data(weight, _wsize(g), F32)
     cdef float* py = <float*>_data(y, _ysize(g), F32)

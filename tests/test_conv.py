@@ -320,6 +320,16 @@ def _direct_and_gemm(conv, fwd, bwd, x, w, b, p, d, plane_limit, switch="_DIRECT
     return res, gemm, dy
 
 
+def _scaled_case(geo, seed):
+    """(x, w, b, padding) of a conv2d geometry (N, C, H, W, O, kernel, padding): normal
+    input and bias, the weight scaled by 1/sqrt(fan-in) (wide layers keep unit outputs)."""
+    N, C, H, W, O, k, p = geo
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+    w = (rng.standard_normal((O, C, k, k)) / np.sqrt(C * k * k)).astype(np.float32)
+    return x, w, rng.standard_normal(O).astype(np.float32), p
+
+
 def _torch_grads(fn, x, w, b, p, d, dy):
     """torch's (y, d_input, d_weight, d_bias) in float64 for gradient dy."""
     tx = torch.tensor(x, dtype=torch.float64, requires_grad=True)
@@ -713,11 +723,7 @@ def test_conv2d_wide_stride1_weight_grad_on_gemms(geo):
     import importlib
     import fastnn._backend
     conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
-    N, C, H, W, O, k, p = geo
-    rng = np.random.default_rng(8)
-    x = rng.standard_normal((N, C, H, W)).astype(np.float32)
-    w = (rng.standard_normal((O, C, k, k)) / np.sqrt(C * k * k)).astype(np.float32)
-    b = rng.standard_normal(O).astype(np.float32)
+    x, w, b, p = _scaled_case(geo, 8)
     route = conv._wgrad_route(x.shape, w.shape, (1, 1), (p,) * 4)
     assert route == ("gemm" if conv._avx512_direct_built() else "other")
     # (the other builds' forward of one image runs on BLAS's threads: not asserted here)
@@ -755,11 +761,7 @@ def test_conv2d_small_planes_run_images_side_by_side(geo, dx_too):
     import importlib
     import fastnn._backend
     conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
-    N, C, H, W, O, k, p = geo
-    rng = np.random.default_rng(10)
-    x = rng.standard_normal((N, C, H, W)).astype(np.float32)
-    w = (rng.standard_normal((O, C, k, k)) / np.sqrt(C * k * k)).astype(np.float32)
-    b = rng.standard_normal(O).astype(np.float32)
+    x, w, b, p = _scaled_case(geo, 10)
     res, dy = _fwd_bwd_across_threads(F.conv2d_fwd, F.conv2d_bwd, (x, w, b, 1, p))
     conv._IMGS = False
     try:
