@@ -193,8 +193,8 @@ cdef extern from "fnn_conv_gemm.h" nogil:
                       const Py_ssize_t* koff, Py_ssize_t Wp, Py_ssize_t OW, Py_ssize_t j0,
                       Py_ssize_t j1, float* y, Py_ssize_t P, const float* bias)
     int fnn_cig_multi(const float* W, Py_ssize_t O, Py_ssize_t K, const float* pl,
-                      const Py_ssize_t* koff, Py_ssize_t P, Py_ssize_t PS, Py_ssize_t Wp,
-                      Py_ssize_t OW, Py_ssize_t J, float* tmp, Py_ssize_t ldt)
+                      const Py_ssize_t* koff, Py_ssize_t P, Py_ssize_t PS, Py_ssize_t RS,
+                      Py_ssize_t CS, Py_ssize_t OW, Py_ssize_t J, float* tmp, Py_ssize_t ldt)
 
 
 cdef struct Geo:
@@ -292,6 +292,13 @@ cdef void _col2im_c(const real* col, real* dx, Geo* g, Py_ssize_t r0, Py_ssize_t
 
 
 # ---------------------------------------------------------------- GEMM paths
+cdef inline bint _is_plain_1x1(Geo* g) noexcept nogil:
+    """A 1x1 kernel at any stride reading no padding: output (oh, ow) reads input (oh*sh,
+    ow*sw) of every channel."""
+    return (g.kh == 1 and g.kw == 1 and g.pt == 0 and g.pl == 0
+            and g.OH == (g.H - 1) // g.sh + 1 and g.OW == (g.W - 1) // g.sw + 1)
+
+
 cdef inline bint _is_1x1(Geo* g) noexcept nogil:
     return (g.kh == 1 and g.kw == 1 and g.sh == 1 and g.sw == 1 and g.pt == 0 and g.pl == 0
             and g.OH == g.H and g.OW == g.W)
@@ -1521,29 +1528,32 @@ cdef bint _imgs_fwd_ok(Geo* g):
     columns where the batch has them.  One image at a time, a 7 x 7
     plane fills 2 panels of 32 columns 77%; the direct 3x3 kernel ran 512 -> 512 channels
     at 220 GFLOP/s on 2 cores (8 images: 8.5 ms, torch 6.1).  Groups 1, a kernel of more
-    than one tap (or a plain 1x1: its planes are the input itself), >= 2 images, >= 64
+    than one tap (or a 1x1 reading no padding: its planes are the input itself, at any
+    stride -- ResNet-50's downsampling 1x1s), >= 2 images, >= 64
     output channels, a depth (C*kh*kw) of >= 512 and a weight of >= 128 Ki floats (4 x 64
     -> 64 channels 3x3 at 7 x 7 ran 0.09 ms direct, 0.13 so).  ResNet-50's last 1x1s
     (2048 -> 512, 512 -> 2048 at 7 x 7) took 1.1-1.2x torch's time forward one image a
     GEMM, and their backward 1.6-1.9x (d_input packed all of W^T for each image)."""
     return (_IMGS and FNN_HAVE_CIG != 0 and _sgz_on and g.direct and g.G == 1
-            and (g.kh * g.kw > 1 or _is_1x1(g)) and g.OH * g.OW < 64 and g.N >= 2
+            and (g.kh * g.kw > 1 or _is_plain_1x1(g)) and g.OH * g.OW < 64 and g.N >= 2
             and g.O >= 64 and g.C * g.kh * g.kw >= 512
             and g.O * g.C * g.kh * g.kw >= (1 << 17) and g.N * g.OH * g.OW > 0)
 
 
 cdef int _imgs_fwd(const float* x, const float* w, const float* b, float* y,
                    const Py_ssize_t* koff, Geo* g, Py_ssize_t Hp, Py_ssize_t Wp,
-                   int nt) except -1 nogil:
+                   bint one, int nt) except -1 nogil:
     """y = conv2d(x) for _imgs_fwd_ok shapes: work items (group of _imgs_per images, group
     of output channels [o0, o1) where there are fewer image groups than threads) over nt
     threads; each builds its images' padded planes, runs W[o0:o1] times their positions
     side by side as one implicit GEMM (fnn_cig_multi) into tmp, and adds the bias on the
-    way into y.  An output sums its K products in the GEMM's fixed k blocks: the same bits
-    whatever the groups."""
+    way into y.  one: a plain 1x1 (_is_plain_1x1), its planes the images themselves (koff
+    c * H * W, rows sh * W apart, columns sw).  An output sums its K products in the GEMM's
+    fixed k blocks: the same bits whatever the groups."""
     cdef Py_ssize_t P = g.OH * g.OW, K = g.C * g.kh * g.kw, xs = g.C * g.H * g.W
     cdef Py_ssize_t ys = g.O * P, nI = _imgs_per(g), nq = (g.N + nI - 1) // nI
-    cdef Py_ssize_t psz = g.C * g.sh * g.sw * Hp * Wp
+    cdef Py_ssize_t psz = xs if one else g.C * g.sh * g.sw * Hp * Wp
+    cdef Py_ssize_t RS = g.sh * g.W if one else Wp, CS = g.sw if one else 1
     cdef Py_ssize_t ng, it, q, k, n, n0, n1, o, o0, o1, p, T
     # near-equal image groups, a multiple of the threads where the images allow (6 + 2
     # images on 2 threads ran 8 images slower than the direct 3x3 kernel)
@@ -1556,7 +1566,6 @@ cdef int _imgs_fwd(const float* x, const float* w, const float* b, float* y,
         nq = 1
     nI = (g.N + nq - 1) // nq
     ng = _groups(nq, g.O, nt, 24)
-    cdef bint one = _is_1x1(g)      # planes: the images themselves
     cdef Py_ssize_t bsz = (0 if one else nI * psz) + g.O * nI * P + 64
     cdef const float* pl
     cdef float* buf = NULL
@@ -1587,7 +1596,7 @@ cdef int _imgs_fwd(const float* x, const float* w, const float* b, float* y,
                 pl = buf
                 for n in range(n0, n1):
                     _phase_planes(x + n * xs, buf + (n - n0) * psz, g, True)
-            if fnn_cig_multi(w + o0 * K, o1 - o0, K, pl, koff, P, psz, Wp, g.OW, T, tmp,
+            if fnn_cig_multi(w + o0 * K, o1 - o0, K, pl, koff, P, psz, RS, CS, g.OW, T, tmp,
                              T) != 0:
                 fnn_flag_set(&failed)
                 continue
@@ -1606,15 +1615,18 @@ cdef int _imgs_fwd(const float* x, const float* w, const float* b, float* y,
 
 cdef _imgs_fwd_call(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, Geo* g,
                     int nt):
-    """_imgs_fwd with its step offsets (_plane_steps, as _cig_fwd's)."""
-    cdef Py_ssize_t Hp, Wp
-    cdef cnp.ndarray koff = _plane_steps(g, &Hp, &Wp)
+    """_imgs_fwd with its step offsets (_plane_steps, as _cig_fwd's; a plain 1x1's: the
+    channels' planes in the image)."""
+    cdef Py_ssize_t Hp = 0, Wp = 0
+    cdef bint one = _is_plain_1x1(g)
+    cdef cnp.ndarray koff = (np.arange(g.C, dtype=np.intp) * (g.H * g.W) if one
+                             else _plane_steps(g, &Hp, &Wp))
     cdef const Py_ssize_t* pk = <const Py_ssize_t*>_data(koff, g.C * g.kh * g.kw, INTP)
     cdef const float* px = <const float*>_data(x, _xsize(g), F32)
     cdef const float* pw = <const float*>_data(weight, _wsize(g), F32)
     cdef float* py = <float*>_data(y, _ysize(g), F32)
     with nogil:
-        _imgs_fwd(px, pw, <const float*>pb, py, pk, g, Hp, Wp, nt)
+        _imgs_fwd(px, pw, <const float*>pb, py, pk, g, Hp, Wp, one, nt)
 
 
 cdef int _fwd_gemm(const real* x, const real* w, const real* wr, const real* b, real* y,
@@ -3005,19 +3017,21 @@ cdef int _swgrad_gemm(const float* x, const float* gy, float* part, Py_ssize_t n
 cdef bint _swg_tr(Geo* g):
     """The strided d_weight's GEMMs as im2col x dy^T (_swgrad_gemm, ldo > 0): few output
     channels (32 to 64; fewer go to BLAS) beside im2col's rows, e.g. conv_transpose2d's
-    backward (its input's channels).  There dy x im2col^T had 6 row tiles of 12, the last of 4, and packed
-    im2col's C*kh*kw columns for each image; the other way packs dy's O.  With more output
-    channels it ran slower: its part (C*kh*kw x O, written per image) and im2col (read in
-    place, 12 row streams) outgrow the L2 (1 x 256 x 28 x 28 -> 512: 4.2 vs 3.3 ms, one
-    thread)."""
+    backward (its input's channels).  There dy x im2col^T had 6 row tiles of 12, the last
+    of 4, and packed im2col's C*kh*kw columns for each image; the other way packs dy's O.
+    With more output channels it ran slower: its part (C*kh*kw x O, written per image) and
+    im2col (read in place, 12 row streams) outgrow the L2 (1 x 256 x 28 x 28 -> 512: 4.2
+    vs 3.3 ms, one thread)."""
     return _SWG_TR and 32 <= g.O <= 64 and g.C * g.kh * g.kw > g.O
 
 
 cdef bint _wgemm_ok(Geo* g):
     """d_weight as GEMMs of dy and im2col tiles on the own float32 kernel (_wgrad_gemm):
-    AVX-512 builds, groups 1, more than one tap (or a plain 1x1), >= 16 output channels."""
+    AVX-512 builds, groups 1, more than one tap (or a 1x1 reading no padding), >= 16
+    output channels."""
     return (_SWG_GEMM and FNN_HAVE_CIG != 0 and _sgz_on and g.direct and g.G == 1
-            and (g.kh * g.kw > 1 or _is_1x1(g)) and g.O >= 16 and g.N * g.C * g.OH * g.OW > 0)
+            and (g.kh * g.kw > 1 or _is_plain_1x1(g)) and g.O >= 16
+            and g.N * g.C * g.OH * g.OW > 0)
 
 
 cdef bint _wgemm_first(Geo* g, Py_ssize_t nch):
@@ -3341,16 +3355,18 @@ cdef bint _dx_as_conv(Geo* g, tuple padding):
 
 cdef bint _dx_1x1_imgs(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray dx, Geo* g,
                        Py_ssize_t flops):
-    """A plain 1x1 conv2d's d_input, W^T dy, over small planes (_imgs_fwd_ok of the 1x1
-    conv with C outputs): W transposed once (a C loop in 16 x 16 tiles) and the images'
-    positions side by side (_imgs_fwd).  -> whether it ran."""
+    """A plain 1x1 conv2d's d_input (_is_plain_1x1), W^T dy, over small planes (_imgs_fwd_ok
+    of the 1x1 conv with C outputs): W transposed once (a C loop in 16 x 16 tiles) and the
+    images' positions side by side (_imgs_fwd); strided, scattered onto the positions the
+    forward read (zeros elsewhere).  -> whether it ran."""
     cdef Geo t
     cdef cnp.ndarray wt
     cdef const float* pw
     cdef float* pwt
     cdef Py_ssize_t ob, nob = (g.O + 15) // 16
     cdef int ntw
-    if not (_is_1x1(g) and g.G == 1 and cnp.PyArray_IS_C_CONTIGUOUS(weight)):
+    cdef cnp.ndarray dsm
+    if not (_is_plain_1x1(g) and g.G == 1 and cnp.PyArray_IS_C_CONTIGUOUS(weight)):
         return False
     t = _geo((<object>dy).shape, (g.C, g.O, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
     if not _imgs_fwd_ok(&t):
@@ -3363,7 +3379,14 @@ cdef bint _dx_1x1_imgs(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray dx, Geo* 
         for ob in prange(nob, schedule="static", num_threads=ntw):
             fnn_flip_transpose_oct(pw, g.O, g.C, 1, ob * 16,
                                    g.O if ob * 16 + 16 > g.O else ob * 16 + 16, pwt)
-    _imgs_fwd_call(dy, wt, NULL, dx, &t, _threads_for(flops, 1 << 18))
+    if g.sh == 1 and g.sw == 1:
+        _imgs_fwd_call(dy, wt, NULL, dx, &t, _threads_for(flops, 1 << 18))
+        return True
+    # strided: the positions read get W^T dy, the others 0
+    dsm = np.empty((g.N, g.C, g.OH, g.OW), dtype=np.float32)
+    _imgs_fwd_call(dy, wt, NULL, dsm, &t, _threads_for(flops, 1 << 18))
+    dx[...] = 0
+    dx[:, :, ::g.sh, ::g.sw] = dsm
     return True
 
 

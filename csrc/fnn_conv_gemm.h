@@ -126,15 +126,18 @@ static inline int fnn_cig_image(const float* restrict W, ptrdiff_t O, ptrdiff_t 
 }
 /* Several images side by side (small planes, fewer positions than a few panels): column
  * j = n * P + q * OW + r reads image n's planes (PS floats after image n - 1's) at
- * koff[k] + q * Wp + r.  Lanes [0, w) of the 16 from column pos: their offsets in *idx,
- * the mask of live lanes returned (the others read nothing and pack as 0). */
+ * koff[k] + q * RS + r * CS (a plane's rows RS apart; CS = 1, or a strided 1x1's
+ * stride read from the image itself).  Lanes [0, w) of the 16 from column pos: their
+ * offsets in *idx, the mask of live lanes returned (the others read nothing and pack as
+ * 0). */
 static inline __mmask16 fnn_cig_multi_idx(ptrdiff_t pos, ptrdiff_t w, ptrdiff_t P, ptrdiff_t PS,
-                                          ptrdiff_t Wp, ptrdiff_t OW, __m512i* idx)
+                                          ptrdiff_t RS, ptrdiff_t CS, ptrdiff_t OW,
+                                          __m512i* idx)
 {
     int32_t ix[16] __attribute__((aligned(64)));
     for (int l = 0; l < 16; ++l) {
         const ptrdiff_t p = pos + (l < w ? l : 0), n = p / P, e = p - n * P, q = e / OW;
-        ix[l] = (int32_t)(n * PS + q * Wp + (e - q * OW));
+        ix[l] = (int32_t)(n * PS + q * RS + (e - q * OW) * CS);
     }
     *idx = _mm512_load_si512((const void*)ix);
     return w <= 0 ? (__mmask16)0 : w >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << w) - 1);
@@ -146,8 +149,8 @@ static inline __mmask16 fnn_cig_multi_idx(ptrdiff_t pos, ptrdiff_t w, ptrdiff_t 
  * fnn_sgemm_z's.  Returns 0, or -1 (tmp untouched) without a packing buffer. */
 static inline int fnn_cig_multi(const float* restrict W, ptrdiff_t O, ptrdiff_t K,
                                 const float* restrict pl, const ptrdiff_t* restrict koff,
-                                ptrdiff_t P, ptrdiff_t PS, ptrdiff_t Wp, ptrdiff_t OW,
-                                ptrdiff_t J, float* restrict tmp, ptrdiff_t ldt)
+                                ptrdiff_t P, ptrdiff_t PS, ptrdiff_t RS, ptrdiff_t CS,
+                                ptrdiff_t OW, ptrdiff_t J, float* restrict tmp, ptrdiff_t ldt)
 {
     float* pb = fnn_sgz_buffer();
     if (pb == NULL)
@@ -163,9 +166,9 @@ static inline int fnn_cig_multi(const float* restrict W, ptrdiff_t O, ptrdiff_t 
             const ptrdiff_t p0 = K * kb / nkb, kc = K * (kb + 1) / nkb - p0;
             for (ptrdiff_t j = 0; j < nc; j += FNN_SGZ_NR) {
                 __m512i i0, i1;
-                const __mmask16 m0 = fnn_cig_multi_idx(jc + j, nc - j, P, PS, Wp, OW, &i0);
-                const __mmask16 m1 = fnn_cig_multi_idx(jc + j + 16, nc - j - 16, P, PS, Wp, OW,
-                                                       &i1);
+                const __mmask16 m0 = fnn_cig_multi_idx(jc + j, nc - j, P, PS, RS, CS, OW, &i0);
+                const __mmask16 m1 = fnn_cig_multi_idx(jc + j + 16, nc - j - 16, P, PS, RS, CS,
+                                                       OW, &i1);
                 float* dst = pb + j * kc;
                 for (ptrdiff_t k = 0; k < kc; ++k) {
                     const float* base = pl + koff[p0 + k];
@@ -195,11 +198,12 @@ static inline int fnn_cig_image(const float* W, ptrdiff_t O, ptrdiff_t K, const 
     return -1;
 }
 static inline int fnn_cig_multi(const float* W, ptrdiff_t O, ptrdiff_t K, const float* pl,
-                                const ptrdiff_t* koff, ptrdiff_t P, ptrdiff_t PS, ptrdiff_t Wp,
-                                ptrdiff_t OW, ptrdiff_t J, float* tmp, ptrdiff_t ldt)
+                                const ptrdiff_t* koff, ptrdiff_t P, ptrdiff_t PS, ptrdiff_t RS,
+                                ptrdiff_t CS, ptrdiff_t OW, ptrdiff_t J, float* tmp,
+                                ptrdiff_t ldt)
 {
-    (void)W; (void)O; (void)K; (void)pl; (void)koff; (void)P; (void)PS; (void)Wp; (void)OW;
-    (void)J; (void)tmp; (void)ldt;
+    (void)W; (void)O; (void)K; (void)pl; (void)koff; (void)P; (void)PS; (void)RS; (void)CS;
+    (void)OW; (void)J; (void)tmp; (void)ldt;
     return -1;
 }
 #endif

@@ -779,6 +779,45 @@ def test_conv2d_small_planes_run_images_side_by_side(geo, dx_too):
             np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())
 
 
+@pytest.mark.parametrize("geo,dw_too", [
+    # (N, C, H, W, O, stride); whether d_weight leaves the image-by-image GEMMs too
+    ((3, 512, 13, 11, 256, 2), False),     # odd sizes: 7 x 6 outputs
+    ((2, 1024, 8, 8, 512, 2), True),       # a 2 MiB weight: d_weight on grouped GEMMs
+    ((4, 512, 9, 9, 256, 3), False),       # stride 3
+])
+def test_conv2d_downsampling_1x1_small_planes(geo, dw_too):
+    """A strided 1x1 with a small output plane (ResNet-50's downsampling shortcut; AVX-512
+    builds) reads its input in place, strided, as the images-side-by-side GEMM's planes;
+    d_input is W^T dy scattered onto the positions read (zeros elsewhere).  The same bits
+    at 1, 2 and 3 threads, torch's values and the other kernels' (conv._IMGS = False),
+    whose forward bits differ."""
+    import importlib
+    import fastnn._backend
+    conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
+    N, C, H, W, O, s = geo
+    x, w, b, _ = _scaled_case((N, C, H, W, O, 1, 0), 11)
+    res, dy = _fwd_bwd_across_threads(F.conv2d_fwd, F.conv2d_bwd, (x, w, b, s, 0))
+    conv._IMGS = False
+    try:
+        y, ctx = F.conv2d_fwd(x, w, b, s, 0)
+        other = (y,) + tuple(F.conv2d_bwd(ctx, dy))
+    finally:
+        conv._IMGS = True
+    if conv._avx512_direct_built():
+        assert not np.array_equal(res[0][0], other[0])
+        if dw_too:
+            assert not np.array_equal(res[0][2], other[2])
+    tx = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    tw = torch.tensor(w, dtype=torch.float64, requires_grad=True)
+    tb = torch.tensor(b, dtype=torch.float64, requires_grad=True)
+    ty = torch.nn.functional.conv2d(tx, tw, tb, s)
+    ty.backward(torch.tensor(dy, dtype=torch.float64))
+    want = (ty.detach().numpy(), tx.grad.numpy(), tw.grad.numpy(), tb.grad.numpy())
+    for got in (res[0], other):
+        for a, e in zip(got, want):
+            np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())
+
+
 @pytest.mark.parametrize("C, O", [(32, 96), (48, 100)])
 def test_conv2d_3x3_small_planes_take_the_direct_kernel(C, O):
     """A 7 x 7 output (ResNet's last stage) runs its 3x3 forward on the direct kernel, not
