@@ -2370,15 +2370,19 @@ cdef _conv_fwd_call(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, 
         _fwd_gemm_run(<double>0, x, weight, wr, pb, y, g, nt, nt_all)
 
 
-cdef Py_ssize_t _chunks(Geo* g):
+cdef Py_ssize_t _chunks(Geo* g, Py_ssize_t* per):
     """Fixed image chunks for the d_weight partials: a function of the shapes only
-    (never of the thread count), at most 8, and at most ~64 MiB of partials."""
+    (never of the thread count), at most 8, and at most ~64 MiB of partials; -> their
+    count, *per images each (the last may have fewer)."""
     cdef Py_ssize_t wsz = g.O * g.Cg * g.kh * g.kw * 8
     cdef Py_ssize_t nch = g.N if g.N < 8 else 8
     cdef Py_ssize_t cap = (64 << 20) // (wsz if wsz > 0 else 1)
     if nch > cap:
         nch = cap
-    return nch if nch > 0 else 1
+    if nch < 1:
+        nch = 1
+    per[0] = (g.N + nch - 1) // nch
+    return (g.N + per[0] - 1) // per[0] if per[0] > 0 else 1
 
 
 def conv2d_backward(cnp.ndarray dy, tuple saved, bint weight_grad=True, bint bias_grad=True):
@@ -2442,9 +2446,7 @@ cdef tuple _grads(object x_or_none, tuple x_shape, cnp.ndarray weight, cnp.ndarr
         dw = _sum_parts(part).reshape((<object>weight).shape).astype(dy.dtype)
         pdb = NULL   # already filled
     else:
-        nch = _chunks(&g)
-        per = (g.N + nch - 1) // nch
-        nch = (g.N + per - 1) // per
+        nch = _chunks(&g, &per)
         part = np.empty((nch,) + (<object>weight).shape, dtype=dy.dtype) if want_dw else None
         tdx = _dx_as_conv(&g, padding)
         if want_dx and f32 and _dx_1x1_imgs(dy, weight, dx, &g, flops):
@@ -3069,9 +3071,7 @@ def _wgrad_route(tuple x_shape, tuple w_shape, tuple stride, tuple padding):
     padding (top, bottom, left, right)) runs on -- "gemm" (_wgrad_gemm, stride 1),
     "winograd", or "other"."""
     cdef Geo g = _geo(x_shape, w_shape, stride, padding, (1, 1), 1)
-    cdef Py_ssize_t nch = _chunks(&g), per
-    per = (g.N + nch - 1) // nch
-    nch = (g.N + per - 1) // per
+    cdef Py_ssize_t per, nch = _chunks(&g, &per)
     if not _dx_as_conv(&g, padding) or g.N * g.O * g.OH * g.OW * g.C * g.kh * g.kw == 0:
         return "other"
     if _wgemm_first(&g, nch):
@@ -3287,9 +3287,7 @@ cdef tuple _tbwd(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray x, Geo* g, bint
     """(conv2d(dy, weight), d_weight, d_bias or None) of conv_transpose2d in one pass (fixed
     image chunks, partials added in chunk order, as conv2d_backward).  d_bias comes from
     the fused direct pass only (want_db); None otherwise (the caller takes _bias_grad)."""
-    cdef Py_ssize_t nch = _chunks(g), per
-    per = (g.N + nch - 1) // nch
-    nch = (g.N + per - 1) // per
+    cdef Py_ssize_t per, nch = _chunks(g, &per)
     cdef cnp.ndarray dx = np.empty((g.N, g.O, g.OH, g.OW), dtype=dy.dtype)
     cdef cnp.ndarray part = np.empty((nch,) + (<object>weight).shape, dtype=dy.dtype)
     cdef const float* pz

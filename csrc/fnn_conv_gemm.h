@@ -87,6 +87,20 @@ static inline void fnn_cig_pack(const float* restrict pl, const ptrdiff_t* restr
     }
 }
 
+/* All O rows of one packed k block [p0, p0 + kc) (panels in pb, columns [jc, jc + nc)):
+ * C (rows ldc apart) = beta C + W[:, p0:p0 + kc] B_block, W (O x K) read in place. */
+static inline void fnn_cig_rows(const float* restrict W, ptrdiff_t O, ptrdiff_t K, ptrdiff_t p0,
+                                ptrdiff_t kc, const float* restrict pb, ptrdiff_t jc,
+                                ptrdiff_t nc, float* restrict C, ptrdiff_t ldc, float beta,
+                                int first)
+{
+    for (ptrdiff_t i0 = 0; i0 < O; i0 += FNN_SGZ_MC) {
+        const ptrdiff_t mc = O - i0 < FNN_SGZ_MC ? O - i0 : FNN_SGZ_MC;
+        fnn_sgz_block(0, W, K, NULL, i0, mc, p0, kc, pb, jc, nc, C, ldc, 1.0f, beta, NULL,
+                      first);
+    }
+}
+
 /* Positions [j0, j1) of one image: y (O rows, P apart) = W (O x K) B (+ bias[o]).
  * Returns 0, or -1 (y untouched) without a packing buffer. */
 static inline int fnn_cig_image(const float* restrict W, ptrdiff_t O, ptrdiff_t K,
@@ -115,11 +129,7 @@ static inline int fnn_cig_image(const float* restrict W, ptrdiff_t O, ptrdiff_t 
         for (ptrdiff_t kb = 0; kb < nkb; ++kb) {
             const ptrdiff_t p0 = K * kb / nkb, kc = K * (kb + 1) / nkb - p0;
             fnn_cig_pack(pl, koff + p0, kc, Wp, OW, jc, nc, pb);
-            for (ptrdiff_t i0 = 0; i0 < O; i0 += FNN_SGZ_MC) {
-                const ptrdiff_t mc = O - i0 < FNN_SGZ_MC ? O - i0 : FNN_SGZ_MC;
-                fnn_sgz_block(0, W, K, NULL, i0, mc, p0, kc, pb, jc, nc, y, P, 1.0f,
-                              bias ? 1.0f : 0.0f, NULL, kb == 0);
-            }
+            fnn_cig_rows(W, O, K, p0, kc, pb, jc, nc, y, P, bias ? 1.0f : 0.0f, kb == 0);
         }
     }
     return 0;
@@ -143,6 +153,29 @@ static inline __mmask16 fnn_cig_multi_idx(ptrdiff_t pos, ptrdiff_t w, ptrdiff_t 
     return w <= 0 ? (__mmask16)0 : w >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << w) - 1);
 }
 
+/* k steps [0, kc) (their plane offsets koff) of columns [j0, j0 + nc) (as
+ * fnn_cig_multi_idx says) into fnn_cig_pack's panels, by gathers. */
+static inline void fnn_cig_pack_multi(const float* restrict pl, const ptrdiff_t* restrict koff,
+                                      ptrdiff_t kc, ptrdiff_t P, ptrdiff_t PS, ptrdiff_t RS,
+                                      ptrdiff_t CS, ptrdiff_t OW, ptrdiff_t j0, ptrdiff_t nc,
+                                      float* restrict pb)
+{
+    for (ptrdiff_t j = 0; j < nc; j += FNN_SGZ_NR) {
+        __m512i i0, i1;
+        const __mmask16 m0 = fnn_cig_multi_idx(j0 + j, nc - j, P, PS, RS, CS, OW, &i0);
+        const __mmask16 m1 = fnn_cig_multi_idx(j0 + j + 16, nc - j - 16, P, PS, RS, CS, OW,
+                                               &i1);
+        float* dst = pb + j * kc;
+        for (ptrdiff_t k = 0; k < kc; ++k) {
+            const float* base = pl + koff[k];
+            _mm512_store_ps(dst + k * 32,
+                            _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m0, i0, base, 4));
+            _mm512_store_ps(dst + k * 32 + 16,
+                            _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m1, i1, base, 4));
+        }
+    }
+}
+
 /* tmp (O rows, ldt apart; columns [0, J)) = W (O x K, read in place) B, B's columns as
  * fnn_cig_multi_idx says, packed by gathers (2 a k step and panel: a few percent of the
  * panel's 12 x 32 products over O rows).  The k blocks and the sums within them are
@@ -164,25 +197,8 @@ static inline int fnn_cig_multi(const float* restrict W, ptrdiff_t O, ptrdiff_t 
             continue;
         for (ptrdiff_t kb = 0; kb < nkb; ++kb) {
             const ptrdiff_t p0 = K * kb / nkb, kc = K * (kb + 1) / nkb - p0;
-            for (ptrdiff_t j = 0; j < nc; j += FNN_SGZ_NR) {
-                __m512i i0, i1;
-                const __mmask16 m0 = fnn_cig_multi_idx(jc + j, nc - j, P, PS, RS, CS, OW, &i0);
-                const __mmask16 m1 = fnn_cig_multi_idx(jc + j + 16, nc - j - 16, P, PS, RS, CS,
-                                                       OW, &i1);
-                float* dst = pb + j * kc;
-                for (ptrdiff_t k = 0; k < kc; ++k) {
-                    const float* base = pl + koff[p0 + k];
-                    _mm512_store_ps(dst + k * 32, _mm512_mask_i32gather_ps(
-                        _mm512_setzero_ps(), m0, i0, base, 4));
-                    _mm512_store_ps(dst + k * 32 + 16, _mm512_mask_i32gather_ps(
-                        _mm512_setzero_ps(), m1, i1, base, 4));
-                }
-            }
-            for (ptrdiff_t i0 = 0; i0 < O; i0 += FNN_SGZ_MC) {
-                const ptrdiff_t mc = O - i0 < FNN_SGZ_MC ? O - i0 : FNN_SGZ_MC;
-                fnn_sgz_block(0, W, K, NULL, i0, mc, p0, kc, pb, jc, nc, tmp, ldt, 1.0f, 0.0f,
-                              NULL, kb == 0);
-            }
+            fnn_cig_pack_multi(pl, koff + p0, kc, P, PS, RS, CS, OW, jc, nc, pb);
+            fnn_cig_rows(W, O, K, p0, kc, pb, jc, nc, tmp, ldt, 0.0f, kb == 0);
         }
     }
     return 0;
