@@ -77,7 +77,7 @@ from cython.parallel cimport prange, parallel
 from libc.stdlib cimport free
 from libc.string cimport memcpy, memset
 
-from libc.stdint cimport int64_t, uintptr_t
+from libc.stdint cimport int32_t, int64_t, uintptr_t
 
 from fnn_blas cimport gemm as _scipy_gemm, real
 
@@ -195,6 +195,21 @@ cdef extern from "fnn_conv_gemm.h" nogil:
     int fnn_cig_multi(const float* W, Py_ssize_t O, Py_ssize_t K, const float* pl,
                       const Py_ssize_t* koff, Py_ssize_t P, Py_ssize_t PS, Py_ssize_t RS,
                       Py_ssize_t CS, Py_ssize_t OW, Py_ssize_t J, float* tmp, Py_ssize_t ldt)
+    void fnn_wgs_weight(const float* w, Py_ssize_t rs, Py_ssize_t cs, int flip, Py_ssize_t S,
+                        Py_ssize_t ld, Py_ssize_t Cn, Py_ssize_t r0, Py_ssize_t r1, float* U)
+    void fnn_wgs_weight_t(const float* w, Py_ssize_t O, Py_ssize_t C, Py_ssize_t c0,
+                          Py_ssize_t c1, float* U)
+    void fnn_wgs_input(const float* x, const int32_t* ix, Py_ssize_t nt, Py_ssize_t npad,
+                       float* V, Py_ssize_t vs)
+    void fnn_wgs_output(const float* M, Py_ssize_t ms, const int32_t* iy, Py_ssize_t nt,
+                        Py_ssize_t npad, float bias, float* y)
+    Py_ssize_t fnn_sgz_buffer_floats()
+    void fnn_wgs_tables(Py_ssize_t H, Py_ssize_t W, Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t pt,
+                        Py_ssize_t pl, Py_ssize_t npad, int32_t* ix, int32_t* iy)
+    void fnn_wgs_dout(const float* dy, const int32_t* iy, Py_ssize_t nt, Py_ssize_t npad,
+                      float* D, Py_ssize_t ds)
+    void fnn_wgs_wgrad_out(const float* dU, Py_ssize_t S, Py_ssize_t C, Py_ssize_t r0,
+                           Py_ssize_t r1, float* dw)
 
 
 cdef struct Geo:
@@ -1629,6 +1644,222 @@ cdef _imgs_fwd_call(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, 
         _imgs_fwd(px, pw, <const float*>pb, py, pk, g, Hp, Wp, one, nt)
 
 
+# ---------------------------------------------------------------- small planes on Winograd
+_WGS = True     # 3x3 stride-1 small planes of several images on Winograd as 16 GEMMs
+# the image groups' tiles (columns of the 16 GEMMs): V and M hold 16 x C (O) x this many
+cdef Py_ssize_t _WGS_TILES = 256
+
+
+cdef Py_ssize_t _WGS_FWD_CH = 128
+cdef Py_ssize_t _WGS_FWD_TILES = 64
+cdef Py_ssize_t _WGS_DW_TILES = 16
+
+
+def _set_wgs_limits(Py_ssize_t fwd_ch, Py_ssize_t fwd_tiles, Py_ssize_t dw_tiles):
+    """Tests and tuning: the small-plane Winograd's least channels (each way) and tiles for
+    the forward (and d_input), and least tiles for d_weight; returns the previous three."""
+    global _WGS_FWD_CH, _WGS_FWD_TILES, _WGS_DW_TILES
+    old = (_WGS_FWD_CH, _WGS_FWD_TILES, _WGS_DW_TILES)
+    _WGS_FWD_CH, _WGS_FWD_TILES, _WGS_DW_TILES = fwd_ch, fwd_tiles, dw_tiles
+    return old
+
+
+cdef inline Py_ssize_t _wgs_tiles(Geo* g) noexcept nogil:
+    """The 2 x 2 output tiles of all images."""
+    return g.N * ((g.OH + 1) // 2) * ((g.OW + 1) // 2)
+
+
+cdef bint _wgs_geo(Geo* g):
+    """A 3x3 stride-1 conv2d (groups 1, dilation 1) with a small output plane (under 64
+    positions, at least 3 x 3), float32 on the own kernel (AVX-512 builds): the
+    geometries the small-plane Winograd (_wgs_run, _wgs_wgrad_run) takes.  It runs F(2x2,
+    3x3) as 16 GEMMs over several images' 2 x 2 output tiles side by side; at 7 x 7 the
+    tiles cover 8 x 8: 256 products a channel pair for 441 direct ones."""
+    return (_WGS and FNN_HAVE_CIG != 0 and _sgz_on and g.direct and g.G == 1
+            and g.kh == 3 and g.kw == 3 and g.sh == 1 and g.sw == 1 and g.dh == 1
+            and g.dw == 1 and g.OH * g.OW < 64 and g.OH >= 3 and g.OW >= 3 and g.N > 0)
+
+
+cdef bint _wgs_ok(Geo* g):
+    """The forward (or a d_input as one) on the small-plane Winograd: >= 128 channels each
+    way, >= 64 tiles (4 images of 7 x 7), the tiles >= 3/4 filled (7 x 7, 6 x 6, 4 x 4;
+    not 5 x 5 or 3 x 3).  Elsewhere the direct kernels are as fast or faster: the per-call
+    weight transform (16 x O x C floats written) and the tiles' transforms weigh more
+    than the products saved.  2 threads, Winograd / direct: 8 x 512 x 7 x 7 0.80
+    (d_input 0.81), 16 x 256 x 7 x 7 0.76, 8 x 128 x 7 x 7 0.91, 4 x 256 x 7 x 7 0.98,
+    64 x 64 x 7 x 7 1.5, 32 x 256 x 3 x 3 1.6."""
+    cdef Py_ssize_t th = (g.OH + 1) // 2, tw = (g.OW + 1) // 2
+    return (_wgs_geo(g) and g.C >= _WGS_FWD_CH and g.O >= _WGS_FWD_CH
+            and _wgs_tiles(g) >= _WGS_FWD_TILES and 4 * g.OH * g.OW >= 3 * 4 * th * tw)
+
+
+cdef bint _wgs_dw_ok(Geo* g):
+    """d_weight on the small-plane Winograd (_wgs_wgrad): >= 16 tiles, and a weight of at
+    most 4096 floats a tile (its 16 x O x C transform costs once a call).  2 threads,
+    Winograd / the other kernels: 4 x 128 x 7 x 7 0.16, 8 x 512 x 7 x 7 0.71, 4 x 512 x 7
+    x 7 0.87, 32 x 256 x 3 x 3 0.94; 2 x 512 x 7 x 7 (32 tiles) 1.05, one image 1.17."""
+    return (_wgs_geo(g) and _wgs_tiles(g) >= _WGS_DW_TILES
+            and _wgs_tiles(g) * 4096 >= g.O * g.C)
+
+
+cdef int _wgs_run(const float* x, const float* w, bint dx, const float* b, float* y, Geo* g,
+                  float* U, float* V, float* M, const int32_t* ix, const int32_t* iy,
+                  Py_ssize_t nI, int nt) except -1 nogil:
+    """y = conv2d(x) of a _wgs_ok geometry: U[k] = G f G^T for each filter f of the (O, C,
+    3, 3) weight w (the 16 matrices O x C), then per group of nI images their tiles' V[k]
+    (C x T; the patches' offsets in ix), the 16 products M[k] = U[k] V[k] (work items: k
+    and a row group) and A^T m A into y (+ b; the outputs' offsets in iy).  dx: y is a
+    d_input, x a dy: the conv's rows are the weight's input channels and its filters the
+    weight's flipped, U[k] the transpose of the flipped filters' (fnn_wgs_weight_t).  Each
+    output is the same sums whatever the threads."""
+    cdef Py_ssize_t nti = ((g.OH + 1) // 2) * ((g.OW + 1) // 2), npad = (nti + 15) // 16 * 16
+    cdef Py_ssize_t R = g.O, Cn = g.C, xs = g.C * g.H * g.W, ps = g.OH * g.OW
+    cdef Py_ssize_t Rw = Cn if dx else R, Cw = R if dx else Cn
+    cdef Py_ssize_t nrb = ((R if dx else Rw) + 15) // 16, n0, n1, T, it, k, j, r0, r1, n, o
+    cdef Py_ssize_t nrg = 1 if nt <= 2 else (8 * nt + 15) // 16
+    cdef int failed = 0
+    for it in prange(nrb, schedule="static", num_threads=nt):
+        r0 = it * 16
+        if dx:      # U's rows: the weight's input channels
+            fnn_wgs_weight_t(w, Rw, Cw, r0, R if r0 + 16 > R else r0 + 16, U)
+        else:
+            r1 = Rw if r0 + 16 > Rw else r0 + 16
+            fnn_wgs_weight(w, Cw * 9, 9, 0, R * Cn, Cn, Cn, r0, r1, U)
+    n0 = 0
+    while n0 < g.N:
+        n1 = n0 + nI if n0 + nI < g.N else g.N
+        T = (n1 - n0) * nti
+        for it in prange((n1 - n0) * Cn, schedule="static", num_threads=nt):
+            n = it // Cn
+            k = it - n * Cn
+            fnn_wgs_input(x + (n0 + n) * xs + k * g.H * g.W, ix, nti, npad,
+                          V + k * T + n * nti, Cn * T)
+        for it in prange(16 * nrg, schedule="dynamic", chunksize=1, num_threads=nt):
+            k = it // nrg
+            j = it - k * nrg
+            r0 = R * j // nrg // 12 * 12
+            r1 = R if j + 1 == nrg else R * (j + 1) // nrg // 12 * 12
+            if r1 <= r0:
+                continue
+            if fnn_sgemm_z(0, 0, r1 - r0, T, Cn, 1, U + k * R * Cn + r0 * Cn, Cn,
+                           V + k * Cn * T, T, 0, M + k * R * T + r0 * T, T, NULL) != 0:
+                fnn_flag_set(&failed)
+        if failed:
+            _raise_nomem(fnn_sgz_buffer_floats(), sizeof(float))
+        for it in prange((n1 - n0) * R, schedule="static", num_threads=nt):
+            n = it // R
+            o = it - n * R
+            fnn_wgs_output(M + o * T + n * nti, R * T, iy, nti, npad,
+                           b[o] if b != NULL else 0, y + (n0 + n) * R * ps + o * ps)
+        n0 = n1
+    return 0
+
+
+cdef Py_ssize_t _wgs_images(Geo* g) noexcept nogil:
+    """Images a group of the small-plane Winograd (at most _WGS_TILES tiles, at least 1)."""
+    cdef Py_ssize_t nti = ((g.OH + 1) // 2) * ((g.OW + 1) // 2)
+    cdef Py_ssize_t nI = _WGS_TILES // nti if _WGS_TILES >= nti else 1
+    return nI if nI < g.N else g.N
+
+
+cdef tuple _wgs_tables(Geo* g):
+    """The tiles' offset tables (fnn_wgs_tables): ix (16 rows), iy (4 rows), int32."""
+    cdef Py_ssize_t nti = ((g.OH + 1) // 2) * ((g.OW + 1) // 2), npad = (nti + 15) // 16 * 16
+    cdef cnp.ndarray ix = np.empty((16, npad), dtype=np.int32)
+    cdef cnp.ndarray iy = np.empty((4, npad), dtype=np.int32)
+    fnn_wgs_tables(g.H, g.W, g.OH, g.OW, g.pt, g.pl, npad, <int32_t*>cnp.PyArray_DATA(ix),
+                   <int32_t*>cnp.PyArray_DATA(iy))
+    return ix, iy
+
+
+cdef _wgs_call(cnp.ndarray x, cnp.ndarray weight, bint dx, void* pb, cnp.ndarray y, Geo* g,
+               int nt):
+    """_wgs_run with its buffers -- U (16 x O x C), V and M for image groups of
+    _wgs_images -- and offset tables (_wgs_tables)."""
+    cdef Py_ssize_t nti = ((g.OH + 1) // 2) * ((g.OW + 1) // 2), nI = _wgs_images(g)
+    cdef cnp.ndarray ix, iy
+    ix, iy = _wgs_tables(g)
+    cdef cnp.ndarray U = np.empty(16 * g.O * g.C, dtype=np.float32)
+    cdef cnp.ndarray V = np.empty(16 * g.C * nI * nti, dtype=np.float32)
+    cdef cnp.ndarray M = np.empty(16 * g.O * nI * nti, dtype=np.float32)
+    cdef const float* px = <const float*>_data(x, _xsize(g), F32)
+    cdef float* py = <float*>_data(y, _ysize(g), F32)
+    cdef float* pu = <float*>_data(U, 16 * g.O * g.C, F32)
+    cdef float* pv = <float*>_data(V, 16 * g.C * nI * nti, F32)
+    cdef float* pm = <float*>_data(M, 16 * g.O * nI * nti, F32)
+    cdef const float* pw = <const float*>_data(weight, 9 * g.O * g.C, F32)
+    cdef const int32_t* pix = <const int32_t*>cnp.PyArray_DATA(ix)
+    cdef const int32_t* piy = <const int32_t*>cnp.PyArray_DATA(iy)
+    with nogil:
+        _wgs_run(px, pw, dx, <const float*>pb, py, g, pu, pv, pm, pix, piy, nI, nt)
+
+
+cdef int _wgs_wgrad_run(const float* x, const float* dy, float* dw, Geo* g, float* dU, float* V,
+                        float* D, const int32_t* ix, const int32_t* iy, Py_ssize_t nI,
+                        int nt) except -1 nogil:
+    """d_weight of a _wgs_dw_ok geometry on the small-plane Winograd's transforms: per group of
+    nI images the tiles' V[k] (C x T, the input's as the forward's) and D[k] (O x T: A dY
+    A^T of dy's tiles), dU[k] (+)= D[k] V[k]^T (16 products; work items: k and a row
+    group; the groups added in image order), then dw = G^T dU G.  Each output is the same
+    sums whatever the threads."""
+    cdef Py_ssize_t nti = ((g.OH + 1) // 2) * ((g.OW + 1) // 2), npad = (nti + 15) // 16 * 16
+    cdef Py_ssize_t O = g.O, Cn = g.C, xs = g.C * g.H * g.W, ps = g.OH * g.OW
+    cdef Py_ssize_t n0, n1, T, it, k, j, r0, r1, n
+    cdef Py_ssize_t nrg = 1 if nt <= 2 else (8 * nt + 15) // 16
+    cdef int failed = 0
+    n0 = 0
+    while n0 < g.N:
+        n1 = n0 + nI if n0 + nI < g.N else g.N
+        T = (n1 - n0) * nti
+        for it in prange((n1 - n0) * Cn, schedule="static", num_threads=nt):
+            n = it // Cn
+            k = it - n * Cn
+            fnn_wgs_input(x + (n0 + n) * xs + k * g.H * g.W, ix, nti, npad,
+                          V + k * T + n * nti, Cn * T)
+        for it in prange((n1 - n0) * O, schedule="static", num_threads=nt):
+            n = it // O
+            k = it - n * O
+            fnn_wgs_dout(dy + (n0 + n) * O * ps + k * ps, iy, nti, npad, D + k * T + n * nti,
+                         O * T)
+        for it in prange(16 * nrg, schedule="dynamic", chunksize=1, num_threads=nt):
+            k = it // nrg
+            j = it - k * nrg
+            r0 = O * j // nrg // 12 * 12
+            r1 = O if j + 1 == nrg else O * (j + 1) // nrg // 12 * 12
+            if r1 > r0 and fnn_sgemm_z(0, 1, r1 - r0, Cn, T, 1, D + k * O * T + r0 * T, T,
+                                       V + k * Cn * T, T, 0 if n0 == 0 else 1,
+                                       dU + k * O * Cn + r0 * Cn, Cn, NULL) != 0:
+                fnn_flag_set(&failed)
+        if failed:
+            _raise_nomem(fnn_sgz_buffer_floats(), sizeof(float))
+        n0 = n1
+    for it in prange((O + 15) // 16, schedule="static", num_threads=nt):
+        fnn_wgs_wgrad_out(dU, O * Cn, Cn, it * 16, O if it * 16 + 16 > O else it * 16 + 16, dw)
+    return 0
+
+
+cdef cnp.ndarray _wgs_wgrad(cnp.ndarray x, cnp.ndarray dy, Geo* g, int nt):
+    """_wgs_wgrad_run with its buffers -> d_weight (O, C, 3, 3) float32."""
+    cdef Py_ssize_t nti = ((g.OH + 1) // 2) * ((g.OW + 1) // 2), nI = _wgs_images(g)
+    cdef cnp.ndarray ix, iy
+    ix, iy = _wgs_tables(g)
+    cdef cnp.ndarray dw = np.empty((g.O, g.C, 3, 3), dtype=np.float32)
+    cdef cnp.ndarray dU = np.empty(16 * g.O * g.C, dtype=np.float32)
+    cdef cnp.ndarray V = np.empty(16 * g.C * nI * nti, dtype=np.float32)
+    cdef cnp.ndarray D = np.empty(16 * g.O * nI * nti, dtype=np.float32)
+    cdef const float* px = <const float*>_data(x, _xsize(g), F32)
+    cdef const float* pdy = <const float*>_data(dy, _ysize(g), F32)
+    cdef float* pdw = <float*>_data(dw, 9 * g.O * g.C, F32)
+    cdef float* pu = <float*>_data(dU, 16 * g.O * g.C, F32)
+    cdef float* pv = <float*>_data(V, 16 * g.C * nI * nti, F32)
+    cdef float* pd = <float*>_data(D, 16 * g.O * nI * nti, F32)
+    cdef const int32_t* pix = <const int32_t*>cnp.PyArray_DATA(ix)
+    cdef const int32_t* piy = <const int32_t*>cnp.PyArray_DATA(iy)
+    with nogil:
+        _wgs_wgrad_run(px, pdy, pdw, g, pu, pv, pd, pix, piy, nI, nt)
+    return dw
+
+
 cdef int _fwd_gemm(const real* x, const real* w, const real* wr, const real* b, real* y,
                    Geo* g, int nt, int nt_all) except -1 nogil:
     cdef Py_ssize_t n, csize = g.C * g.kh * g.kw * _tile_rows(g) * g.OW
@@ -2329,6 +2560,9 @@ cdef _conv_fwd_call(cnp.ndarray x, cnp.ndarray weight, void* pb, cnp.ndarray y, 
         src.flip = 0
         _wg_fwd_call(x, &src, pb, y, g, nt_all)
         return
+    if f32 and _wgs_ok(g) and cnp.PyArray_IS_C_CONTIGUOUS(weight):
+        _wgs_call(x, weight, False, pb, y, g, nt_all)
+        return
     if f32 and _imgs_fwd_ok(g) and cnp.PyArray_IS_C_CONTIGUOUS(weight):
         _imgs_fwd_call(x, weight, pb, y, g, nt_all)
         return
@@ -2476,6 +2710,8 @@ cdef tuple _grads(object x_or_none, tuple x_shape, cnp.ndarray weight, cnp.ndarr
             pass
         elif want_dw and f32 and _strided_direct_ok(&g) and _tdx_plan_ok(&g) and _twgrad_ok(&g):
             wg_dw = _strided_wgrad(x, dy, &g, nch, per)
+        elif want_dw and f32 and tdx and _wgs_dw_ok(&g):
+            wg_dw = _wgs_wgrad(x, dy, &g, _threads_for(flops, 1 << 18))
         elif want_dw and f32 and tdx and _wgemm_first(&g, nch):
             wg_dw = _wgrad_gemm(x, dy, &g, nch, per)
         elif want_dw and f32 and tdx and _wg_wgrad_ok(&g, nch):
@@ -3063,7 +3299,7 @@ def _fwd_on_winograd(tuple x_shape, tuple w_shape, tuple padding):
     """Tests and the bench: whether a float32 conv2d's forward (stride 1, groups 1,
     dilation 1, padding (top, bottom, left, right)) runs on Winograd F(2x2, 3x3)."""
     cdef Geo g = _geo(x_shape, w_shape, (1, 1), padding, (1, 1), 1)
-    return bool(g.N * g.O * g.OH * g.OW > 0 and _wg_fwd_ok(&g))
+    return bool(g.N * g.O * g.OH * g.OW > 0 and (_wg_fwd_ok(&g) or _wgs_ok(&g)))
 
 
 def _wgrad_route(tuple x_shape, tuple w_shape, tuple stride, tuple padding):
@@ -3074,6 +3310,8 @@ def _wgrad_route(tuple x_shape, tuple w_shape, tuple stride, tuple padding):
     cdef Py_ssize_t per, nch = _chunks(&g, &per)
     if not _dx_as_conv(&g, padding) or g.N * g.O * g.OH * g.OW * g.C * g.kh * g.kw == 0:
         return "other"
+    if _wgs_dw_ok(&g):
+        return "winograd"
     if _wgemm_first(&g, nch):
         return "gemm"
     return "winograd" if _wg_wgrad_ok(&g, nch) else "other"
@@ -3413,6 +3651,10 @@ cdef _dx_by_conv(cnp.ndarray dy, cnp.ndarray weight, cnp.ndarray dx, Geo* g, tup
         src.ts = -1
         src.flip = 1
         _wg_fwd_call(dy, &src, NULL, dx, &t, nt_all)
+        return
+    if g.G == 1 and f32 and cnp.PyArray_IS_C_CONTIGUOUS(weight) and _wgs_ok(&t):
+        # small planes on Winograd: the weight's flipped filters, transposed in the GEMMs
+        _wgs_call(dy, weight, True, NULL, dx, &t, nt_all)
         return
     if (FNN_HAVE_CVD_RAW and g.G == 1 and f32 and cnp.PyArray_IS_C_CONTIGUOUS(weight)
             and _cv3_ok(&t) and not (_imgs_fwd_ok(&t) and t.N >= 4)):

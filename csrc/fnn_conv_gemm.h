@@ -13,6 +13,7 @@
  * same bits for any split of the positions over threads. */
 #ifndef FNN_CONV_GEMM_H
 #define FNN_CONV_GEMM_H
+#include <string.h>
 #include "fnn_sgemm.h"
 
 #if FNN_HAVE_SGZ && defined(__AVX512F__)
@@ -203,8 +204,272 @@ static inline int fnn_cig_multi(const float* restrict W, ptrdiff_t O, ptrdiff_t 
     }
     return 0;
 }
+/* ---------------------------------------------------------------- Winograd, small planes
+ * A 3x3 stride-1 conv2d over several images of small planes (under 64 output positions:
+ * ResNet's 7 x 7, where one image's 16 tiles leave a per-image Winograd's products half a
+ * panel wide) on Winograd F(2x2, 3x3) as 16 GEMMs on the own kernel: M[k] (R x T) = U[k]
+ * (R x Cn) V[k] (Cn x T), k = 4 i + j a position in the 4 x 4 transformed tile, T the
+ * images' 2 x 2 output tiles side by side (fnn_wgs_*).  U = G g G^T, V = B^T d B, y = A^T m A
+ * with the usual F(2x2, 3x3) matrices. */
+
+/* U[k] of the filters of rows [r0, r1) (element (r, c) of the k-th matrix at U + k S + r
+ * ld + c): (G g G^T) at k, g the 3x3 filter of (row r, column c < Cn), tap (a, b) at w[r rs
+ * + c cs + t], t = 3 a + b (8 - t: flip).  16 columns at a time, by gathers. */
+static inline void fnn_wgs_weight(const float* restrict w, ptrdiff_t rs, ptrdiff_t cs, int flip,
+                                  ptrdiff_t S, ptrdiff_t ld, ptrdiff_t Cn, ptrdiff_t r0,
+                                  ptrdiff_t r1, float* restrict U)
+{
+    const __m512 h = _mm512_set1_ps(0.5f);
+    const __m512i vi = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7,
+                                                           6, 5, 4, 3, 2, 1, 0),
+                                          _mm512_set1_epi32((int)cs));
+    for (ptrdiff_t r = r0; r < r1; ++r)
+        for (ptrdiff_t c = 0; c < Cn; c += 16) {
+            const __mmask16 m = (__mmask16)(Cn - c >= 16 ? 0xFFFF : (1u << (Cn - c)) - 1);
+            const float* f = w + r * rs + c * cs;
+            __m512 g[9], t[4][3];
+            for (int q = 0; q < 9; ++q)
+                g[q] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, vi, f + (flip ? 8 - q : q),
+                                                4);
+            for (int b = 0; b < 3; ++b) {
+                const __m512 s = _mm512_add_ps(g[b], g[6 + b]);
+                t[0][b] = g[b];
+                t[1][b] = _mm512_mul_ps(h, _mm512_add_ps(s, g[3 + b]));
+                t[2][b] = _mm512_mul_ps(h, _mm512_sub_ps(s, g[3 + b]));
+                t[3][b] = g[6 + b];
+            }
+            float* u = U + r * ld + c;
+            for (int a = 0; a < 4; ++a) {
+                const __m512 s = _mm512_add_ps(t[a][0], t[a][2]);
+                _mm512_mask_storeu_ps(u + (4 * a) * S, m, t[a][0]);
+                _mm512_mask_storeu_ps(u + (4 * a + 1) * S, m,
+                                      _mm512_mul_ps(h, _mm512_add_ps(s, t[a][1])));
+                _mm512_mask_storeu_ps(u + (4 * a + 2) * S, m,
+                                      _mm512_mul_ps(h, _mm512_sub_ps(s, t[a][1])));
+                _mm512_mask_storeu_ps(u + (4 * a + 3) * S, m, t[a][2]);
+            }
+        }
+}
+
+/* A d_input's U (fnn_wgs_weight of the flipped filters, each of the 16 matrices
+ * transposed: U[k] is C x O): its rows [c0, c1) (c0 a multiple of 16), from the (O, C, 3,
+ * 3) weight w in blocks of 16 x 16 filters -- each output channel's 16 gathered and
+ * transformed as fnn_wgs_weight, the block transposed in registers -- along the rows (the
+ * stores run along them). */
+static inline void fnn_wgs_weight_t(const float* restrict w, ptrdiff_t O, ptrdiff_t C,
+                                    ptrdiff_t c0, ptrdiff_t c1, float* restrict U)
+{
+    const ptrdiff_t S = O * C;
+    float blk[16][16][16] __attribute__((aligned(64)));   /* [k][o][c] */
+    for (ptrdiff_t cb = c0; cb < c1; cb += 16) {
+        const ptrdiff_t nc = c1 - cb < 16 ? c1 - cb : 16;
+        for (ptrdiff_t ob = 0; ob < O; ob += 16) {
+            const ptrdiff_t no = O - ob < 16 ? O - ob : 16;
+            const __mmask16 mo = (__mmask16)(no >= 16 ? 0xFFFF : (1u << no) - 1);
+            fnn_wgs_weight(w + ob * C * 9 + cb * 9, C * 9, 9, 1, 256, 16, nc, 0, no,
+                           &blk[0][0][0]);
+            for (int k = 0; k < 16; ++k) {
+                __m512 r[16];
+                for (int o = 0; o < 16; ++o)
+                    r[o] = _mm512_load_ps(&blk[k][o][0]);
+                fnn_transpose16_ps(r);
+                for (ptrdiff_t c = 0; c < nc; ++c)
+                    _mm512_mask_storeu_ps(U + k * S + (cb + c) * O + ob, mo, r[c]);
+            }
+        }
+    }
+}
+
+/* The floats of the own GEMM's per-thread packing buffer (fnn_sgz_buffer), for the
+ * message when it cannot be had. */
+static inline ptrdiff_t fnn_sgz_buffer_floats(void)
+{
+    return (ptrdiff_t)FNN_SGZ_KC * (FNN_SGZ_NC_BIG + (FNN_SGZ_TRANS_A ? FNN_SGZ_MC : 0)) + 16;
+}
+
+/* The tiles' offset tables of an H x W input (padding pt above, pl left) and its OH x OW
+ * output, th x tw tiles of 2 x 2 outputs in row-major order, rows of np >= th tw (lanes
+ * past the tiles -1): ix[q np + t] the input offset of tile t's patch element q = 4 a + b
+ * (-1 in the padding), iy[i np + t] the output offset of its output i = 2 r + c (-1 past
+ * the edge). */
+static inline void fnn_wgs_tables(ptrdiff_t H, ptrdiff_t W, ptrdiff_t OH, ptrdiff_t OW,
+                                  ptrdiff_t pt, ptrdiff_t pl, ptrdiff_t np, int32_t* restrict ix,
+                                  int32_t* restrict iy)
+{
+    const ptrdiff_t th = (OH + 1) / 2, tw = (OW + 1) / 2;
+    for (ptrdiff_t t = 0; t < np; ++t) {
+        const ptrdiff_t ty = t / tw, tx = t - ty * tw, live = t < th * tw;
+        for (int q = 0; q < 16; ++q) {
+            const ptrdiff_t r = 2 * ty + q / 4 - pt, c = 2 * tx + q % 4 - pl;
+            ix[q * np + t] = live && r >= 0 && r < H && c >= 0 && c < W ? (int32_t)(r * W + c)
+                                                                         : -1;
+        }
+        for (int i = 0; i < 4; ++i) {
+            const ptrdiff_t r = 2 * ty + i / 2, c = 2 * tx + i % 2;
+            iy[i * np + t] = live && r < OH && c < OW ? (int32_t)(r * OW + c) : -1;
+        }
+    }
+}
+
+/* The tiles of one plane x (nt of them, row-major): tile t's input patch element q = 4 a +
+ * b at x[ix[q np + t]] (np: the tables' row length, a multiple of 16; -1: outside the
+ * plane, a zero of the padding), its B^T d B into V[k vs + t]. */
+static inline void fnn_wgs_input(const float* restrict x, const int32_t* restrict ix,
+                                 ptrdiff_t nt, ptrdiff_t np, float* restrict V, ptrdiff_t vs)
+{
+    for (ptrdiff_t t0 = 0; t0 < nt; t0 += 16) {
+        const __mmask16 m = (__mmask16)(nt - t0 >= 16 ? 0xFFFF : (1u << (nt - t0)) - 1);
+        __m512 d[4][4], e[4][4];
+        for (int q = 0; q < 16; ++q) {
+            const __m512i vi = _mm512_loadu_si512((const void*)(ix + q * np + t0));
+            const __mmask16 mq = m & _mm512_cmpge_epi32_mask(vi, _mm512_setzero_si512());
+            d[q >> 2][q & 3] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mq, vi, x, 4);
+        }
+        for (int b = 0; b < 4; ++b) {     /* B^T d: the rows */
+            e[0][b] = _mm512_sub_ps(d[0][b], d[2][b]);
+            e[1][b] = _mm512_add_ps(d[1][b], d[2][b]);
+            e[2][b] = _mm512_sub_ps(d[2][b], d[1][b]);
+            e[3][b] = _mm512_sub_ps(d[1][b], d[3][b]);
+        }
+        float* v = V + t0;
+        for (int a = 0; a < 4; ++a) {     /* (B^T d) B: the columns */
+            _mm512_mask_storeu_ps(v + (4 * a) * vs, m, _mm512_sub_ps(e[a][0], e[a][2]));
+            _mm512_mask_storeu_ps(v + (4 * a + 1) * vs, m, _mm512_add_ps(e[a][1], e[a][2]));
+            _mm512_mask_storeu_ps(v + (4 * a + 2) * vs, m, _mm512_sub_ps(e[a][2], e[a][1]));
+            _mm512_mask_storeu_ps(v + (4 * a + 3) * vs, m, _mm512_sub_ps(e[a][1], e[a][3]));
+        }
+    }
+}
+
+/* One output plane y from its nt tiles' products M[k ms + t]: A^T m A (+ bias), output i =
+ * 2 r + c of tile t at y[iy[i np + t]] (-1: past the plane's edge, dropped). */
+static inline void fnn_wgs_output(const float* restrict M, ptrdiff_t ms,
+                                  const int32_t* restrict iy, ptrdiff_t nt, ptrdiff_t np,
+                                  float bias, float* restrict y)
+{
+    const __m512 vb = _mm512_set1_ps(bias);
+    for (ptrdiff_t t0 = 0; t0 < nt; t0 += 16) {
+        const __mmask16 m = (__mmask16)(nt - t0 >= 16 ? 0xFFFF : (1u << (nt - t0)) - 1);
+        __m512 v[16], s[2][4], o[4];
+        for (int k = 0; k < 16; ++k)
+            v[k] = _mm512_maskz_loadu_ps(m, M + k * ms + t0);
+        for (int b = 0; b < 4; ++b) {     /* A^T m */
+            s[0][b] = _mm512_add_ps(_mm512_add_ps(v[b], v[4 + b]), v[8 + b]);
+            s[1][b] = _mm512_sub_ps(_mm512_sub_ps(v[4 + b], v[8 + b]), v[12 + b]);
+        }
+        for (int i = 0; i < 2; ++i) {     /* (A^T m) A */
+            o[2 * i] = _mm512_add_ps(_mm512_add_ps(s[i][0], s[i][1]), s[i][2]);
+            o[2 * i + 1] = _mm512_sub_ps(_mm512_sub_ps(s[i][1], s[i][2]), s[i][3]);
+        }
+        for (int i = 0; i < 4; ++i) {
+            const __m512i vi = _mm512_loadu_si512((const void*)(iy + i * np + t0));
+            const __mmask16 mi = m & _mm512_cmpge_epi32_mask(vi, _mm512_setzero_si512());
+            _mm512_mask_i32scatter_ps(y, mi, vi, _mm512_add_ps(o[i], vb), 4);
+        }
+    }
+}
+/* d_weight on the same transforms: the tiles of one output-gradient plane dy (its outputs'
+ * offsets iy as fnn_wgs_output's: -1 past the edge, a zero) as A dY A^T into D[k ds + t]. */
+static inline void fnn_wgs_dout(const float* restrict dy, const int32_t* restrict iy,
+                                  ptrdiff_t nt, ptrdiff_t np, float* restrict D, ptrdiff_t ds)
+{
+    for (ptrdiff_t t0 = 0; t0 < nt; t0 += 16) {
+        const __mmask16 m = (__mmask16)(nt - t0 >= 16 ? 0xFFFF : (1u << (nt - t0)) - 1);
+        __m512 d[4], r[4][2];
+        for (int i = 0; i < 4; ++i) {
+            const __m512i vi = _mm512_loadu_si512((const void*)(iy + i * np + t0));
+            const __mmask16 mi = m & _mm512_cmpge_epi32_mask(vi, _mm512_setzero_si512());
+            d[i] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mi, vi, dy, 4);
+        }
+        for (int b = 0; b < 2; ++b) {     /* A dY: the rows (d[2 a + b] is dY[a][b]) */
+            r[0][b] = d[b];
+            r[1][b] = _mm512_add_ps(d[b], d[2 + b]);
+            r[2][b] = _mm512_sub_ps(d[b], d[2 + b]);
+            r[3][b] = _mm512_sub_ps(_mm512_setzero_ps(), d[2 + b]);
+        }
+        float* o = D + t0;
+        for (int i = 0; i < 4; ++i) {     /* (A dY) A^T: the columns */
+            _mm512_mask_storeu_ps(o + (4 * i) * ds, m, r[i][0]);
+            _mm512_mask_storeu_ps(o + (4 * i + 1) * ds, m, _mm512_add_ps(r[i][0], r[i][1]));
+            _mm512_mask_storeu_ps(o + (4 * i + 2) * ds, m, _mm512_sub_ps(r[i][0], r[i][1]));
+            _mm512_mask_storeu_ps(o + (4 * i + 3) * ds, m,
+                                  _mm512_sub_ps(_mm512_setzero_ps(), r[i][1]));
+        }
+    }
+}
+
+/* d_weight rows [r0, r1) of an (O, C, 3, 3) weight from dU (element (r, c) of the k-th
+ * matrix at dU + k S + r C): G^T dU G, 16 filters at a time (scattered into their 9 taps). */
+static inline void fnn_wgs_wgrad_out(const float* restrict dU, ptrdiff_t S, ptrdiff_t C,
+                                     ptrdiff_t r0, ptrdiff_t r1, float* restrict dw)
+{
+    const __m512 h = _mm512_set1_ps(0.5f);
+    const __m512i vi = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7,
+                                                           6, 5, 4, 3, 2, 1, 0),
+                                          _mm512_set1_epi32(9));
+    for (ptrdiff_t r = r0; r < r1; ++r)
+        for (ptrdiff_t c = 0; c < C; c += 16) {
+            const __mmask16 m = (__mmask16)(C - c >= 16 ? 0xFFFF : (1u << (C - c)) - 1);
+            __m512 u[16], s[3][4];
+            for (int k = 0; k < 16; ++k)
+                u[k] = _mm512_maskz_loadu_ps(m, dU + k * S + r * C + c);
+            for (int j = 0; j < 4; ++j) {     /* G^T dU: the rows */
+                const __m512 p = _mm512_mul_ps(h, _mm512_add_ps(u[4 + j], u[8 + j]));
+                s[0][j] = _mm512_add_ps(u[j], p);
+                s[1][j] = _mm512_mul_ps(h, _mm512_sub_ps(u[4 + j], u[8 + j]));
+                s[2][j] = _mm512_add_ps(p, u[12 + j]);
+            }
+            float* f = dw + (r * C + c) * 9;
+            for (int a = 0; a < 3; ++a) {     /* (G^T dU) G: the columns */
+                const __m512 p = _mm512_mul_ps(h, _mm512_add_ps(s[a][1], s[a][2]));
+                _mm512_mask_i32scatter_ps(f + 3 * a, m, vi, _mm512_add_ps(s[a][0], p), 4);
+                _mm512_mask_i32scatter_ps(f + 3 * a + 1, m, vi,
+                                          _mm512_mul_ps(h, _mm512_sub_ps(s[a][1], s[a][2])), 4);
+                _mm512_mask_i32scatter_ps(f + 3 * a + 2, m, vi, _mm512_add_ps(p, s[a][3]), 4);
+            }
+        }
+}
 #else
 #define FNN_HAVE_CIG 0
+static inline void fnn_wgs_weight(const float* w, ptrdiff_t rs, ptrdiff_t cs, int flip,
+                                  ptrdiff_t S, ptrdiff_t ld, ptrdiff_t Cn, ptrdiff_t r0,
+                                  ptrdiff_t r1, float* U)
+{
+    (void)w; (void)rs; (void)cs; (void)flip; (void)S; (void)ld; (void)Cn; (void)r0; (void)r1;
+    (void)U;
+}
+static inline void fnn_wgs_weight_t(const float* w, ptrdiff_t O, ptrdiff_t C, ptrdiff_t c0,
+                                    ptrdiff_t c1, float* U)
+{
+    (void)w; (void)O; (void)C; (void)c0; (void)c1; (void)U;
+}
+static inline void fnn_wgs_input(const float* x, const int32_t* ix, ptrdiff_t nt, ptrdiff_t np,
+                                 float* V, ptrdiff_t vs)
+{
+    (void)x; (void)ix; (void)nt; (void)np; (void)V; (void)vs;
+}
+static inline void fnn_wgs_output(const float* M, ptrdiff_t ms, const int32_t* iy, ptrdiff_t nt,
+                                  ptrdiff_t np, float bias, float* y)
+{
+    (void)M; (void)ms; (void)iy; (void)nt; (void)np; (void)bias; (void)y;
+}
+static inline ptrdiff_t fnn_sgz_buffer_floats(void) { return 0; }
+static inline void fnn_wgs_tables(ptrdiff_t H, ptrdiff_t W, ptrdiff_t OH, ptrdiff_t OW,
+                                  ptrdiff_t pt, ptrdiff_t pl, ptrdiff_t np, int32_t* ix,
+                                  int32_t* iy)
+{
+    (void)H; (void)W; (void)OH; (void)OW; (void)pt; (void)pl; (void)np; (void)ix; (void)iy;
+}
+static inline void fnn_wgs_dout(const float* dy, const int32_t* iy, ptrdiff_t nt, ptrdiff_t np,
+                                float* D, ptrdiff_t ds)
+{
+    (void)dy; (void)iy; (void)nt; (void)np; (void)D; (void)ds;
+}
+static inline void fnn_wgs_wgrad_out(const float* dU, ptrdiff_t S, ptrdiff_t C, ptrdiff_t r0,
+                                     ptrdiff_t r1, float* dw)
+{
+    (void)dU; (void)S; (void)C; (void)r0; (void)r1; (void)dw;
+}
 static inline int fnn_cig_image(const float* W, ptrdiff_t O, ptrdiff_t K, const float* pl,
                                 const ptrdiff_t* koff, ptrdiff_t Wp, ptrdiff_t OW, ptrdiff_t j0,
                                 ptrdiff_t j1, float* y, ptrdiff_t P, const float* bias)

@@ -724,17 +724,21 @@ def test_conv2d_wide_stride1_weight_grad_on_gemms(geo):
     import fastnn._backend
     conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
     x, w, b, p = _scaled_case(geo, 8)
-    route = conv._wgrad_route(x.shape, w.shape, (1, 1), (p,) * 4)
-    assert route == ("gemm" if conv._avx512_direct_built() else "other")
-    # (the other builds' forward of one image runs on BLAS's threads: not asserted here)
-    res, dy = _fwd_bwd_across_threads(F.conv2d_fwd, F.conv2d_bwd, (x, w, b, 1, p),
-                                      counts=(1, 2, 3) if route == "gemm" else (1,))
-    conv._WGEMM = False
+    conv._WGS = False       # (several images of 5 x 5 take the small-plane Winograd)
     try:
-        y, ctx = F.conv2d_fwd(x, w, b, 1, p)
-        other = F.conv2d_bwd(ctx, dy)[1]
+        route = conv._wgrad_route(x.shape, w.shape, (1, 1), (p,) * 4)
+        assert route == ("gemm" if conv._avx512_direct_built() else "other")
+        # (the other builds' forward of one image runs on BLAS's threads: not asserted here)
+        res, dy = _fwd_bwd_across_threads(F.conv2d_fwd, F.conv2d_bwd, (x, w, b, 1, p),
+                                          counts=(1, 2, 3) if route == "gemm" else (1,))
+        conv._WGEMM = False
+        try:
+            y, ctx = F.conv2d_fwd(x, w, b, 1, p)
+            other = F.conv2d_bwd(ctx, dy)[1]
+        finally:
+            conv._WGEMM = True
     finally:
-        conv._WGEMM = True
+        conv._WGS = True
     want = _torch_grads(torch.nn.functional.conv2d, x, w, b, p, 1, dy)[2]
     for got in (res[0][2], other):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
@@ -762,13 +766,17 @@ def test_conv2d_small_planes_run_images_side_by_side(geo, dx_too):
     import fastnn._backend
     conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
     x, w, b, p = _scaled_case(geo, 10)
-    res, dy = _fwd_bwd_across_threads(F.conv2d_fwd, F.conv2d_bwd, (x, w, b, 1, p))
-    conv._IMGS = False
+    conv._WGS = False       # (40 images of 4 x 4 would run on the small-plane Winograd)
     try:
-        y, ctx = F.conv2d_fwd(x, w, b, 1, p)
-        other = (y,) + tuple(F.conv2d_bwd(ctx, dy))
+        res, dy = _fwd_bwd_across_threads(F.conv2d_fwd, F.conv2d_bwd, (x, w, b, 1, p))
+        conv._IMGS = False
+        try:
+            y, ctx = F.conv2d_fwd(x, w, b, 1, p)
+            other = (y,) + tuple(F.conv2d_bwd(ctx, dy))
+        finally:
+            conv._IMGS = True
     finally:
-        conv._IMGS = True
+        conv._WGS = True
     if conv._avx512_direct_built():
         assert not np.array_equal(res[0][0], other[0])
         if dx_too:
@@ -777,6 +785,72 @@ def test_conv2d_small_planes_run_images_side_by_side(geo, dx_too):
     for got in (res[0], other):
         for a, e in zip(got, want):
             np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())
+
+
+@pytest.mark.parametrize("geo,fwd,dx", [
+    # (N, C, H, W, O, padding); whether the forward and the d_input take the route too
+    ((8, 128, 7, 7, 128, 1), True, True),      # ResNet's last stage (fewer channels)
+    ((20, 130, 7, 7, 140, 1), True, True),     # 320 tiles: two image groups; C, O % 16 != 0
+    ((8, 144, 6, 5, 128, 1), True, True),      # 6 x 5 outputs: 9 tiles an image, 30/36 used
+    ((8, 128, 9, 9, 136, 0), True, False),     # no padding: 7 x 7 outputs (9 x 9 d_input)
+    ((8, 128, 5, 5, 128, 2), True, False),     # padding 2: 7 x 7 outputs (5 x 5 d_input)
+    ((8, 128, 5, 5, 128, 1), False, False),    # 5 x 5: tiles 25/36 used -- d_weight only
+    ((16, 64, 7, 7, 64, 1), False, False),     # 64 channels: d_weight only
+    ((30, 16, 3, 3, 24, 1), False, False),     # 3 x 3 outputs
+    ((1, 40, 7, 7, 24, 1), False, False),      # one image (16 tiles)
+])
+def test_conv2d_small_planes_on_winograd(geo, fwd, dx):
+    """A 3x3 stride-1 conv2d with a small output plane (< 64 positions, >= 3 x 3; AVX-512
+    builds, the own GEMM) runs its d_weight -- and with >= 128 channels each way, >= 64
+    tiles, tiles >= 3/4 used, its forward (and a d_input whose plane is such) -- on
+    Winograd F(2x2, 3x3) as 16
+    GEMMs over the images' 2 x 2 output tiles side by side.  The same bits at 1, 2 and 3
+    threads, torch's values, and other bits than the other kernels' (conv._WGS = False),
+    so the route ran."""
+    import importlib
+    import fastnn._backend
+    conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
+    N, C, H, W, O, p = geo
+    built = conv._avx512_direct_built() and conv._own_sgemm_on()
+    assert conv._fwd_on_winograd((N, C, H, W), (O, C, 3, 3), (p,) * 4) == (built and fwd)
+    assert (conv._wgrad_route((N, C, H, W), (O, C, 3, 3), (1, 1), (p,) * 4) == "winograd"
+            ) == built
+    x, w, b, _ = _scaled_case((N, C, H, W, O, 3, p), 12)
+    res, dy = _fwd_bwd_across_threads(F.conv2d_fwd, F.conv2d_bwd, (x, w, b, 1, p))
+    conv._WGS = False
+    try:
+        y, ctx = F.conv2d_fwd(x, w, b, 1, p)
+        other = (y,) + tuple(F.conv2d_bwd(ctx, dy))
+    finally:
+        conv._WGS = True
+    if built:
+        assert not np.array_equal(res[0][2], other[2])
+        assert np.array_equal(res[0][0], other[0]) != fwd
+        assert np.array_equal(res[0][1], other[1]) != dx
+    want = _torch_grads(torch.nn.functional.conv2d, x, w, b, p, 1, dy)
+    for got in (res[0], other):
+        for a, e in zip(got, want):
+            np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())
+
+
+def test_conv2d_small_plane_winograd_limits():
+    """Where the small-plane Winograd does not pay: a big weight over few tiles keeps its
+    d_weight on the other kernels (2 x 512 x 7 x 7: 32 tiles), and so does every pass
+    with the route's limits raised (conv._set_wgs_limits)."""
+    import importlib
+    import fastnn._backend
+    conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
+    built = conv._avx512_direct_built() and conv._own_sgemm_on()
+    assert conv._wgrad_route((2, 512, 7, 7), (512, 512, 3, 3), (1, 1), (1,) * 4) != "winograd"
+    assert (conv._wgrad_route((4, 512, 7, 7), (512, 512, 3, 3), (1, 1), (1,) * 4)
+            == "winograd") == built
+    assert conv._fwd_on_winograd((4, 512, 7, 7), (512, 512, 3, 3), (1,) * 4) == built
+    old = conv._set_wgs_limits(10 ** 9, 10 ** 9, 10 ** 9)
+    try:
+        assert not conv._fwd_on_winograd((4, 512, 7, 7), (512, 512, 3, 3), (1,) * 4)
+        assert conv._wgrad_route((4, 64, 7, 7), (64, 64, 3, 3), (1, 1), (1,) * 4) != "winograd"
+    finally:
+        conv._set_wgs_limits(*old)
 
 
 @pytest.mark.parametrize("geo,dw_too", [
@@ -904,6 +978,12 @@ def test_bench_conv3x3_rows_count_the_arithmetic_done():
     wgrad = wino if conv._winograd_built() and conv._avx512_direct_built() else direct
     assert rows["conv2d 3x3 fwd"].flops == want
     assert rows["conv2d 3x3 fwd+bwd"].flops == 2 * want + wgrad
+    # ResNet's 7 x 7 planes (8 x 512 -> 512): the small-plane Winograd in AVX-512 builds
+    # (4 x 4 tiles of 2 x 2 an image, covering 8 x 8)
+    small = conv._avx512_direct_built() and conv._own_sgemm_on()
+    direct7 = 2.0 * 8 * 512 * 7 * 7 * 512 * 9
+    wino7 = 2.0 * 8 * 512 * 512 * 16 * 4 * 4
+    assert rows["conv2d 3x3 fwd+bwd, 7x7 planes"].flops == (3 * wino7 if small else 3 * direct7)
     conv._WINOGRAD = False
     try:
         assert bench_conv.cases()[0].flops == direct
