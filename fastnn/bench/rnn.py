@@ -25,6 +25,8 @@ def _case(kind, T, B, N, layers=1, bidirectional=False):
         dy = rng.standard_normal((T, B, D * N)).astype(np.float32)
 
         def fast():
+            # as torch's side below: gradients set to None first (no accumulation)
+            m.zero_grad()
             with fastnn.use_backend("cpu"):
                 m(x)
                 return m.backward(dy)
