@@ -199,15 +199,15 @@ cdef extern from "fnn_conv_gemm.h" nogil:
                         Py_ssize_t ld, Py_ssize_t Cn, Py_ssize_t r0, Py_ssize_t r1, float* U)
     void fnn_wgs_weight_t(const float* w, Py_ssize_t O, Py_ssize_t C, Py_ssize_t c0,
                           Py_ssize_t c1, float* U)
-    void fnn_wgs_input(const float* x, const int32_t* ix, Py_ssize_t nt, Py_ssize_t npad,
-                       float* V, Py_ssize_t vs)
-    void fnn_wgs_output(const float* M, Py_ssize_t ms, const int32_t* iy, Py_ssize_t nt,
-                        Py_ssize_t npad, float bias, float* y)
+    void fnn_wgs_input(const float* x, Py_ssize_t hw, const int32_t* ix, Py_ssize_t nt,
+                       Py_ssize_t npad, float* V, Py_ssize_t vs)
+    void fnn_wgs_output(const float* M, Py_ssize_t ms, const int32_t* iy, const int32_t* io,
+                        Py_ssize_t nt, Py_ssize_t npad, Py_ssize_t ps, float bias, float* y)
     Py_ssize_t fnn_sgz_buffer_floats()
     void fnn_wgs_tables(Py_ssize_t H, Py_ssize_t W, Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t pt,
-                        Py_ssize_t pl, Py_ssize_t npad, int32_t* ix, int32_t* iy)
-    void fnn_wgs_dout(const float* dy, const int32_t* iy, Py_ssize_t nt, Py_ssize_t npad,
-                      float* D, Py_ssize_t ds)
+                        Py_ssize_t pl, Py_ssize_t npad, int32_t* ix, int32_t* iy, int32_t* io)
+    void fnn_wgs_dout(const float* dy, Py_ssize_t ps, const int32_t* iy, Py_ssize_t nt,
+                      Py_ssize_t npad, float* D, Py_ssize_t ds)
     void fnn_wgs_wgrad_out(const float* dU, Py_ssize_t S, Py_ssize_t C, Py_ssize_t r0,
                            Py_ssize_t r1, float* dw)
 
@@ -1704,11 +1704,11 @@ cdef bint _wgs_dw_ok(Geo* g):
 
 cdef int _wgs_run(const float* x, const float* w, bint dx, const float* b, float* y, Geo* g,
                   float* U, float* V, float* M, const int32_t* ix, const int32_t* iy,
-                  Py_ssize_t nI, int nt) except -1 nogil:
+                  const int32_t* io, Py_ssize_t nI, int nt) except -1 nogil:
     """y = conv2d(x) of a _wgs_ok geometry: U[k] = G f G^T for each filter f of the (O, C,
     3, 3) weight w (the 16 matrices O x C), then per group of nI images their tiles' V[k]
     (C x T; the patches' offsets in ix), the 16 products M[k] = U[k] V[k] (work items: k
-    and a row group) and A^T m A into y (+ b; the outputs' offsets in iy).  dx: y is a
+    and a row group) and A^T m A into y (+ b; the outputs' offsets in iy, io).  dx: y is a
     d_input, x a dy: the conv's rows are the weight's input channels and its filters the
     weight's flipped, U[k] the transpose of the flipped filters' (fnn_wgs_weight_t).  Each
     output is the same sums whatever the threads."""
@@ -1730,9 +1730,9 @@ cdef int _wgs_run(const float* x, const float* w, bint dx, const float* b, float
         n1 = n0 + nI if n0 + nI < g.N else g.N
         T = (n1 - n0) * nti
         for it in prange((n1 - n0) * Cn, schedule="static", num_threads=nt):
-            n = it // Cn
-            k = it - n * Cn
-            fnn_wgs_input(x + (n0 + n) * xs + k * g.H * g.W, ix, nti, npad,
+            k = it // (n1 - n0)     # channel-major: each row of V[k] written in order
+            n = it - k * (n1 - n0)
+            fnn_wgs_input(x + (n0 + n) * xs + k * g.H * g.W, g.H * g.W, ix, nti, npad,
                           V + k * T + n * nti, Cn * T)
         for it in prange(16 * nrg, schedule="dynamic", chunksize=1, num_threads=nt):
             k = it // nrg
@@ -1747,9 +1747,9 @@ cdef int _wgs_run(const float* x, const float* w, bint dx, const float* b, float
         if failed:
             _raise_nomem(fnn_sgz_buffer_floats(), sizeof(float))
         for it in prange((n1 - n0) * R, schedule="static", num_threads=nt):
-            n = it // R
-            o = it - n * R
-            fnn_wgs_output(M + o * T + n * nti, R * T, iy, nti, npad,
+            o = it // (n1 - n0)     # channel-major: each row of M[k] read in order
+            n = it - o * (n1 - n0)
+            fnn_wgs_output(M + o * T + n * nti, R * T, iy, io, nti, npad, ps,
                            b[o] if b != NULL else 0, y + (n0 + n) * R * ps + o * ps)
         n0 = n1
     return 0
@@ -1763,13 +1763,15 @@ cdef Py_ssize_t _wgs_images(Geo* g) noexcept nogil:
 
 
 cdef tuple _wgs_tables(Geo* g):
-    """The tiles' offset tables (fnn_wgs_tables): ix (16 rows), iy (4 rows), int32."""
+    """The tiles' offset tables (fnn_wgs_tables): ix (16 rows), iy (4 rows), io (64),
+    int32."""
     cdef Py_ssize_t nti = ((g.OH + 1) // 2) * ((g.OW + 1) // 2), npad = (nti + 15) // 16 * 16
     cdef cnp.ndarray ix = np.empty((16, npad), dtype=np.int32)
     cdef cnp.ndarray iy = np.empty((4, npad), dtype=np.int32)
-    fnn_wgs_tables(g.H, g.W, g.OH, g.OW, g.pt, g.pl, npad, <int32_t*>cnp.PyArray_DATA(ix),
-                   <int32_t*>cnp.PyArray_DATA(iy))
-    return ix, iy
+    cdef cnp.ndarray io = np.empty(64, dtype=np.int32)
+    fnn_wgs_tables(g.H, g.W, g.OH, g.OW, g.pt, g.pl, npad, <int32_t*>_data(ix, 16 * npad, I32),
+                   <int32_t*>_data(iy, 4 * npad, I32), <int32_t*>_data(io, 64, I32))
+    return ix, iy, io
 
 
 cdef _wgs_call(cnp.ndarray x, cnp.ndarray weight, bint dx, void* pb, cnp.ndarray y, Geo* g,
@@ -1777,8 +1779,8 @@ cdef _wgs_call(cnp.ndarray x, cnp.ndarray weight, bint dx, void* pb, cnp.ndarray
     """_wgs_run with its buffers -- U (16 x O x C), V and M for image groups of
     _wgs_images -- and offset tables (_wgs_tables)."""
     cdef Py_ssize_t nti = ((g.OH + 1) // 2) * ((g.OW + 1) // 2), nI = _wgs_images(g)
-    cdef cnp.ndarray ix, iy
-    ix, iy = _wgs_tables(g)
+    cdef cnp.ndarray ix, iy, io
+    ix, iy, io = _wgs_tables(g)
     cdef cnp.ndarray U = np.empty(16 * g.O * g.C, dtype=np.float32)
     cdef cnp.ndarray V = np.empty(16 * g.C * nI * nti, dtype=np.float32)
     cdef cnp.ndarray M = np.empty(16 * g.O * nI * nti, dtype=np.float32)
@@ -1788,10 +1790,11 @@ cdef _wgs_call(cnp.ndarray x, cnp.ndarray weight, bint dx, void* pb, cnp.ndarray
     cdef float* pv = <float*>_data(V, 16 * g.C * nI * nti, F32)
     cdef float* pm = <float*>_data(M, 16 * g.O * nI * nti, F32)
     cdef const float* pw = <const float*>_data(weight, 9 * g.O * g.C, F32)
-    cdef const int32_t* pix = <const int32_t*>cnp.PyArray_DATA(ix)
-    cdef const int32_t* piy = <const int32_t*>cnp.PyArray_DATA(iy)
+    cdef const int32_t* pix = <const int32_t*>_data(ix, cnp.PyArray_SIZE(ix), I32)
+    cdef const int32_t* piy = <const int32_t*>_data(iy, cnp.PyArray_SIZE(iy), I32)
+    cdef const int32_t* pio = <const int32_t*>_data(io, 64, I32)
     with nogil:
-        _wgs_run(px, pw, dx, <const float*>pb, py, g, pu, pv, pm, pix, piy, nI, nt)
+        _wgs_run(px, pw, dx, <const float*>pb, py, g, pu, pv, pm, pix, piy, pio, nI, nt)
 
 
 cdef int _wgs_wgrad_run(const float* x, const float* dy, float* dw, Geo* g, float* dU, float* V,
@@ -1812,15 +1815,15 @@ cdef int _wgs_wgrad_run(const float* x, const float* dy, float* dw, Geo* g, floa
         n1 = n0 + nI if n0 + nI < g.N else g.N
         T = (n1 - n0) * nti
         for it in prange((n1 - n0) * Cn, schedule="static", num_threads=nt):
-            n = it // Cn
-            k = it - n * Cn
-            fnn_wgs_input(x + (n0 + n) * xs + k * g.H * g.W, ix, nti, npad,
+            k = it // (n1 - n0)     # channel-major: each row of V[k] written in order
+            n = it - k * (n1 - n0)
+            fnn_wgs_input(x + (n0 + n) * xs + k * g.H * g.W, g.H * g.W, ix, nti, npad,
                           V + k * T + n * nti, Cn * T)
         for it in prange((n1 - n0) * O, schedule="static", num_threads=nt):
-            n = it // O
-            k = it - n * O
-            fnn_wgs_dout(dy + (n0 + n) * O * ps + k * ps, iy, nti, npad, D + k * T + n * nti,
-                         O * T)
+            k = it // (n1 - n0)     # channel-major: each row of D[k] written in order
+            n = it - k * (n1 - n0)
+            fnn_wgs_dout(dy + (n0 + n) * O * ps + k * ps, ps, iy, nti, npad,
+                         D + k * T + n * nti, O * T)
         for it in prange(16 * nrg, schedule="dynamic", chunksize=1, num_threads=nt):
             k = it // nrg
             j = it - k * nrg
@@ -1841,8 +1844,8 @@ cdef int _wgs_wgrad_run(const float* x, const float* dy, float* dw, Geo* g, floa
 cdef cnp.ndarray _wgs_wgrad(cnp.ndarray x, cnp.ndarray dy, Geo* g, int nt):
     """_wgs_wgrad_run with its buffers -> d_weight (O, C, 3, 3) float32."""
     cdef Py_ssize_t nti = ((g.OH + 1) // 2) * ((g.OW + 1) // 2), nI = _wgs_images(g)
-    cdef cnp.ndarray ix, iy
-    ix, iy = _wgs_tables(g)
+    cdef cnp.ndarray ix, iy, io
+    ix, iy, io = _wgs_tables(g)
     cdef cnp.ndarray dw = np.empty((g.O, g.C, 3, 3), dtype=np.float32)
     cdef cnp.ndarray dU = np.empty(16 * g.O * g.C, dtype=np.float32)
     cdef cnp.ndarray V = np.empty(16 * g.C * nI * nti, dtype=np.float32)
@@ -1853,8 +1856,8 @@ cdef cnp.ndarray _wgs_wgrad(cnp.ndarray x, cnp.ndarray dy, Geo* g, int nt):
     cdef float* pu = <float*>_data(dU, 16 * g.O * g.C, F32)
     cdef float* pv = <float*>_data(V, 16 * g.C * nI * nti, F32)
     cdef float* pd = <float*>_data(D, 16 * g.O * nI * nti, F32)
-    cdef const int32_t* pix = <const int32_t*>cnp.PyArray_DATA(ix)
-    cdef const int32_t* piy = <const int32_t*>cnp.PyArray_DATA(iy)
+    cdef const int32_t* pix = <const int32_t*>_data(ix, cnp.PyArray_SIZE(ix), I32)
+    cdef const int32_t* piy = <const int32_t*>_data(iy, cnp.PyArray_SIZE(iy), I32)
     with nogil:
         _wgs_wgrad_run(px, pdy, pdw, g, pu, pv, pd, pix, piy, nI, nt)
     return dw
@@ -2363,8 +2366,15 @@ cdef void _bias_part(const real* gy, double* dbp, Py_ssize_t units, Py_ssize_t y
 # ---------------------------------------------------------------- Python entry points
 cdef Geo _geo(tuple xs, tuple ws, tuple stride, tuple padding, tuple dilation,
               Py_ssize_t groups):
-    """conv2d's geometry for an input of shape xs and a weight of shape ws."""
+    """conv2d's geometry for an input of shape xs and a weight of shape ws.  The tuples'
+    lengths are checked (this module indexes them unchecked): a wrong one is a ValueError,
+    not a read past the tuple."""
     cdef Geo g
+    if (len(xs) != 4 or len(ws) != 4 or len(stride) != 2 or len(padding) != 4
+            or len(dilation) != 2):
+        raise ValueError(f"conv kernels: shapes {xs} and {ws} must be 4-D, stride and "
+                         f"dilation pairs and padding (top, bottom, left, right); got "
+                         f"stride {stride}, padding {padding}, dilation {dilation}")
     g.N = xs[0]; g.C = xs[1]; g.H = xs[2]; g.W = xs[3]
     g.O = ws[0]; g.Cg = ws[1]; g.kh = ws[2]; g.kw = ws[3]
     g.sh = stride[0]; g.sw = stride[1]

@@ -214,7 +214,8 @@ static inline int fnn_cig_multi(const float* restrict W, ptrdiff_t O, ptrdiff_t 
 
 /* U[k] of the filters of rows [r0, r1) (element (r, c) of the k-th matrix at U + k S + r
  * ld + c): (G g G^T) at k, g the 3x3 filter of (row r, column c < Cn), tap (a, b) at w[r rs
- * + c cs + t], t = 3 a + b (8 - t: flip).  16 columns at a time, by gathers. */
+ * + c cs + t], t = 3 a + b (8 - t: flip).  16 columns at a time: whole filters (cs 9)
+ * loaded and transposed in registers, else gathered. */
 static inline void fnn_wgs_weight(const float* restrict w, ptrdiff_t rs, ptrdiff_t cs, int flip,
                                   ptrdiff_t S, ptrdiff_t ld, ptrdiff_t Cn, ptrdiff_t r0,
                                   ptrdiff_t r1, float* restrict U)
@@ -227,10 +228,24 @@ static inline void fnn_wgs_weight(const float* restrict w, ptrdiff_t rs, ptrdiff
         for (ptrdiff_t c = 0; c < Cn; c += 16) {
             const __mmask16 m = (__mmask16)(Cn - c >= 16 ? 0xFFFF : (1u << (Cn - c)) - 1);
             const float* f = w + r * rs + c * cs;
-            __m512 g[9], t[4][3];
-            for (int q = 0; q < 9; ++q)
-                g[q] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, vi, f + (flip ? 8 - q : q),
-                                                4);
+            __m512 g[16], t[4][3];
+            if (cs == 9) {      /* 16 whole filters: 9-float loads, transposed in registers */
+                const ptrdiff_t n = Cn - c < 16 ? Cn - c : 16;
+                for (ptrdiff_t l = 0; l < 16; ++l)
+                    g[l] = l < n ? _mm512_maskz_loadu_ps((__mmask16)0x1FF, f + 9 * l)
+                                 : _mm512_setzero_ps();
+                fnn_transpose16_ps(g);
+                if (flip)
+                    for (int q = 0; q < 4; ++q) {
+                        const __m512 u = g[q];
+                        g[q] = g[8 - q];
+                        g[8 - q] = u;
+                    }
+            } else {
+                for (int q = 0; q < 9; ++q)
+                    g[q] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, vi,
+                                                    f + (flip ? 8 - q : q), 4);
+            }
             for (int b = 0; b < 3; ++b) {
                 const __m512 s = _mm512_add_ps(g[b], g[6 + b]);
                 t[0][b] = g[b];
@@ -291,12 +306,18 @@ static inline ptrdiff_t fnn_sgz_buffer_floats(void)
  * output, th x tw tiles of 2 x 2 outputs in row-major order, rows of np >= th tw (lanes
  * past the tiles -1): ix[q np + t] the input offset of tile t's patch element q = 4 a + b
  * (-1 in the padding), iy[i np + t] the output offset of its output i = 2 r + c (-1 past
- * the edge). */
+ * the edge); io[p] (64 of them) for an output plane of <= 64 positions and <= 16
+ * tiles: 16 i + t of the tile output at position p (-1 past the plane). */
 static inline void fnn_wgs_tables(ptrdiff_t H, ptrdiff_t W, ptrdiff_t OH, ptrdiff_t OW,
                                   ptrdiff_t pt, ptrdiff_t pl, ptrdiff_t np, int32_t* restrict ix,
-                                  int32_t* restrict iy)
+                                  int32_t* restrict iy, int32_t* restrict io)
 {
     const ptrdiff_t th = (OH + 1) / 2, tw = (OW + 1) / 2;
+    for (ptrdiff_t p = 0; p < 64; ++p) {    /* position p: output i of tile t, as 16 i + t */
+        const ptrdiff_t r = p / (OW > 0 ? OW : 1), c = p - r * OW;
+        io[p] = p < OH * OW && th * tw <= 16
+                    ? (int32_t)(16 * (2 * (r % 2) + c % 2) + (r / 2) * tw + c / 2) : -1;
+    }
     for (ptrdiff_t t = 0; t < np; ++t) {
         const ptrdiff_t ty = t / tw, tx = t - ty * tw, live = t < th * tw;
         for (int q = 0; q < 16; ++q) {
@@ -311,19 +332,49 @@ static inline void fnn_wgs_tables(ptrdiff_t H, ptrdiff_t W, ptrdiff_t OH, ptrdif
     }
 }
 
-/* The tiles of one plane x (nt of them, row-major): tile t's input patch element q = 4 a +
- * b at x[ix[q np + t]] (np: the tables' row length, a multiple of 16; -1: outside the
- * plane, a zero of the padding), its B^T d B into V[k vs + t]. */
-static inline void fnn_wgs_input(const float* restrict x, const int32_t* restrict ix,
-                                 ptrdiff_t nt, ptrdiff_t np, float* restrict V, ptrdiff_t vs)
+/* A plane of n <= 64 floats in 4 registers (zeros past n). */
+static inline void fnn_wgs_hold(const float* restrict x, ptrdiff_t n, __m512 r[4])
 {
+    for (int j = 0; j < 4; ++j) {
+        const ptrdiff_t w = n - 16 * j;
+        r[j] = _mm512_maskz_loadu_ps((__mmask16)(w >= 16 ? 0xFFFF : w > 0 ? (1u << w) - 1 : 0),
+                                     x + 16 * j);
+    }
+}
+
+/* Lanes m of the held plane r at offsets vi (< 64; -1: a zero), the others zero: two
+ * permutes of two registers each in place of a gather. */
+static inline __m512 fnn_wgs_pick(const __m512 r[4], __m512i vi, __mmask16 m)
+{
+    const __mmask16 live = m & _mm512_cmpge_epi32_mask(vi, _mm512_setzero_si512());
+    const __mmask16 hi = _mm512_cmpge_epi32_mask(vi, _mm512_set1_epi32(32));
+    const __m512 lo = _mm512_permutex2var_ps(r[0], vi, r[1]);
+    const __m512 up = _mm512_permutex2var_ps(r[2], vi, r[3]);
+    return _mm512_maskz_mov_ps(live, _mm512_mask_blend_ps(hi, lo, up));
+}
+
+/* The tiles of one plane x (hw floats; nt tiles, row-major): tile t's input patch element
+ * q = 4 a + b at x[ix[q np + t]] (np: the tables' row length, a multiple of 16; -1:
+ * outside the plane, a zero of the padding), its B^T d B into V[k vs + t].  A plane of <=
+ * 64 floats is held in registers (fnn_wgs_pick), a larger one gathered from. */
+static inline void fnn_wgs_input(const float* restrict x, ptrdiff_t hw,
+                                 const int32_t* restrict ix, ptrdiff_t nt, ptrdiff_t np,
+                                 float* restrict V, ptrdiff_t vs)
+{
+    __m512 r[4];
+    if (hw <= 64)
+        fnn_wgs_hold(x, hw, r);
     for (ptrdiff_t t0 = 0; t0 < nt; t0 += 16) {
         const __mmask16 m = (__mmask16)(nt - t0 >= 16 ? 0xFFFF : (1u << (nt - t0)) - 1);
         __m512 d[4][4], e[4][4];
         for (int q = 0; q < 16; ++q) {
             const __m512i vi = _mm512_loadu_si512((const void*)(ix + q * np + t0));
-            const __mmask16 mq = m & _mm512_cmpge_epi32_mask(vi, _mm512_setzero_si512());
-            d[q >> 2][q & 3] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mq, vi, x, 4);
+            if (hw <= 64) {
+                d[q >> 2][q & 3] = fnn_wgs_pick(r, vi, m);
+            } else {
+                const __mmask16 mq = m & _mm512_cmpge_epi32_mask(vi, _mm512_setzero_si512());
+                d[q >> 2][q & 3] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mq, vi, x, 4);
+            }
         }
         for (int b = 0; b < 4; ++b) {     /* B^T d: the rows */
             e[0][b] = _mm512_sub_ps(d[0][b], d[2][b]);
@@ -341,11 +392,14 @@ static inline void fnn_wgs_input(const float* restrict x, const int32_t* restric
     }
 }
 
-/* One output plane y from its nt tiles' products M[k ms + t]: A^T m A (+ bias), output i =
- * 2 r + c of tile t at y[iy[i np + t]] (-1: past the plane's edge, dropped). */
+/* One output plane y (ps positions) from its nt tiles' products M[k ms + t]: A^T m A (+
+ * bias), output i = 2 r + c of tile t at y[iy[i np + t]] (-1: past the plane's edge,
+ * dropped).  A plane of <= 64 positions and <= 16 tiles is put together in registers
+ * (position p from 16 i + t = io[p]) and stored whole; else scattered. */
 static inline void fnn_wgs_output(const float* restrict M, ptrdiff_t ms,
-                                  const int32_t* restrict iy, ptrdiff_t nt, ptrdiff_t np,
-                                  float bias, float* restrict y)
+                                  const int32_t* restrict iy, const int32_t* restrict io,
+                                  ptrdiff_t nt, ptrdiff_t np, ptrdiff_t ps, float bias,
+                                  float* restrict y)
 {
     const __m512 vb = _mm512_set1_ps(bias);
     for (ptrdiff_t t0 = 0; t0 < nt; t0 += 16) {
@@ -361,6 +415,16 @@ static inline void fnn_wgs_output(const float* restrict M, ptrdiff_t ms,
             o[2 * i] = _mm512_add_ps(_mm512_add_ps(s[i][0], s[i][1]), s[i][2]);
             o[2 * i + 1] = _mm512_sub_ps(_mm512_sub_ps(s[i][1], s[i][2]), s[i][3]);
         }
+        if (nt <= 16 && ps <= 64) {
+            for (int j = 0; j < 4 && 16 * j < ps; ++j) {
+                const ptrdiff_t w = ps - 16 * j;
+                const __mmask16 mj = (__mmask16)(w >= 16 ? 0xFFFF : (1u << w) - 1);
+                const __m512i vi = _mm512_loadu_si512((const void*)(io + 16 * j));
+                _mm512_mask_storeu_ps(y + 16 * j, mj,
+                                      _mm512_add_ps(fnn_wgs_pick(o, vi, 0xFFFF), vb));
+            }
+            continue;
+        }
         for (int i = 0; i < 4; ++i) {
             const __m512i vi = _mm512_loadu_si512((const void*)(iy + i * np + t0));
             const __mmask16 mi = m & _mm512_cmpge_epi32_mask(vi, _mm512_setzero_si512());
@@ -369,17 +433,26 @@ static inline void fnn_wgs_output(const float* restrict M, ptrdiff_t ms,
     }
 }
 /* d_weight on the same transforms: the tiles of one output-gradient plane dy (its outputs'
- * offsets iy as fnn_wgs_output's: -1 past the edge, a zero) as A dY A^T into D[k ds + t]. */
-static inline void fnn_wgs_dout(const float* restrict dy, const int32_t* restrict iy,
-                                  ptrdiff_t nt, ptrdiff_t np, float* restrict D, ptrdiff_t ds)
+ * offsets iy as fnn_wgs_output's: -1 past the edge, a zero; ps of them, held in registers
+ * when <= 64) as A dY A^T into D[k ds + t]. */
+static inline void fnn_wgs_dout(const float* restrict dy, ptrdiff_t ps,
+                                const int32_t* restrict iy, ptrdiff_t nt, ptrdiff_t np,
+                                float* restrict D, ptrdiff_t ds)
 {
+    __m512 h[4];
+    if (ps <= 64)
+        fnn_wgs_hold(dy, ps, h);
     for (ptrdiff_t t0 = 0; t0 < nt; t0 += 16) {
         const __mmask16 m = (__mmask16)(nt - t0 >= 16 ? 0xFFFF : (1u << (nt - t0)) - 1);
         __m512 d[4], r[4][2];
         for (int i = 0; i < 4; ++i) {
             const __m512i vi = _mm512_loadu_si512((const void*)(iy + i * np + t0));
-            const __mmask16 mi = m & _mm512_cmpge_epi32_mask(vi, _mm512_setzero_si512());
-            d[i] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mi, vi, dy, 4);
+            if (ps <= 64) {
+                d[i] = fnn_wgs_pick(h, vi, m);
+            } else {
+                const __mmask16 mi = m & _mm512_cmpge_epi32_mask(vi, _mm512_setzero_si512());
+                d[i] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mi, vi, dy, 4);
+            }
         }
         for (int b = 0; b < 2; ++b) {     /* A dY: the rows (d[2 a + b] is dY[a][b]) */
             r[0][b] = d[b];
@@ -399,14 +472,12 @@ static inline void fnn_wgs_dout(const float* restrict dy, const int32_t* restric
 }
 
 /* d_weight rows [r0, r1) of an (O, C, 3, 3) weight from dU (element (r, c) of the k-th
- * matrix at dU + k S + r C): G^T dU G, 16 filters at a time (scattered into their 9 taps). */
+ * matrix at dU + k S + r C): G^T dU G, 16 filters at a time (their 9 taps transposed in
+ * registers into 16 runs of 9). */
 static inline void fnn_wgs_wgrad_out(const float* restrict dU, ptrdiff_t S, ptrdiff_t C,
                                      ptrdiff_t r0, ptrdiff_t r1, float* restrict dw)
 {
     const __m512 h = _mm512_set1_ps(0.5f);
-    const __m512i vi = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7,
-                                                           6, 5, 4, 3, 2, 1, 0),
-                                          _mm512_set1_epi32(9));
     for (ptrdiff_t r = r0; r < r1; ++r)
         for (ptrdiff_t c = 0; c < C; c += 16) {
             const __mmask16 m = (__mmask16)(C - c >= 16 ? 0xFFFF : (1u << (C - c)) - 1);
@@ -419,14 +490,20 @@ static inline void fnn_wgs_wgrad_out(const float* restrict dU, ptrdiff_t S, ptrd
                 s[1][j] = _mm512_mul_ps(h, _mm512_sub_ps(u[4 + j], u[8 + j]));
                 s[2][j] = _mm512_add_ps(p, u[12 + j]);
             }
-            float* f = dw + (r * C + c) * 9;
+            __m512 t[16];
             for (int a = 0; a < 3; ++a) {     /* (G^T dU) G: the columns */
                 const __m512 p = _mm512_mul_ps(h, _mm512_add_ps(s[a][1], s[a][2]));
-                _mm512_mask_i32scatter_ps(f + 3 * a, m, vi, _mm512_add_ps(s[a][0], p), 4);
-                _mm512_mask_i32scatter_ps(f + 3 * a + 1, m, vi,
-                                          _mm512_mul_ps(h, _mm512_sub_ps(s[a][1], s[a][2])), 4);
-                _mm512_mask_i32scatter_ps(f + 3 * a + 2, m, vi, _mm512_add_ps(p, s[a][3]), 4);
+                t[3 * a] = _mm512_add_ps(s[a][0], p);
+                t[3 * a + 1] = _mm512_mul_ps(h, _mm512_sub_ps(s[a][1], s[a][2]));
+                t[3 * a + 2] = _mm512_add_ps(p, s[a][3]);
             }
+            for (int q = 9; q < 16; ++q)
+                t[q] = _mm512_setzero_ps();
+            fnn_transpose16_ps(t);            /* t[l]: filter c + l's 9 taps */
+            float* f = dw + (r * C + c) * 9;
+            const ptrdiff_t n = C - c < 16 ? C - c : 16;
+            for (ptrdiff_t l = 0; l < n; ++l)
+                _mm512_mask_storeu_ps(f + 9 * l, (__mmask16)0x1FF, t[l]);
         }
 }
 #else
@@ -443,27 +520,29 @@ static inline void fnn_wgs_weight_t(const float* w, ptrdiff_t O, ptrdiff_t C, pt
 {
     (void)w; (void)O; (void)C; (void)c0; (void)c1; (void)U;
 }
-static inline void fnn_wgs_input(const float* x, const int32_t* ix, ptrdiff_t nt, ptrdiff_t np,
-                                 float* V, ptrdiff_t vs)
+static inline void fnn_wgs_input(const float* x, ptrdiff_t hw, const int32_t* ix, ptrdiff_t nt,
+                                 ptrdiff_t np, float* V, ptrdiff_t vs)
 {
-    (void)x; (void)ix; (void)nt; (void)np; (void)V; (void)vs;
+    (void)x; (void)hw; (void)ix; (void)nt; (void)np; (void)V; (void)vs;
 }
-static inline void fnn_wgs_output(const float* M, ptrdiff_t ms, const int32_t* iy, ptrdiff_t nt,
-                                  ptrdiff_t np, float bias, float* y)
+static inline void fnn_wgs_output(const float* M, ptrdiff_t ms, const int32_t* iy,
+                                  const int32_t* io, ptrdiff_t nt, ptrdiff_t np, ptrdiff_t ps,
+                                  float bias, float* y)
 {
-    (void)M; (void)ms; (void)iy; (void)nt; (void)np; (void)bias; (void)y;
+    (void)M; (void)ms; (void)iy; (void)io; (void)nt; (void)np; (void)ps; (void)bias; (void)y;
 }
 static inline ptrdiff_t fnn_sgz_buffer_floats(void) { return 0; }
 static inline void fnn_wgs_tables(ptrdiff_t H, ptrdiff_t W, ptrdiff_t OH, ptrdiff_t OW,
                                   ptrdiff_t pt, ptrdiff_t pl, ptrdiff_t np, int32_t* ix,
-                                  int32_t* iy)
+                                  int32_t* iy, int32_t* io)
 {
     (void)H; (void)W; (void)OH; (void)OW; (void)pt; (void)pl; (void)np; (void)ix; (void)iy;
+    (void)io;
 }
-static inline void fnn_wgs_dout(const float* dy, const int32_t* iy, ptrdiff_t nt, ptrdiff_t np,
-                                float* D, ptrdiff_t ds)
+static inline void fnn_wgs_dout(const float* dy, ptrdiff_t ps, const int32_t* iy, ptrdiff_t nt,
+                                ptrdiff_t np, float* D, ptrdiff_t ds)
 {
-    (void)dy; (void)iy; (void)nt; (void)np; (void)D; (void)ds;
+    (void)dy; (void)ps; (void)iy; (void)nt; (void)np; (void)D; (void)ds;
 }
 static inline void fnn_wgs_wgrad_out(const float* dU, ptrdiff_t S, ptrdiff_t C, ptrdiff_t r0,
                                      ptrdiff_t r1, float* dw)

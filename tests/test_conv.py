@@ -792,6 +792,7 @@ def test_conv2d_small_planes_run_images_side_by_side(geo, dx_too):
     ((8, 128, 7, 7, 128, 1), True, True),      # ResNet's last stage (fewer channels)
     ((20, 130, 7, 7, 140, 1), True, True),     # 320 tiles: two image groups; C, O % 16 != 0
     ((8, 144, 6, 5, 128, 1), True, True),      # 6 x 5 outputs: 9 tiles an image, 30/36 used
+    ((8, 128, 3, 20, 128, 1), True, True),     # 3 x 20: 20 tiles an image (two vectors)
     ((8, 128, 9, 9, 136, 0), True, False),     # no padding: 7 x 7 outputs (9 x 9 d_input)
     ((8, 128, 5, 5, 128, 2), True, False),     # padding 2: 7 x 7 outputs (5 x 5 d_input)
     ((8, 128, 5, 5, 128, 1), False, False),    # 5 x 5: tiles 25/36 used -- d_weight only
@@ -989,3 +990,19 @@ def test_bench_conv3x3_rows_count_the_arithmetic_done():
         assert bench_conv.cases()[0].flops == direct
     finally:
         conv._WINOGRAD = True
+
+
+def test_conv_kernels_check_their_tuple_arguments():
+    """The compiled conv kernels index their shape and geometry tuples unchecked; a padding
+    of two values (the functional layer passes four) is a ValueError there, not a read past
+    the tuple (it crashed the process)."""
+    from fastnn._backend import backend
+    be = backend("cpu")
+    x = np.ones((1, 2, 5, 5), np.float32)
+    w = np.ones((3, 2, 3, 3), np.float32)
+    with pytest.raises(ValueError, match="padding"):
+        be.conv2d(x, w, None, (1, 1), (1, 1), (1, 1), 1)
+    with pytest.raises(ValueError, match="stride"):
+        be.conv2d(x, w, None, (1,), (1, 1, 1, 1), (1, 1), 1)
+    y, _ = be.conv2d(x, w, None, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    assert y.shape == (1, 3, 5, 5)
