@@ -1702,6 +1702,26 @@ cdef bint _wgs_dw_ok(Geo* g):
             and _wgs_tiles(g) * 4096 >= g.O * g.C)
 
 
+cdef void _wgs_tiles_in(const float* x, Geo* g, Py_ssize_t n0, Py_ssize_t n1,
+                        const int32_t* ix, float* V, int nt) noexcept nogil:
+    """V[k] (C x T, T the tiles of images [n0, n1)) of the small-plane Winograd: each input
+    plane's tiles' B^T d B (fnn_wgs_input), work items channel-major (each row of V[k]
+    written in order)."""
+    cdef Py_ssize_t nti = ((g.OH + 1) // 2) * ((g.OW + 1) // 2), npad = (nti + 15) // 16 * 16
+    cdef Py_ssize_t m = n1 - n0, T = m * nti, it, c, n
+    for it in prange(m * g.C, schedule="static", num_threads=nt):
+        c = it // m
+        n = it - c * m
+        fnn_wgs_input(x + (n0 + n) * g.C * g.H * g.W + c * g.H * g.W, g.H * g.W, ix, nti, npad,
+                      V + c * T + n * nti, g.C * T)
+
+
+cdef inline Py_ssize_t _wgs_edge(Py_ssize_t R, Py_ssize_t nrg, Py_ssize_t j) noexcept nogil:
+    """Where row group j of nrg over R rows starts: on the GEMM's 12-row tiles (j = nrg:
+    R)."""
+    return R if j >= nrg else R * j // nrg // 12 * 12
+
+
 cdef int _wgs_run(const float* x, const float* w, bint dx, const float* b, float* y, Geo* g,
                   float* U, float* V, float* M, const int32_t* ix, const int32_t* iy,
                   const int32_t* io, Py_ssize_t nI, int nt) except -1 nogil:
@@ -1713,9 +1733,9 @@ cdef int _wgs_run(const float* x, const float* w, bint dx, const float* b, float
     weight's flipped, U[k] the transpose of the flipped filters' (fnn_wgs_weight_t).  Each
     output is the same sums whatever the threads."""
     cdef Py_ssize_t nti = ((g.OH + 1) // 2) * ((g.OW + 1) // 2), npad = (nti + 15) // 16 * 16
-    cdef Py_ssize_t R = g.O, Cn = g.C, xs = g.C * g.H * g.W, ps = g.OH * g.OW
+    cdef Py_ssize_t R = g.O, Cn = g.C, ps = g.OH * g.OW
     cdef Py_ssize_t Rw = Cn if dx else R, Cw = R if dx else Cn
-    cdef Py_ssize_t nrb = ((R if dx else Rw) + 15) // 16, n0, n1, T, it, k, j, r0, r1, n, o
+    cdef Py_ssize_t nrb = ((R if dx else Rw) + 15) // 16, n0, n1, T, it, k, r0, r1, n, o
     cdef Py_ssize_t nrg = 1 if nt <= 2 else (8 * nt + 15) // 16
     cdef int failed = 0
     for it in prange(nrb, schedule="static", num_threads=nt):
@@ -1729,16 +1749,11 @@ cdef int _wgs_run(const float* x, const float* w, bint dx, const float* b, float
     while n0 < g.N:
         n1 = n0 + nI if n0 + nI < g.N else g.N
         T = (n1 - n0) * nti
-        for it in prange((n1 - n0) * Cn, schedule="static", num_threads=nt):
-            k = it // (n1 - n0)     # channel-major: each row of V[k] written in order
-            n = it - k * (n1 - n0)
-            fnn_wgs_input(x + (n0 + n) * xs + k * g.H * g.W, g.H * g.W, ix, nti, npad,
-                          V + k * T + n * nti, Cn * T)
+        _wgs_tiles_in(x, g, n0, n1, ix, V, nt)
         for it in prange(16 * nrg, schedule="dynamic", chunksize=1, num_threads=nt):
             k = it // nrg
-            j = it - k * nrg
-            r0 = R * j // nrg // 12 * 12
-            r1 = R if j + 1 == nrg else R * (j + 1) // nrg // 12 * 12
+            r0 = _wgs_edge(R, nrg, it - k * nrg)
+            r1 = _wgs_edge(R, nrg, it - k * nrg + 1)
             if r1 <= r0:
                 continue
             if fnn_sgemm_z(0, 0, r1 - r0, T, Cn, 1, U + k * R * Cn + r0 * Cn, Cn,
@@ -1806,19 +1821,15 @@ cdef int _wgs_wgrad_run(const float* x, const float* dy, float* dw, Geo* g, floa
     group; the groups added in image order), then dw = G^T dU G.  Each output is the same
     sums whatever the threads."""
     cdef Py_ssize_t nti = ((g.OH + 1) // 2) * ((g.OW + 1) // 2), npad = (nti + 15) // 16 * 16
-    cdef Py_ssize_t O = g.O, Cn = g.C, xs = g.C * g.H * g.W, ps = g.OH * g.OW
-    cdef Py_ssize_t n0, n1, T, it, k, j, r0, r1, n
+    cdef Py_ssize_t O = g.O, Cn = g.C, ps = g.OH * g.OW
+    cdef Py_ssize_t n0, n1, T, it, k, r0, r1, n
     cdef Py_ssize_t nrg = 1 if nt <= 2 else (8 * nt + 15) // 16
     cdef int failed = 0
     n0 = 0
     while n0 < g.N:
         n1 = n0 + nI if n0 + nI < g.N else g.N
         T = (n1 - n0) * nti
-        for it in prange((n1 - n0) * Cn, schedule="static", num_threads=nt):
-            k = it // (n1 - n0)     # channel-major: each row of V[k] written in order
-            n = it - k * (n1 - n0)
-            fnn_wgs_input(x + (n0 + n) * xs + k * g.H * g.W, g.H * g.W, ix, nti, npad,
-                          V + k * T + n * nti, Cn * T)
+        _wgs_tiles_in(x, g, n0, n1, ix, V, nt)
         for it in prange((n1 - n0) * O, schedule="static", num_threads=nt):
             k = it // (n1 - n0)     # channel-major: each row of D[k] written in order
             n = it - k * (n1 - n0)
@@ -1826,9 +1837,8 @@ cdef int _wgs_wgrad_run(const float* x, const float* dy, float* dw, Geo* g, floa
                          D + k * T + n * nti, O * T)
         for it in prange(16 * nrg, schedule="dynamic", chunksize=1, num_threads=nt):
             k = it // nrg
-            j = it - k * nrg
-            r0 = O * j // nrg // 12 * 12
-            r1 = O if j + 1 == nrg else O * (j + 1) // nrg // 12 * 12
+            r0 = _wgs_edge(O, nrg, it - k * nrg)
+            r1 = _wgs_edge(O, nrg, it - k * nrg + 1)
             if r1 > r0 and fnn_sgemm_z(0, 1, r1 - r0, Cn, T, 1, D + k * O * T + r0 * T, T,
                                        V + k * Cn * T, T, 0 if n0 == 0 else 1,
                                        dU + k * O * Cn + r0 * Cn, Cn, NULL) != 0:

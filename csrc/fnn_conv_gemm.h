@@ -353,6 +353,18 @@ static inline __m512 fnn_wgs_pick(const __m512 r[4], __m512i vi, __mmask16 m)
     return _mm512_maskz_mov_ps(live, _mm512_mask_blend_ps(hi, lo, up));
 }
 
+/* Lanes m of a plane x at offsets vi (-1: a zero): from its registers r when held (a plane
+ * of <= 64 floats, fnn_wgs_hold), else gathered. */
+static inline __m512 fnn_wgs_read(const __m512 r[4], int held, const float* x, __m512i vi,
+                                  __mmask16 m)
+{
+    if (held)
+        return fnn_wgs_pick(r, vi, m);
+    return _mm512_mask_i32gather_ps(_mm512_setzero_ps(),
+                                    m & _mm512_cmpge_epi32_mask(vi, _mm512_setzero_si512()), vi,
+                                    x, 4);
+}
+
 /* The tiles of one plane x (hw floats; nt tiles, row-major): tile t's input patch element
  * q = 4 a + b at x[ix[q np + t]] (np: the tables' row length, a multiple of 16; -1:
  * outside the plane, a zero of the padding), its B^T d B into V[k vs + t].  A plane of <=
@@ -368,13 +380,8 @@ static inline void fnn_wgs_input(const float* restrict x, ptrdiff_t hw,
         const __mmask16 m = (__mmask16)(nt - t0 >= 16 ? 0xFFFF : (1u << (nt - t0)) - 1);
         __m512 d[4][4], e[4][4];
         for (int q = 0; q < 16; ++q) {
-            const __m512i vi = _mm512_loadu_si512((const void*)(ix + q * np + t0));
-            if (hw <= 64) {
-                d[q >> 2][q & 3] = fnn_wgs_pick(r, vi, m);
-            } else {
-                const __mmask16 mq = m & _mm512_cmpge_epi32_mask(vi, _mm512_setzero_si512());
-                d[q >> 2][q & 3] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mq, vi, x, 4);
-            }
+            d[q >> 2][q & 3] = fnn_wgs_read(
+                r, hw <= 64, x, _mm512_loadu_si512((const void*)(ix + q * np + t0)), m);
         }
         for (int b = 0; b < 4; ++b) {     /* B^T d: the rows */
             e[0][b] = _mm512_sub_ps(d[0][b], d[2][b]);
@@ -446,13 +453,8 @@ static inline void fnn_wgs_dout(const float* restrict dy, ptrdiff_t ps,
         const __mmask16 m = (__mmask16)(nt - t0 >= 16 ? 0xFFFF : (1u << (nt - t0)) - 1);
         __m512 d[4], r[4][2];
         for (int i = 0; i < 4; ++i) {
-            const __m512i vi = _mm512_loadu_si512((const void*)(iy + i * np + t0));
-            if (ps <= 64) {
-                d[i] = fnn_wgs_pick(h, vi, m);
-            } else {
-                const __mmask16 mi = m & _mm512_cmpge_epi32_mask(vi, _mm512_setzero_si512());
-                d[i] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mi, vi, dy, 4);
-            }
+            d[i] = fnn_wgs_read(h, ps <= 64, dy,
+                                _mm512_loadu_si512((const void*)(iy + i * np + t0)), m);
         }
         for (int b = 0; b < 2; ++b) {     /* A dY: the rows (d[2 a + b] is dY[a][b]) */
             r[0][b] = d[b];

@@ -1,5 +1,7 @@
 """Conv family: conv2d / Conv2d / DepthwiseSeparableConv2d against torch, thread
 determinism of the compiled paths (im2col, 1x1, depthwise), init, bad input."""
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -328,6 +330,25 @@ def _scaled_case(geo, seed):
     x = rng.standard_normal((N, C, H, W)).astype(np.float32)
     w = (rng.standard_normal((O, C, k, k)) / np.sqrt(C * k * k)).astype(np.float32)
     return x, w, rng.standard_normal(O).astype(np.float32), p
+
+
+@contextlib.contextmanager
+def _switched(mod, **flags):
+    """mod's module-level switches set for the with-block, restored after."""
+    old = {k: getattr(mod, k) for k in flags}
+    for k, v in flags.items():
+        setattr(mod, k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            setattr(mod, k, v)
+
+
+def _conv2d_fwd_bwd(x, w, b, p, dy):
+    """(y, d_input, d_weight, d_bias) of F.conv2d (stride 1, padding p) for gradient dy."""
+    y, ctx = F.conv2d_fwd(x, w, b, 1, p)
+    return (y,) + tuple(F.conv2d_bwd(ctx, dy))
 
 
 def _torch_grads(fn, x, w, b, p, d, dy):
@@ -724,21 +745,14 @@ def test_conv2d_wide_stride1_weight_grad_on_gemms(geo):
     import fastnn._backend
     conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
     x, w, b, p = _scaled_case(geo, 8)
-    conv._WGS = False       # (several images of 5 x 5 take the small-plane Winograd)
-    try:
+    with _switched(conv, _WGS=False):   # (several images of 5 x 5: small-plane Winograd)
         route = conv._wgrad_route(x.shape, w.shape, (1, 1), (p,) * 4)
         assert route == ("gemm" if conv._avx512_direct_built() else "other")
         # (the other builds' forward of one image runs on BLAS's threads: not asserted here)
         res, dy = _fwd_bwd_across_threads(F.conv2d_fwd, F.conv2d_bwd, (x, w, b, 1, p),
                                           counts=(1, 2, 3) if route == "gemm" else (1,))
-        conv._WGEMM = False
-        try:
-            y, ctx = F.conv2d_fwd(x, w, b, 1, p)
-            other = F.conv2d_bwd(ctx, dy)[1]
-        finally:
-            conv._WGEMM = True
-    finally:
-        conv._WGS = True
+        with _switched(conv, _WGEMM=False):
+            other = _conv2d_fwd_bwd(x, w, b, p, dy)[2]
     want = _torch_grads(torch.nn.functional.conv2d, x, w, b, p, 1, dy)[2]
     for got in (res[0][2], other):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
@@ -766,17 +780,10 @@ def test_conv2d_small_planes_run_images_side_by_side(geo, dx_too):
     import fastnn._backend
     conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
     x, w, b, p = _scaled_case(geo, 10)
-    conv._WGS = False       # (40 images of 4 x 4 would run on the small-plane Winograd)
-    try:
+    with _switched(conv, _WGS=False):   # (40 images of 4 x 4: small-plane Winograd)
         res, dy = _fwd_bwd_across_threads(F.conv2d_fwd, F.conv2d_bwd, (x, w, b, 1, p))
-        conv._IMGS = False
-        try:
-            y, ctx = F.conv2d_fwd(x, w, b, 1, p)
-            other = (y,) + tuple(F.conv2d_bwd(ctx, dy))
-        finally:
-            conv._IMGS = True
-    finally:
-        conv._WGS = True
+        with _switched(conv, _IMGS=False):
+            other = _conv2d_fwd_bwd(x, w, b, p, dy)
     if conv._avx512_direct_built():
         assert not np.array_equal(res[0][0], other[0])
         if dx_too:
@@ -818,12 +825,8 @@ def test_conv2d_small_planes_on_winograd(geo, fwd, dx):
             ) == built
     x, w, b, _ = _scaled_case((N, C, H, W, O, 3, p), 12)
     res, dy = _fwd_bwd_across_threads(F.conv2d_fwd, F.conv2d_bwd, (x, w, b, 1, p))
-    conv._WGS = False
-    try:
-        y, ctx = F.conv2d_fwd(x, w, b, 1, p)
-        other = (y,) + tuple(F.conv2d_bwd(ctx, dy))
-    finally:
-        conv._WGS = True
+    with _switched(conv, _WGS=False):
+        other = _conv2d_fwd_bwd(x, w, b, p, dy)
     if built:
         assert not np.array_equal(res[0][2], other[2])
         assert np.array_equal(res[0][0], other[0]) != fwd
