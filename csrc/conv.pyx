@@ -1650,7 +1650,7 @@ _WGS = True     # 3x3 stride-1 small planes of several images on Winograd as 16 
 cdef Py_ssize_t _WGS_TILES = 256
 
 
-cdef Py_ssize_t _WGS_FWD_CH = 128
+cdef Py_ssize_t _WGS_FWD_CH = 64
 cdef Py_ssize_t _WGS_FWD_TILES = 64
 cdef Py_ssize_t _WGS_DW_TILES = 16
 
@@ -1681,16 +1681,20 @@ cdef bint _wgs_geo(Geo* g):
 
 
 cdef bint _wgs_ok(Geo* g):
-    """The forward (or a d_input as one) on the small-plane Winograd: >= 128 channels each
-    way, >= 64 tiles (4 images of 7 x 7), the tiles >= 3/4 filled (7 x 7, 6 x 6, 4 x 4;
-    not 5 x 5 or 3 x 3).  Elsewhere the direct kernels are as fast or faster: the per-call
-    weight transform (16 x O x C floats written) and the tiles' transforms weigh more
-    than the products saved.  2 threads, Winograd / direct: 8 x 512 x 7 x 7 0.80
-    (d_input 0.81), 16 x 256 x 7 x 7 0.76, 8 x 128 x 7 x 7 0.91, 4 x 256 x 7 x 7 0.98,
-    64 x 64 x 7 x 7 1.5, 32 x 256 x 3 x 3 1.6."""
+    """The forward (or a d_input as one) on the small-plane Winograd: >= 64 channels each
+    way, >= 64 tiles, the tiles >= 3/4 used (7 x 7, 6 x 6, 4 x 4 outputs; not 5 x 5 or 3
+    x 3: no faster there), and either all used (even sides) or >= 8192 tile-channels
+    (tiles x the fewer channels).  Elsewhere the direct kernels are as fast or faster: the
+    per-call weight transform (16 x O x C floats written) and the tiles' transforms weigh
+    more than the products saved.  2 threads, Winograd / direct, forward (d_input): 8 x 512
+    x 7 x 7 0.78-0.84 (0.83-0.85), 16 x 96 x 7 x 7 0.76 (0.71), 8 x 64 x 7 x 7 0.98
+    (0.94), 8 x 64 x 6 x 6 0.64, 16 x 64 x 4 x 4 0.55; 4 x 64 x 7 x 7 1.15, 8 x 32 x 7 x
+    7 1.29."""
     cdef Py_ssize_t th = (g.OH + 1) // 2, tw = (g.OW + 1) // 2
-    return (_wgs_geo(g) and g.C >= _WGS_FWD_CH and g.O >= _WGS_FWD_CH
-            and _wgs_tiles(g) >= _WGS_FWD_TILES and 4 * g.OH * g.OW >= 3 * 4 * th * tw)
+    cdef Py_ssize_t ch = g.C if g.C < g.O else g.O
+    return (_wgs_geo(g) and ch >= _WGS_FWD_CH and _wgs_tiles(g) >= _WGS_FWD_TILES
+            and 4 * g.OH * g.OW >= 3 * 4 * th * tw
+            and (g.OH * g.OW == 4 * th * tw or _wgs_tiles(g) * ch >= 8192))
 
 
 cdef bint _wgs_dw_ok(Geo* g):

@@ -803,14 +803,17 @@ def test_conv2d_small_planes_run_images_side_by_side(geo, dx_too):
     ((8, 128, 9, 9, 136, 0), True, False),     # no padding: 7 x 7 outputs (9 x 9 d_input)
     ((8, 128, 5, 5, 128, 2), True, False),     # padding 2: 7 x 7 outputs (5 x 5 d_input)
     ((8, 128, 5, 5, 128, 1), False, False),    # 5 x 5: tiles 25/36 used -- d_weight only
-    ((16, 64, 7, 7, 64, 1), False, False),     # 64 channels: d_weight only
+    ((16, 64, 7, 7, 64, 1), True, True),       # 64 channels
+    ((16, 64, 4, 4, 64, 1), True, True),       # 4 x 4: every tile used
+    ((4, 64, 7, 7, 64, 1), False, False),      # 64 tiles of 64 channels: d_weight only
+    ((16, 48, 7, 7, 40, 1), False, False),     # under 64 channels: d_weight only
     ((30, 16, 3, 3, 24, 1), False, False),     # 3 x 3 outputs
     ((1, 40, 7, 7, 24, 1), False, False),      # one image (16 tiles)
 ])
 def test_conv2d_small_planes_on_winograd(geo, fwd, dx):
     """A 3x3 stride-1 conv2d with a small output plane (< 64 positions, >= 3 x 3; AVX-512
-    builds, the own GEMM) runs its d_weight -- and with >= 128 channels each way, >= 64
-    tiles, tiles >= 3/4 used, its forward (and a d_input whose plane is such) -- on
+    builds, the own GEMM) runs its d_weight -- and with >= 64 channels each way and
+    enough tiles, >= 3/4 used, its forward (and a d_input whose plane is such) -- on
     Winograd F(2x2, 3x3) as 16
     GEMMs over the images' 2 x 2 output tiles side by side.  The same bits at 1, 2 and 3
     threads, torch's values, and other bits than the other kernels' (conv._WGS = False),

@@ -17,7 +17,7 @@ def _winograd(N, C, H, W, O, k, pad, groups):
     """(forward and d_input, d_weight): whether the loaded kernels run this conv2d (3x3,
     stride 1, 'same' padding, groups 1) on Winograd F(2x2, 3x3) -- the forward and d_input
     in AVX2 and AVX-512 builds on planes of >= 64 positions, and in AVX-512 builds on
-    smaller planes of several images with >= 128 channels (conv._fwd_on_winograd);
+    smaller planes of several images with >= 64 channels (conv._fwd_on_winograd);
     d_weight in AVX-512 builds where its route is Winograd's (wide layers with few tiles
     take GEMMs: conv._wgrad_route)."""
     if k != 3 or pad != 1 or groups != 1:
