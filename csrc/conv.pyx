@@ -1674,10 +1674,13 @@ cdef bint _wgs_geo(Geo* g):
     positions, at least 3 x 3), float32 on the own kernel (AVX-512 builds): the
     geometries the small-plane Winograd (_wgs_run, _wgs_wgrad_run) takes.  It runs F(2x2,
     3x3) as 16 GEMMs over several images' 2 x 2 output tiles side by side; at 7 x 7 the
-    tiles cover 8 x 8: 256 products a channel pair for 441 direct ones."""
+    tiles cover 8 x 8: 256 products a channel pair for 441 direct ones.  Its transformed
+    weight (16 x O x C floats, 1.8x the weight) is held within 64 MiB: up to 1024 x 1024
+    channels."""
     return (_WGS and FNN_HAVE_CIG != 0 and _sgz_on and g.direct and g.G == 1
             and g.kh == 3 and g.kw == 3 and g.sh == 1 and g.sw == 1 and g.dh == 1
-            and g.dw == 1 and g.OH * g.OW < 64 and g.OH >= 3 and g.OW >= 3 and g.N > 0)
+            and g.dw == 1 and g.OH * g.OW < 64 and g.OH >= 3 and g.OW >= 3 and g.N > 0
+            and 16 * 4 * g.O * g.C <= (64 << 20))
 
 
 cdef bint _wgs_ok(Geo* g):

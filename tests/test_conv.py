@@ -841,9 +841,10 @@ def test_conv2d_small_planes_on_winograd(geo, fwd, dx):
 
 
 def test_conv2d_small_plane_winograd_limits():
-    """Where the small-plane Winograd does not pay: a big weight over few tiles keeps its
-    d_weight on the other kernels (2 x 512 x 7 x 7: 32 tiles), and so does every pass
-    with the route's limits raised (conv._set_wgs_limits)."""
+    """Where the small-plane Winograd does not pay or would hold too much: a big weight
+    over few tiles keeps its d_weight on the other kernels (2 x 512 x 7 x 7: 32 tiles), a
+    transformed weight over 64 MiB every pass, and so does every pass with the route's
+    limits raised (conv._set_wgs_limits)."""
     import importlib
     import fastnn._backend
     conv = importlib.import_module(fastnn._backend.backend("cpu").conv2d.__module__)
@@ -852,6 +853,10 @@ def test_conv2d_small_plane_winograd_limits():
     assert (conv._wgrad_route((4, 512, 7, 7), (512, 512, 3, 3), (1, 1), (1,) * 4)
             == "winograd") == built
     assert conv._fwd_on_winograd((4, 512, 7, 7), (512, 512, 3, 3), (1,) * 4) == built
+    # a transformed weight over 64 MiB (16 x 1040 x 1024 floats): the other kernels
+    assert conv._wgrad_route((64, 1024, 7, 7), (1040, 1024, 3, 3), (1, 1), (1,) * 4) != "winograd"
+    assert not conv._fwd_on_winograd((64, 1024, 7, 7), (1040, 1024, 3, 3), (1,) * 4)
+    assert conv._fwd_on_winograd((64, 1024, 7, 7), (1024, 1024, 3, 3), (1,) * 4) == built
     old = conv._set_wgs_limits(10 ** 9, 10 ** 9, 10 ** 9)
     try:
         assert not conv._fwd_on_winograd((4, 512, 7, 7), (512, 512, 3, 3), (1,) * 4)
