@@ -268,9 +268,9 @@ static inline void fnn_wgs_weight(const float* restrict w, ptrdiff_t rs, ptrdiff
 
 /* A d_input's U (fnn_wgs_weight of the flipped filters, each of the 16 matrices
  * transposed: U[k] is C x O): its rows [c0, c1) (c0 a multiple of 16), from the (O, C, 3,
- * 3) weight w in blocks of 16 x 16 filters -- each output channel's 16 gathered and
- * transformed as fnn_wgs_weight, the block transposed in registers -- along the rows (the
- * stores run along them). */
+ * 3) weight w in blocks of 16 x 16 filters -- each output channel's 16 transformed as
+ * fnn_wgs_weight, the block transposed in registers -- along the rows (the stores run
+ * along them). */
 static inline void fnn_wgs_weight_t(const float* restrict w, ptrdiff_t O, ptrdiff_t C,
                                     ptrdiff_t c0, ptrdiff_t c1, float* restrict U)
 {
@@ -374,8 +374,7 @@ static inline void fnn_wgs_input(const float* restrict x, ptrdiff_t hw,
                                  float* restrict V, ptrdiff_t vs)
 {
     __m512 r[4];
-    if (hw <= 64)
-        fnn_wgs_hold(x, hw, r);
+    fnn_wgs_hold(x, hw <= 64 ? hw : 0, r);      /* (zeros when not held: unread) */
     for (ptrdiff_t t0 = 0; t0 < nt; t0 += 16) {
         const __mmask16 m = (__mmask16)(nt - t0 >= 16 ? 0xFFFF : (1u << (nt - t0)) - 1);
         __m512 d[4][4], e[4][4];
@@ -447,8 +446,7 @@ static inline void fnn_wgs_dout(const float* restrict dy, ptrdiff_t ps,
                                 float* restrict D, ptrdiff_t ds)
 {
     __m512 h[4];
-    if (ps <= 64)
-        fnn_wgs_hold(dy, ps, h);
+    fnn_wgs_hold(dy, ps <= 64 ? ps : 0, h);     /* (zeros when not held: unread) */
     for (ptrdiff_t t0 = 0; t0 < nt; t0 += 16) {
         const __mmask16 m = (__mmask16)(nt - t0 >= 16 ? 0xFFFF : (1u << (nt - t0)) - 1);
         __m512 d[4], r[4][2];
