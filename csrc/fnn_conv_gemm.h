@@ -212,6 +212,12 @@ static inline int fnn_cig_multi(const float* restrict W, ptrdiff_t O, ptrdiff_t 
  * images' 2 x 2 output tiles side by side (fnn_wgs_*).  U = G g G^T, V = B^T d B, y = A^T m A
  * with the usual F(2x2, 3x3) matrices. */
 
+/* The first n lanes of 16 (n <= 0: none, n >= 16: all). */
+static inline __mmask16 fnn_wgs_lanes(ptrdiff_t n)
+{
+    return (__mmask16)(n >= 16 ? 0xFFFF : n > 0 ? (1u << n) - 1 : 0);
+}
+
 /* U[k] of the filters of rows [r0, r1) (element (r, c) of the k-th matrix at U + k S + r
  * ld + c): (G g G^T) at k, g the 3x3 filter of (row r, column c < Cn), tap (a, b) at w[r rs
  * + c cs + t], t = 3 a + b (8 - t: flip).  16 columns at a time: whole filters (cs 9)
@@ -226,7 +232,7 @@ static inline void fnn_wgs_weight(const float* restrict w, ptrdiff_t rs, ptrdiff
                                           _mm512_set1_epi32((int)cs));
     for (ptrdiff_t r = r0; r < r1; ++r)
         for (ptrdiff_t c = 0; c < Cn; c += 16) {
-            const __mmask16 m = (__mmask16)(Cn - c >= 16 ? 0xFFFF : (1u << (Cn - c)) - 1);
+            const __mmask16 m = fnn_wgs_lanes(Cn - c);
             const float* f = w + r * rs + c * cs;
             __m512 g[16], t[4][3];
             if (cs == 9) {      /* 16 whole filters: 9-float loads, transposed in registers */
@@ -280,7 +286,7 @@ static inline void fnn_wgs_weight_t(const float* restrict w, ptrdiff_t O, ptrdif
         const ptrdiff_t nc = c1 - cb < 16 ? c1 - cb : 16;
         for (ptrdiff_t ob = 0; ob < O; ob += 16) {
             const ptrdiff_t no = O - ob < 16 ? O - ob : 16;
-            const __mmask16 mo = (__mmask16)(no >= 16 ? 0xFFFF : (1u << no) - 1);
+            const __mmask16 mo = fnn_wgs_lanes(no);
             fnn_wgs_weight(w + ob * C * 9 + cb * 9, C * 9, 9, 1, 256, 16, nc, 0, no,
                            &blk[0][0][0]);
             for (int k = 0; k < 16; ++k) {
@@ -336,9 +342,7 @@ static inline void fnn_wgs_tables(ptrdiff_t H, ptrdiff_t W, ptrdiff_t OH, ptrdif
 static inline void fnn_wgs_hold(const float* restrict x, ptrdiff_t n, __m512 r[4])
 {
     for (int j = 0; j < 4; ++j) {
-        const ptrdiff_t w = n - 16 * j;
-        r[j] = _mm512_maskz_loadu_ps((__mmask16)(w >= 16 ? 0xFFFF : w > 0 ? (1u << w) - 1 : 0),
-                                     x + 16 * j);
+        r[j] = _mm512_maskz_loadu_ps(fnn_wgs_lanes(n - 16 * j), x + 16 * j);
     }
 }
 
@@ -376,7 +380,7 @@ static inline void fnn_wgs_input(const float* restrict x, ptrdiff_t hw,
     __m512 r[4];
     fnn_wgs_hold(x, hw <= 64 ? hw : 0, r);      /* (zeros when not held: unread) */
     for (ptrdiff_t t0 = 0; t0 < nt; t0 += 16) {
-        const __mmask16 m = (__mmask16)(nt - t0 >= 16 ? 0xFFFF : (1u << (nt - t0)) - 1);
+        const __mmask16 m = fnn_wgs_lanes(nt - t0);
         __m512 d[4][4], e[4][4];
         for (int q = 0; q < 16; ++q) {
             d[q >> 2][q & 3] = fnn_wgs_read(
@@ -409,7 +413,7 @@ static inline void fnn_wgs_output(const float* restrict M, ptrdiff_t ms,
 {
     const __m512 vb = _mm512_set1_ps(bias);
     for (ptrdiff_t t0 = 0; t0 < nt; t0 += 16) {
-        const __mmask16 m = (__mmask16)(nt - t0 >= 16 ? 0xFFFF : (1u << (nt - t0)) - 1);
+        const __mmask16 m = fnn_wgs_lanes(nt - t0);
         __m512 v[16], s[2][4], o[4];
         for (int k = 0; k < 16; ++k)
             v[k] = _mm512_maskz_loadu_ps(m, M + k * ms + t0);
@@ -424,7 +428,7 @@ static inline void fnn_wgs_output(const float* restrict M, ptrdiff_t ms,
         if (nt <= 16 && ps <= 64) {
             for (int j = 0; j < 4 && 16 * j < ps; ++j) {
                 const ptrdiff_t w = ps - 16 * j;
-                const __mmask16 mj = (__mmask16)(w >= 16 ? 0xFFFF : (1u << w) - 1);
+                const __mmask16 mj = fnn_wgs_lanes(w);
                 const __m512i vi = _mm512_loadu_si512((const void*)(io + 16 * j));
                 _mm512_mask_storeu_ps(y + 16 * j, mj,
                                       _mm512_add_ps(fnn_wgs_pick(o, vi, 0xFFFF), vb));
@@ -448,7 +452,7 @@ static inline void fnn_wgs_dout(const float* restrict dy, ptrdiff_t ps,
     __m512 h[4];
     fnn_wgs_hold(dy, ps <= 64 ? ps : 0, h);     /* (zeros when not held: unread) */
     for (ptrdiff_t t0 = 0; t0 < nt; t0 += 16) {
-        const __mmask16 m = (__mmask16)(nt - t0 >= 16 ? 0xFFFF : (1u << (nt - t0)) - 1);
+        const __mmask16 m = fnn_wgs_lanes(nt - t0);
         __m512 d[4], r[4][2];
         for (int i = 0; i < 4; ++i) {
             d[i] = fnn_wgs_read(h, ps <= 64, dy,
@@ -480,7 +484,7 @@ static inline void fnn_wgs_wgrad_out(const float* restrict dU, ptrdiff_t S, ptrd
     const __m512 h = _mm512_set1_ps(0.5f);
     for (ptrdiff_t r = r0; r < r1; ++r)
         for (ptrdiff_t c = 0; c < C; c += 16) {
-            const __mmask16 m = (__mmask16)(C - c >= 16 ? 0xFFFF : (1u << (C - c)) - 1);
+            const __mmask16 m = fnn_wgs_lanes(C - c);
             __m512 u[16], s[3][4];
             for (int k = 0; k < 16; ++k)
                 u[k] = _mm512_maskz_loadu_ps(m, dU + k * S + r * C + c);
