@@ -368,7 +368,7 @@ cdef int _short_bwd(const float* q, const float* k, const float* v, const float*
 
 
 # ---------------------------------------------------------------- forward
-cdef void _fwd_block(const real* q, const real* k, const real* v, real* o, real* lse,
+cdef int _fwd_block(const real* q, const real* k, const real* v, real* o, real* lse,
                      const real* mk, const int64_t* midx, const Geo* g, Py_ssize_t bh,
                      Py_ssize_t i0, real* sb, real* acc, double* mrow,
                      double* lrow) noexcept nogil:
@@ -400,8 +400,9 @@ cdef void _fwd_block(const real* q, const real* k, const real* v, real* o, real*
         nk = kend - j0
         if nk > BK:
             nk = BK
-        gemm(False, True, <int>nq, <int>nk, <int>E, <real>g.scale, Qp, <int>g.qld,
-                   Kp + j0 * g.kld, <int>g.kld, 0, sb, BK)
+        if gemm(False, True, <int>nq, <int>nk, <int>E, <real>g.scale, Qp, <int>g.qld,
+                Kp + j0 * g.kld, <int>g.kld, 0, sb, BK):
+            return -1
         _mask_tile(sb, BK, nq, nk, i0, j0, mk, midx, bh, g)
         for r in range(nq):
             row = sb + r * BK
@@ -426,8 +427,9 @@ cdef void _fwd_block(const real* q, const real* k, const real* v, real* o, real*
                     ar[c] = ar[c] * al
         if g.dropout:
             _drop_tile(sb, NULL, BK, nq, nk, i0, j0, bh, g)
-        gemm(False, False, <int>nq, <int>Ev, <int>nk, 1, sb, BK, Vp + j0 * g.vld,
-                   <int>g.vld, 1, acc, <int>Ev)
+        if gemm(False, False, <int>nq, <int>Ev, <int>nk, 1, sb, BK, Vp + j0 * g.vld,
+                <int>g.vld, 1, acc, <int>Ev):
+            return -1
         j0 += BK
     for r in range(nq):
         row = Op + r * g.old
@@ -441,6 +443,7 @@ cdef void _fwd_block(const real* q, const real* k, const real* v, real* o, real*
             for c in range(Ev):
                 row[c] = <real>(ar[c] * inv)
             lse[bh * g.L + i0 + r] = <real>(mrow[r] + log(lrow[r]))
+    return 0
 
 
 cdef int _fwd(const real* q, const real* k, const real* v, real* o, real* lse,
@@ -453,7 +456,7 @@ cdef int _fwd(const real* q, const real* k, const real* v, real* o, real* lse,
     cdef real* acc
     cdef double* mrow
     cdef double* lrow
-    cdef int failed = 0
+    cdef int failed = 0, gfail = 0
     if ntask == 0:
         return 0
     if real is float:
@@ -471,25 +474,29 @@ cdef int _fwd(const real* q, const real* k, const real* v, real* o, real* lse,
             fnn_flag_set(&failed)
         for t in prange(ntask, schedule="static"):
             if sb != NULL and acc != NULL and mrow != NULL:
-                _fwd_block(q, k, v, o, lse, mk, midx, g, t // nqb, (t % nqb) * FBQ,
-                           sb, acc, mrow, lrow)
+                if _fwd_block(q, k, v, o, lse, mk, midx, g, t // nqb, (t % nqb) * FBQ,
+                              sb, acc, mrow, lrow):
+                    fnn_flag_set(&gfail)
         free(sb)
         free(acc)
         free(mrow)
     if failed:
         _raise_nomem(FBQ * (g.fbk + g.Ev + 2) + 1, sizeof(double))
+    if gfail:
+        _raise_gemm_nomem()
     return 0
 
 
 # ---------------------------------------------------------------- backward
-cdef void _bwd_tile(const real* q, const real* k, const real* v, const real* do_,
+cdef int _bwd_tile(const real* q, const real* k, const real* v, const real* do_,
                     const real* lse, const real* D, real* dq, real* dk, real* dv,
                     const real* mk, const int64_t* midx, const Geo* g, Py_ssize_t bh,
                     Py_ssize_t i0, Py_ssize_t j0, int kv_mode, int q_mode,
                     real* sb, real* dp, real* pd) noexcept nogil:
     """One (query block, key block) tile of the backward: recompute P, then the
     contributions to dV, dK (kv_mode) and dQ (q_mode).  Modes: 0 skip, 1 write (the
-    first tile to reach those rows: the gradients need no zeroing), 2 accumulate."""
+    first tile to reach those rows: the gradients need no zeroing), 2 accumulate.
+    -> 0, or -1 when a GEMM could not get its work buffer."""
     cdef Py_ssize_t b = bh // g.H, h = bh % g.H
     cdef Py_ssize_t E = g.E, Ev = g.Ev
     cdef Py_ssize_t nq = g.L - i0, nk = g.S - j0, r, c
@@ -506,8 +513,9 @@ cdef void _bwd_tile(const real* q, const real* k, const real* v, const real* do_
     cdef const real* dOp = do_ + b * g.ob + h * Ev + i0 * g.old
     cdef const real* Kp = k + b * g.kb + h * E + j0 * g.kld
     cdef const real* Vp = v + b * g.vb + h * Ev + j0 * g.vld
-    gemm(False, True, <int>nq, <int>nk, <int>E, sc, Qp, <int>g.qld, Kp, <int>g.kld,
-               0, sb, BK)
+    if gemm(False, True, <int>nq, <int>nk, <int>E, sc, Qp, <int>g.qld, Kp, <int>g.kld,
+            0, sb, BK):
+        return -1
     _mask_tile(sb, BK, nq, nk, i0, j0, mk, midx, bh, g)
     for r in range(nq):
         row = sb + r * BK
@@ -516,8 +524,9 @@ cdef void _bwd_tile(const real* q, const real* k, const real* v, const real* do_
             memset(row, 0, nk * sizeof(real))
         else:
             _exp_shift(row, nk, lr)
-    gemm(False, True, <int>nq, <int>nk, <int>Ev, 1, dOp, <int>g.old, Vp, <int>g.vld,
-               0, dp, BK)
+    if gemm(False, True, <int>nq, <int>nk, <int>Ev, 1, dOp, <int>g.old, Vp, <int>g.vld,
+            0, dp, BK):
+        return -1
     pv = sb
     if g.dropout:
         for r in range(nq):
@@ -526,8 +535,9 @@ cdef void _bwd_tile(const real* q, const real* k, const real* v, const real* do_
         _drop_tile(pd, dp, BK, nq, nk, i0, j0, bh, g)
         pv = pd
     if kv_mode:
-        gemm(True, False, <int>nk, <int>Ev, <int>nq, 1, pv, BK, dOp, <int>g.old, kv_mode - 1,
-                   dv + b * g.dvb + h * Ev + j0 * g.dvld, <int>g.dvld)
+        if gemm(True, False, <int>nk, <int>Ev, <int>nq, 1, pv, BK, dOp, <int>g.old,
+                kv_mode - 1, dv + b * g.dvb + h * Ev + j0 * g.dvld, <int>g.dvld):
+            return -1
     for r in range(nq):
         row = sb + r * BK
         drow = dp + r * BK
@@ -535,11 +545,14 @@ cdef void _bwd_tile(const real* q, const real* k, const real* v, const real* do_
         for c in range(nk):
             drow[c] = row[c] * (drow[c] - dr) * sc
     if kv_mode:
-        gemm(True, False, <int>nk, <int>E, <int>nq, 1, dp, BK, Qp, <int>g.qld, kv_mode - 1,
-                   dk + b * g.dkb + h * E + j0 * g.dkld, <int>g.dkld)
+        if gemm(True, False, <int>nk, <int>E, <int>nq, 1, dp, BK, Qp, <int>g.qld, kv_mode - 1,
+                dk + b * g.dkb + h * E + j0 * g.dkld, <int>g.dkld):
+            return -1
     if q_mode:
-        gemm(False, False, <int>nq, <int>E, <int>nk, 1, dp, BK, Kp, <int>g.kld, q_mode - 1,
-                   dq + b * g.dqb + h * E + i0 * g.dqld, <int>g.dqld)
+        if gemm(False, False, <int>nq, <int>E, <int>nk, 1, dp, BK, Kp, <int>g.kld, q_mode - 1,
+                dq + b * g.dqb + h * E + i0 * g.dqld, <int>g.dqld):
+            return -1
+    return 0
 
 
 cdef inline void _sum_groups(const real* part, Py_ssize_t stride, Py_ssize_t P, real* out,
@@ -585,7 +598,7 @@ cdef int _bwd(const real* q, const real* k, const real* v, const real* o, const 
     cdef Geo gp = g[0]
     if g.causal and kmax > g.L:
         kmax = g.L                       # keys after the last query are never attended
-    cdef int failed = 0
+    cdef int failed = 0, gfail = 0
     nkb = (kmax + BK - 1) // BK
     if BH == 0 or L == 0:
         return 0
@@ -621,9 +634,10 @@ cdef int _bwd(const real* q, const real* k, const real* v, const real* o, const 
                     i0 = (j0 // BQ) * BQ if g.causal else 0
                     istart = i0
                     while i0 < L:
-                        _bwd_tile(q, k, v, do_, lse, D, dq, dk, dv, mk, midx, g, bh,
-                                  i0, j0, 1 if i0 == istart else 2, 1 if j0 == 0 else 2,
-                                  sb, dp, pd)
+                        if _bwd_tile(q, k, v, do_, lse, D, dq, dk, dv, mk, midx, g, bh,
+                                     i0, j0, 1 if i0 == istart else 2, 1 if j0 == 0 else 2,
+                                     sb, dp, pd):
+                            fnn_flag_set(&gfail)
                         i0 = i0 + BQ
                     j0 = j0 + BK
             free(sb)
@@ -650,14 +664,17 @@ cdef int _bwd(const real* q, const real* k, const real* v, const real* o, const 
                     i0 = (j0 // BQ) * BQ if g.causal else 0
                     istart = i0
                     while i0 < L:
-                        _bwd_tile(q, k, v, do_, lse, D, dqp + (t % P) * BH * L * g.E, dk, dv,
-                                  mk, midx, &gp, bh, i0, j0, 1 if i0 == istart else 2, 2,
-                                  sb, dp, pd)
+                        if _bwd_tile(q, k, v, do_, lse, D, dqp + (t % P) * BH * L * g.E, dk,
+                                     dv, mk, midx, &gp, bh, i0, j0, 1 if i0 == istart else 2,
+                                     2, sb, dp, pd):
+                            fnn_flag_set(&gfail)
                         i0 = i0 + BQ
                     j0 = j0 + P * BK
             free(sb)
         if failed:
             _raise_nomem(3 * BQ * BK, sizeof(real))
+        if gfail:
+            _raise_gemm_nomem()
         # dq[b, i, h] = sum over groups of dqp[group][bh, i], in group order
         nt = _threads_for(BH * L * g.E * P, 1 << 16)
         for t in prange(BH * L, nogil=True, schedule="static", num_threads=nt):
@@ -669,6 +686,8 @@ cdef int _bwd(const real* q, const real* k, const real* v, const real* o, const 
         return 0
     if failed:
         _raise_nomem(3 * BQ * BK, sizeof(real))
+    if gfail:
+        _raise_gemm_nomem()
     return 0
 
 
@@ -926,7 +945,7 @@ cdef int _varlen_fwd(const real* q, const real* k, const real* v, real* o,
     cdef real* lse
     cdef double* mrow
     cdef double* lrow
-    cdef int failed = 0
+    cdef int failed = 0, gfail = 0
     with parallel(num_threads=nt):
         sb = <real*>fnn_alloc(FBQ * g.fbk, sizeof(real))
         acc = <real*>fnn_alloc(FBQ * g.Ev + 1, sizeof(real))
@@ -945,15 +964,18 @@ cdef int _varlen_fwd(const real* q, const real* k, const real* v, real* o,
             gl.B = 1
             gl.L = ql[b]
             gl.S = kl[b]
-            _fwd_block(q + b * g.qb + qs[b] * g.qld, k + b * g.kb + ks[b] * g.kld,
-                       v + b * g.vb + ks[b] * g.vld, o + b * g.ob + qs[b] * g.old, lse,
-                       NULL, NULL, &gl, h, i0, sb, acc, mrow, lrow)
+            if _fwd_block(q + b * g.qb + qs[b] * g.qld, k + b * g.kb + ks[b] * g.kld,
+                          v + b * g.vb + ks[b] * g.vld, o + b * g.ob + qs[b] * g.old, lse,
+                          NULL, NULL, &gl, h, i0, sb, acc, mrow, lrow):
+                fnn_flag_set(&gfail)
         free(sb)
         free(acc)
         free(lse)
         free(mrow)
     if failed:
         _raise_nomem(FBQ * g.fbk + FBQ * g.Ev + g.H * maxlen + 4 * FBQ, sizeof(double))
+    if gfail:
+        _raise_gemm_nomem()
     return 0
 
 

@@ -404,32 +404,36 @@ cdef inline int _gemm_blocks_small(bint own, Py_ssize_t images, Py_ssize_t M, Py
     return 1
 
 
-cdef void _gemm_cols(bint trans_a, bint trans_b, int M, int N, int K, real alpha,
-                     const real* A, int lda, const real* B, int ldb, real beta, real* C,
-                     int ldc, int nb) noexcept nogil:
+cdef int _gemm_cols(bint trans_a, bint trans_b, int M, int N, int K, real alpha,
+                    const real* A, int lda, const real* B, int ldb, real beta, real* C,
+                    int ldc, int nb) noexcept nogil:
     """gemm(trans_a, trans_b, ...) in the blocks _gemm_blocks_small chose, over the
     threads: column blocks [n0, n1) (n0 a multiple of 16) or row blocks [m0, m1), each one
-    call.  Inside another parallel region the blocks run on its thread, in order."""
-    cdef int k, n0, n1, nbk = nb if nb > 0 else -nb
+    call.  Inside another parallel region the blocks run on its thread, in order.  -> 0,
+    or -1 when a GEMM could not get its work buffer (fnn_gemm.pxi: the GEMM helpers up to
+    the region that owns them pass it on; that region's driver raises MemoryError)."""
+    cdef int k, n0, n1, nbk = nb if nb > 0 else -nb, failed = 0
     if nbk <= 1:
-        gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
-        return
+        return gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
     for k in prange(nbk, schedule="dynamic", num_threads=fnn_max_threads()):
         if nb > 0:
             n0 = (N * k // nbk) // 16 * 16
             n1 = N if k == nbk - 1 else (N * (k + 1) // nbk) // 16 * 16
-            gemm(trans_a, trans_b, M, n1 - n0, K, alpha, A, lda,
-                 B + (<Py_ssize_t>n0 * ldb if trans_b else n0), ldb, beta, C + n0, ldc)
+            if gemm(trans_a, trans_b, M, n1 - n0, K, alpha, A, lda,
+                    B + (<Py_ssize_t>n0 * ldb if trans_b else n0), ldb, beta, C + n0, ldc):
+                fnn_flag_set(&failed)
         else:
             n0 = M * k // nbk
             n1 = M * (k + 1) // nbk
-            gemm(trans_a, trans_b, n1 - n0, N, K, alpha,
-                 A + (n0 if trans_a else <Py_ssize_t>n0 * lda), lda, B, ldb, beta,
-                 C + <Py_ssize_t>n0 * ldc, ldc)
+            if gemm(trans_a, trans_b, n1 - n0, N, K, alpha,
+                    A + (n0 if trans_a else <Py_ssize_t>n0 * lda), lda, B, ldb, beta,
+                    C + <Py_ssize_t>n0 * ldc, ldc):
+                fnn_flag_set(&failed)
+    return -1 if failed else 0
 
 
-cdef void _fwd_image_rows(const real* x, const real* wr, const real* b, real* y, real* buf,
-                          Geo* g) noexcept nogil:
+cdef int _fwd_image_rows(const real* x, const real* wr, const real* b, real* y, real* buf,
+                         Geo* g) noexcept nogil:
     """One image, stride-1 columns: for every tile of output rows, y = sum_j W[:, :, :, j] @
     Rt shifted by j*dW columns, computed on the padded width We and copied out."""
     cdef Py_ssize_t P = g.OH * g.OW, Og = g.O // g.G, Kr = g.Cg * g.kh, gi, o, j, oh, ow
@@ -457,17 +461,19 @@ cdef void _fwd_image_rows(const real* x, const real* wr, const real* b, real* y,
                     yr[ow] = bo
             for gi in range(g.G):
                 for j in range(g.kw):
-                    _gemm_cols(False, False, <int>Og, <int>Np, <int>Kr, <real>1,
-                               wr + (j * g.O + gi * Og) * Kr, <int>Kr,
-                               Rt + gi * Kr * T + j * g.dw, <int>T, <real>1,
-                               y + gi * Og * P + r0 * g.OW, <int>P, nb)
+                    if _gemm_cols(False, False, <int>Og, <int>Np, <int>Kr, <real>1,
+                                  wr + (j * g.O + gi * Og) * Kr, <int>Kr,
+                                  Rt + gi * Kr * T + j * g.dw, <int>T, <real>1,
+                                  y + gi * Og * P + r0 * g.OW, <int>P, nb):
+                        return -1
             r0 = r1
             continue
         for gi in range(g.G):
             for j in range(g.kw):
-                _gemm_cols(False, False, <int>Og, <int>Np, <int>Kr, <real>1,
-                           wr + (j * g.O + gi * Og) * Kr, <int>Kr, Rt + gi * Kr * T + j * g.dw,
-                           <int>T, <real>(0 if j == 0 else 1), ct + gi * Og * Np, <int>Np, nb)
+                if _gemm_cols(False, False, <int>Og, <int>Np, <int>Kr, <real>1,
+                              wr + (j * g.O + gi * Og) * Kr, <int>Kr, Rt + gi * Kr * T + j * g.dw,
+                              <int>T, <real>(0 if j == 0 else 1), ct + gi * Og * Np, <int>Np, nb):
+                    return -1
         for o in range(g.O):
             bo = b[o] if b != NULL else 0
             for oh in range(r0, r1):
@@ -476,10 +482,11 @@ cdef void _fwd_image_rows(const real* x, const real* wr, const real* b, real* y,
                 for ow in range(g.OW):
                     yr[ow] = cr[ow] + bo
         r0 = r1
+    return 0
 
 
-cdef void _fwd_tile(const real* x, const real* w, const real* b, real* y, real* col, Geo* g,
-                    Py_ssize_t r0, Py_ssize_t r1) noexcept nogil:
+cdef int _fwd_tile(const real* x, const real* w, const real* b, real* y, real* col, Geo* g,
+                   Py_ssize_t r0, Py_ssize_t r1) noexcept nogil:
     """Output rows [r0, r1) of one image (not 1x1): the bias, then W_g @ im2col(rows) for
     every group into y (blocks from _gemm_blocks_small)."""
     cdef Py_ssize_t P = g.OH * g.OW, Og = g.O // g.G, Kg = g.Cg * g.kh * g.kw, gi, o, k
@@ -493,12 +500,14 @@ cdef void _fwd_tile(const real* x, const real* w, const real* b, real* y, real* 
         beta = 1
     _im2col(x, col, g, r0, r1)
     for gi in range(g.G):
-        _gemm_cols(False, False, <int>Og, <int>T, <int>Kg, <real>1, w + gi * Og * Kg, <int>Kg,
-                   col + gi * Kg * T, <int>T, beta, y + gi * Og * P + r0 * g.OW, <int>P, nb)
+        if _gemm_cols(False, False, <int>Og, <int>T, <int>Kg, <real>1, w + gi * Og * Kg, <int>Kg,
+                      col + gi * Kg * T, <int>T, beta, y + gi * Og * P + r0 * g.OW, <int>P, nb):
+            return -1
+    return 0
 
 
-cdef void _fwd_image(const real* x, const real* w, const real* b, real* y, real* col,
-                     Geo* g) noexcept nogil:
+cdef int _fwd_image(const real* x, const real* w, const real* b, real* y, real* col,
+                    Geo* g) noexcept nogil:
     """One image: y (O, OH*OW) = W_g @ col_g (+ bias) for every group, tile by tile."""
     cdef Py_ssize_t P = g.OH * g.OW, Og = g.O // g.G, Kg = g.Cg * g.kh * g.kw, gi, o, k
     cdef Py_ssize_t R = _tile_rows(g), r0
@@ -512,13 +521,16 @@ cdef void _fwd_image(const real* x, const real* w, const real* b, real* y, real*
             beta = 1
         nb = _gemm_blocks_small(real is float and _sgz_on, g.N, Og, P, Kg)
         for gi in range(g.G):
-            _gemm_cols(False, False, <int>Og, <int>P, <int>Kg, <real>1, w + gi * Og * Kg, <int>Kg,
-                       x + gi * Kg * P, <int>P, beta, y + gi * Og * P, <int>P, nb)
-        return
+            if _gemm_cols(False, False, <int>Og, <int>P, <int>Kg, <real>1, w + gi * Og * Kg,
+                          <int>Kg, x + gi * Kg * P, <int>P, beta, y + gi * Og * P, <int>P, nb):
+                return -1
+        return 0
     r0 = 0
     while r0 < g.OH:
-        _fwd_tile(x, w, b, y, col, g, r0, r0 + R if r0 + R < g.OH else g.OH)
+        if _fwd_tile(x, w, b, y, col, g, r0, r0 + R if r0 + R < g.OH else g.OH):
+            return -1
         r0 += R
+    return 0
 
 
 cdef inline bint _cv3_ok(Geo* g) noexcept nogil:
@@ -1888,7 +1900,7 @@ cdef int _fwd_gemm(const real* x, const real* w, const real* wr, const real* b, 
     cdef Py_ssize_t ntile = (g.OH + R - 1) // R, it, r0
     cdef bint rows = _rowcol_ok(g) and not _is_1x1(g)
     cdef real* col = NULL
-    cdef int failed = 0
+    cdef int failed = 0, gfail = 0
     if rows:
         csize = g.C * g.kh * Rr * We + g.O * Rr * We
     if (real is float and _sgz_on and not rows and not _is_1x1(g) and g.N < nt_all
@@ -1905,11 +1917,14 @@ cdef int _fwd_gemm(const real* x, const real* w, const real* wr, const real* b, 
                     continue
                 n = it // ntile
                 r0 = (it % ntile) * R
-                _fwd_tile(x + n * xs, w, b, y + n * ys, col, g, r0,
-                          r0 + R if r0 + R < g.OH else g.OH)
+                if _fwd_tile(x + n * xs, w, b, y + n * ys, col, g, r0,
+                             r0 + R if r0 + R < g.OH else g.OH):
+                    fnn_flag_set(&gfail)
             free(col)
         if failed:
             _raise_nomem(csize * sizeof(real) + 64, 1)
+        if gfail:
+            _raise_gemm_nomem()
         return 0
     if nt > 1:
         with parallel(num_threads=nt):
@@ -1920,9 +1935,10 @@ cdef int _fwd_gemm(const real* x, const real* w, const real* wr, const real* b, 
                 if col == NULL:
                     continue
                 if rows:
-                    _fwd_image_rows(x + n * xs, wr, b, y + n * ys, col, g)
-                else:
-                    _fwd_image(x + n * xs, w, b, y + n * ys, col, g)
+                    if _fwd_image_rows(x + n * xs, wr, b, y + n * ys, col, g):
+                        fnn_flag_set(&gfail)
+                elif _fwd_image(x + n * xs, w, b, y + n * ys, col, g):
+                    fnn_flag_set(&gfail)
             free(col)
         if failed:
             _raise_nomem(csize * sizeof(real) + 64, 1)
@@ -1930,15 +1946,19 @@ cdef int _fwd_gemm(const real* x, const real* w, const real* wr, const real* b, 
         col = <real*>_alloc(csize * sizeof(real) + 64, 1)
         for n in range(g.N):
             if rows:
-                _fwd_image_rows(x + n * xs, wr, b, y + n * ys, col, g)
+                gfail = _fwd_image_rows(x + n * xs, wr, b, y + n * ys, col, g)
             else:
-                _fwd_image(x + n * xs, w, b, y + n * ys, col, g)
+                gfail = _fwd_image(x + n * xs, w, b, y + n * ys, col, g)
+            if gfail:
+                break
         free(col)
+    if gfail:
+        _raise_gemm_nomem()
     return 0
 
 
-cdef void _bwd_chunk(const real* x, const real* w, const real* gy, real* dx, real* dw_part,
-                     Py_ssize_t n0, Py_ssize_t n1, real* col, Geo* g) noexcept nogil:
+cdef int _bwd_chunk(const real* x, const real* w, const real* gy, real* dx, real* dw_part,
+                    Py_ssize_t n0, Py_ssize_t n1, real* col, Geo* g) noexcept nogil:
     """Images [n0, n1): dx for each (unless dx is NULL), and their d_weight summed into
     dw_part (in image and tile order; unless dw_part is NULL: conv_transpose2d's forward
     needs d_input alone)."""
@@ -1957,13 +1977,15 @@ cdef void _bwd_chunk(const real* x, const real* w, const real* gy, real* dx, rea
             bx = _gemm_blocks_small(own, g.N, Kg, P, Og)
             for gi in range(g.G):
                 if dw_part != NULL:
-                    _gemm_cols(False, True, <int>Og, <int>Kg, <int>P, <real>1, dyn + gi * Og * P,
-                               <int>P, x + n * xs + gi * Kg * P, <int>P, beta,
-                               dw_part + gi * Og * Kg, <int>Kg, bw)
+                    if _gemm_cols(False, True, <int>Og, <int>Kg, <int>P, <real>1, dyn + gi * Og * P,
+                                  <int>P, x + n * xs + gi * Kg * P, <int>P, beta,
+                                  dw_part + gi * Og * Kg, <int>Kg, bw):
+                        return -1
                 if dx != NULL:
-                    _gemm_cols(True, False, <int>Kg, <int>P, <int>Og, <real>1, w + gi * Og * Kg,
-                               <int>Kg, dyn + gi * Og * P, <int>P, <real>0,
-                               dx + n * xs + gi * Kg * P, <int>P, bx)
+                    if _gemm_cols(True, False, <int>Kg, <int>P, <int>Og, <real>1, w + gi * Og * Kg,
+                                  <int>Kg, dyn + gi * Og * P, <int>P, <real>0,
+                                  dx + n * xs + gi * Kg * P, <int>P, bx):
+                        return -1
             continue
         if dx != NULL:
             memset(dx + n * xs, 0, xs * sizeof(real))
@@ -1977,18 +1999,21 @@ cdef void _bwd_chunk(const real* x, const real* w, const real* gy, real* dx, rea
             if dw_part != NULL:
                 _im2col(x + n * xs, col, g, r0, r1)
                 for gi in range(g.G):
-                    _gemm_cols(False, True, <int>Og, <int>Kg, <int>T, <real>1,
-                               dyn + gi * Og * P + r0 * g.OW, <int>P, col + gi * Kg * T, <int>T,
-                               beta, dw_part + gi * Og * Kg, <int>Kg, bw)
+                    if _gemm_cols(False, True, <int>Og, <int>Kg, <int>T, <real>1,
+                                  dyn + gi * Og * P + r0 * g.OW, <int>P, col + gi * Kg * T, <int>T,
+                                  beta, dw_part + gi * Og * Kg, <int>Kg, bw):
+                        return -1
             if dx == NULL:
                 r0 = r1
                 continue
             for gi in range(g.G):
-                _gemm_cols(True, False, <int>Kg, <int>T, <int>Og, <real>1, w + gi * Og * Kg,
-                           <int>Kg, dyn + gi * Og * P + r0 * g.OW, <int>P, <real>0,
-                           col + gi * Kg * T, <int>T, bx)
+                if _gemm_cols(True, False, <int>Kg, <int>T, <int>Og, <real>1, w + gi * Og * Kg,
+                              <int>Kg, dyn + gi * Og * P + r0 * g.OW, <int>P, <real>0,
+                              col + gi * Kg * T, <int>T, bx):
+                    return -1
             _col2im(col, dx + n * xs, g, r0, r1)
             r0 = r1
+    return 0
 
 
 cdef inline bint _wgrad_rows_ok(Geo* g, real* dx) noexcept nogil:
@@ -2004,8 +2029,8 @@ cdef inline bint _wgrad_direct_ok(Geo* g) noexcept nogil:
             and g.kh == 1 and g.C % 16 == 0 and g.O % 4 == 0 and g.kw <= 64)
 
 
-cdef void _wgrad_rows_chunk(const real* x, const real* gy, real* dw_part, Py_ssize_t n0,
-                            Py_ssize_t n1, real* buf, Geo* g) noexcept nogil:
+cdef int _wgrad_rows_chunk(const real* x, const real* gy, real* dw_part, Py_ssize_t n0,
+                           Py_ssize_t n1, real* buf, Geo* g) noexcept nogil:
     """Images [n0, n1), one output row each: for every column tap j,
     dW[:, :, :, j] += dy_n (Og x OW) @ Rt_n[:, j*dW : j*dW + OW]^T, Rt the padded input rows
     (C*kH x We) -- kW GEMMs with inner dimension OW instead of one over a kW times larger
@@ -2032,20 +2057,22 @@ cdef void _wgrad_rows_chunk(const real* x, const real* gy, real* dw_part, Py_ssi
                 for k in range(Kr):
                     for j in range(g.kw):
                         dw_part[(o * Kr + k) * g.kw + j] = acc[(j * g.O + o) * Kr + k]
-            return
+            return 0
     cdef int bw = _gemm_blocks_small(real is float and _sgz_on, g.N, Og, Kr, g.OW)
     for n in range(n0, n1):
         _rowcol(x + n * xs, Rt, g, 0, 1)
         for j in range(g.kw):
             for gi in range(g.G):
-                _gemm_cols(False, True, <int>Og, <int>Kr, <int>g.OW, <real>1,
-                           gy + n * ys + gi * Og * g.OW, <int>g.OW, Rt + gi * Kr * We + j * g.dw,
-                           <int>We, <real>(0 if n == n0 else 1), acc + (j * g.O + gi * Og) * Kr,
-                           <int>Kr, bw)
+                if _gemm_cols(False, True, <int>Og, <int>Kr, <int>g.OW, <real>1,
+                              gy + n * ys + gi * Og * g.OW, <int>g.OW, Rt + gi * Kr * We + j * g.dw,
+                              <int>We, <real>(0 if n == n0 else 1), acc + (j * g.O + gi * Og) * Kr,
+                              <int>Kr, bw):
+                    return -1
     for o in range(g.O):
         for k in range(Kr):
             for j in range(g.kw):
                 dw_part[(o * Kr + k) * g.kw + j] = acc[(j * g.O + o) * Kr + k]
+    return 0
 
 
 cdef inline bint _wgrad_taps_ok(Geo* g, real* dx) noexcept nogil:
@@ -2138,17 +2165,18 @@ cdef enum:
     _CH_WTAPS = 3      # stride-1 conv2d's d_weight alone, direct: _wgrad_taps_chunk
 
 
-cdef inline void _run_chunk(int mode, const real* x, const real* w, const real* gy, real* dx,
-                            real* dw, Py_ssize_t n0, Py_ssize_t n1, real* col,
-                            Geo* g) noexcept nogil:
+cdef inline int _run_chunk(int mode, const real* x, const real* w, const real* gy, real* dx,
+                           real* dw, Py_ssize_t n0, Py_ssize_t n1, real* col,
+                           Geo* g) noexcept nogil:
+    """-> 0, or -1 when a GEMM could not get its work buffer."""
     if mode == _CH_WROWS:
-        _wgrad_rows_chunk(x, gy, dw, n0, n1, col, g)
+        return _wgrad_rows_chunk(x, gy, dw, n0, n1, col, g)
     elif mode == _CH_WTAPS:
         _wgrad_taps_chunk(x, gy, dw, n0, n1, col, g)
+        return 0
     elif mode == _CH_TBWD:
-        _tbwd_chunk(x, w, gy, dx, dw, n0, n1, col, g)
-    else:
-        _bwd_chunk(x, w, gy, dx, dw, n0, n1, col, g)
+        return _tbwd_chunk(x, w, gy, dx, dw, n0, n1, col, g)
+    return _bwd_chunk(x, w, gy, dx, dw, n0, n1, col, g)
 
 
 cdef int _chunked(int mode, const real* x, const real* w, const real* gy, real* dx,
@@ -2161,7 +2189,7 @@ cdef int _chunked(int mode, const real* x, const real* w, const real* gy, real* 
     cdef Py_ssize_t wsz = g.O * g.Cg * g.kh * g.kw
     cdef real* col = NULL
     cdef real* dw
-    cdef int failed = 0
+    cdef int failed = 0, gfail = 0
     if mode == _CH_WROWS:
         csize = g.C * g.kh * (g.OW + g.dw * (g.kw - 1)) + g.kw * g.O * g.Cg * g.kh
     elif mode == _CH_TBWD:
@@ -2181,7 +2209,8 @@ cdef int _chunked(int mode, const real* x, const real* w, const real* gy, real* 
                 if n1 > g.N:
                     n1 = g.N
                 dw = dw_part + ch * wsz if dw_part != NULL else NULL
-                _run_chunk(mode, x, w, gy, dx, dw, n0, n1, col, g)
+                if _run_chunk(mode, x, w, gy, dx, dw, n0, n1, col, g):
+                    fnn_flag_set(&gfail)
             free(col)
         if failed:
             _raise_nomem(csize * sizeof(real) + 64, 1)
@@ -2192,9 +2221,13 @@ cdef int _chunked(int mode, const real* x, const real* w, const real* gy, real* 
             n1 = n0 + per
             if n1 > g.N:
                 n1 = g.N
-            _run_chunk(mode, x, w, gy, dx, dw_part + ch * wsz if dw_part != NULL else NULL,
-                       n0, n1, col, g)
+            if _run_chunk(mode, x, w, gy, dx, dw_part + ch * wsz if dw_part != NULL else NULL,
+                          n0, n1, col, g):
+                gfail = 1
+                break
         free(col)
+    if gfail:
+        _raise_gemm_nomem()
     return 0
 
 
@@ -2970,8 +3003,8 @@ cdef inline Py_ssize_t _tbwd_col_size(Geo* g) noexcept nogil:
     return g.C * g.kh * g.kw * _tbwd_rows(g) * g.OW + _tbwd_planes(g)
 
 
-cdef void _tbwd_chunk(const real* z, const real* w, const real* gx, real* y, real* dw_part,
-                      Py_ssize_t n0, Py_ssize_t n1, real* col, Geo* g) noexcept nogil:
+cdef int _tbwd_chunk(const real* z, const real* w, const real* gx, real* y, real* dw_part,
+                     Py_ssize_t n0, Py_ssize_t n1, real* col, Geo* g) noexcept nogil:
     """Images [n0, n1) of conv2d(z) = y and its d_weight for output gradient gx, sharing
     each im2col tile of z: y_tile = W @ col, dW += gx_tile @ col^T.  The tiles come from
     the image's phase planes (built once per image, after the tile in col's scratch)."""
@@ -2993,13 +3026,16 @@ cdef void _tbwd_chunk(const real* z, const real* w, const real* gx, real* y, rea
                 _im2col(z + n * zs, col, g, r0, r1)
             for gi in range(g.G):
                 if y != NULL:
-                    gemm(False, False, <int>Og, <int>T, <int>Kg, <real>1, w + gi * Og * Kg,
-                         <int>Kg, col + gi * Kg * T, <int>T, <real>0,
-                         y + n * ys + gi * Og * P + r0 * g.OW, <int>P)
-                gemm(False, True, <int>Og, <int>Kg, <int>T, <real>1,
-                     gx + n * ys + gi * Og * P + r0 * g.OW, <int>P, col + gi * Kg * T, <int>T,
-                     <real>(0 if (n == n0 and r0 == 0) else 1), dw_part + gi * Og * Kg, <int>Kg)
+                    if gemm(False, False, <int>Og, <int>T, <int>Kg, <real>1, w + gi * Og * Kg,
+                            <int>Kg, col + gi * Kg * T, <int>T, <real>0,
+                            y + n * ys + gi * Og * P + r0 * g.OW, <int>P):
+                        return -1
+                if gemm(False, True, <int>Og, <int>Kg, <int>T, <real>1,
+                        gx + n * ys + gi * Og * P + r0 * g.OW, <int>P, col + gi * Kg * T, <int>T,
+                        <real>(0 if (n == n0 and r0 == 0) else 1), dw_part + gi * Og * Kg, <int>Kg):
+                    return -1
             r0 = r1
+    return 0
 
 
 cdef bint _tdx_plan_ok(Geo* g):
@@ -3210,7 +3246,7 @@ cdef int _swgrad_gemm(const float* x, const float* gy, float* part, Py_ssize_t n
     cdef float* col = NULL
     cdef float* dyc
     cdef float beta
-    cdef int failed = 0
+    cdef int failed = 0, gfail = 0
     cdef bint tr = ldo > 0
     if nI > 1:
         csz = csz + g.O * nI * P
@@ -3247,13 +3283,15 @@ cdef int _swgrad_gemm(const float* x, const float* gy, float* part, Py_ssize_t n
                         _im2col_c(x + n * xs, col + (n - m) * P, g, 0, g.OH,
                                   o0 if tr else 0, o1 if tr else g.C, T)
                     if tr:
-                        gemm(False, True, <int>((o1 - o0) * KK), <int>g.O, <int>T, <float>1,
-                             col, <int>T, dyc, <int>T, beta,
-                             part + ch * ldo * K + o0 * KK * ldo, <int>ldo)
+                        if gemm(False, True, <int>((o1 - o0) * KK), <int>g.O, <int>T, <float>1,
+                                col, <int>T, dyc, <int>T, beta,
+                                part + ch * ldo * K + o0 * KK * ldo, <int>ldo):
+                            fnn_flag_set(&gfail)
                     else:
-                        gemm(False, True, <int>(o1 - o0), <int>K, <int>T, <float>1,
-                             dyc + o0 * T, <int>T, col, <int>T, beta,
-                             part + ch * g.O * K + o0 * K, <int>K)
+                        if gemm(False, True, <int>(o1 - o0), <int>K, <int>T, <float>1,
+                                dyc + o0 * T, <int>T, col, <int>T, beta,
+                                part + ch * g.O * K + o0 * K, <int>K):
+                            fnn_flag_set(&gfail)
                     m = m1
                 continue
             for n in range(n0, n1):
@@ -3264,18 +3302,22 @@ cdef int _swgrad_gemm(const float* x, const float* gy, float* part, Py_ssize_t n
                     beta = 0 if (n == n0 and r0 == 0) else 1
                     if tr:
                         _im2col_c(x + n * xs, col, g, r0, r1, o0, o1, T)
-                        gemm(False, True, <int>((o1 - o0) * KK), <int>g.O, <int>T, <float>1,
-                             col, <int>T, gy + n * ys + r0 * g.OW, <int>P, beta,
-                             part + ch * ldo * K + o0 * KK * ldo, <int>ldo)
+                        if gemm(False, True, <int>((o1 - o0) * KK), <int>g.O, <int>T, <float>1,
+                                col, <int>T, gy + n * ys + r0 * g.OW, <int>P, beta,
+                                part + ch * ldo * K + o0 * KK * ldo, <int>ldo):
+                            fnn_flag_set(&gfail)
                     else:
                         _im2col(x + n * xs, col, g, r0, r1)
-                        gemm(False, True, <int>(o1 - o0), <int>K, <int>T, <float>1,
-                             gy + n * ys + o0 * P + r0 * g.OW, <int>P, col, <int>T, beta,
-                             part + ch * g.O * K + o0 * K, <int>K)
+                        if gemm(False, True, <int>(o1 - o0), <int>K, <int>T, <float>1,
+                                gy + n * ys + o0 * P + r0 * g.OW, <int>P, col, <int>T, beta,
+                                part + ch * g.O * K + o0 * K, <int>K):
+                            fnn_flag_set(&gfail)
                     r0 = r1
         free(col)
     if failed:
         _raise_nomem(csz + 64, sizeof(float))
+    if gfail:
+        _raise_gemm_nomem()
     return 0
 
 
@@ -3438,7 +3480,7 @@ cdef int _sdx_run(const float* w, const float* gy, float* dx, Geo* g, int nt) ex
     cdef Py_ssize_t R = _sdx_rows(g), ng = 1, it, n, k
     cdef Py_ssize_t c0, c1, r0, r1, T
     cdef float* col = NULL
-    cdef int failed = 0
+    cdef int failed = 0, gfail = 0
     if g.N < nt:
         ng = (nt + g.N - 1) // g.N
         if ng > g.C // 4:
@@ -3461,14 +3503,17 @@ cdef int _sdx_run(const float* w, const float* gy, float* dx, Geo* g, int nt) ex
             while r0 < g.OH:
                 r1 = r0 + R if r0 + R < g.OH else g.OH
                 T = (r1 - r0) * g.OW
-                gemm(True, False, <int>((c1 - c0) * KK), <int>T, <int>g.O, <float>1,
-                     w + c0 * KK, <int>K, gy + n * ys + r0 * g.OW, <int>P, <float>0, col,
-                     <int>T)
+                if gemm(True, False, <int>((c1 - c0) * KK), <int>T, <int>g.O, <float>1,
+                        w + c0 * KK, <int>K, gy + n * ys + r0 * g.OW, <int>P, <float>0, col,
+                        <int>T):
+                    fnn_flag_set(&gfail)
                 _col2im_c(col, dx + n * xs, g, r0, r1, c0, c1)
                 r0 = r1
         free(col)
     if failed:
         _raise_nomem(K * R * g.OW + 64, sizeof(float))
+    if gfail:
+        _raise_gemm_nomem()
     return 0
 
 

@@ -177,15 +177,16 @@ cdef inline void _post_run(const _Post* p, real* C, Py_ssize_t ldc, Py_ssize_t m
         _post_span(p, C, r * ldc + n0, n1 - n0)
 
 
-cdef inline void _gemm_block(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K,
-                             real beta, const real* A, Py_ssize_t lda, const real* B,
-                             Py_ssize_t ldb, real* C, Py_ssize_t ldc, int bm, int bn, int b,
-                             const real* bias, const _Post* post=NULL) noexcept nogil:
+cdef inline int _gemm_block(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K,
+                            real beta, const real* A, Py_ssize_t lda, const real* B,
+                            Py_ssize_t ldb, real* C, Py_ssize_t ldc, int bm, int bn, int b,
+                            const real* bias, const _Post* post=NULL) noexcept nogil:
     """Block b (row-major over bm x bn) of C[M, N] = op(A) op(B) + beta C: one
     single-threaded BLAS call.  With ``bias`` (then beta is ignored): on the own float32
     kernel the bias goes in with its first stores (gemm_bias); else the block of C starts
     as the broadcast bias, filled right before its GEMM (still in cache for it).  With
-    ``post``, its elementwise step follows on the finished block (_post_run)."""
+    ``post``, its elementwise step follows on the finished block (_post_run).  -> 0, or -1
+    when the GEMM could not get its work buffer (fnn_gemm.pxi)."""
     cdef Py_ssize_t m0 = (M * (b // bn)) // bm
     cdef Py_ssize_t m1 = (M * (b // bn + 1)) // bm
     cdef Py_ssize_t n0 = (N * (b % bn)) // bn
@@ -202,30 +203,37 @@ cdef inline void _gemm_block(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ss
             for r in range(m0, m1):
                 memcpy(&C[r * ldc + n0], &bias[n0], (n1 - n0) * sizeof(real))
     if not done:
-        gemm(ta, tb, <int>(m1 - m0), <int>(n1 - n0), <int>K, <real>1.0,
-             (A + m0) if ta else (A + m0 * lda), <int>lda,
-             (B + n0 * ldb) if tb else (B + n0), <int>ldb, beta,
-             C + m0 * ldc + n0, <int>ldc)
+        if gemm(ta, tb, <int>(m1 - m0), <int>(n1 - n0), <int>K, <real>1.0,
+                (A + m0) if ta else (A + m0 * lda), <int>lda,
+                (B + n0 * ldb) if tb else (B + n0), <int>ldb, beta,
+                C + m0 * ldc + n0, <int>ldc):
+            return -1
     if post != NULL:
         _post_run(post, C, ldc, m0, m1, n0, n1)
+    return 0
 
 
 # The blocks are handed out dynamically: which thread runs a block does not change its
 # bits, and a thread that the OS holds off (a loaded machine) then delays only the blocks
 # it took, instead of a fixed half of them.
-cdef void _gemm_blocks(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, real beta,
-                       const real* A, Py_ssize_t lda, const real* B, Py_ssize_t ldb,
-                       real* C, Py_ssize_t ldc, int bm, int bn, int nt,
-                       const real* bias=NULL, const _Post* post=NULL) noexcept nogil:
+cdef int _gemm_blocks(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, real beta,
+                      const real* A, Py_ssize_t lda, const real* B, Py_ssize_t ldb,
+                      real* C, Py_ssize_t ldc, int bm, int bn, int nt,
+                      const real* bias=NULL, const _Post* post=NULL) noexcept nogil:
     """C[M, N] = op(A) op(B) + beta C in bm x bn fixed blocks of C (_gemm_block), shared
-    out over ``nt`` threads; ``post``: each block's epilogue step."""
-    cdef int b
+    out over ``nt`` threads; ``post``: each block's epilogue step.  -> 0, or -1 when a
+    block's GEMM could not get its work buffer (the caller raises MemoryError)."""
+    cdef int b, failed = 0
     if bm * bn <= 1 or nt <= 1:
         for b in range(bm * bn):
-            _gemm_block(ta, tb, M, N, K, beta, A, lda, B, ldb, C, ldc, bm, bn, b, bias, post)
-        return
+            if _gemm_block(ta, tb, M, N, K, beta, A, lda, B, ldb, C, ldc, bm, bn, b, bias,
+                           post):
+                return -1
+        return 0
     for b in prange(bm * bn, schedule="dynamic", num_threads=nt):
-        _gemm_block(ta, tb, M, N, K, beta, A, lda, B, ldb, C, ldc, bm, bn, b, bias, post)
+        if _gemm_block(ta, tb, M, N, K, beta, A, lda, B, ldb, C, ldc, bm, bn, b, bias, post):
+            fnn_flag_set(&failed)
+    return -1 if failed else 0
 
 
 # d_bias (column sums of dy) as work items of the backward's region: one per chunk of
@@ -236,7 +244,7 @@ cdef enum:
     _BIAS_CHUNK = 256     # rows per partial: as _col_sum(.., CH=256) before
 
 
-cdef void _gemm_blocks2(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K,
+cdef int _gemm_blocks2(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K,
                         const real* A, Py_ssize_t lda, const real* B, Py_ssize_t ldb,
                         real* C, Py_ssize_t ldc, int bm, int bn,
                         bint ta2, bint tb2, Py_ssize_t M2, Py_ssize_t N2, Py_ssize_t K2,
@@ -249,27 +257,34 @@ cdef void _gemm_blocks2(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t
     two, and the threads balance over both); with ``part``, the float64 partial column
     sums of S (srows x sn, for the bias gradient) too: one item per chunk of _BIAS_CHUNK
     rows after the blocks (_col_sum_chunk; the caller adds the partials up).  ``post``:
-    the first GEMM's block epilogue step."""
-    cdef int b, nb1 = bm * bn, nb2 = bm * bn + bm2 * bn2
+    the first GEMM's block epilogue step.  -> 0, or -1 when a GEMM could not get its work
+    buffer (the caller raises MemoryError)."""
+    cdef int b, failed = 0, nb1 = bm * bn, nb2 = bm * bn + bm2 * bn2
     cdef int nb = nb2 + (<int>((srows + _BIAS_CHUNK - 1) // _BIAS_CHUNK) if part != NULL else 0)
     if nt <= 1:
         for b in range(nb):
             if b < nb1:
-                _gemm_block(ta, tb, M, N, K, 0, A, lda, B, ldb, C, ldc, bm, bn, b, NULL, post)
+                if _gemm_block(ta, tb, M, N, K, 0, A, lda, B, ldb, C, ldc, bm, bn, b, NULL,
+                               post):
+                    return -1
             elif b < nb2:
-                _gemm_block(ta2, tb2, M2, N2, K2, 0, A2, lda2, B2, ldb2, C2, ldc2, bm2, bn2,
-                            b - nb1, NULL)
+                if _gemm_block(ta2, tb2, M2, N2, K2, 0, A2, lda2, B2, ldb2, C2, ldc2, bm2,
+                               bn2, b - nb1, NULL):
+                    return -1
             else:
                 _col_sum_chunk(S, srows, sn, _BIAS_CHUNK, b - nb2, part)
-        return
+        return 0
     for b in prange(nb, schedule="dynamic", num_threads=nt):
         if b < nb1:
-            _gemm_block(ta, tb, M, N, K, 0, A, lda, B, ldb, C, ldc, bm, bn, b, NULL, post)
+            if _gemm_block(ta, tb, M, N, K, 0, A, lda, B, ldb, C, ldc, bm, bn, b, NULL, post):
+                fnn_flag_set(&failed)
         elif b < nb2:
-            _gemm_block(ta2, tb2, M2, N2, K2, 0, A2, lda2, B2, ldb2, C2, ldc2, bm2, bn2,
-                        b - nb1, NULL)
+            if _gemm_block(ta2, tb2, M2, N2, K2, 0, A2, lda2, B2, ldb2, C2, ldc2, bm2, bn2,
+                           b - nb1, NULL):
+                fnn_flag_set(&failed)
         else:
             _col_sum_chunk(S, srows, sn, _BIAS_CHUNK, b - nb2, part)
+    return -1 if failed else 0
 
 
 def _gemm_split(Py_ssize_t M, Py_ssize_t N, Py_ssize_t K):
@@ -331,16 +346,19 @@ cdef void _linear_run(real z, cnp.ndarray x, cnp.ndarray weight, bint w_in_out, 
     cdef const real* px = _p(x, rows * n_in, z)
     cdef const real* pw = _pw(weight, w_in_out, z)
     cdef const real* pb = NULL
+    cdef int rc
     if bias is not None:
         pb = _p(<cnp.ndarray>bias, n_out, z)
     with _blas_guard(rows, n_out, n_in):
         with nogil:
             if w_in_out:     # y = x Wc, Wc (in, out)
-                _gemm_blocks(False, False, rows, n_out, n_in, z, px, n_in, pw, n_out, py,
-                             n_out, bm, bn, nt_g, pb, post)
+                rc = _gemm_blocks(False, False, rows, n_out, n_in, z, px, n_in, pw, n_out, py,
+                                  n_out, bm, bn, nt_g, pb, post)
             else:            # y = x W^T, W (out, in)
-                _gemm_blocks(False, True, rows, n_out, n_in, z, px, n_in, pw, n_in, py,
-                             n_out, bm, bn, nt_g, pb, post)
+                rc = _gemm_blocks(False, True, rows, n_out, n_in, z, px, n_in, pw, n_in, py,
+                                  n_out, bm, bn, nt_g, pb, post)
+    if rc:
+        _raise_gemm_nomem()
 
 
 cdef inline bint _few_rows(cnp.ndarray x, bint w_in_out, Py_ssize_t rows, Py_ssize_t n_in,
@@ -525,6 +543,7 @@ cdef void _linear_bwd_run(real z, cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, 
     cdef real* pdb = NULL if db is None else _p(<cnp.ndarray>db, n_out, z)
     cdef Py_ssize_t nch = (rows + _BIAS_CHUNK - 1) // _BIAS_CHUNK
     cdef double* part = NULL
+    cdef int rc
     if pdb != NULL and nch > 0:
         part = <double*>_alloc(nch * n_out, sizeof(double))
     with _blas_guard(rows, n_out, n_in):
@@ -535,16 +554,19 @@ cdef void _linear_bwd_run(real z, cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, 
             # backward); added up below in chunk order, the same bits as _col_sum
             if w_in_out:
                 # dx = dy Wc^T; d_weight in the weight's own layout: dWc (in, out) = x^T dy
-                _gemm_blocks2(False, True, rows, n_in, n_out, pdy, n_out, pw, n_out, pdx,
-                              n_in, bm_x, bn_x,
-                              True, False, n_in, n_out, rows, px, n_in, pdy, n_out, pdw,
-                              n_out, bm_w, bn_w, nt, pdy, rows, n_out, part, post)
+                rc = _gemm_blocks2(False, True, rows, n_in, n_out, pdy, n_out, pw, n_out, pdx,
+                                   n_in, bm_x, bn_x,
+                                   True, False, n_in, n_out, rows, px, n_in, pdy, n_out, pdw,
+                                   n_out, bm_w, bn_w, nt, pdy, rows, n_out, part, post)
             else:
                 # dx = dy W; dW (out, in) = dy^T x
-                _gemm_blocks2(False, False, rows, n_in, n_out, pdy, n_out, pw, n_in, pdx,
-                              n_in, bm_x, bn_x,
-                              True, False, n_out, n_in, rows, pdy, n_out, px, n_in, pdw,
-                              n_in, bm_w, bn_w, nt, pdy, rows, n_out, part, post)
+                rc = _gemm_blocks2(False, False, rows, n_in, n_out, pdy, n_out, pw, n_in, pdx,
+                                   n_in, bm_x, bn_x,
+                                   True, False, n_out, n_in, rows, pdy, n_out, px, n_in, pdw,
+                                   n_in, bm_w, bn_w, nt, pdy, rows, n_out, part, post)
+    if rc:
+        free(part)
+        _raise_gemm_nomem()
     if pdb != NULL:
         with nogil:
             _col_sum_finish(part, nch, n_out, pdb)
@@ -590,11 +612,13 @@ cdef int _linear_bwd_few(cnp.ndarray dy, cnp.ndarray x, cnp.ndarray w, bint w_in
         with _blas_guard(n_out, n_in, rows):
             with nogil:
                 if w_in_out:
-                    _gemm_blocks(True, False, n_in, n_out, rows, <float>0, px, n_in, pdy,
-                                 n_out, pdw, n_out, bm_w, bn_w, nt)
+                    rc = _gemm_blocks(True, False, n_in, n_out, rows, <float>0, px, n_in, pdy,
+                                      n_out, pdw, n_out, bm_w, bn_w, nt)
                 else:
-                    _gemm_blocks(True, False, n_out, n_in, rows, <float>0, pdy, n_out, px,
-                                 n_in, pdw, n_in, bm_w, bn_w, nt)
+                    rc = _gemm_blocks(True, False, n_out, n_in, rows, <float>0, pdy, n_out, px,
+                                      n_in, pdw, n_in, bm_w, bn_w, nt)
+        if rc:
+            _raise_gemm_nomem()
     if pdb != NULL:
         with nogil:
             _col_sum(pdy, rows, n_out, pdb, 1, 256)
@@ -755,10 +779,11 @@ cdef enum:
     _INFER_MIN_MACS = 8388608
 
 
-cdef void _linear_act_blocks(const real* x, const real* wt, const real* bias, real* y,
-                             Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, int act, int bm,
-                             int bn, int nt) noexcept nogil:
-    cdef int blk
+cdef int _linear_act_blocks(const real* x, const real* wt, const real* bias, real* y,
+                            Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, int act, int bm,
+                            int bn, int nt) noexcept nogil:
+    """-> 0, or -1 when a block's GEMM could not get its work buffer."""
+    cdef int blk, failed = 0
     cdef Py_ssize_t m0, m1, n0, n1, r
     cdef double p[3]
     p[0] = p[1] = p[2] = 0.0
@@ -770,15 +795,17 @@ cdef void _linear_act_blocks(const real* x, const real* wt, const real* bias, re
         if bias != NULL:
             for r in range(m0, m1):
                 memcpy(&y[r * N + n0], &bias[n0], (n1 - n0) * sizeof(real))
-        gemm(False, False, <int>(m1 - m0), <int>(n1 - n0), <int>K, <real>1.0,
-             x + m0 * K, <int>K, wt + n0, <int>N, <real>(1.0 if bias != NULL else 0.0),
-             y + m0 * N + n0, <int>N)
+        if gemm(False, False, <int>(m1 - m0), <int>(n1 - n0), <int>K, <real>1.0,
+                x + m0 * K, <int>K, wt + n0, <int>N, <real>(1.0 if bias != NULL else 0.0),
+                y + m0 * N + n0, <int>N):
+            fnn_flag_set(&failed)
         if act >= 0:
             for r in range(m0, m1):
                 if real is float:
                     fnn_act_f(act, y + r * N + n0, NULL, y + r * N + n0, n1 - n0, p)
                 else:
                     fnn_act_d(act, y + r * N + n0, NULL, y + r * N + n0, n1 - n0, p)
+    return -1 if failed else 0
 
 
 cdef extern from "fnn_smallgemm.h" nogil:
@@ -998,9 +1025,12 @@ cdef void _linear_act_run(real z, cnp.ndarray x, cnp.ndarray wt, object bias, cn
     cdef const real* px = _p(x, M * K, z)
     cdef const real* pw = _p(wt, K * N, z)
     cdef real* py = _p(y, M * N, z)
+    cdef int rc
     with _blas_guard(M, N, K):
         with nogil:
-            _linear_act_blocks(px, pw, pb, py, M, N, K, act, bm, bn, nt)
+            rc = _linear_act_blocks(px, pw, pb, py, M, N, K, act, bm, bn, nt)
+    if rc:
+        _raise_gemm_nomem()
 
 
 def linear_act_infer(cnp.ndarray x, cnp.ndarray weight_t, object bias, str activation):

@@ -41,12 +41,11 @@ static inline void *fnn_alloc(size_t n, size_t size)
     return malloc(bytes != 0 ? bytes : 1);
 }
 
-/* fnn_alloc without the fault injection: for a buffer whose failure its caller absorbs
- * with a correct result (the own GEMM's per-thread packing buffer: without it the GEMM
- * runs on BLAS), so an injected failure there is not one the op must report.  Which
- * thread first takes such a buffer depends on scheduling; counted among the injection
- * sites, it made the countdown fire in one run and not in the next. */
-static inline void *fnn_alloc_absorbed(size_t n, size_t size)
+/* fnn_alloc without the fault injection: for a buffer a thread takes once and keeps (the
+ * own GEMM's per-thread packing buffer).  Which thread first takes such a buffer depends
+ * on scheduling; counted among the injection sites, it made the countdown fire in one run
+ * and not in the next.  A real failure is still reported (MemoryError, fnn_gemm.pxi). */
+static inline void *fnn_alloc_uncounted(size_t n, size_t size)
 {
     if (size != 0 && n > SIZE_MAX / size)
         return NULL;

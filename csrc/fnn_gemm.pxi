@@ -7,6 +7,11 @@
 # under fastnn's thread control (fastnn._threads sets every BLAS in the process).
 # The including module cimports: int64_t, uintptr_t (libc.stdint), and
 # ``gemm as _scipy_gemm, real`` from fnn_blas.
+#
+# ``gemm`` returns 0, or -1 when a work buffer cannot be had (the own kernel's packing
+# buffer, or room for BLAS's at a thread's first BLAS call: fnn_blas_guard.h): C is then
+# untouched and the caller raises MemoryError (_raise_gemm_nomem; inside a parallel region
+# after it, through its failure flag).  BLAS itself would end the process there.
 
 ctypedef void (*sgemm64_t)(const char*, const char*, const int64_t*, const int64_t*,
                            const int64_t*, const float*, const float*, const int64_t*,
@@ -21,6 +26,7 @@ cdef dgemm64_t _dgemm64 = NULL
 
 cdef extern from "fnn_sgemm.h" nogil:
     int FNN_HAVE_SGZ
+    int FNN_SGZ_NOMEM
     int FNN_SGZ_TRANS_A
     int fnn_sgemm_z_takes(int trans_a, Py_ssize_t K, Py_ssize_t lda)
     Py_ssize_t fnn_sgz_set_nc_max(Py_ssize_t n)
@@ -104,29 +110,88 @@ def _use_scipy_blas():
 BLAS_PATH = _load_numpy_blas()
 
 
-cdef inline void gemm(bint trans_a, bint trans_b, int M, int N, int K, real alpha,
-                      const real* A, int lda, const real* B, int ldb,
-                      real beta, real* C, int ldc) noexcept nogil:
-    """Row-major C[M, N] = alpha op(A) op(B) + beta C, as fnn_blas.gemm."""
+from libc.stdlib cimport calloc as _blas_calloc, free as _blas_free
+
+cdef extern from "fnn_blas_guard.h" nogil:
+    int FNN_BLAS_NUMPY
+    int FNN_BLAS_SCIPY
+    int FNN_BLAS_WARM
+    int fnn_blas_ready(int lib)
+    void fnn_blas_set_ready(int lib)
+    void fnn_blas_lock()
+    void fnn_blas_unlock()
+    int fnn_blas_room()
+
+
+cdef int _blas_warm(int lib) noexcept nogil:
+    """This thread's first BLAS call through library ``lib`` (fnn_blas_guard.h): check
+    for room, then one GEMM that takes BLAS's work buffer; 0 when the thread is ready,
+    -1 (BLAS not called) when there is no room."""
+    cdef int64_t n = FNN_BLAS_WARM
+    cdef float one = 1, zero = 0
+    cdef char t = b'N'
+    cdef float* s
+    cdef int ok
+    fnn_blas_lock()
+    if not fnn_blas_ready(lib) and fnn_blas_room():
+        s = <float*>_blas_calloc(3 * n * n, sizeof(float))
+        if s != NULL:
+            if lib == FNN_BLAS_NUMPY:
+                _sgemm64(&t, &t, &n, &n, &n, &one, s, &n, s + n * n, &n, &zero,
+                         s + 2 * n * n, &n)
+            else:
+                _scipy_gemm(False, False, <int>n, <int>n, <int>n, one, s, <int>n, s + n * n,
+                            <int>n, zero, s + 2 * n * n, <int>n)
+            _blas_free(s)
+            fnn_blas_set_ready(lib)
+    ok = fnn_blas_ready(lib)
+    fnn_blas_unlock()
+    return 0 if ok else -1
+
+
+cdef inline int _raise_gemm_nomem() except -1 nogil:
+    """MemoryError for a GEMM that could not get its work buffer (gemm returned -1)."""
+    with gil:
+        raise MemoryError("fastnn: out of memory for a GEMM's work buffer (fastnn's packing "
+                          "buffer, or the BLAS library's per-thread buffer at a thread's "
+                          "first BLAS call)")
+
+
+cdef inline int gemm(bint trans_a, bint trans_b, int M, int N, int K, real alpha,
+                     const real* A, int lda, const real* B, int ldb,
+                     real beta, real* C, int ldc) noexcept nogil:
+    """Row-major C[M, N] = alpha op(A) op(B) + beta C, as fnn_blas.gemm.  Returns 0, or
+    -1 (C untouched) when a work buffer cannot be had: the caller raises MemoryError."""
     cdef char tb = b'T' if trans_b else b'N'
     cdef char ta = b'T' if trans_a else b'N'
     cdef int64_t m = N, n = M, k = K, la = ldb, lb = lda, lc = ldc
+    cdef int lib, r
     if M <= 0 or N <= 0 or K <= 0:
         _scipy_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
-        return
+        return 0
     if real is float:
         if _sgz_on and M >= 24 and N >= 32 and K >= 16:
-            if fnn_sgemm_z(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
-                           NULL) == 0:
-                return
+            r = fnn_sgemm_z(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+                            NULL)
+            if r == 0:
+                return 0
+            if r == FNN_SGZ_NOMEM:
+                return -1
+        lib = FNN_BLAS_NUMPY if _sgemm64 != NULL else FNN_BLAS_SCIPY
+    else:
+        lib = FNN_BLAS_NUMPY if _dgemm64 != NULL else FNN_BLAS_SCIPY
+    if not fnn_blas_ready(lib) and _blas_warm(lib) != 0:
+        return -1
+    if real is float:
         if _sgemm64 != NULL:
             _sgemm64(&tb, &ta, &m, &n, &k, &alpha, B, &la, A, &lb, &beta, C, &lc)
-            return
+            return 0
     else:
         if _dgemm64 != NULL:
             _dgemm64(&tb, &ta, &m, &n, &k, &alpha, B, &la, A, &lb, &beta, C, &lc)
-            return
+            return 0
     _scipy_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
+    return 0
 
 
 cdef inline bint gemm_bias(bint trans_a, bint trans_b, int M, int N, int K, const real* A,

@@ -27,6 +27,11 @@ cdef extern from *:
         int gen;
         if (__atomic_load_n(&fnn_fork_serial, __ATOMIC_RELAXED))
             return 1;
+        /* inside a region (a nested call on a worker): the team's count stands, and a
+         * worker does not touch this module's thread-local block (the C library would
+         * allocate it now, and abort the process if it could not) */
+        if (omp_in_parallel())
+            return omp_get_max_threads();
         gen = __atomic_load_n(&fnn_threads_generation, __ATOMIC_ACQUIRE);
         if (fnn_threads_seen != gen) {
             int n = __atomic_load_n(&fnn_requested_threads, __ATOMIC_RELAXED);

@@ -28,8 +28,9 @@
  * Each output is sum over k blocks (in order) of a sum over k (in order, one FMA each),
  * times alpha, plus beta C on the first block; it does not depend on M or on the tile an
  * output falls in.  float64 and the base build keep BLAS (fnn_gemm.pxi).
- * fnn_sgemm_z returns -1, touching nothing, when its packing buffer cannot be allocated:
- * the caller then runs BLAS. */
+ * fnn_sgemm_z returns FNN_SGZ_NOMEM (-2), touching nothing, when its packing buffer cannot
+ * be allocated: the caller reports MemoryError (a BLAS run instead would give other bits,
+ * and BLAS's own first call on a thread needs more memory still: fnn_blas_guard.h). */
 #ifndef FNN_SGEMM_H
 #define FNN_SGEMM_H
 #include <stddef.h>
@@ -37,6 +38,8 @@
 #include "fnn_alloc.h"
 #include "fnn_cache.h"
 #include "fnn_transpose16.h"
+
+#define FNN_SGZ_NOMEM (-2)   /* fnn_sgemm_z: no packing buffer (see above) */
 
 #if defined(__AVX512F__)
 #define FNN_SGZ_MR 12
@@ -89,8 +92,11 @@
 /* The packing buffer: one per thread, allocated at the thread's first call and kept for
  * its life (OpenMP's pool threads persist), so a call allocates nothing; a thread that
  * ends frees it (the key's destructor), so a program that starts a thread per task does
- * not leak one buffer per task. */
-static __thread float *fnn_sgz_buf = NULL;
+ * not leak one buffer per task.  Found through the key, not a __thread variable: the C
+ * library allocates a loaded module's thread-local block at a thread's first touch of
+ * it and aborts the process when that allocation fails (a worker's first GEMM under an
+ * address-space limit); pthread_getspecific allocates nothing, and a failed
+ * pthread_setspecific is an error code (then no buffer: MemoryError). */
 static pthread_key_t fnn_sgz_key;
 static pthread_once_t fnn_sgz_once = PTHREAD_ONCE_INIT;
 static int fnn_sgz_key_ok = 0;
@@ -100,12 +106,13 @@ static void fnn_sgz_make_key(void) { fnn_sgz_key_ok = pthread_key_create(&fnn_sg
 
 static inline float *fnn_sgz_buffer(void)
 {
-    if (fnn_sgz_buf == NULL) {
-        char *raw;
-        pthread_once(&fnn_sgz_once, fnn_sgz_make_key);
-        if (!fnn_sgz_key_ok)
-            return NULL;
-        raw = (char *)fnn_alloc_absorbed((size_t)FNN_SGZ_KC *
+    char *raw;
+    pthread_once(&fnn_sgz_once, fnn_sgz_make_key);
+    if (!fnn_sgz_key_ok)
+        return NULL;
+    raw = (char *)pthread_getspecific(fnn_sgz_key);
+    if (raw == NULL) {
+        raw = (char *)fnn_alloc_uncounted((size_t)FNN_SGZ_KC *
                                     (FNN_SGZ_NC_BIG + (FNN_SGZ_TRANS_A ? FNN_SGZ_MC : 0)) + 16,
                                 sizeof(float));
         if (raw == NULL)
@@ -114,9 +121,8 @@ static inline float *fnn_sgz_buffer(void)
             free(raw);
             return NULL;
         }
-        fnn_sgz_buf = (float *)(raw + (64 - ((uintptr_t)raw & 63)) % 64);
     }
-    return fnn_sgz_buf;
+    return (float *)(raw + (64 - ((uintptr_t)raw & 63)) % 64);
 }
 
 #if defined(__AVX512F__)
@@ -586,10 +592,10 @@ fnn_sgemm_z_takes(int trans_a, ptrdiff_t K, ptrdiff_t lda)
  * trans_a), op(B) is K x N (B stored (N, K) when trans_b).  M, N, K > 0.  bias (N
  * values) or NULL: with it C = alpha op(A) op(B) + bias[column] (beta ignored, C not
  * read: a linear layer's bias added in the first k block's stores, the same bits as a C
- * filled with the bias and beta = 1).  Returns 0, or -1 (C untouched) when the packing
- * buffer cannot be had, or for a product the build leaves to BLAS (fnn_sgemm_z_takes:
- * the avx2 build's transposed A, and depths past FNN_SGZ_KMAX read from rows a multiple
- * of 4 KiB apart): the caller then runs BLAS. */
+ * filled with the bias and beta = 1).  Returns 0; FNN_SGZ_NOMEM (C untouched) when the
+ * packing buffer cannot be had; -1 (C untouched) for a product the build leaves to BLAS
+ * (fnn_sgemm_z_takes: the avx2 build's transposed A, and depths past FNN_SGZ_KMAX read
+ * from rows a multiple of 4 KiB apart): the caller then runs BLAS. */
 static int
 fnn_sgemm_z(int trans_a, int trans_b, ptrdiff_t M, ptrdiff_t N, ptrdiff_t K, float alpha,
             const float *A, ptrdiff_t lda, const float *B, ptrdiff_t ldb, float beta,
@@ -600,7 +606,7 @@ fnn_sgemm_z(int trans_a, int trans_b, ptrdiff_t M, ptrdiff_t N, ptrdiff_t K, flo
         return -1;         /* the caller runs BLAS */
     pb = fnn_sgz_buffer();
     if (pb == NULL)
-        return -1;
+        return FNN_SGZ_NOMEM;
     pa = pb + (size_t)FNN_SGZ_KC * FNN_SGZ_NC_BIG;
     /* k blocks of near-equal length, at most KC each; column blocks of near-equal width,
      * at most fnn_sgz_nc_max() each, edges on whole panels (fnn_sgz_col_edge) */

@@ -168,6 +168,8 @@ cdef struct Layer:
     void* dgh           # GRU: hidden side (n part times r); else == dg
     void* dh            # (D, B, H) in: d_h_n, out: d_h0
     void* dc            # (D, B, H) LSTM: in d_c_n, out d_c0
+    int nomem           # set (fnn_flag_set) when a step's GEMM could not get its work
+                        # buffer; the caller raises MemoryError after the time loop
 
 
 cdef inline Py_ssize_t _units(const Layer* L, Py_ssize_t u) noexcept nogil:
@@ -243,8 +245,9 @@ cdef void _fwd_gemm(const Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, Py_ssiz
                 fnn_rnn_pgemm(M, G * nu, H, hp, ldp, L.whp[d] + u * _pack_stride(L, False),
                               C + c0, ldc, acc)
                 continue
-        gemm(False, True, <int>M, <int>(G * nu), <int>H, <real>1, hp, <int>ldp,
-             whh + c0 * H, <int>H, <real>(1 if acc else 0), C + c0, <int>ldc)
+        if gemm(False, True, <int>M, <int>(G * nu), <int>H, <real>1, hp, <int>ldp,
+                whh + c0 * H, <int>H, <real>(1 if acc else 0), C + c0, <int>ldc):
+            fnn_flag_set(&(<Layer*>L).nomem)
 
 
 cdef void _fwd_cells(const Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, Py_ssize_t b0,
@@ -356,8 +359,9 @@ cdef void _bwd_gemm(const Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, Py_ssiz
                 fnn_rnn_pgemm(M, nu, GH, dght, ldg, L.whp[d] + u * _pack_stride(L, True),
                               dh + j0, H, acc)
                 continue
-        gemm(False, False, <int>M, <int>nu, <int>GH, <real>1, dght, <int>ldg, whh + j0,
-             <int>H, <real>(1 if acc else 0), dh + j0, <int>H)
+        if gemm(False, False, <int>M, <int>nu, <int>GH, <real>1, dght, <int>ldg, whh + j0,
+                <int>H, <real>(1 if acc else 0), dh + j0, <int>H):
+            fnn_flag_set(&(<Layer*>L).nomem)
 
 
 cdef void _bwd_dir(Layer* L, int d, Py_ssize_t u0, Py_ssize_t u1, Py_ssize_t b0,
@@ -494,25 +498,29 @@ cdef enum:
                       # depend on the thread count, as each chunk is one BLAS call)
 
 
-cdef void _gemm_rows(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, const real* A,
-                     Py_ssize_t lda, const real* Bm, Py_ssize_t ldb, real beta, real* C,
-                     Py_ssize_t ldc) noexcept nogil:
+cdef int _gemm_rows(bint ta, bint tb, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, const real* A,
+                    Py_ssize_t lda, const real* Bm, Py_ssize_t ldb, real beta, real* C,
+                    Py_ssize_t ldc) noexcept nogil:
     """Row-major C = op(A) op(B) + beta C as fixed chunks of GEMM_ROWS rows of C, one
-    single-threaded BLAS call per chunk, chunks spread over the OpenMP threads."""
+    single-threaded BLAS call per chunk, chunks spread over the OpenMP threads.  -> 0, or
+    -1 when a chunk's GEMM could not get its work buffer (the caller raises MemoryError)."""
     cdef Py_ssize_t nch = (M + GEMM_ROWS - 1) // GEMM_ROWS, c, r0, m
-    cdef int nt = _threads_for(M * N * K // 64, 1 << 14)
+    cdef int nt = _threads_for(M * N * K // 64, 1 << 14), failed = 0
     if nch <= 1 or nt <= 1:
         for c in range(nch):
             r0 = c * GEMM_ROWS
             m = M - r0 if M - r0 < GEMM_ROWS else GEMM_ROWS
-            gemm(ta, tb, <int>m, <int>N, <int>K, <real>1, A + (r0 if ta else r0 * lda), <int>lda,
-                 Bm, <int>ldb, beta, C + r0 * ldc, <int>ldc)
-        return
+            if gemm(ta, tb, <int>m, <int>N, <int>K, <real>1, A + (r0 if ta else r0 * lda),
+                    <int>lda, Bm, <int>ldb, beta, C + r0 * ldc, <int>ldc):
+                return -1
+        return 0
     for c in prange(nch, nogil=True, schedule="static", num_threads=nt):
         r0 = c * GEMM_ROWS
         m = M - r0 if M - r0 < GEMM_ROWS else GEMM_ROWS
-        gemm(ta, tb, <int>m, <int>N, <int>K, <real>1, A + (r0 if ta else r0 * lda), <int>lda,
-             Bm, <int>ldb, beta, C + r0 * ldc, <int>ldc)
+        if gemm(ta, tb, <int>m, <int>N, <int>K, <real>1, A + (r0 if ta else r0 * lda),
+                <int>lda, Bm, <int>ldb, beta, C + r0 * ldc, <int>ldc):
+            fnn_flag_set(&failed)
+    return -1 if failed else 0
 
 
 cdef inline real* _span(real[::1] v, Py_ssize_t off, Py_ssize_t n) except? NULL:
@@ -748,7 +756,8 @@ cdef _LayerState _layer_forward(_Stack s, int k, const real[::1] inp, Py_ssize_t
         pwi = _cspan(wi, 0, GH * I)
         pxp = _span(xpv, d * GH, (TB - 1) * DGH + GH)
         with nogil:
-            _gemm_rows(False, True, TB, GH, I, pin, I, pwi, I, <real>0, pxp, DGH)
+            if _gemm_rows(False, True, TB, GH, I, pin, I, pwi, I, <real>0, pxp, DGH):
+                _raise_gemm_nomem()
         lay.whh[d] = <void*>_cspan(wh, 0, GH * H)
         lay.bias[d] = <void*>_cspan(bias, 0, GH)
         lay.bhn[d] = <void*>_cspan(bhn, 0, H)
@@ -760,6 +769,8 @@ cdef _LayerState _layer_forward(_Stack s, int k, const real[::1] inp, Py_ssize_t
                 lay.whp[d] = _span(packed, 0, s.NB * _panels(s.G * s.UB) * H)
     with nogil:
         _run_layer[real](&lay, False, team, NULL)
+    if lay.nomem:
+        _raise_gemm_nomem()
     st.inp = inp.base if inp.base is not None else np.asarray(inp)
     st.n_in = I
     st.w_ih = tuple(w_ih)
@@ -899,6 +910,8 @@ cdef _layer_backward(_Stack s, int k, const real[::1] dy, Py_ssize_t lddy, d_h_n
                 lay.whp[d] = _span(packed, 0, s.NB * _panels(s.UB) * GH)
     with nogil:
         _run_layer[real](&lay, True, team, NULL)
+    if lay.nomem:
+        _raise_gemm_nomem()
     dh0[k * D:(k + 1) * D] = dh
     if s.mode == LSTM:
         dc0[k * D:(k + 1) * D] = dc
@@ -945,8 +958,9 @@ cdef _weight_grads(_Stack s, int k, real[::1] dg, real[::1] dgh, list dweights, 
             pdg = _cspan(dg, d * GH, (TB - 1) * DGH + GH)
             pwi = _cspan(wi, 0, GH * I)
             with nogil:
-                _gemm_rows(False, False, TB, I, GH, pdg, DGH, pwi, I, <real>(1 if d else 0),
-                           pdx, I)
+                if _gemm_rows(False, False, TB, I, GH, pdg, DGH, pwi, I, <real>(1 if d else 0),
+                              pdx, I):
+                    _raise_gemm_nomem()
         return dx
     _col_sums(dg, TB, DGH, dbiv, nt)
     if s.mode == GRU:
@@ -974,11 +988,14 @@ cdef _weight_grads(_Stack s, int k, real[::1] dg, real[::1] dgh, list dweights, 
         pdwh = _span(dwhv, 0, GH * H)
         pwi = _cspan(wi, 0, GH * I)
         with nogil:
-            _gemm_rows(True, False, GH, I, TB, pdg, DGH, pin, I, <real>0, pdwi, I)
-            _gemm_rows(True, False, GH, H, TB - B, pdgh_prev, DGH, phv, D * H, <real>0, pdwh, H)
-            if has_h0:
-                _gemm_rows(True, False, GH, H, B, pdgh_first, DGH, ph0, H, <real>1, pdwh, H)
-            _gemm_rows(False, False, TB, I, GH, pdg, DGH, pwi, I, <real>(1 if d else 0), pdx, I)
+            if (_gemm_rows(True, False, GH, I, TB, pdg, DGH, pin, I, <real>0, pdwi, I)
+                    or _gemm_rows(True, False, GH, H, TB - B, pdgh_prev, DGH, phv, D * H,
+                                  <real>0, pdwh, H)
+                    or (has_h0 and _gemm_rows(True, False, GH, H, B, pdgh_first, DGH, ph0, H,
+                                              <real>1, pdwh, H))
+                    or _gemm_rows(False, False, TB, I, GH, pdg, DGH, pwi, I,
+                                  <real>(1 if d else 0), pdx, I)):
+                _raise_gemm_nomem()
         dweights[base] = _unpermute(s, dwi)
         dweights[base + 1] = _unpermute(s, dwh)
         if nw == 4:

@@ -300,17 +300,14 @@ def test_first_kernel_call_under_address_space_limit_raises():
     assert second == "cpu 27.0", f"after the limit: {second} (the backend must not fall back)"
 
 
-@linux_only
-def test_every_op_under_growing_address_space_limits():
-    """Every op family, forward and backward, large inputs on 2 threads, at growing
-    RLIMIT_AS budgets above current use: each call gives the unlimited run's bits or a
-    MemoryError -- never a hang, a crash or a wrong result -- and the process goes on."""
-    out = _run(_COUNT_THREADS + textwrap.dedent("""
-        import resource
-        fastnn.set_num_threads(2)
-        ref = [call(op, a, k) for op, (a, k) in cases]
+# every registry op (cases, call) at each budget (MiB of RLIMIT_AS above current use):
+# each call must give ``ref``'s bits or MemoryError -> (results, MemoryErrors)
+_UNDER_LIMITS = textwrap.dedent("""
+    import resource
+
+    def under_limits(ref, budgets):
         results = errors = 0
-        for budget_mib in (0, 1, 2, 4, 8, 16, 64):
+        for budget_mib in budgets:
             for (op, (a, k)), want in zip(cases, ref):
                 resource.setrlimit(resource.RLIMIT_AS,
                                    (vm() + (budget_mib << 20), resource.RLIM_INFINITY))
@@ -326,11 +323,52 @@ def test_every_op_under_growing_address_space_limits():
                 assert len(got) == len(want), op.name
                 for g, w_ in zip(got, want):
                     np.testing.assert_array_equal(np.asarray(g), np.asarray(w_), err_msg=op.name)
-        print(results, errors)
+        return results, errors
+""")
+
+
+@linux_only
+def test_every_op_under_growing_address_space_limits():
+    """Every op family, forward and backward, large inputs on 2 threads, at growing
+    RLIMIT_AS budgets above current use: each call gives the unlimited run's bits or a
+    MemoryError -- never a hang, a crash or a wrong result -- and the process goes on."""
+    out = _run(_COUNT_THREADS + _UNDER_LIMITS + textwrap.dedent("""
+        fastnn.set_num_threads(2)
+        ref = [call(op, a, k) for op, (a, k) in cases]
+        print(*under_limits(ref, (0, 1, 2, 4, 8, 16, 64)))
     """), timeout=240)
     results, errors = map(int, out.split())
     assert errors > 0, "no budget was tight enough to fail an allocation"
     assert results > 0, "no budget was loose enough to run"
+
+
+@linux_only
+@pytest.mark.parametrize("route", ["own", "blas"])
+def test_a_workers_first_gemm_under_address_space_limits(route):
+    """The worker thread of a 2-thread pool that has never run a GEMM (the unlimited run
+    was on one thread) takes its first GEMMs under tight RLIMIT_AS budgets: the own
+    kernel's packing buffer, or (route "blas": FASTNN_SGEMM=blas, every float32 product
+    on BLAS) the BLAS library's per-thread buffer.  OpenBLAS ends the process when that
+    buffer cannot be mapped ("Memory allocation still failed after 10 retries"), and the
+    C library aborts when a module's thread-local block cannot be allocated: fastnn checks
+    for room first and raises MemoryError.  Each call: the unlimited run's bits or
+    MemoryError, and the process goes on.  In a full run the worker usually took its
+    buffers during the 2-thread warm-up of the test above, and the crash came only when
+    the scheduler gave it no GEMM there."""
+    env = dict(os.environ)
+    env.pop("FASTNN_SGEMM", None)
+    if route == "blas":
+        env["FASTNN_SGEMM"] = "blas"
+    out = _run(_COUNT_THREADS + _UNDER_LIMITS + textwrap.dedent("""
+        fastnn.set_num_threads(2)
+        F.relu(np.ones(1 << 22, np.float32))     # the 2-thread pool exists, no GEMM run
+        fastnn.set_num_threads(1)
+        ref = [call(op, a, k) for op, (a, k) in cases]
+        fastnn.set_num_threads(2)
+        print(*under_limits(ref, (0, 1, 4, 16, 64, 256)))
+    """), timeout=240, env=env)
+    results, errors = map(int, out.split())
+    assert results > 0 and errors > 0, (results, errors)
 
 
 @linux_only
