@@ -8,7 +8,9 @@
 # kernels.  The ICV belongs to the calling thread in OpenMP, while fastnn.set_num_threads is
 # process-wide (as torch.set_num_threads): a set bumps a generation, and a thread that calls
 # a kernel applies the count once when it sees a new generation (PyTorch applies its count
-# per thread lazily the same way).  Cost on a hot call: one thread-local compare.
+# per thread lazily the same way).  Cost on a hot call: two pthread_getspecific reads and
+# compares.  A thread's first team of a size is checked to fit in the address space
+# first (fnn_team.h): libgomp ends the process when it cannot create a worker.
 
 cdef extern from *:
     """
@@ -16,28 +18,31 @@ cdef extern from *:
     #ifdef _OPENMP
     #include <omp.h>
     #endif
+    #include "fnn_team.h"
     static int fnn_requested_threads = 0;     /* fastnn.set_num_threads, 0 = never set */
     static int fnn_threads_generation = 0;
-    static __thread int fnn_threads_seen = 0;
     static int fnn_fork_serial = 0;           /* a forked child whose OpenMP pool is unsafe */
 
-    static inline int fnn_max_threads(void)
+    /* The calling thread's OpenMP thread count (the nthreads-var ICV), with the latest
+     * fastnn.set_num_threads applied to it first; the record of what this thread has
+     * applied is fnn_team.h's (a pthread key: no thread-local block to allocate). */
+    static inline int fnn_icv_threads(void)
     {
     #ifdef _OPENMP
-        int gen;
+        uintptr_t rec, gen;
         if (__atomic_load_n(&fnn_fork_serial, __ATOMIC_RELAXED))
             return 1;
         /* inside a region (a nested call on a worker): the team's count stands, and a
-         * worker does not touch this module's thread-local block (the C library would
-         * allocate it now, and abort the process if it could not) */
+         * worker does not touch this module's per-thread state */
         if (omp_in_parallel())
             return omp_get_max_threads();
-        gen = __atomic_load_n(&fnn_threads_generation, __ATOMIC_ACQUIRE);
-        if (fnn_threads_seen != gen) {
+        rec = fnn_team_record();
+        gen = (uintptr_t)(unsigned)__atomic_load_n(&fnn_threads_generation, __ATOMIC_ACQUIRE);
+        if ((rec >> FNN_TEAM_BITS) != gen) {
             int n = __atomic_load_n(&fnn_requested_threads, __ATOMIC_RELAXED);
-            fnn_threads_seen = gen;
             if (n > 0)
                 omp_set_num_threads(n);
+            fnn_team_set_record((gen << FNN_TEAM_BITS) | (rec & FNN_TEAM_MASK));
         }
         return omp_get_max_threads();
     #else
@@ -45,10 +50,39 @@ cdef extern from *:
     #endif
     }
 
+    /* Threads a kernel called from this thread may use now: the ICV's count, or 1 while a
+     * team that large would be this thread's largest yet and its workers' stacks do not
+     * fit in the address space (fnn_team.h: libgomp ends the process when it cannot
+     * create a worker). */
+    static inline int fnn_max_threads(void)
+    {
+        int n = fnn_icv_threads();
+    #ifdef _OPENMP
+        if (n > 1 && !omp_in_parallel()) {
+            uintptr_t rec = fnn_team_record();
+            if ((uintptr_t)n > (rec & FNN_TEAM_MASK)) {
+                if (!fnn_team_room(n))
+                    return 1;
+                fnn_team_set_record((rec & ~FNN_TEAM_MASK)
+                                    | ((uintptr_t)n < FNN_TEAM_MASK ? (uintptr_t)n : FNN_TEAM_MASK));
+            }
+        }
+    #endif
+        return n;
+    }
+
+    /* the calling thread's pool was released (before a fork, fastnn._threads): its next
+     * region creates its workers again, so it is checked again */
+    static inline void fnn_team_released(void)
+    {
+        uintptr_t rec = fnn_team_record();
+        fnn_team_set_record(rec & ~FNN_TEAM_MASK);
+    }
+
     static inline int fnn_reported_threads(void)
     {
     #ifdef _OPENMP
-        return fnn_max_threads();
+        return fnn_icv_threads();
     #else
         return __atomic_load_n(&fnn_requested_threads, __ATOMIC_RELAXED);
     #endif
@@ -79,6 +113,8 @@ cdef extern from *:
     void fnn_flag_set(int* flag) nogil
     int fnn_flag_get(const int* flag) nogil
     int fnn_max_threads() nogil
+    int fnn_icv_threads() nogil
+    void fnn_team_released() nogil
     int fnn_reported_threads() nogil
     void fnn_request_threads(int n) nogil
     int fnn_team_size(int n) nogil
@@ -90,7 +126,7 @@ def _set_num_threads(int n):
     """This module's part of fastnn.set_num_threads (process-wide, applied at each thread's
     next call; the calling thread at once, so threadpool_info shows it)."""
     fnn_request_threads(n if n > 0 else 1)
-    fnn_max_threads()
+    fnn_icv_threads()
 
 
 def _get_num_threads():
@@ -105,6 +141,12 @@ def _fork_child_serial():
     fork (fastnn._threads): run every kernel on the calling thread from now on."""
     global fnn_fork_serial
     fnn_fork_serial = 1
+
+
+def _team_released():
+    """The calling thread's OpenMP pool was released (fastnn._threads, before a fork): its
+    next parallel region checks again that its workers fit (fnn_team.h)."""
+    fnn_team_released()
 
 
 def _fail_allocation(int k):

@@ -194,6 +194,10 @@ def _before_fork():
             _fork_pool_released[0] = _release_openmp_pool()
         except Exception:      # pragma: no cover - be safe rather than hang the child
             _fork_pool_released[0] = False
+        # this thread's next region (parent and child) creates its workers again: each
+        # module checks again that their stacks fit (csrc/fnn_team.h)
+        for mod in _kernels:
+            mod._team_released()
 
 
 def _after_fork_in_child():

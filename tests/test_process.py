@@ -371,6 +371,80 @@ def test_a_workers_first_gemm_under_address_space_limits(route):
     assert results > 0 and errors > 0, (results, errors)
 
 
+_FRESH_THREAD = textwrap.dedent("""
+    import threading
+
+    def in_fresh_thread(budget_mib, fn):
+        # fn() as the first kernel call of a Python thread started before the limit
+        # (its own stack is in place), under RLIMIT_AS at current use + budget_mib
+        out, go = {}, threading.Event()
+
+        def body():
+            go.wait()
+            try:
+                out["got"] = fn()
+            except MemoryError:
+                out["got"] = MemoryError
+        t = threading.Thread(target=body)
+        t.start()
+        resource.setrlimit(resource.RLIMIT_AS,
+                           (vm() + (budget_mib << 20), resource.RLIM_INFINITY))
+        try:
+            go.set()
+            t.join()
+        finally:
+            resource.setrlimit(resource.RLIMIT_AS,
+                               (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        return out["got"]
+""")
+
+
+@linux_only
+def test_a_python_threads_first_kernel_call_under_address_space_limits():
+    """A Python thread's first kernel call starts its own OpenMP pool: libgomp creates the
+    workers then, one stack each (8 MiB by default), and ends the process when it cannot
+    ("libgomp: Thread creation failed", exit 1) -- what a request handler's first call did
+    under an RLIMIT_AS a few MiB above current use.  fastnn checks that the workers'
+    stacks fit first (csrc/fnn_team.h) and runs the call on the calling thread when they
+    do not.  Every op, each call from a new thread at 0-64 MiB above current use: the
+    unlimited run's bits or MemoryError, the process goes on; with no room for a worker
+    the memory-light ReLU still runs, on one thread (no worker started), and once the
+    limit is lifted a new thread gets its 2-thread pool."""
+    out = _run(_COUNT_THREADS + _UNDER_LIMITS + _FRESH_THREAD + textwrap.dedent("""
+        fastnn.set_num_threads(2)
+        x = np.linspace(-1, 1, 1 << 22, dtype=np.float32)
+        want = F.relu(x)                           # the main thread's pool exists
+        ref = [call(op, a, k) for op, (a, k) in cases]
+
+        def relu_threads():
+            y = F.relu(x)
+            return y, os_threads()
+        base = os_threads()                         # main + its worker
+        got = in_fresh_thread(0, relu_threads)
+        assert got is not MemoryError, "relu at budget 0 raised"
+        np.testing.assert_array_equal(got[0], want)
+        assert got[1] == base + 1, (got[1], base)   # the new thread alone, no worker
+        got = in_fresh_thread(1 << 20, relu_threads)
+        np.testing.assert_array_equal(got[0], want)
+        assert got[1] == base + 2, (got[1], base)   # the new thread and its worker
+
+        results = errors = 0
+        for budget in (0, 2, 8, 16, 64):
+            for (op, (a, k)), w in zip(cases, ref):
+                got = in_fresh_thread(budget, lambda: call(op, a, k))
+                if got is MemoryError:
+                    errors += 1
+                    continue
+                results += 1
+                for g, w_ in zip(got, w):
+                    np.testing.assert_array_equal(np.asarray(g), np.asarray(w_),
+                                                  err_msg=op.name)
+        print(results, errors)
+    """), timeout=300)
+    results, errors = map(int, out.split())
+    assert results > 0, (results, errors)
+
+
 @linux_only
 def test_every_allocation_site_failing_raises_memory_error():
     """Fault injection (fnn_alloc.h's countdown): every scratch allocation of every op,
