@@ -23,8 +23,7 @@ static inline void FNN_TNAME(fnn_ln_fwd_row)(const FNN_T* x, FNN_T* y, const FNN
     if (stream && D <= FNN_LN_ROWBUF) {
         FNN_T buf[FNN_LN_ROWBUF];
         FNN_TNAME(fnn_ln_normalise)(x, buf, w, b, D, mf, rf);
-        FNN_TNAME(fnn_stream_copy)(y, buf, D);
-        fnn_stream_fence();
+        FNN_TNAME(fnn_stream_copy)(y, buf, D);   /* the caller fences once per thread */
     } else {
         FNN_TNAME(fnn_ln_normalise)(x, y, w, b, D, mf, rf);
     }
@@ -103,5 +102,5 @@ static inline void FNN_TNAME(fnn_ln_bwd_row)(const FNN_T* restrict dy, const FNN
             dx[j] = rstd * (dy[j] - sg - xh * sgx);
         }
     }
-    if (via_buf) { FNN_TNAME(fnn_stream_copy)(dx_out, buf, D); fnn_stream_fence(); }
+    if (via_buf) FNN_TNAME(fnn_stream_copy)(dx_out, buf, D);   /* fenced by the caller */
 }

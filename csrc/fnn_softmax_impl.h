@@ -17,5 +17,5 @@ static inline void FNN_TNAME(fnn_softmax_bwd_row)(const FNN_T* restrict dy, cons
         FNN_T s = (FNN_T)FNN_TNAME(fnn_dot)(dy, y, n);
         for (j = 0; j < n; ++j) dx[j] = y[j] * (dy[j] - s);
     }
-    if (via_buf) { FNN_TNAME(fnn_stream_copy)(dx_out, buf, n); fnn_stream_fence(); }
+    if (via_buf) FNN_TNAME(fnn_stream_copy)(dx_out, buf, n);   /* fenced by the caller */
 }

@@ -82,7 +82,10 @@ static inline void fnn_stream_copy_d(double* restrict y, const double* restrict 
 }
 
 /* order this thread's non-temporal stores before whatever follows (a parallel region's
-   end, another thread reading the output) */
+   end, another thread reading the output): once per thread, after its last streamed row.
+   A fence drains the write-combining buffers; one after every row (3 KiB) made the
+   streamed (65536, 768) layer_norm forward 15.6 ms instead of 7.2 (plain stores 10.6) on a
+   2-core Zen 5 VM. */
 static inline void fnn_stream_fence(void) {
 #if defined(__SSE2__)
     _mm_sfence();

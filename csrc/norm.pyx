@@ -33,6 +33,7 @@ cdef extern from "fnn_norm.h" nogil:
                           Py_ssize_t D, double eps, double* mean_out, double* rstd_out,
                           int stream, const double* next)
     Py_ssize_t FNN_STREAM_BYTES
+    void fnn_stream_fence()
     void fnn_ln_bwd_row_f(const float* dy, const float* x, const float* w, float mean, float rstd,
                           Py_ssize_t D, float* dx, float* pw, float* pb, int stream)
     void fnn_ln_bwd_row_d(const double* dy, const double* x, const double* w, double mean,
@@ -62,17 +63,22 @@ cdef void _ln_fwd(const real* x, real* y, const real* w, const real* b, Py_ssize
                   Py_ssize_t D, double eps, real* mean, real* rstd) noexcept nogil:
     cdef Py_ssize_t r
     cdef int nt = _threads_for(rows * D, 1 << 14)
-    # a large output goes out with non-temporal stores (fnn_stream.h), and the next row
-    # is prefetched (a large input is memory-bound)
+    # a large output goes out with non-temporal stores (fnn_stream.h), fenced once per
+    # thread after its rows, and the next row is prefetched (a large input is memory-bound)
     cdef bint stream = rows * D * <Py_ssize_t>sizeof(real) >= FNN_STREAM_BYTES
     if nt == 1:
         for r in range(rows):
             _ln_row(x + r * D, y + r * D, w, b, D, eps, mean + r, rstd + r, stream,
                     x + (r + 1) * D if stream and r + 1 < rows else NULL)
+        if stream:
+            fnn_stream_fence()
     else:
-        for r in prange(rows, nogil=True, schedule="static", num_threads=nt):
-            _ln_row(x + r * D, y + r * D, w, b, D, eps, mean + r, rstd + r, stream,
-                    x + (r + 1) * D if stream and r + 1 < rows else NULL)
+        with parallel(num_threads=nt):
+            for r in prange(rows, schedule="static"):
+                _ln_row(x + r * D, y + r * D, w, b, D, eps, mean + r, rstd + r, stream,
+                        x + (r + 1) * D if stream and r + 1 < rows else NULL)
+            if stream:
+                fnn_stream_fence()
 
 
 def layer_norm(cnp.ndarray x, object weight, object bias, Py_ssize_t D, double eps):
@@ -156,17 +162,21 @@ cdef int _ln_bwd(const real* dy, const real* x, const real* w, const real* mean,
     cdef double* acc = NULL
     if want_params and nch > 0:
         part = <real*>_calloc(2 * nch * D, sizeof(real))
-    for c in prange(nch, nogil=True, schedule="static", num_threads=nt):
-        r0 = c * CH
-        r1 = r0 + CH
-        if r1 > rows:
-            r1 = rows
-        pw = part + 2 * c * D if want_params else NULL
-        pb = pw + D if want_params else NULL
-        for r in range(r0, r1):
-            _ln_bwd_row(dy + r * D, x + r * D, w, mean[r], rstd[r], D, dx + r * D, pw, pb, stream)
-            if plus != NULL:
-                _add_row(dx + r * D, plus + r * D, D)
+    with parallel(num_threads=nt):
+        for c in prange(nch, schedule="static"):
+            r0 = c * CH
+            r1 = r0 + CH
+            if r1 > rows:
+                r1 = rows
+            pw = part + 2 * c * D if want_params else NULL
+            pb = pw + D if want_params else NULL
+            for r in range(r0, r1):
+                _ln_bwd_row(dy + r * D, x + r * D, w, mean[r], rstd[r], D, dx + r * D, pw, pb,
+                            stream)
+                if plus != NULL:
+                    _add_row(dx + r * D, plus + r * D, D)
+        if stream:              # this thread's streamed rows, once (fnn_stream.h)
+            fnn_stream_fence()
     if want_params:
         acc = <double*>fnn_calloc(2 * D + 1, sizeof(double))
         if acc == NULL:

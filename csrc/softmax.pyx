@@ -7,7 +7,7 @@
 # transposed copy is made.  exp is fnn_expf_nonpos (every argument is x - max <= 0); sums are in double.
 cimport cython
 cimport numpy as cnp
-from cython.parallel cimport prange
+from cython.parallel cimport prange, parallel
 from libc.math cimport log, exp, INFINITY
 
 from fnn_blas cimport real
@@ -39,6 +39,7 @@ cdef inline real _exp(real x) noexcept nogil:
 cdef extern from "fnn_softmax.h" nogil:
     void fnn_softmax_row_f(const float* x, float* y, Py_ssize_t n, int logsm, const float* next)
     Py_ssize_t FNN_STREAM_BYTES
+    void fnn_stream_fence()
     void fnn_softmax_row_d(const double* x, double* y, Py_ssize_t n, int logsm)
     void fnn_softmax_bwd_row_f(const float* dy, const float* y, float* dx, Py_ssize_t n, int logsm,
                                int stream)
@@ -159,9 +160,14 @@ cdef void _bwd(const real* dy, const real* y, real* dx, Py_ssize_t outer, Py_ssi
         if nt == 1:
             for o in range(outer):
                 _row_bwd(dy + o * n, y + o * n, dx + o * n, n, logsm, stream)
+            if stream:
+                fnn_stream_fence()
         else:
-            for o in prange(outer, nogil=True, schedule="static", num_threads=nt):
-                _row_bwd(dy + o * n, y + o * n, dx + o * n, n, logsm, stream)
+            with parallel(num_threads=nt):
+                for o in prange(outer, schedule="static"):
+                    _row_bwd(dy + o * n, y + o * n, dx + o * n, n, logsm, stream)
+                if stream:      # this thread's streamed rows, once (fnn_stream.h)
+                    fnn_stream_fence()
     else:
         nblk = (inner + IB - 1) // IB
         ntask = outer * nblk

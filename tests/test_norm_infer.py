@@ -70,36 +70,44 @@ def test_fast_path_test_accepts_and_refuses():
 def test_streamed_and_plain_stores_give_the_same_bits(dtype):
     """layer_norm forward / backward and (log_)softmax backward write an output from a
     machine-dependent size on (fnn_stream.h: 16 MiB, or half the last-level cache) with
-    non-temporal stores through a stack row.  Both paths, forced on a small odd shape
-    (rows that start off the vector boundary), give the same bits; 0 restores the
-    machine's threshold, which is at least 16 MiB."""
+    non-temporal stores through a stack row, each thread fencing once after its rows.
+    Both paths, forced on small odd shapes (rows that start off the vector boundary; the
+    larger one split over 2 threads), give the same bits; 0 restores the machine's
+    threshold, which is at least 16 MiB."""
     import importlib
+    import fastnn
     be = backend("cpu")
     mods = [importlib.import_module(be.layer_norm.__module__),
             importlib.import_module(be.softmax_backward.__module__)]
     rng = np.random.default_rng(7)
     D = 301
-    x = rng.standard_normal((67, D)).astype(dtype)
-    dy = rng.standard_normal((67, D)).astype(dtype)
     w = rng.standard_normal(D).astype(dtype)
     b = rng.standard_normal(D).astype(dtype)
-    runs = []
-    for threshold in (1, 1 << 60):
-        for m in mods:
-            m._stream_min_bytes(threshold)
-        try:
-            y, saved = be.layer_norm(x, w, b, D, 1e-5)
-            out = [y, *be.layer_norm_backward(dy, saved)]
-            for fwd, bwd in ((be.softmax, be.softmax_backward),
-                             (be.log_softmax, be.log_softmax_backward)):
-                s, saved = fwd(x, 1)
-                out += [s, bwd(dy, saved)]
-        finally:
-            for m in mods:
-                m._stream_min_bytes(0)
-        runs.append(out)
-    for a, c in zip(*runs):
-        np.testing.assert_array_equal(a, c)
+    threads = fastnn.get_num_threads()
+    fastnn.set_num_threads(2)
+    try:
+        for rows in (67, 389):
+            x = rng.standard_normal((rows, D)).astype(dtype)
+            dy = rng.standard_normal((rows, D)).astype(dtype)
+            runs = []
+            for threshold in (1, 1 << 60):
+                for m in mods:
+                    m._stream_min_bytes(threshold)
+                try:
+                    y, saved = be.layer_norm(x, w, b, D, 1e-5)
+                    out = [y, *be.layer_norm_backward(dy, saved)]
+                    for fwd, bwd in ((be.softmax, be.softmax_backward),
+                                     (be.log_softmax, be.log_softmax_backward)):
+                        s, saved = fwd(x, 1)
+                        out += [s, bwd(dy, saved)]
+                finally:
+                    for m in mods:
+                        m._stream_min_bytes(0)
+                runs.append(out)
+            for a, c in zip(*runs):
+                np.testing.assert_array_equal(a, c)
+    finally:
+        fastnn.set_num_threads(threads)
     for m in mods:
         assert m._stream_min_bytes() >= 16 << 20
 
