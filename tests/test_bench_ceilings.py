@@ -235,6 +235,27 @@ def test_loss_rows_count_the_reread_past_the_cache(monkeypatch):
     assert ce.bytes == 4.0 * 8192 * 4096 * 2 and ce.working_set == ce.bytes
 
 
+def test_activation_rows_count_the_saved_reread_past_the_cache(monkeypatch):
+    """An activation's backward reads the array its forward kept (x, y or rrelu's slopes),
+    which the forward just touched: like a loss row, only what a last-level cache cannot
+    keep counts as memory traffic (prelu fwd+bwd showed 104% of its copy ceiling counting
+    it all).  Rows with a bit mask and forward rows are unchanged."""
+    from fastnn.bench import activation, core
+    n = activation.N
+    monkeypatch.setattr(core, "last_level_cache_bytes", lambda: 32 << 20)
+    rows = {c.op: c for c in activation.cases()}
+    assert rows["prelu fwd+bwd"].bytes == 4.0 * n * 4
+    assert rows["rrelu fwd+bwd"].bytes == 4.0 * n * 5
+    assert rows["hardswish fwd"].bytes == 4.0 * n * 2
+    assert rows["relu fwd+bwd"].bytes == 4.0 * n * 4 + n / 8.0 * 2
+    monkeypatch.setattr(core, "last_level_cache_bytes", lambda: 0)          # unknown
+    rows = {c.op: c for c in activation.cases()}
+    assert rows["prelu fwd+bwd"].bytes == 4.0 * n * 5
+    monkeypatch.setattr(core, "last_level_cache_bytes", lambda: 4 << 20)    # a small L3
+    assert {c.op: c for c in activation.cases()}["sigmoid fwd+bwd"].bytes == \
+        4.0 * n * 4 + 4.0 * n - (4 << 20)
+
+
 def test_last_level_cache_size_is_read():
     """On Linux the size comes from sysfs; anywhere it is a size or 0 (unknown)."""
     import sys
