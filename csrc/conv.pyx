@@ -2520,6 +2520,13 @@ def conv2d(cnp.ndarray x, cnp.ndarray weight, object bias, tuple stride, tuple p
     """conv2d(x, weight, bias, (sH, sW), (top, bottom, left, right), (dH, dW), groups)
     -> (y, saved).  x (N, C, H, W), weight (O, C/groups, kH, kW), bias (O,) or None;
     all C-contiguous, one dtype."""
+    with _blas_single():   # every BLAS call one thread: the same bits at any thread count
+        return _conv2d_body(x, weight, bias, stride, padding, dilation, groups)
+
+
+def _conv2d_body(cnp.ndarray x, cnp.ndarray weight, object bias, tuple stride, tuple padding,
+                 tuple dilation, Py_ssize_t groups):
+    """conv2d's work (its BLAS calls on one thread each)."""
     cdef Geo g = _geo((<object>x).shape, (<object>weight).shape, stride, padding, dilation, groups)
     cdef cnp.ndarray y = np.empty((g.N, g.O, g.OH, g.OW), dtype=x.dtype)
     cdef bint f32 = x.dtype == np.float32
@@ -2683,6 +2690,12 @@ def conv2d_backward(cnp.ndarray dy, tuple saved, bint weight_grad=True, bint bia
     """-> (d_input, d_weight, d_bias or None).  dy (N, O, OH, OW) C-contiguous.
     ``weight_grad`` / ``bias_grad`` False: that gradient is not computed (a frozen
     parameter) and comes back None."""
+    with _blas_single():   # every BLAS call one thread: the same bits at any thread count
+        return _conv2d_backward_body(dy, saved, weight_grad, bias_grad)
+
+
+def _conv2d_backward_body(cnp.ndarray dy, tuple saved, bint weight_grad=True, bint bias_grad=True):
+    """conv2d_backward's work (its BLAS calls on one thread each)."""
     cdef cnp.ndarray x = saved[0]
     return _grads(x, (<object>x).shape, saved[1], dy, saved[3], saved[4], saved[5], saved[6],
                   True, weight_grad, saved[2] and bias_grad)
@@ -2851,6 +2864,13 @@ def conv_transpose2d(cnp.ndarray x, cnp.ndarray weight, object bias, tuple strid
     groups) -> (y, saved).  x (N, Cin, H, W), weight (Cin, Cout/groups, kH, kW): y is the
     d_input of the conv2d (weight, padding) over an (N, Cout, OH, OW) input whose output
     has x's shape -- conv2d's backward kernels, no GEMM loop of its own."""
+    with _blas_single():   # every BLAS call one thread: the same bits at any thread count
+        return _conv_transpose2d_body(x, weight, bias, stride, padding, out_hw, dilation, groups)
+
+
+def _conv_transpose2d_body(cnp.ndarray x, cnp.ndarray weight, object bias, tuple stride,
+                           tuple padding, tuple out_hw, tuple dilation, Py_ssize_t groups):
+    """conv_transpose2d's work (its BLAS calls on one thread each)."""
     cdef tuple y_shape = (x.shape[0], weight.shape[1] * groups) + tuple(out_hw)
     cdef Geo g = _geo(y_shape, (<object>weight).shape, stride, padding, dilation, groups)
     cdef cnp.ndarray yd
@@ -2886,6 +2906,13 @@ def conv_transpose2d_backward(cnp.ndarray dy, tuple saved, bint weight_grad=True
     that builds each tile of dy's columns once (_tbwd): from dy's phase planes (one
     deinterleave per image, then a contiguous copy per channel, tap and row; whole-image
     tiles up to 2 MiB, so d_weight's GEMM sums over OH*OW positions per call)."""
+    with _blas_single():   # every BLAS call one thread: the same bits at any thread count
+        return _conv_transpose2d_backward_body(dy, saved, weight_grad, bias_grad)
+
+
+def _conv_transpose2d_backward_body(cnp.ndarray dy, tuple saved, bint weight_grad=True,
+                                    bint bias_grad=True):
+    """conv_transpose2d_backward's work (its BLAS calls on one thread each)."""
     cdef cnp.ndarray x = saved[0], weight = saved[1]
     cdef Geo g = _geo((<object>dy).shape, (<object>weight).shape, saved[3], saved[4], saved[5],
                       saved[6])
