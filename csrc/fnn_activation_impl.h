@@ -142,7 +142,7 @@ static void FNN_ACT_NAME(fnn_act)(int op, const FNN_T* a, const FNN_T* b, FNN_T*
     case FNN_HARDSWISH_BWD: { /* b = x: 0 at and below -3, x / 3 + 1/2 inside, 1 at and
                                  above 3 (torch's vector kernel's tests: NaN gives NaN) */
         const FNN_T three = 3, third = (FNN_T)(1.0 / 3.0), half = (FNN_T)0.5;
-        FNN_SIMD for (i = 0; i < n; ++i) {
+        FNN_SIMD for (i = FNN_ACT_NAME(fnn_hardswish_bwd_vec)(a, b, o, n); i < n; ++i) {
             FNN_T v = b[i], g = a[i];
             FNN_T mid = g * (v * third + half);
             o[i] = v <= -three ? zero : (v >= three ? g : mid);
