@@ -170,6 +170,19 @@ static inline __attribute__((always_inline)) void fnn_rnn_ztile(
     __mmask16 m0 = nc >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nc) - 1u);
     __mmask16 m1 = nc >= 32 ? (__mmask16)0xFFFF
                  : nc > 16 ? (__mmask16)((1u << (nc - 16)) - 1u) : (__mmask16)0;
+    if (nc >= 32) {     /* plain loads and stores (see fnn_sk_load in fnn_skinny.h) */
+        #pragma GCC unroll 8
+        for (int r = 0; r < mr; ++r) {
+            float* cr = C + r * ldc;
+            if (acc) {
+                c0[r] = _mm512_add_ps(_mm512_loadu_ps(cr), c0[r]);
+                c1[r] = _mm512_add_ps(_mm512_loadu_ps(cr + 16), c1[r]);
+            }
+            _mm512_storeu_ps(cr, c0[r]);
+            _mm512_storeu_ps(cr + 16, c1[r]);
+        }
+        return;
+    }
     #pragma GCC unroll 8
     for (int r = 0; r < mr; ++r) {
         float* cr = C + r * ldc;

@@ -193,7 +193,16 @@ fnn_sgz_pack_at(const float *A, ptrdiff_t lda, ptrdiff_t kc, ptrdiff_t mc, float
 {
     for (ptrdiff_t k = 0; k < kc; k++) {
         const float *src = A + k * lda;
-        for (ptrdiff_t i = 0; i < mc; i += FNN_SGZ_MR) {
+        ptrdiff_t i = 0;
+        /* Plain 16-float loads and stores while a whole vector lies inside the row and a
+         * later step follows: the store's 4 extra floats land on step k + 1's slots of the
+         * same tile, which that step then writes (masked loads and stores cost out of
+         * cache: see fnn_sk_load in fnn_skinny.h).  The last step and the row's end by
+         * masks. */
+        if (k + 1 < kc)
+            for (; i + 16 <= mc; i += FNN_SGZ_MR)
+                _mm512_storeu_ps(pa + i * kc + k * FNN_SGZ_MR, _mm512_loadu_ps(src + i));
+        for (; i < mc; i += FNN_SGZ_MR) {
             const int mr = mc - i < FNN_SGZ_MR ? (int)(mc - i) : FNN_SGZ_MR;
             const __mmask16 mm = (__mmask16)((1u << mr) - 1);
             _mm512_mask_storeu_ps(pa + i * kc + k * FNN_SGZ_MR, mm,
@@ -306,23 +315,34 @@ epilogue:;
     const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
     const __m512 bb0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
     const __m512 bb1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
-#pragma GCC unroll 12
-    for (int r = 0; r < mr; r++) {
-        float *cr = c + r * ldc;
-        __m512 y0 = _mm512_mul_ps(c0[r], va), y1 = _mm512_mul_ps(c1[r], va);
-        if (first && bias) {
-            y0 = _mm512_add_ps(y0, bb0);
-            y1 = _mm512_add_ps(y1, bb1);
-        } else if (!first) {
-            y0 = _mm512_add_ps(y0, _mm512_maskz_loadu_ps(m0, cr));
-            y1 = _mm512_add_ps(y1, _mm512_maskz_loadu_ps(m1, cr + 16));
-        } else if (beta != 0.0f) {
-            y0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, cr), y0);
-            y1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, cr + 16), y1);
-        }
-        _mm512_mask_storeu_ps(cr, m0, y0);
-        _mm512_mask_storeu_ps(cr + 16, m1, y1);
+    /* C by plain loads and stores when the tile spans all 32 columns (masked ones cost
+       out of cache: see fnn_sk_load in fnn_skinny.h) */
+#define FNN_SGZ_EPILOGUE(LD0, LD1, ST0, ST1)                                   \
+    _Pragma("GCC unroll 12")                                                   \
+    for (int r = 0; r < mr; r++) {                                             \
+        float *cr = c + r * ldc;                                               \
+        __m512 y0 = _mm512_mul_ps(c0[r], va), y1 = _mm512_mul_ps(c1[r], va);   \
+        if (first && bias) {                                                   \
+            y0 = _mm512_add_ps(y0, bb0);                                       \
+            y1 = _mm512_add_ps(y1, bb1);                                       \
+        } else if (!first) {                                                   \
+            y0 = _mm512_add_ps(y0, LD0);                                       \
+            y1 = _mm512_add_ps(y1, LD1);                                       \
+        } else if (beta != 0.0f) {                                             \
+            y0 = _mm512_fmadd_ps(vb, LD0, y0);                                 \
+            y1 = _mm512_fmadd_ps(vb, LD1, y1);                                 \
+        }                                                                      \
+        ST0;                                                                   \
+        ST1;                                                                   \
     }
+    if (m0 == (__mmask16)0xFFFF && m1 == (__mmask16)0xFFFF) {
+        FNN_SGZ_EPILOGUE(_mm512_loadu_ps(cr), _mm512_loadu_ps(cr + 16),
+                         _mm512_storeu_ps(cr, y0), _mm512_storeu_ps(cr + 16, y1))
+    } else {
+        FNN_SGZ_EPILOGUE(_mm512_maskz_loadu_ps(m0, cr), _mm512_maskz_loadu_ps(m1, cr + 16),
+                         _mm512_mask_storeu_ps(cr, m0, y0), _mm512_mask_storeu_ps(cr + 16, m1, y1))
+    }
+#undef FNN_SGZ_EPILOGUE
 }
 
 /* Rows [i0, i0 + mr) of one k block along every panel of the packed column block. */
