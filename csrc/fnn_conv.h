@@ -47,13 +47,20 @@ static inline void fnn_cv3_pad_tile(const float* restrict x, float* restrict xp,
             float* d = xp + (c * PR + a) * We;
             ptrdiff_t h = h0 + a, b;
 #if defined(__AVX512F__)
-            /* each 16-lane block one masked load (zeros outside [c0, c1)) and store: GCC
-             * made the short zero runs below memset calls, two a row */
+            /* each 16-lane block one load (zeros outside [c0, c1)) and store: GCC made the
+             * short zero runs below memset calls, two a row.  Masks only on the blocks
+             * that need them (masked loads and stores cost out of cache: see fnn_sk_load
+             * in fnn_skinny.h). */
             const float* sr = h < 0 || h >= H ? NULL : x + (c * H + h) * W - pl;
             for (b = 0; b < We; b += 16) {
-                __m512 v = sr ? _mm512_maskz_loadu_ps(fnn_span16(b, c0, c1), sr + b)
-                              : _mm512_setzero_ps();
-                _mm512_mask_storeu_ps(d + b, fnn_span16(b, 0, We), v);
+                const __mmask16 ml = fnn_span16(b, c0, c1), ms = fnn_span16(b, 0, We);
+                __m512 v = !sr ? _mm512_setzero_ps()
+                         : ml == (__mmask16)0xFFFF ? _mm512_loadu_ps(sr + b)
+                                                   : _mm512_maskz_loadu_ps(ml, sr + b);
+                if (ms == (__mmask16)0xFFFF)
+                    _mm512_storeu_ps(d + b, v);
+                else
+                    _mm512_mask_storeu_ps(d + b, ms, v);
             }
 #else
             if (h < 0 || h >= H) { for (b = 0; b < We; ++b) d[b] = 0.f; continue; }
