@@ -277,7 +277,6 @@ static inline ptrdiff_t fnn_softplus_fwd_vec_d(const double* x, double* y, ptrdi
     return 0;
 }
 
-
 /* HardSwish's backward in 16 lanes (the avx512 build): the generic loop below compiled to
    two masked loads of d_y per vector (FNN_PLAIN_LOAD).  The same operations as that loop:
    d_y (x (1/3) + 1/2) with one rounding of the multiply-add, d_y where x >= 3, 0 where
