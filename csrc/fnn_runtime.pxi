@@ -25,9 +25,13 @@ cdef extern from *:
 
     /* The calling thread's OpenMP thread count (the nthreads-var ICV), with the latest
      * fastnn.set_num_threads applied to it first; the record of what this thread has
-     * applied is fnn_team.h's (a pthread key: no thread-local block to allocate). */
-    static inline int fnn_icv_threads(void)
+     * applied is fnn_team.h's (a pthread key: no thread-local block to allocate); *rec
+     * gets that record as the call leaves it (fnn_max_threads reads it once per call), or
+     * ~0 where it is not this call's to read (a serial fork child, a worker inside a
+     * region). */
+    static inline int fnn_icv_threads_rec(uintptr_t *rec_out)
     {
+        *rec_out = ~(uintptr_t)0;
     #ifdef _OPENMP
         uintptr_t rec, gen;
         if (__atomic_load_n(&fnn_fork_serial, __ATOMIC_RELAXED))
@@ -42,12 +46,20 @@ cdef extern from *:
             int n = __atomic_load_n(&fnn_requested_threads, __ATOMIC_RELAXED);
             if (n > 0)
                 omp_set_num_threads(n);
-            fnn_team_set_record((gen << FNN_TEAM_BITS) | (rec & FNN_TEAM_MASK));
+            rec = (gen << FNN_TEAM_BITS) | (rec & FNN_TEAM_MASK);
+            fnn_team_set_record(rec);
         }
+        *rec_out = rec;
         return omp_get_max_threads();
     #else
         return 1;
     #endif
+    }
+
+    static inline int fnn_icv_threads(void)
+    {
+        uintptr_t rec;
+        return fnn_icv_threads_rec(&rec);
     }
 
     /* Threads a kernel called from this thread may use now: the ICV's count, or 1 while a
@@ -56,10 +68,10 @@ cdef extern from *:
      * create a worker). */
     static inline int fnn_max_threads(void)
     {
-        int n = fnn_icv_threads();
+        uintptr_t rec;
+        int n = fnn_icv_threads_rec(&rec);
     #ifdef _OPENMP
-        if (n > 1 && !omp_in_parallel()) {
-            uintptr_t rec = fnn_team_record();
+        if (n > 1 && rec != ~(uintptr_t)0) {     /* this thread's own call, out of a region */
             if ((uintptr_t)n > (rec & FNN_TEAM_MASK)) {
                 if (!fnn_team_room(n))
                     return 1;
