@@ -249,10 +249,27 @@ static inline void fnn_wg_tf16(const float* const* f, int flip, float* restrict 
 }
 #endif
 
+/* d_input's order (below): the m filters of one c adjacent (rs = 9), the c's rows cs = C * 9
+ * floats apart -- a stride the hardware prefetchers do not follow once the weight is out of
+ * the L2, so each row's m filters are fetched this many rows ahead.  A one-image 256 ->
+ * 256 x 14 x 14 conv2d's fwd+bwd (the same bits): 2.31 -> 2.06 ms on 2 threads, 4.55 ->
+ * 3.77 on one (medians of 400 calls interleaved with the build before; 4, 8 and 16 rows
+ * ahead alike). */
+#define FNN_WG_PF 8
+
+static inline void fnn_wg_fetch_row(const float* w, ptrdiff_t rs, ptrdiff_t cs, ptrdiff_t m,
+                                    ptrdiff_t c, ptrdiff_t C) {
+    if (c >= C) return;
+    const char* p = (const char*)(w + c * cs);
+    for (ptrdiff_t b = 0; b < (ptrdiff_t)sizeof(float) * (9 + (m - 1) * rs) + 63; b += 64)
+        __builtin_prefetch(p + b);
+}
+
 static inline void fnn_wg_pack_block(const float* restrict w, ptrdiff_t rs, ptrdiff_t cs,
                                      int flip, ptrdiff_t C, ptrdiff_t m, float* restrict S,
                                      float* restrict U, ptrdiff_t OC) {
     const ptrdiff_t n = m * C;
+    const int pf = cs > rs * m;   /* d_input's order */
 #if defined(__AVX512F__) && defined(__AVX512DQ__)
     const float* f[16];
     ptrdiff_t j = 0, r = 0, c = 0;
@@ -260,7 +277,11 @@ static inline void fnn_wg_pack_block(const float* restrict w, ptrdiff_t rs, ptrd
     for (; j + 16 <= n; j += 16) {
         for (int i = 0; i < 16; ++i) {
             f[i] = w + r * rs + c * cs;
-            if (++r == m) { r = 0; ++c; }
+            if (++r == m) {
+                r = 0;
+                ++c;
+                if (pf) fnn_wg_fetch_row(w, rs, cs, m, c + FNN_WG_PF, C);
+            }
         }
         fnn_wg_tf16(f, flip, U + j, OC);
     }
@@ -269,7 +290,8 @@ static inline void fnn_wg_pack_block(const float* restrict w, ptrdiff_t rs, ptrd
         if (++r == m) { r = 0; ++c; }
     }
 #else
-    for (ptrdiff_t c = 0; c < C; ++c)
+    for (ptrdiff_t c = 0; c < C; ++c) {
+        if (pf) fnn_wg_fetch_row(w, rs, cs, m, c + FNN_WG_PF, C);
         for (ptrdiff_t r = 0; r < m; ++r) {
             const float* f = w + r * rs + c * cs;
             if (flip)
@@ -277,6 +299,7 @@ static inline void fnn_wg_pack_block(const float* restrict w, ptrdiff_t rs, ptrd
             else
                 for (int t = 0; t < 9; ++t) S[t * n + c * m + r] = f[t];
         }
+    }
     /* the 16 rows of U never overlap (OC >= n): no dependence between iterations */
     _Pragma("omp simd")
     for (ptrdiff_t j = 0; j < n; ++j) {
