@@ -265,21 +265,24 @@ static inline __attribute__((always_inline)) void fnn_sgz_prefetchw(const float 
 /* One tile: rows [0, mr) by the 32 columns of panel b (columns under masks m0 | m1).
  * A's element (r, k) is a[r * rs + k * ks].  first: C = alpha acc + bias (the tile's 32
  * column values, when bias is not NULL; C is not read) or alpha acc + beta C (beta == 0:
- * C is not read); else C += alpha acc. */
+ * C is not read); else C += alpha acc.  two == 0 (a last panel of at most 16 live
+ * columns, m1 == 0): the panel's first 16 columns only, half the FMAs -- the same chain
+ * per output, so the same bits. */
 static inline __attribute__((always_inline)) void
-fnn_sgz_tile(const int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks, const float *b,
-             ptrdiff_t kc, float *c, ptrdiff_t ldc, __mmask16 m0, __mmask16 m1,
-             float alpha, float beta, const float *bias, int first)
+fnn_sgz_tile(const int mr, const int two, const float *a, ptrdiff_t rs, ptrdiff_t ks,
+             const float *b, ptrdiff_t kc, float *c, ptrdiff_t ldc, __mmask16 m0,
+             __mmask16 m1, float alpha, float beta, const float *bias, int first)
 {
     __m512 c0[FNN_SGZ_MR], c1[FNN_SGZ_MR];
     if (first)
 #pragma GCC unroll 12
         for (int r = 0; r < mr; r++) {
             fnn_sgz_prefetchw(c + r * ldc);
-            fnn_sgz_prefetchw(c + r * ldc + 16);
+            if (two)
+                fnn_sgz_prefetchw(c + r * ldc + 16);
         }
 #if FNN_SGZ_HAVE_ASM
-    if (mr == FNN_SGZ_MR && (ks == 1 || (rs == 1 && ks == FNN_SGZ_MR))) {
+    if (two && mr == FNN_SGZ_MR && (ks == 1 || (rs == 1 && ks == FNN_SGZ_MR))) {
         float acc[2 * 16 * FNN_SGZ_MR] __attribute__((aligned(64)));
         if (ks == 1)
             fnn_sgz_k12_inplace(a, rs, b, kc, acc);
@@ -299,14 +302,17 @@ fnn_sgz_tile(const int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks, const flo
         c1[r] = _mm512_setzero_ps();
     }
     for (ptrdiff_t k = 0; k < kc; k++) {
-        const __m512 b0 = _mm512_load_ps(b + k * 32), b1 = _mm512_load_ps(b + k * 32 + 16);
+        const __m512 b0 = _mm512_load_ps(b + k * 32);
+        const __m512 b1 = two ? _mm512_load_ps(b + k * 32 + 16) : b0;
         _mm_prefetch((const char *)(b + k * 32 + 256), _MM_HINT_T0);
-        _mm_prefetch((const char *)(b + k * 32 + 272), _MM_HINT_T0);
+        if (two)
+            _mm_prefetch((const char *)(b + k * 32 + 272), _MM_HINT_T0);
 #pragma GCC unroll 12
         for (int r = 0; r < mr; r++) {
             const __m512 av = _mm512_set1_ps(a[r * rs + k * ks]);
             c0[r] = _mm512_fmadd_ps(av, b0, c0[r]);
-            c1[r] = _mm512_fmadd_ps(av, b1, c1[r]);
+            if (two)
+                c1[r] = _mm512_fmadd_ps(av, b1, c1[r]);
         }
     }
 #if FNN_SGZ_HAVE_ASM
@@ -314,28 +320,33 @@ epilogue:;
 #endif
     const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
     const __m512 bb0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
-    const __m512 bb1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
+    const __m512 bb1 = bias && two ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
     /* C by plain loads and stores when the tile spans all 32 columns (masked ones cost
        out of cache: see fnn_sk_load in fnn_skinny.h) */
 #define FNN_SGZ_EPILOGUE(LD0, LD1, ST0, ST1)                                   \
     _Pragma("GCC unroll 12")                                                   \
     for (int r = 0; r < mr; r++) {                                             \
         float *cr = c + r * ldc;                                               \
-        __m512 y0 = _mm512_mul_ps(c0[r], va), y1 = _mm512_mul_ps(c1[r], va);   \
+        __m512 y0 = _mm512_mul_ps(c0[r], va);                                  \
+        __m512 y1 = two ? _mm512_mul_ps(c1[r], va) : y0;                       \
         if (first && bias) {                                                   \
             y0 = _mm512_add_ps(y0, bb0);                                       \
-            y1 = _mm512_add_ps(y1, bb1);                                       \
+            if (two)                                                           \
+                y1 = _mm512_add_ps(y1, bb1);                                   \
         } else if (!first) {                                                   \
             y0 = _mm512_add_ps(y0, LD0);                                       \
-            y1 = _mm512_add_ps(y1, LD1);                                       \
+            if (two)                                                           \
+                y1 = _mm512_add_ps(y1, LD1);                                   \
         } else if (beta != 0.0f) {                                             \
             y0 = _mm512_fmadd_ps(vb, LD0, y0);                                 \
-            y1 = _mm512_fmadd_ps(vb, LD1, y1);                                 \
+            if (two)                                                           \
+                y1 = _mm512_fmadd_ps(vb, LD1, y1);                             \
         }                                                                      \
         ST0;                                                                   \
-        ST1;                                                                   \
+        if (two)                                                               \
+            ST1;                                                               \
     }
-    if (m0 == (__mmask16)0xFFFF && m1 == (__mmask16)0xFFFF) {
+    if (m0 == (__mmask16)0xFFFF && (!two || m1 == (__mmask16)0xFFFF)) {
         FNN_SGZ_EPILOGUE(_mm512_loadu_ps(cr), _mm512_loadu_ps(cr + 16),
                          _mm512_storeu_ps(cr, y0), _mm512_storeu_ps(cr + 16, y1))
     } else {
@@ -355,8 +366,12 @@ fnn_sgz_rows(const int mr, const float *a, ptrdiff_t rs, ptrdiff_t ks, const flo
         const ptrdiff_t w = nc - j;
         const __mmask16 m0 = (__mmask16)(w >= 16 ? 0xFFFF : (1u << w) - 1);
         const __mmask16 m1 = (__mmask16)(w >= 32 ? 0xFFFF : w > 16 ? (1u << (w - 16)) - 1 : 0);
-        fnn_sgz_tile(mr, a, rs, ks, pb + j * kc, kc, c + j, ldc, m0, m1, alpha, beta,
-                     bias ? bias + j : NULL, first);
+        if (w > 16)
+            fnn_sgz_tile(mr, 1, a, rs, ks, pb + j * kc, kc, c + j, ldc, m0, m1, alpha, beta,
+                         bias ? bias + j : NULL, first);
+        else   /* a last panel of <= 16 columns: half a tile */
+            fnn_sgz_tile(mr, 0, a, rs, ks, pb + j * kc, kc, c + j, ldc, m0, m1, alpha, beta,
+                         bias ? bias + j : NULL, first);
     }
 }
 
