@@ -170,24 +170,30 @@ def test_generate_cached_equals_uncached_and_keeps_no_cache():
 
 
 def test_decoder_packs_follow_the_weights():
-    """Float32 decoding on cpu runs on packed weights: cached on the blocks in eval mode
-    (reused by the next generate), rebuilt after eval() following an in-place write, never
-    cached in training mode (an optimizer step would leave them stale)."""
+    """Float32 decoding on cpu runs on packed weights (the blocks' GEMMs and the LM head):
+    cached on the blocks and the model in eval mode (reused by the next generate), rebuilt
+    after eval() following an in-place write, never cached in training mode (an optimizer
+    step would leave them stale)."""
     fastnn.manual_seed(3)
     m = GPT(**TINY)
     idx = np.random.default_rng(2).integers(0, TINY["vocab_size"], (2, 6))
     seq = np.random.default_rng(3).integers(0, TINY["vocab_size"], (2, 10))
     m.generate(idx, 3, temperature=0)
     assert all("_infer" not in b.__dict__ for b in m.h)          # training mode: per call
+    assert "_infer" not in m.__dict__
     m.eval()
     dec = KVDecoder(m, 2, 10)
-    assert dec.packs[0] is not None
+    assert dec.packs[0] is not None and dec.head_pack is not None
     packs = m.h[0].__dict__["_infer"]
-    assert KVDecoder(m, 2, 10).packs[0] is packs[2]               # reused
+    head = m.__dict__["_infer"]
+    assert head[2] is dec.head_pack
+    again = KVDecoder(m, 2, 10)
+    assert again.packs[0] is packs[2] and again.head_pack is head[2]   # reused
     m.h[0].mlp.c_fc.weight.data *= 3.0                            # in place, eval mode
+    m.wte.weight.data *= 0.5                                      # the (tied) head too
     m.eval()                                                      # drops the packs
     dec = KVDecoder(m, 2, 10)
-    assert dec.packs[0] is not packs[2]
+    assert dec.packs[0] is not packs[2] and dec.head_pack is not head[2]
     full = m(seq)
     np.testing.assert_allclose(dec.prefill(seq[:, :4]), full[:, 3], rtol=1e-4, atol=1e-4)
     for t in range(4, 10):

@@ -10,14 +10,16 @@ reads the modules' parameter arrays as they are and runs the same ops on them.
 * Decode: one token per sequence per step, (B, d_model) rows through each layer: the
   GEMMs read each weight once for the whole batch (a GEMV at batch 1: the step is bound by
   the weights' memory traffic), attention is one query against the cached keys.
-* Packed weights: in float32 on the cpu backend the four GEMMs of every layer run on
-  weights packed once into column panels (``pack_linear_weight``: each panel one
-  contiguous stream) by the register-tile kernel ``packed_linear_infer``, GELU fused into
-  the MLP's first GEMM.  In eval mode the packs are kept on each block until a
-  parameter's ``.data`` is replaced or ``train()`` / ``eval()`` is called (after an
-  in-place write into a weight in eval mode, call ``model.eval()`` again); in training
-  mode they are built per ``generate`` call.  They take as much memory again as the
-  layers' weights.
+* Packed weights: in float32 on the cpu backend the four GEMMs of every layer and the LM
+  head run on weights packed once into column panels (``pack_linear_weight``: each panel
+  one contiguous stream) by the register-tile kernel ``packed_linear_infer``, GELU fused
+  into the MLP's first GEMM.  (GPT-2 small's head, 50257 x 768, 2 threads: 4.3 ms a step
+  packed at batch 8 against 7.6 ms for ``skinny_linear`` on the (vocab, d_model) weight,
+  4.1 against 4.6 ms at batch 1.)  In eval mode the packs are kept on each block (the
+  head's on the model) until a parameter's ``.data`` is replaced or ``train()`` /
+  ``eval()`` is called (after an in-place write into a weight in eval mode, call
+  ``model.eval()`` again); in training mode they are built per ``generate`` call.  They
+  take as much memory again as the layers' weights and the head.
 * Left padding (prompts of different lengths): ``pad[b]`` leading positions of row b are
   padding.  Their keys are masked everywhere, and row b's real tokens take positions
   0, 1, ... from its first real token, as Hugging Face's generate does (position_ids from
@@ -44,6 +46,18 @@ def block_packs(blk, be):
     if not blk.training:
         object.__setattr__(blk, "_infer", (be, ws, packs))
     return packs
+
+
+def head_pack(model, head, be):
+    """The LM head's packed (panels, vocab) weight (``head``: (vocab, d_model)), cached on
+    the model in eval mode as ``block_packs`` caches a block's."""
+    c = model.__dict__.get("_infer")
+    if c is not None and c[0] is be and c[1] is head:
+        return c[2]
+    pack = (be.pack_linear_weight(head, False), head.shape[0])
+    if not model.training:
+        object.__setattr__(model, "_infer", (be, head, pack))
+    return pack
 _SKINNY_ROWS = 16    # up to this many rows a GEMM streams its weight once (skinny_linear)
 
 
@@ -92,6 +106,7 @@ class KVDecoder:
                 blk.mlp.c_fc.weight.data, blk.mlp.c_fc.bias.data,
                 blk.mlp.c_proj.weight.data, blk.mlp.c_proj.bias.data, act))
             self.packs.append(None if self.be is None else block_packs(blk, self.be))
+        self.head_pack = None if self.be is None else head_pack(model, self.head, self.be)
         L = len(self.layers)
         # one block for all layers' caches: (layer, k/v, B, H, T, E)
         self.cache = np.zeros((L, 2, batch, H, max_len, self.E), dt)
@@ -134,6 +149,9 @@ class KVDecoder:
     def logits(self, x):
         """(B, D) last hidden rows -> (B, vocab) logits (final layer norm, LM head)."""
         h = F.layer_norm(x, (self.D,), self.ln_f[0], self.ln_f[1], self.eps)
+        if self.head_pack is not None:
+            pk, n = self.head_pack
+            return self.be.packed_linear_infer(np.ascontiguousarray(h), pk, n, None, "none")
         return matmul(h, self.head, None, False)
 
     # ------------------------------------------------------------------ prefill

@@ -172,9 +172,9 @@ class GPT(Module):
         through the cached keys and values (inference only: no dropout, nothing kept for
         backward).  When prompt + new tokens exceed ``block_size``, or the parameters live
         on a GPU, each step re-runs the model on the last ``block_size`` tokens instead.
-        In float32 on the cpu backend the layers' GEMMs read weights packed once; in eval
-        mode the packs are kept between calls (as much memory again as the layers'
-        weights) and follow ``load_state_dict``, ``.to`` and ``train()`` / ``eval()``, but
+        In float32 on the cpu backend the layers' GEMMs and the LM head read weights
+        packed once; in eval mode the packs are kept between calls (as much memory again
+        as the layers' weights and the head) and follow ``load_state_dict``, ``.to`` and ``train()`` / ``eval()``, but
         not an in-place write into a parameter's array in eval mode: call ``model.eval()``
         again after one."""
         from ._decode import next_tokens
