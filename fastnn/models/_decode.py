@@ -13,9 +13,9 @@ reads the modules' parameter arrays as they are and runs the same ops on them.
 * Packed weights: in float32 on the cpu backend the four GEMMs of every layer and the LM
   head run on weights packed once into column panels (``pack_linear_weight``: each panel
   one contiguous stream) by the register-tile kernel ``packed_linear_infer``, GELU fused
-  into the MLP's first GEMM.  (GPT-2 small's head, 50257 x 768, 2 threads: 4.3 ms a step
-  packed at batch 8 against 7.6 ms for ``skinny_linear`` on the (vocab, d_model) weight,
-  4.1 against 4.6 ms at batch 1.)  In eval mode the packs are kept on each block (the
+  into the MLP's first GEMM.  (GPT-2 small, 2 threads: a step took 13.7 ms at batch 8
+  with the head packed, 15.1 with ``skinny_linear`` on the (vocab, d_model) weight; 9.3
+  and 10.5 ms at batch 1.)  In eval mode the packs are kept on each block (the
   head's on the model) until a parameter's ``.data`` is replaced or ``train()`` /
   ``eval()`` is called (after an in-place write into a weight in eval mode, call
   ``model.eval()`` again); in training mode they are built per ``generate`` call.  They
