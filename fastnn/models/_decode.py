@@ -58,6 +58,8 @@ def head_pack(model, head, be):
     if not model.training:
         object.__setattr__(model, "_infer", (be, head, pack))
     return pack
+
+
 _SKINNY_ROWS = 16    # up to this many rows a GEMM streams its weight once (skinny_linear)
 
 

@@ -174,9 +174,9 @@ class GPT(Module):
         on a GPU, each step re-runs the model on the last ``block_size`` tokens instead.
         In float32 on the cpu backend the layers' GEMMs and the LM head read weights
         packed once; in eval mode the packs are kept between calls (as much memory again
-        as the layers' weights and the head) and follow ``load_state_dict``, ``.to`` and ``train()`` / ``eval()``, but
-        not an in-place write into a parameter's array in eval mode: call ``model.eval()``
-        again after one."""
+        as the layers' weights and the head) and follow ``load_state_dict``, ``.to`` and
+        ``train()`` / ``eval()``, but not an in-place write into a parameter's array in
+        eval mode: call ``model.eval()`` again after one."""
         from ._decode import next_tokens
         ragged = isinstance(idx, (list, tuple)) and len(idx) > 0 and all(
             np.ndim(p) == 1 for p in idx)
