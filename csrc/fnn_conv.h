@@ -13,6 +13,7 @@
 #ifndef FNN_CONV_H
 #define FNN_CONV_H
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 #define FNN_WG_TB 64    /* Winograd: tiles a chunk (scratch sizes: fnn_wg_dims) */
@@ -257,12 +258,17 @@ static inline void fnn_wg_tf16(const float* const* f, int flip, float* restrict 
  * ahead alike). */
 #define FNN_WG_PF 8
 
+/* Prefetch every cache line of the floats [lo, hi] (prefetches never fault). */
+static inline void fnn_prefetch_span(const float* lo, const float* hi) {
+    for (uintptr_t p = (uintptr_t)lo & ~(uintptr_t)63; p <= (uintptr_t)hi; p += 64)
+        __builtin_prefetch((const void*)p);
+}
+
+/* row c's m filters of 9 taps (rs apart), when c < C */
 static inline void fnn_wg_fetch_row(const float* w, ptrdiff_t rs, ptrdiff_t cs, ptrdiff_t m,
                                     ptrdiff_t c, ptrdiff_t C) {
-    if (c >= C) return;
-    const char* p = (const char*)(w + c * cs);
-    for (ptrdiff_t b = 0; b < (ptrdiff_t)sizeof(float) * (9 + (m - 1) * rs) + 63; b += 64)
-        __builtin_prefetch(p + b);
+    if (c < C)
+        fnn_prefetch_span(w + c * cs, w + c * cs + (m - 1) * rs + 8);
 }
 
 static inline void fnn_wg_pack_block(const float* restrict w, ptrdiff_t rs, ptrdiff_t cs,
@@ -489,9 +495,7 @@ static inline void fnn_wg_dims(ptrdiff_t OH, ptrdiff_t OW, ptrdiff_t* th, ptrdif
 #define FNN_CVD_CB 64
 #endif
 #define FNN_CVD_AI static inline __attribute__((always_inline))
-#ifndef FNN_CVD_PF
 #define FNN_CVD_PF 4
-#endif
 /* The tile's weights by stride: output row r, input channel c, tap t at A[r * ars + c * cs
  * + t * ts] -- the packing below (ars = 1, ts = m, cs = nt * m) or a weight in place
  * (fnn_cvd_run_raw). */
@@ -516,12 +520,8 @@ FNN_CVD_AI void fnn_cvd_rtile(const float* restrict A, ptrdiff_t ars, ptrdiff_t 
             acc[r][v] = init ? _mm512_set1_ps(init[r]) : _mm512_loadu_ps(C + r * ldc + 16 * v);
     for (ptrdiff_t c = 0; c < nc; ++c, B += plane) {
         const float* a0 = A + c * cs;
-        if (pf && c + FNN_CVD_PF < nc) {
-            const char* lo = (const char*)(a0 + FNN_CVD_PF * cs + plo);
-            const char* hi = (const char*)(a0 + FNN_CVD_PF * cs + phi);
-            for (; lo <= hi; lo += 64) __builtin_prefetch(lo);
-            __builtin_prefetch(hi);
-        }
+        if (pf && c + FNN_CVD_PF < nc)
+            fnn_prefetch_span(a0 + FNN_CVD_PF * cs + plo, a0 + FNN_CVD_PF * cs + phi);
         for (ptrdiff_t t = 0; t < nt; ++t, a0 += ts) {
             const float* bp = B + toff[t];
             __m512 x[4];
