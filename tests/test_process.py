@@ -490,16 +490,23 @@ def test_every_allocation_site_failing_raises_memory_error():
                         assert raised, f"{op.name}: allocation {k} failed and no MemoryError"
                         sites += 1
                         if mallinfo2 is not None and k <= 1 and dtype is np.float32:
+                            def fail_20_times():
+                                for _ in range(20):
+                                    for m in mods:
+                                        m._fail_allocation(k)
+                                    try:
+                                        call(op, args, kwargs)
+                                    except MemoryError:
+                                        pass
+                                    for m in mods:
+                                        m._fail_allocation(-1)
+                            # a first round may hand a pool thread its first GEMM and so
+                            # its per-thread packing buffer (1.3 MiB, kept until the
+                            # thread ends: a cache, not a leak -- seen once in CI); the
+                            # second round must not grow the heap
+                            fail_20_times()
                             before = in_use()
-                            for _ in range(20):
-                                for m in mods:
-                                    m._fail_allocation(k)
-                                try:
-                                    call(op, args, kwargs)
-                                except MemoryError:
-                                    pass
-                                for m in mods:
-                                    m._fail_allocation(-1)
+                            fail_20_times()
                             grown = in_use() - before
                             assert grown < (1 << 20), f"{op.name}: {grown} bytes kept"
                             leak_checked += 1
